@@ -1,0 +1,528 @@
+//! The commit path, run to completion by the submitting thread:
+//! validate -> resolve into effects and apply them to the index -> encode one WAL record ->
+//! group-commit it (the first waiting thread writes and flushes everyone's records) -> return.
+//! No data-device write or flush happens here.
+
+use crate::device::BLOCK_SIZE;
+use crate::effect::{self, Effect, Name, Payload};
+use crate::error::{Result, StoreError};
+use crate::index::{ApplyOut, Freed, Index, Loc};
+use crate::store::{read_verified, Shared, State, Store};
+use crate::txn::{limits, CollId, Op, Transaction};
+use crate::wal::{self, layout_batch, RecordBuf};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+
+const B: u64 = BLOCK_SIZE as u64;
+
+impl Store {
+    /// Commits a transaction atomically; returns its sequence number once it is durable in
+    /// the WAL. On error nothing of the transaction is applied.
+    pub fn commit(&self, txn: &Transaction) -> Result<u64> {
+        commit(&self.sh, txn)
+    }
+}
+
+fn too_large(what: &'static str, size: usize, limit: usize) -> StoreError {
+    StoreError::TooLarge {
+        what,
+        size: size as u64,
+        limit: limit as u64,
+    }
+}
+
+fn check_name(obj: &[u8]) -> Result<()> {
+    if obj.is_empty() {
+        return Err(StoreError::Invalid("empty object name".into()));
+    }
+    if obj.len() > limits::OBJECT_NAME {
+        return Err(too_large("object name", obj.len(), limits::OBJECT_NAME));
+    }
+    Ok(())
+}
+
+fn check_range(off: u64, len: u64) -> Result<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= limits::OBJECT_SIZE => Ok(()),
+        _ => Err(StoreError::TooLarge {
+            what: "object offset + length",
+            size: off.saturating_add(len),
+            limit: limits::OBJECT_SIZE,
+        }),
+    }
+}
+
+/// Checks limits and collection existence; returns (new data blocks, encoded size estimate).
+fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
+    if txn.ops.len() > limits::OPS {
+        return Err(too_large(
+            "transaction (operations)",
+            txn.ops.len(),
+            limits::OPS,
+        ));
+    }
+    let mut exists: HashMap<CollId, bool> = HashMap::new();
+    let (mut blocks, mut bytes) = (0u64, 64u64);
+    for op in &txn.ops {
+        let c = op.coll();
+        let present = *exists
+            .entry(c)
+            .or_insert_with(|| idx.colls.contains_key(&c));
+        bytes += 64 + 2 * B;
+        match op {
+            Op::CreateCollection(_) if present => return Err(StoreError::CollectionExists(c)),
+            Op::CreateCollection(_) => {
+                exists.insert(c, true);
+                continue;
+            }
+            _ if !present => return Err(StoreError::NoCollection(c)),
+            Op::RemoveCollection(_) => {
+                exists.insert(c, false);
+            }
+            Op::Touch { obj, .. } | Op::Remove { obj, .. } => check_name(obj)?,
+            Op::Write {
+                obj, offset, data, ..
+            } => {
+                check_name(obj)?;
+                check_range(*offset, data.len() as u64)?;
+                let first = offset / B;
+                let end = (offset + data.len() as u64).div_ceil(B);
+                blocks += end.saturating_sub(first);
+                bytes += data.len() as u64 + obj.len() as u64;
+            }
+            Op::Zero {
+                obj, offset, len, ..
+            } => {
+                check_name(obj)?;
+                check_range(*offset, *len)?;
+            }
+            Op::Truncate { obj, size, .. } => {
+                check_name(obj)?;
+                check_range(*size, 0)?;
+            }
+            Op::SetAttr {
+                obj, name, value, ..
+            } => {
+                check_name(obj)?;
+                if name.len() > limits::ATTR_NAME {
+                    return Err(too_large("attribute name", name.len(), limits::ATTR_NAME));
+                }
+                if value.len() > limits::ATTR_VALUE {
+                    return Err(too_large(
+                        "attribute value",
+                        value.len(),
+                        limits::ATTR_VALUE,
+                    ));
+                }
+                bytes += (obj.len() + name.len() + value.len()) as u64;
+            }
+            Op::RmAttr { obj, name, .. } => {
+                check_name(obj)?;
+                if name.len() > limits::ATTR_NAME {
+                    return Err(too_large("attribute name", name.len(), limits::ATTR_NAME));
+                }
+            }
+            Op::KvSet { key, value, .. } => {
+                if key.len() > limits::KV_KEY {
+                    return Err(too_large("collection key", key.len(), limits::KV_KEY));
+                }
+                if value.len() > limits::KV_VALUE {
+                    return Err(too_large("collection value", value.len(), limits::KV_VALUE));
+                }
+                bytes += (key.len() + value.len()) as u64;
+            }
+            Op::KvRm { key: a, .. } | Op::KvRmRange { start: a, .. } => {
+                if a.len() > limits::KV_KEY {
+                    return Err(too_large("collection key", a.len(), limits::KV_KEY));
+                }
+                if let Op::KvRmRange { end, .. } = op {
+                    if end.len() > limits::KV_KEY {
+                        return Err(too_large("collection key", end.len(), limits::KV_KEY));
+                    }
+                }
+            }
+        }
+    }
+    Ok((blocks, bytes))
+}
+
+/// Whether resolving the transaction may need to read old blocks from a device.
+fn needs_rmw(txn: &Transaction) -> bool {
+    txn.ops.iter().any(|op| match op {
+        Op::Write { offset, data, .. } => offset % B != 0 || data.len() as u64 % B != 0,
+        // The end is clipped to the object's size, which may be unaligned.
+        Op::Zero { .. } => true,
+        Op::Truncate { size, .. } => size % B != 0,
+        _ => false,
+    })
+}
+
+/// Current contents of one block of an object (zeros for a hole).
+fn old_block(sh: &Shared, idx: &Index, coll: CollId, obj: &[u8], block: u64) -> Result<Vec<u8>> {
+    let Some(o) = idx.object(coll, obj) else {
+        return Ok(vec![0; BLOCK_SIZE]);
+    };
+    let Some((_, e)) = o.extents_in(block, block + 1).into_iter().next() else {
+        return Ok(vec![0; BLOCK_SIZE]);
+    };
+    match &e.loc {
+        Loc::Mem(m) => Ok(m.buf[m.off..m.off + BLOCK_SIZE].to_vec()),
+        Loc::Disk(off) => {
+            let crc = e.crcs[0];
+            let b = read_verified(&sh.data, *off, B, "object data", |b| {
+                crc32c::crc32c(b) == crc
+            })
+            .map_err(|_| StoreError::CorruptData {
+                coll,
+                object: String::from_utf8_lossy(obj).into_owned(),
+                block,
+                device: sh.data.name(0).to_string(),
+            })?;
+            Ok(b[..BLOCK_SIZE].to_vec())
+        }
+    }
+}
+
+fn has_block(idx: &Index, coll: CollId, obj: &[u8], block: u64) -> bool {
+    idx.object(coll, obj)
+        .is_some_and(|o| !o.extents_in(block, block + 1).is_empty())
+}
+
+/// Turns one op into effects against the current index (which already holds the effects
+/// of the transaction's earlier ops).
+fn resolve(sh: &Shared, idx: &Index, op: &Op, out: &mut Vec<Effect>) -> Result<()> {
+    let name = |o: &[u8]| -> Name { Arc::from(o) };
+    match op {
+        Op::CreateCollection(c) => out.push(Effect::CreateColl(*c)),
+        Op::RemoveCollection(c) => out.push(Effect::RemoveColl(*c)),
+        Op::Touch { coll, obj } => out.push(Effect::Touch {
+            coll: *coll,
+            obj: name(obj),
+        }),
+        Op::Remove { coll, obj } => out.push(Effect::Remove {
+            coll: *coll,
+            obj: name(obj),
+        }),
+        Op::Write {
+            coll,
+            obj,
+            offset,
+            data,
+        } => {
+            let o = name(obj);
+            if data.is_empty() {
+                out.push(Effect::Touch {
+                    coll: *coll,
+                    obj: o,
+                });
+                return Ok(());
+            }
+            let end = offset + data.len() as u64;
+            let (first, last) = (offset / B, end.div_ceil(B));
+            let mut buf = vec![0u8; ((last - first) * B) as usize];
+            if offset % B != 0 {
+                buf[..BLOCK_SIZE].copy_from_slice(&old_block(sh, idx, *coll, obj, first)?);
+            }
+            if end % B != 0 && (last - 1 != first || offset % B == 0) {
+                let tail = buf.len() - BLOCK_SIZE;
+                buf[tail..].copy_from_slice(&old_block(sh, idx, *coll, obj, last - 1)?);
+            }
+            let at = (offset - first * B) as usize;
+            buf[at..at + data.len()].copy_from_slice(data);
+            out.push(Effect::SetBlocks {
+                coll: *coll,
+                obj: o.clone(),
+                first_block: first,
+                nblocks: (last - first) as u32,
+                data: Payload::Owned(Arc::new(buf)),
+            });
+            let size = idx.object(*coll, obj).map_or(0, |x| x.size);
+            if end > size || idx.object(*coll, obj).is_none() {
+                out.push(Effect::SetSize {
+                    coll: *coll,
+                    obj: o,
+                    size: end.max(size),
+                });
+            }
+        }
+        Op::Zero {
+            coll,
+            obj,
+            offset,
+            len,
+        } => {
+            let Some(cur) = idx.object(*coll, obj) else {
+                return Ok(());
+            };
+            let end = (offset + len).min(cur.size);
+            if *offset >= end {
+                return Ok(());
+            }
+            zero_range(sh, idx, *coll, &name(obj), *offset, end, out)?;
+        }
+        Op::Truncate { coll, obj, size } => {
+            let o = name(obj);
+            let cur = idx.object(*coll, obj).map_or(0, |x| x.size);
+            if *size < cur {
+                zero_range(sh, idx, *coll, &o, *size, cur.div_ceil(B) * B, out)?;
+            }
+            out.push(Effect::SetSize {
+                coll: *coll,
+                obj: o,
+                size: *size,
+            });
+        }
+        Op::SetAttr {
+            coll,
+            obj,
+            name: n,
+            value,
+        } => out.push(Effect::SetAttr {
+            coll: *coll,
+            obj: name(obj),
+            name: n.clone(),
+            value: value.clone(),
+        }),
+        Op::RmAttr { coll, obj, name: n } => out.push(Effect::RmAttr {
+            coll: *coll,
+            obj: name(obj),
+            name: n.clone(),
+        }),
+        Op::KvSet { coll, key, value } => out.push(Effect::KvSet {
+            coll: *coll,
+            key: key.clone(),
+            value: value.clone(),
+        }),
+        Op::KvRm { coll, key } => out.push(Effect::KvRm {
+            coll: *coll,
+            key: key.clone(),
+        }),
+        Op::KvRmRange { coll, start, end } => out.push(Effect::KvRmRange {
+            coll: *coll,
+            start: start.clone(),
+            end: end.clone(),
+        }),
+    }
+    Ok(())
+}
+
+/// Effects that make bytes `start..end` read as zeros: whole blocks become holes, partial
+/// edge blocks that hold data are rewritten.
+fn zero_range(
+    sh: &Shared,
+    idx: &Index,
+    coll: CollId,
+    obj: &Name,
+    start: u64,
+    end: u64,
+    out: &mut Vec<Effect>,
+) -> Result<()> {
+    let (full_first, full_end) = (start.div_ceil(B), end / B);
+    if full_first < full_end {
+        out.push(Effect::PunchBlocks {
+            coll,
+            obj: obj.clone(),
+            first_block: full_first,
+            nblocks: full_end - full_first,
+        });
+    }
+    let mut edges = Vec::new();
+    if start % B != 0 {
+        edges.push(start / B);
+    }
+    if end % B != 0 && (edges.first() != Some(&(end / B))) {
+        edges.push(end / B);
+    }
+    for blk in edges {
+        if !has_block(idx, coll, obj, blk) {
+            continue;
+        }
+        let mut b = old_block(sh, idx, coll, obj, blk)?;
+        let (bs, be) = (blk * B, blk * B + B);
+        let (zs, ze) = (start.max(bs) - bs, end.min(be) - bs);
+        b[zs as usize..ze as usize].fill(0);
+        out.push(Effect::SetBlocks {
+            coll,
+            obj: obj.clone(),
+            first_block: blk,
+            nblocks: 1,
+            data: Payload::Owned(Arc::new(b)),
+        });
+    }
+    Ok(())
+}
+
+/// Applies space accounting and flusher work for applied effects.
+pub(crate) fn account(st: &mut State, out: ApplyOut) {
+    for f in out.freed {
+        match f {
+            Freed::Disk { off, nblocks } => st.segs.free_live(off, nblocks),
+            Freed::Mem { nblocks } => {
+                st.pending_blocks = st.pending_blocks.saturating_sub(nblocks as u64)
+            }
+        }
+    }
+    if !out.dirty.is_empty() && st.dirty.is_empty() {
+        st.dirty_since = Some(std::time::Instant::now());
+    }
+    for d in out.dirty {
+        st.pending_blocks += d.nblocks as u64;
+        st.dirty.push_back(d);
+    }
+}
+
+fn wait<'a>(cv: &std::sync::Condvar, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    cv.wait(g).unwrap_or_else(|p| p.into_inner())
+}
+
+/// Space left for new data blocks before the reserve.
+pub(crate) fn available_blocks(sh: &Shared, st: &State) -> u64 {
+    let reserve =
+        sh.cfg.reserve_segments as u64 * st.segs.seg_blocks as u64 + 2 * st.ckpt_est_blocks;
+    let used = st.segs.live_blocks() + st.pending_blocks + st.segs.ckpt_blocks_total();
+    st.segs
+        .total_blocks()
+        .saturating_sub(reserve)
+        .saturating_sub(used)
+}
+
+fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
+    let mut st = sh.lock();
+    loop {
+        if let Some(f) = &st.failed {
+            return Err(StoreError::Failed(f.clone()));
+        }
+        if !st.barrier {
+            break;
+        }
+        st = wait(&sh.durable_cv, st);
+    }
+    let (new_blocks, est) = validate(&st.index, txn)?;
+    if est > sh.max_record() {
+        return Err(StoreError::TooLarge {
+            what: "transaction",
+            size: est,
+            limit: sh.max_record(),
+        });
+    }
+    let avail = available_blocks(sh, &st);
+    if new_blocks > avail {
+        return Err(StoreError::NoSpace {
+            needed: new_blocks * B,
+            available: avail * B,
+        });
+    }
+    // Wait for WAL room; a wrap can cost up to one more batch, hence the factor two.
+    while sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size || st.barrier {
+        if let Some(f) = &st.failed {
+            return Err(StoreError::Failed(f.clone()));
+        }
+        st.ckpt_wanted = true;
+        sh.maint_cv.notify_all();
+        st = wait(&sh.space_cv, st);
+    }
+    let st_ref = &mut *st;
+    let rollback = needs_rmw(txn).then(|| st_ref.index.clone());
+    let mut effects = Vec::with_capacity(txn.ops.len() + 1);
+    let mut out = ApplyOut::default();
+    for op in &txn.ops {
+        let start = effects.len();
+        if let Err(e) = resolve(sh, &st_ref.index, op, &mut effects) {
+            if let Some(idx) = rollback {
+                st_ref.index = idx;
+                return Err(e);
+            }
+            let msg = format!("unexpected error while applying a transaction: {e}");
+            sh.fail(st_ref, msg.clone());
+            return Err(StoreError::Failed(msg));
+        }
+        let empty: RecordBuf = Arc::new(Vec::new());
+        for e in &effects[start..] {
+            st_ref.index.apply(e, &empty, &mut st_ref.next_id, &mut out);
+        }
+    }
+    let seq = st_ref.next_seq;
+    let mut rec = Vec::with_capacity(est as usize);
+    wal::record_header(&mut rec, wal::KIND_TXN, seq, st_ref.last_crc);
+    effect::encode(&effects, &[], &mut rec);
+    let crc = wal::seal_record(&mut rec);
+    st_ref.next_seq += 1;
+    st_ref.last_crc = crc;
+    st_ref.commits += 1;
+    account(st_ref, out);
+    st_ref.queue_bytes += rec.len() as u64;
+    st_ref.queue.push(Arc::new(rec));
+    wake_maint_if_needed(sh, st_ref);
+    wait_durable(sh, st, seq)
+}
+
+fn wake_maint_if_needed(sh: &Shared, st: &State) {
+    let flush = st.pending_blocks * B >= sh.cfg.flush_batch_bytes;
+    let ckpt = sh.wal_used(st) * 100 >= sh.wal.ring_size * sh.cfg.checkpoint_wal_percent as u64;
+    if flush || ckpt {
+        sh.maint_cv.notify_all();
+    }
+}
+
+/// Waits until record `seq` is durable, writing batches while no one else is.
+fn wait_durable<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, seq: u64) -> Result<u64> {
+    loop {
+        if st.durable_seq >= seq {
+            return Ok(seq);
+        }
+        if let Some(f) = &st.failed {
+            return Err(StoreError::Failed(f.clone()));
+        }
+        if !st.writing && !st.queue.is_empty() {
+            st = write_batch(sh, st);
+            continue;
+        }
+        st = wait(&sh.durable_cv, st);
+    }
+}
+
+/// Writes every queued record as one batch and flushes the WAL device (the group commit).
+fn write_batch<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    let records = std::mem::take(&mut st.queue);
+    st.queue_bytes = 0;
+    st.writing = true;
+    let layout = layout_batch(&sh.wal, st.tail_lsn, &records, st.next_seq, st.last_crc);
+    let last_seq = st.next_seq - 1;
+    let fits = layout.end_lsn - st.head_lsn <= sh.wal.ring_size;
+    st.tail_lsn = layout.end_lsn;
+    drop(st);
+    let result = if fits {
+        write_layout(sh, &layout)
+    } else {
+        Err(StoreError::Failed(
+            "WAL ring overflow (accounting bug)".into(),
+        ))
+    };
+    let mut st = sh.lock();
+    st.writing = false;
+    match result {
+        Ok(()) => st.durable_seq = last_seq,
+        Err(e) => {
+            let msg = format!("WAL write failed: {e}");
+            sh.fail(&mut st, msg);
+        }
+    }
+    sh.durable_cv.notify_all();
+    st
+}
+
+fn write_layout(sh: &Shared, layout: &wal::BatchLayout) -> Result<()> {
+    let c = &sh.wal_counters;
+    if let Some((w, lsn)) = &layout.wrap {
+        sh.wal.write_at_lsn(w, *lsn)?;
+        c.writes.fetch_add(1, Ordering::Relaxed);
+    }
+    sh.wal.write_at_lsn(&layout.buf, layout.lsn)?;
+    sh.wal.flush()?;
+    c.writes.fetch_add(1, Ordering::Relaxed);
+    c.write_bytes
+        .fetch_add(layout.buf.len() as u64, Ordering::Relaxed);
+    c.flushes.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! A fault-injecting device for tests and benchmarks.
+//!
+//! It wraps any [`BlockDevice`] and keeps every write since the last flush in a volatile
+//! overlay, so that a simulated power cut can lose or tear exactly the writes a real device
+//! could lose. It can also flip bits in durable data, fail I/O, and slow flushes down (holding
+//! off reads and writes during a slow flush, as a commodity SSD without power-loss protection
+//! does).
+//!
+//! Several devices of one store share a [`Power`] switch, so a cut freezes them all at once,
+//! e.g. at the Nth flush of any of them.
+
+use crate::device::BlockDevice;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+const SECTOR: usize = 512;
+
+/// The shared power switch of a group of fault devices.
+#[derive(Default)]
+pub struct Power {
+    cut: AtomicBool,
+    flushes: AtomicU64,
+    cut_at_flush: AtomicU64,
+}
+
+impl Power {
+    /// A switch that is on and never cuts by itself.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Power::default())
+    }
+    /// Cuts the power now: every later I/O on every device fails.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+    /// Whether the power has been cut.
+    pub fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::SeqCst)
+    }
+    /// Cuts the power when the `n`th flush (counting from now, over all devices) starts;
+    /// that flush does not happen. 0 disables.
+    pub fn cut_at_flush(&self, n: u64) {
+        self.flushes.store(0, Ordering::SeqCst);
+        self.cut_at_flush.store(n, Ordering::SeqCst);
+    }
+    fn on_flush(&self) -> bool {
+        let n = self.flushes.fetch_add(1, Ordering::SeqCst) + 1;
+        let at = self.cut_at_flush.load(Ordering::SeqCst);
+        if at != 0 && n >= at {
+            self.cut();
+        }
+        self.is_cut()
+    }
+}
+
+/// What a crash does to the writes that were not flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Every unflushed write is lost.
+    LoseAll,
+    /// Each unflushed write is independently kept, lost, or torn (a random subset of its
+    /// 512-byte sectors reaches the device).
+    Random,
+}
+
+#[derive(Default)]
+struct Faults {
+    fail_reads: bool,
+    fail_writes: bool,
+    fail_flush: bool,
+    flush_delay: Duration,
+}
+
+/// A device that injects faults; see the module documentation.
+pub struct FaultDevice {
+    inner: Arc<dyn BlockDevice>,
+    power: Arc<Power>,
+    overlay: Mutex<Vec<(u64, Vec<u8>)>>,
+    faults: Mutex<Faults>,
+    gate: RwLock<()>,
+    dead: AtomicBool,
+}
+
+fn eio(what: &str) -> io::Error {
+    io::Error::other(format!("injected fault: {what}"))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl FaultDevice {
+    /// Wraps `inner`; `power` may be shared with the store's other devices.
+    pub fn new(inner: Arc<dyn BlockDevice>, power: Arc<Power>) -> Self {
+        FaultDevice {
+            inner,
+            power,
+            overlay: Mutex::new(Vec::new()),
+            faults: Mutex::new(Faults::default()),
+            gate: RwLock::new(()),
+            dead: AtomicBool::new(false),
+        }
+    }
+
+    /// Makes every flush take at least `d`, blocking reads and writes meanwhile.
+    pub fn set_flush_delay(&self, d: Duration) {
+        lock(&self.faults).flush_delay = d;
+    }
+    /// Makes reads, writes or flushes fail with EIO (without cutting power).
+    pub fn set_failures(&self, reads: bool, writes: bool, flush: bool) {
+        let mut f = lock(&self.faults);
+        f.fail_reads = reads;
+        f.fail_writes = writes;
+        f.fail_flush = flush;
+    }
+
+    /// Flips bit `bit` (0..8) of the byte at `off`, in durable and volatile data alike.
+    pub fn flip_bit(&self, off: u64, bit: u8) -> io::Result<()> {
+        let base = off / 4096 * 4096;
+        let mut b = crate::device::AlignedBuf::zeroed(4096);
+        self.inner.read_at(&mut b, base)?;
+        b[(off - base) as usize] ^= 1 << (bit % 8);
+        self.inner.write_at(&b, base)?;
+        for (o, data) in lock(&self.overlay).iter_mut() {
+            if off >= *o && off < *o + data.len() as u64 {
+                data[(off - *o) as usize] ^= 1 << (bit % 8);
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves a power cut: applies what `mode` lets survive of the unflushed writes to the
+    /// inner device and marks this device dead (every later I/O fails). Returns the number of
+    /// unflushed writes that were lost or torn. Reopen the store on a new `FaultDevice` over the
+    /// same inner device.
+    pub fn crash(&self, mode: CrashMode, rng: &mut impl FnMut() -> u64) -> io::Result<usize> {
+        self.power.cut();
+        self.dead.store(true, Ordering::SeqCst);
+        let _g = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let writes = std::mem::take(&mut *lock(&self.overlay));
+        let mut damaged = 0;
+        for (off, data) in writes {
+            let fate = if mode == CrashMode::LoseAll {
+                1
+            } else {
+                rng() % 3
+            };
+            match fate {
+                0 => self.inner.write_at(&data, off)?,
+                1 => damaged += 1,
+                _ => {
+                    damaged += 1;
+                    let mut cur = crate::device::AlignedBuf::zeroed(data.len());
+                    self.inner.read_at(&mut cur, off)?;
+                    for s in (0..data.len()).step_by(SECTOR) {
+                        if rng() % 2 == 0 {
+                            cur[s..s + SECTOR].copy_from_slice(&data[s..s + SECTOR]);
+                        }
+                    }
+                    self.inner.write_at(&cur, off)?;
+                }
+            }
+        }
+        self.inner.flush()?;
+        Ok(damaged)
+    }
+
+    fn alive(&self) -> io::Result<()> {
+        if self.dead.load(Ordering::SeqCst) || self.power.is_cut() {
+            return Err(eio("power cut"));
+        }
+        Ok(())
+    }
+}
+
+impl BlockDevice for FaultDevice {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let _g = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        self.alive()?;
+        if lock(&self.faults).fail_reads {
+            return Err(eio("read error"));
+        }
+        self.inner.read_at(buf, off)?;
+        let end = off + buf.len() as u64;
+        for (o, data) in lock(&self.overlay).iter() {
+            let (wo, we) = (*o, *o + data.len() as u64);
+            if wo < end && we > off {
+                let (s, e) = (wo.max(off), we.min(end));
+                buf[(s - off) as usize..(e - off) as usize]
+                    .copy_from_slice(&data[(s - wo) as usize..(e - wo) as usize]);
+            }
+        }
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        let _g = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        self.alive()?;
+        if lock(&self.faults).fail_writes {
+            return Err(eio("write error"));
+        }
+        if off % 4096 != 0 || buf.len() % 4096 != 0 || off + buf.len() as u64 > self.size() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad I/O range"));
+        }
+        lock(&self.overlay).push((off, buf.to_vec()));
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        let (fail, delay) = {
+            let f = lock(&self.faults);
+            (f.fail_flush, f.flush_delay)
+        };
+        let _g = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        self.alive()?;
+        if self.power.on_flush() {
+            return Err(eio("power cut at flush"));
+        }
+        if fail {
+            return Err(eio("flush error"));
+        }
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        let writes = std::mem::take(&mut *lock(&self.overlay));
+        for (off, data) in writes {
+            self.inner.write_at(&data, off)?;
+        }
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{AlignedBuf, MemDevice};
+
+    #[test]
+    fn unflushed_writes_are_lost_and_flushed_survive() {
+        let inner: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("m", 1 << 16));
+        let d = FaultDevice::new(inner.clone(), Power::new());
+        d.write_at(&AlignedBuf::from_slice(b"durable"), 0).unwrap();
+        d.flush().unwrap();
+        d.write_at(&AlignedBuf::from_slice(b"volatile"), 4096)
+            .unwrap();
+        let mut r = AlignedBuf::zeroed(4096);
+        d.read_at(&mut r, 4096).unwrap();
+        assert_eq!(&r[..8], b"volatile");
+        assert_eq!(d.crash(CrashMode::LoseAll, &mut || 0).unwrap(), 1);
+        assert!(d.read_at(&mut r, 0).is_err());
+        inner.read_at(&mut r, 0).unwrap();
+        assert_eq!(&r[..7], b"durable");
+        inner.read_at(&mut r, 4096).unwrap();
+        assert_eq!(&r[..8], &[0u8; 8]);
+    }
+
+    #[test]
+    fn power_cuts_at_nth_flush_for_all_devices() {
+        let p = Power::new();
+        let a = FaultDevice::new(Arc::new(MemDevice::new("a", 1 << 16)), p.clone());
+        let b = FaultDevice::new(Arc::new(MemDevice::new("b", 1 << 16)), p.clone());
+        p.cut_at_flush(2);
+        a.flush().unwrap();
+        assert!(b.flush().is_err());
+        assert!(a.write_at(&AlignedBuf::zeroed(4096), 0).is_err());
+    }
+}

@@ -1,0 +1,421 @@
+//! The in-memory object index: collections -> objects -> extents, attributes and collection
+//! entries. It is the whole metadata of the store, so the write path never reads metadata from
+//! a device. Collections and objects sit behind `Arc`s and are copied on write, which makes a
+//! consistent snapshot for a checkpoint cost one map clone instead of a deep copy.
+
+use crate::device::BLOCK_SIZE;
+use crate::effect::{Effect, Name, Payload};
+use crate::txn::CollId;
+use crate::wal::RecordBuf;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Data not yet written to a data device: a range of a WAL record (or replayed bytes).
+#[derive(Debug, Clone)]
+pub struct MemRef {
+    /// Identifies the write that produced the bytes (the flusher matches on it).
+    pub id: u64,
+    pub buf: RecordBuf,
+    /// Byte offset in `buf` of the extent's first block.
+    pub off: usize,
+}
+
+/// Where an extent's blocks are.
+#[derive(Debug, Clone)]
+pub enum Loc {
+    /// In memory, waiting for the flusher.
+    Mem(MemRef),
+    /// At this byte offset of the data device(s).
+    Disk(u64),
+}
+
+impl Loc {
+    /// The location `blocks` blocks further on.
+    pub fn advance(&self, blocks: u64) -> Loc {
+        let bytes = blocks * BLOCK_SIZE as u64;
+        match self {
+            Loc::Mem(m) => Loc::Mem(MemRef {
+                id: m.id,
+                buf: m.buf.clone(),
+                off: m.off + bytes as usize,
+            }),
+            Loc::Disk(d) => Loc::Disk(d + bytes),
+        }
+    }
+}
+
+/// A run of whole blocks of an object stored contiguously, with one crc32c per block.
+#[derive(Debug, Clone)]
+pub struct Extent {
+    pub nblocks: u32,
+    pub loc: Loc,
+    pub crcs: Box<[u32]>,
+}
+
+impl Extent {
+    /// Blocks `skip..skip + n` of this extent.
+    pub fn slice(&self, skip: u32, n: u32) -> Extent {
+        Extent {
+            nblocks: n,
+            loc: self.loc.advance(skip as u64),
+            crcs: self.crcs[skip as usize..(skip + n) as usize].into(),
+        }
+    }
+}
+
+/// An object: its size, data extents keyed by first block, and attributes.
+#[derive(Debug, Clone, Default)]
+pub struct Object {
+    pub size: u64,
+    pub extents: BTreeMap<u64, Extent>,
+    pub attrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// A collection: objects in name order and key/value entries.
+#[derive(Debug, Clone, Default)]
+pub struct Collection {
+    pub objects: BTreeMap<Name, Arc<Object>>,
+    pub kv: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// The whole index.
+#[derive(Debug, Clone, Default)]
+pub struct Index {
+    pub colls: BTreeMap<CollId, Arc<Collection>>,
+}
+
+/// Blocks that an index change released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freed {
+    /// Data-device blocks that are now dead.
+    Disk { off: u64, nblocks: u32 },
+    /// In-memory blocks that will never be flushed.
+    Mem { nblocks: u32 },
+}
+
+/// New in-memory data the flusher must write.
+#[derive(Debug, Clone)]
+pub struct Dirty {
+    pub coll: CollId,
+    pub obj: Name,
+    pub first_block: u64,
+    pub nblocks: u32,
+    pub id: u64,
+}
+
+/// Side effects of applying effects, for space accounting and the flusher.
+#[derive(Debug, Default)]
+pub struct ApplyOut {
+    pub freed: Vec<Freed>,
+    pub dirty: Vec<Dirty>,
+}
+
+fn free_extent(e: &Extent, out: &mut Vec<Freed>) {
+    out.push(match e.loc {
+        Loc::Disk(off) => Freed::Disk {
+            off,
+            nblocks: e.nblocks,
+        },
+        Loc::Mem(_) => Freed::Mem { nblocks: e.nblocks },
+    });
+}
+
+impl Object {
+    /// Ensures no extent crosses block `at`.
+    pub fn split_at(&mut self, at: u64) {
+        let Some((&start, e)) = self.extents.range(..at).next_back() else {
+            return;
+        };
+        let end = start + e.nblocks as u64;
+        if end <= at {
+            return;
+        }
+        let head = (at - start) as u32;
+        let (a, b) = (e.slice(0, head), e.slice(head, e.nblocks - head));
+        self.extents.insert(start, a);
+        self.extents.insert(at, b);
+    }
+
+    /// Removes blocks `first..first + n`, reporting what they held.
+    pub fn punch(&mut self, first: u64, n: u64, freed: &mut Vec<Freed>) {
+        let end = first.saturating_add(n);
+        self.split_at(first);
+        self.split_at(end);
+        let keys: Vec<u64> = self.extents.range(first..end).map(|(k, _)| *k).collect();
+        for k in keys {
+            if let Some(e) = self.extents.remove(&k) {
+                free_extent(&e, freed);
+            }
+        }
+    }
+
+    /// Number of blocks holding data.
+    pub fn allocated_blocks(&self) -> u64 {
+        self.extents.values().map(|e| e.nblocks as u64).sum()
+    }
+
+    /// Extents overlapping blocks `first..end`, as (first block, extent) clipped to the range.
+    pub fn extents_in(&self, first: u64, end: u64) -> Vec<(u64, Extent)> {
+        let mut out = Vec::new();
+        let before = self.extents.range(..first).next_back();
+        let iter = before.into_iter().chain(self.extents.range(first..end));
+        for (&s, e) in iter {
+            let e_end = s + e.nblocks as u64;
+            let (a, b) = (s.max(first), e_end.min(end));
+            if a < b {
+                out.push((a, e.slice((a - s) as u32, (b - a) as u32)));
+            }
+        }
+        out
+    }
+
+    /// Points blocks `first..end` whose location is `from` (blocks counted from `first`) at
+    /// `to` instead. Returns the moved runs as (blocks from `first`, count).
+    pub fn relocate(&mut self, first: u64, end: u64, from: &LocMatch, to: u64) -> Vec<(u64, u32)> {
+        self.split_at(first);
+        self.split_at(end);
+        let mut moved = Vec::new();
+        for (&s, e) in self.extents.range_mut(first..end) {
+            let rel = s - first;
+            if from.matches(&e.loc, rel) {
+                e.loc = Loc::Disk(to + rel * BLOCK_SIZE as u64);
+                moved.push((rel, e.nblocks));
+            }
+        }
+        moved
+    }
+}
+
+/// Which location a relocation expects to find (so that overwritten data is left alone).
+#[derive(Debug, Clone)]
+pub enum LocMatch {
+    /// In memory, from write `id`, the range starting at byte `off` of its buffer.
+    Mem { id: u64, off: usize },
+    /// On disk starting at `off`.
+    Disk(u64),
+}
+
+impl LocMatch {
+    fn matches(&self, loc: &Loc, rel_blocks: u64) -> bool {
+        let rel = rel_blocks as usize * BLOCK_SIZE;
+        match (self, loc) {
+            (LocMatch::Mem { id, off }, Loc::Mem(m)) => m.id == *id && m.off == off + rel,
+            (LocMatch::Disk(d), Loc::Disk(x)) => *x == d + rel as u64,
+            _ => false,
+        }
+    }
+}
+
+/// Blocks an extent's bytes, computing the per-block crcs.
+pub fn block_crcs(data: &[u8]) -> Box<[u32]> {
+    data.chunks(BLOCK_SIZE).map(crc32c::crc32c).collect()
+}
+
+impl Index {
+    /// The collection, if it exists.
+    pub fn coll(&self, c: CollId) -> Option<&Arc<Collection>> {
+        self.colls.get(&c)
+    }
+
+    /// The object, if it exists.
+    pub fn object(&self, c: CollId, o: &[u8]) -> Option<&Arc<Object>> {
+        self.colls.get(&c)?.objects.get(o)
+    }
+
+    fn coll_mut(&mut self, c: CollId) -> Option<&mut Collection> {
+        self.colls.get_mut(&c).map(Arc::make_mut)
+    }
+
+    /// The object for writing, created when missing; `None` if the collection is missing.
+    pub fn object_mut(&mut self, c: CollId, o: &Name) -> Option<&mut Object> {
+        let coll = self.coll_mut(c)?;
+        Some(Arc::make_mut(coll.objects.entry(o.clone()).or_default()))
+    }
+
+    /// The object for writing if it exists.
+    pub fn existing_object_mut(&mut self, c: CollId, o: &[u8]) -> Option<&mut Object> {
+        let coll = self.coll_mut(c)?;
+        coll.objects.get_mut(o).map(Arc::make_mut)
+    }
+
+    /// Applies one effect. Total: effects on missing collections are ignored (validation
+    /// happened before the effect was logged). `rec` holds in-record payloads.
+    pub fn apply(&mut self, e: &Effect, rec: &RecordBuf, next_id: &mut u64, out: &mut ApplyOut) {
+        match e {
+            Effect::CreateColl(c) => {
+                self.colls.entry(*c).or_default();
+            }
+            Effect::RemoveColl(c) => {
+                if let Some(coll) = self.colls.remove(c) {
+                    for o in coll.objects.values() {
+                        o.extents
+                            .values()
+                            .for_each(|x| free_extent(x, &mut out.freed));
+                    }
+                }
+            }
+            Effect::Touch { coll, obj } => {
+                self.object_mut(*coll, obj);
+            }
+            Effect::SetBlocks {
+                coll,
+                obj,
+                first_block,
+                nblocks,
+                data,
+            } => {
+                let (buf, off) = match data {
+                    Payload::InRecord(off) => (rec, *off),
+                    Payload::Owned(b) => (b, 0),
+                };
+                let Some(bytes) = buf.get(off..off + *nblocks as usize * BLOCK_SIZE) else {
+                    return;
+                };
+                let Some(o) = self.object_mut(*coll, obj) else {
+                    return;
+                };
+                o.punch(*first_block, *nblocks as u64, &mut out.freed);
+                *next_id += 1;
+                let ext = Extent {
+                    nblocks: *nblocks,
+                    loc: Loc::Mem(MemRef {
+                        id: *next_id,
+                        buf: buf.clone(),
+                        off,
+                    }),
+                    crcs: block_crcs(bytes),
+                };
+                o.extents.insert(*first_block, ext);
+                out.dirty.push(Dirty {
+                    coll: *coll,
+                    obj: obj.clone(),
+                    first_block: *first_block,
+                    nblocks: *nblocks,
+                    id: *next_id,
+                });
+            }
+            Effect::PunchBlocks {
+                coll,
+                obj,
+                first_block,
+                nblocks,
+            } => {
+                if let Some(o) = self.existing_object_mut(*coll, obj) {
+                    o.punch(*first_block, *nblocks, &mut out.freed);
+                }
+            }
+            Effect::SetSize { coll, obj, size } => {
+                if let Some(o) = self.object_mut(*coll, obj) {
+                    o.size = *size;
+                }
+            }
+            Effect::Remove { coll, obj } => {
+                if let Some(c) = self.coll_mut(*coll) {
+                    if let Some(o) = c.objects.remove(&obj[..]) {
+                        o.extents
+                            .values()
+                            .for_each(|x| free_extent(x, &mut out.freed));
+                    }
+                }
+            }
+            Effect::SetAttr {
+                coll,
+                obj,
+                name,
+                value,
+            } => {
+                if let Some(o) = self.object_mut(*coll, obj) {
+                    o.attrs.insert(name.clone(), value.clone());
+                }
+            }
+            Effect::RmAttr { coll, obj, name } => {
+                if let Some(o) = self.existing_object_mut(*coll, obj) {
+                    o.attrs.remove(name);
+                }
+            }
+            Effect::KvSet { coll, key, value } => {
+                if let Some(c) = self.coll_mut(*coll) {
+                    c.kv.insert(key.clone(), value.clone());
+                }
+            }
+            Effect::KvRm { coll, key } => {
+                if let Some(c) = self.coll_mut(*coll) {
+                    c.kv.remove(key);
+                }
+            }
+            Effect::KvRmRange { coll, start, end } => {
+                if let Some(c) = self.coll_mut(*coll) {
+                    if start < end {
+                        let keys: Vec<Vec<u8>> =
+                            c.kv.range(start.clone()..end.clone())
+                                .map(|(k, _)| k.clone())
+                                .collect();
+                        for k in keys {
+                            c.kv.remove(&k);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `f` for every on-disk extent (for space accounting at open).
+    pub fn for_each_disk_extent(&self, mut f: impl FnMut(CollId, &Name, u64, &Extent, u64)) {
+        for (c, coll) in &self.colls {
+            for (name, o) in &coll.objects {
+                for (first, e) in &o.extents {
+                    if let Loc::Disk(off) = e.loc {
+                        f(*c, name, *first, e, off);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext(nblocks: u32, off: u64) -> Extent {
+        Extent {
+            nblocks,
+            loc: Loc::Disk(off),
+            crcs: (0..nblocks).collect(),
+        }
+    }
+
+    #[test]
+    fn punch_splits_and_reports_freed_blocks() {
+        let mut o = Object::default();
+        o.extents.insert(0, ext(8, 0));
+        let mut freed = Vec::new();
+        o.punch(2, 3, &mut freed);
+        assert_eq!(
+            freed,
+            vec![Freed::Disk {
+                off: 8192,
+                nblocks: 3
+            }]
+        );
+        let keys: Vec<_> = o
+            .extents
+            .iter()
+            .map(|(k, e)| (*k, e.nblocks, e.crcs[0]))
+            .collect();
+        assert_eq!(keys, vec![(0, 2, 0), (5, 3, 5)]);
+        assert_eq!(o.allocated_blocks(), 5);
+    }
+
+    #[test]
+    fn relocate_moves_only_matching_blocks() {
+        let mut o = Object::default();
+        o.extents.insert(0, ext(4, 40960));
+        o.extents.insert(4, ext(4, 0));
+        let moved = o.relocate(0, 8, &LocMatch::Disk(40960), 1 << 20);
+        assert_eq!(moved, vec![(0, 4)]);
+        let v = o.extents_in(0, 8);
+        assert!(matches!(v[0].1.loc, Loc::Disk(x) if x == 1 << 20));
+        assert!(matches!(v[1].1.loc, Loc::Disk(0)));
+    }
+}

@@ -1,0 +1,46 @@
+//! cairn-store: the OSD's local object store for flash + NVM.
+//!
+//! - **Commit** ([`Store::commit`]) is run to completion by the calling thread: one checksummed
+//!   WAL record per transaction, group-committed with concurrent callers; no data-device I/O
+//!   on the commit path.
+//! - **Data** reaches the data devices later, written by a background flusher as large
+//!   sequential appends into segments (log-structured); a cleaner reclaims segments by live
+//!   bytes; space accounting is exact.
+//! - **Metadata** (the whole index) is in memory and written through: WAL records plus
+//!   periodic checkpoints written into segments. Opening loads the last checkpoint and
+//!   replays the WAL.
+//! - **Integrity**: crc32c on every WAL record, checkpoint piece and data block; reads verify.
+//! - **Mirror**: two data devices hold the same data; reads avoid the device that is flushing.
+//!
+//! On-disk format: `docs/format/store.md`.
+
+mod checkpoint;
+pub mod codec;
+mod commit;
+pub mod device;
+pub mod effect;
+mod error;
+pub mod fault;
+pub mod format;
+mod index;
+mod maint;
+mod mirror;
+mod read;
+mod scrub;
+mod segments;
+mod store;
+mod txn;
+pub mod wal;
+
+pub use device::{AlignedBuf, BlockDevice, FileDevice, MemDevice, BLOCK_SIZE};
+pub use error::{Result, StoreError};
+pub use mirror::IoStats;
+pub use scrub::{ScrubIssue, ScrubReport};
+pub use store::{Devices, ObjectStat, Store, StoreConfig, StoreStats};
+pub use txn::{limits, CollId, Op, Transaction};
+
+/// Decoders of on-disk bytes, exposed for the fuzz targets.
+pub mod decode {
+    pub use crate::checkpoint::{decode as checkpoint, Root as CheckpointRoot};
+    pub use crate::effect::decode as effects;
+}

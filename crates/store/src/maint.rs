@@ -1,0 +1,548 @@
+//! Background work, on one thread: writing pending data to segments (the flusher), taking
+//! checkpoints (which flush the data devices and reclaim WAL space) and cleaning segments.
+//! Foreground commits never wait for it except when the WAL is full.
+
+use crate::checkpoint::{self, Root};
+use crate::device::{align_up, AlignedBuf, BLOCK_SIZE};
+use crate::error::{Result, StoreError};
+use crate::format::WalHeader;
+use crate::index::{Dirty, Loc, LocMatch};
+use crate::segments::Summary;
+use crate::store::{Shared, State};
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+
+const B: u64 = BLOCK_SIZE as u64;
+/// Largest single segment write of pending data.
+const MAX_FLUSH_BLOCKS: u64 = 1024;
+/// Checkpoint bodies are written in pieces of at most this size.
+const PIECE: usize = 1 << 20;
+
+/// The maintenance loop; returns on shutdown or failure.
+pub(crate) fn run(sh: Arc<Shared>) {
+    loop {
+        let work = next_work(&sh);
+        let r = match work {
+            Work::Stop { final_ckpt } => {
+                if final_ckpt {
+                    if let Err(e) = flush_all(&sh).and_then(|_| checkpoint(&sh)) {
+                        let mut st = sh.lock();
+                        sh.fail(&mut st, format!("final checkpoint failed: {e}"));
+                    }
+                }
+                return;
+            }
+            Work::Flush => match flush_some(&sh) {
+                Err(StoreError::NoSpace { .. }) => make_space(&sh),
+                r => r.map(|_| ()),
+            },
+            Work::Checkpoint => flush_all(&sh).and_then(|_| checkpoint(&sh)),
+            Work::Clean { throttle } => clean_one(&sh, throttle),
+        };
+        if let Err(e) = r {
+            let mut st = sh.lock();
+            sh.fail(&mut st, format!("background work failed: {e}"));
+            return;
+        }
+    }
+}
+
+enum Work {
+    Stop { final_ckpt: bool },
+    Flush,
+    Checkpoint,
+    Clean { throttle: bool },
+}
+
+fn next_work(sh: &Shared) -> Work {
+    let cfg = &sh.cfg;
+    let mut st = sh.lock();
+    loop {
+        if st.failed.is_some() {
+            return Work::Stop { final_ckpt: false };
+        }
+        if st.shutdown {
+            return Work::Stop {
+                final_ckpt: st.ckpt_wanted,
+            };
+        }
+        let wal_full =
+            sh.wal_used(&st) * 100 >= sh.wal.ring_size * cfg.checkpoint_wal_percent as u64;
+        let free = st.segs.free_segments();
+        let low = free < cfg.clean_below_free_segments;
+        let critical = free <= cfg.reserve_segments / 2 + 1;
+        let aged = st
+            .dirty_since
+            .is_some_and(|t| t.elapsed() >= cfg.flush_max_delay);
+        if !st.dirty.is_empty() && (st.pending_blocks * B >= cfg.flush_batch_bytes || aged) {
+            return Work::Flush;
+        }
+        let wal_busy = st.tail_lsn != st.head_lsn || !st.queue.is_empty();
+        let periodic = wal_busy && st.last_ckpt.elapsed() >= cfg.checkpoint_interval;
+        if st.ckpt_wanted || wal_full || periodic || (low && st.segs.limbo_segments() > 0) {
+            return Work::Checkpoint;
+        }
+        if low && st.segs.clean_candidate().is_some() {
+            return Work::Clean {
+                throttle: !critical,
+            };
+        }
+        let tick = cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
+        st = sh
+            .maint_cv
+            .wait_timeout(st, tick)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+/// A run of pending blocks of one object to write.
+struct Piece {
+    coll: u64,
+    obj: crate::effect::Name,
+    first: u64,
+    nblocks: u32,
+    from: LocMatch,
+    data: Arc<Vec<u8>>,
+    data_off: usize,
+}
+
+/// Who allocates: the flusher leaves a few segments to the cleaner and checkpoints, so that
+/// they can always make room.
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Use {
+    Flush,
+    Clean,
+    Ckpt,
+}
+
+/// Segments the flusher may not take.
+const CLEANER_RESERVE: u32 = 2;
+
+fn alloc(st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32)>> {
+    let no_space = |st: &State| StoreError::NoSpace {
+        needed: n as u64 * B,
+        available: st.segs.free_segments() as u64 * st.segs.seg_blocks as u64 * B,
+    };
+    if user == Use::Flush {
+        let segs_needed = (n as u64).div_ceil(st.segs.seg_blocks as u64) as u32 + 1;
+        if st.segs.free_segments() < segs_needed + CLEANER_RESERVE {
+            return Err(no_space(st));
+        }
+    }
+    let r = st.segs.alloc(n, user == Use::Ckpt);
+    r.ok_or_else(|| no_space(st))
+}
+
+/// Makes free segments when the flusher ran short: release limbo by a checkpoint, or clean.
+fn make_space(sh: &Shared) -> Result<()> {
+    let (limbo, candidate) = {
+        let st = sh.lock();
+        (st.segs.limbo_segments(), st.segs.clean_candidate())
+    };
+    if limbo > 0 {
+        return checkpoint(sh);
+    }
+    if candidate.is_some() {
+        return clean_one(sh, false);
+    }
+    Err(StoreError::Failed(
+        "data devices are full of live data and nothing can be cleaned (space accounting bug)"
+            .into(),
+    ))
+}
+
+/// Writes up to one batch of pending data; returns the number of blocks written.
+fn flush_some(sh: &Shared) -> Result<u64> {
+    let (pieces, runs) = {
+        let mut st = sh.lock();
+        let pieces = take_pieces(&mut st);
+        if pieces.is_empty() {
+            return Ok(0);
+        }
+        let total: u64 = pieces.iter().map(|p| p.nblocks as u64).sum();
+        let runs = match alloc(&mut st, total as u32, Use::Flush) {
+            Ok(r) => r,
+            Err(e) => {
+                // Put the work back; the caller makes room and retries.
+                let mut back: Vec<Dirty> = Vec::new();
+                for p in &pieces {
+                    if let LocMatch::Mem { id, .. } = p.from {
+                        back.push(Dirty {
+                            coll: p.coll,
+                            obj: p.obj.clone(),
+                            first_block: p.first,
+                            nblocks: p.nblocks,
+                            id,
+                        });
+                    }
+                }
+                for d in back.into_iter().rev() {
+                    st.dirty.push_front(d);
+                }
+                return Err(e);
+            }
+        };
+        (pieces, runs)
+    };
+    let total: u64 = pieces.iter().map(|p| p.nblocks as u64).sum();
+    // Lay the pieces out contiguously over the runs.
+    let mut buf = AlignedBuf::zeroed((total * B) as usize);
+    let mut at = 0;
+    for p in &pieces {
+        let n = p.nblocks as usize * BLOCK_SIZE;
+        buf[at..at + n].copy_from_slice(&p.data[p.data_off..p.data_off + n]);
+        at += n;
+    }
+    let mut done = 0usize;
+    for &(off, n) in &runs {
+        let len = n as usize * BLOCK_SIZE;
+        sh.data.write(&buf[done..done + len], off)?;
+        done += len;
+    }
+    let mut st = sh.lock();
+    let st = &mut *st;
+    let mut pos = 0u64; // block position within the laid-out batch
+    for p in &pieces {
+        for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
+            let rel = (blk - p.first) as usize * BLOCK_SIZE;
+            let from = match &p.from {
+                LocMatch::Mem { id, off } => LocMatch::Mem {
+                    id: *id,
+                    off: off + rel,
+                },
+                LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
+            };
+            let moved = st
+                .index
+                .existing_object_mut(p.coll, &p.obj)
+                .map_or_else(Vec::new, |o| o.relocate(blk, blk + n as u64, &from, disk));
+            let count: u64 = moved.iter().map(|m| m.1 as u64).sum();
+            st.pending_blocks = st.pending_blocks.saturating_sub(count);
+            free_unmoved(st, disk, n, &moved);
+            if let Some(s) = st.segs.seg_of(disk) {
+                st.segs.summaries[s as usize].push(Summary {
+                    coll: p.coll,
+                    obj: p.obj.clone(),
+                    first_block: blk,
+                    nblocks: n,
+                });
+            }
+        }
+        pos += p.nblocks as u64;
+    }
+    if st.dirty.is_empty() {
+        st.dirty_since = None;
+    }
+    Ok(total)
+}
+
+/// Frees the blocks of a written run that no longer back anything (overwritten meanwhile):
+/// the complement of the `moved` runs within `n` blocks at `disk`.
+fn free_unmoved(st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
+    let mut at = 0u64;
+    for &(rel, k) in moved.iter().chain(std::iter::once(&(n as u64, 0))) {
+        if rel > at {
+            st.segs.free_live(disk + at * B, (rel - at) as u32);
+        }
+        at = rel + k as u64;
+    }
+}
+
+/// Splits a piece that starts at block `pos` of the batch over the allocated runs:
+/// (object block, blocks, disk offset) triples.
+fn split_over_runs(runs: &[(u64, u32)], pos: u64, first: u64, n: u32) -> Vec<(u64, u32, u64)> {
+    let mut out = Vec::new();
+    let (mut run_start, mut left, mut cur, mut blk) = (0u64, n as u64, pos, first);
+    for &(off, rn) in runs {
+        let run_end = run_start + rn as u64;
+        if left > 0 && cur < run_end && cur >= run_start {
+            let take = left.min(run_end - cur);
+            out.push((blk, take as u32, off + (cur - run_start) * B));
+            left -= take;
+            cur += take;
+            blk += take;
+        }
+        run_start = run_end;
+    }
+    out
+}
+
+/// Takes dirty entries (up to one batch) and collects what of them is still pending.
+fn take_pieces(st: &mut State) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let mut blocks = 0u64;
+    while blocks < MAX_FLUSH_BLOCKS {
+        let Some(d) = st.dirty.pop_front() else { break };
+        blocks += collect_dirty(st, &d, &mut pieces);
+    }
+    pieces
+}
+
+fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
+    let Some(o) = st.index.object(d.coll, &d.obj) else {
+        return 0;
+    };
+    let mut n = 0;
+    for (blk, e) in o.extents_in(d.first_block, d.first_block + d.nblocks as u64) {
+        if let Loc::Mem(m) = &e.loc {
+            if m.id == d.id {
+                out.push(Piece {
+                    coll: d.coll,
+                    obj: d.obj.clone(),
+                    first: blk,
+                    nblocks: e.nblocks,
+                    from: LocMatch::Mem {
+                        id: m.id,
+                        off: m.off,
+                    },
+                    data: m.buf.clone(),
+                    data_off: m.off,
+                });
+                n += e.nblocks as u64;
+            }
+        }
+    }
+    n
+}
+
+fn flush_all(sh: &Shared) -> Result<()> {
+    loop {
+        match flush_some(sh) {
+            Ok(0) if sh.lock().dirty.is_empty() => return Ok(()),
+            Ok(_) => {}
+            Err(StoreError::NoSpace { .. }) => {
+                // A checkpoint here would recurse into flush_all; clean instead.
+                if sh.lock().segs.clean_candidate().is_some() {
+                    clean_one(sh, false)?;
+                } else {
+                    return Ok(()); // The checkpoint carries the rest inline.
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Takes a checkpoint: snapshot the index at a WAL batch boundary, write it to segments,
+/// flush the data devices, then point the WAL header at it and reclaim WAL space.
+fn checkpoint(sh: &Shared) -> Result<()> {
+    let (snap, seq, lsn, prev_crc, gen) = {
+        let mut st = sh.lock();
+        st.ckpt_wanted = false;
+        st.barrier = true;
+        // Committers blocked by the barrier enqueue nothing; the ones already queued write
+        // their records themselves, so this drains.
+        while st.writing || !st.queue.is_empty() {
+            if st.failed.is_some() {
+                st.barrier = false;
+                return Err(StoreError::Failed("WAL failed during checkpoint".into()));
+            }
+            st = sh.durable_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.segs.snap_started += 1;
+        let r = (
+            st.index.clone(),
+            st.next_seq,
+            st.tail_lsn,
+            st.last_crc,
+            st.segs.snap_started,
+        );
+        st.barrier = false;
+        sh.durable_cv.notify_all();
+        sh.space_cv.notify_all();
+        r
+    };
+    let body = checkpoint::encode(&snap, seq);
+    drop(snap);
+    let (root, runs) = write_body(sh, &body, gen)?;
+    let root_bytes = root.encode();
+    let root_runs = {
+        let mut st = sh.lock();
+        alloc(
+            &mut st,
+            (align_up(root_bytes.len() as u64) / B) as u32,
+            Use::Ckpt,
+        )?
+    };
+    let root_off = contiguous(&root_runs)?;
+    sh.data
+        .write(&AlignedBuf::from_slice(&root_bytes), root_off)?;
+    sh.data.flush()?;
+    let header_gen = sh.lock().header_gen + 1;
+    let hdr = WalHeader {
+        store_id: sh.store_id,
+        generation: header_gen,
+        replay_seq: seq,
+        replay_lsn: lsn,
+        replay_prev_crc: prev_crc,
+        ckpt_root_offset: root_off,
+        ckpt_root_len: root_bytes.len() as u32,
+        ckpt_root_crc: crc32c::crc32c(&root_bytes),
+    };
+    sh.wal.write_header(&hdr)?;
+    let mut st = sh.lock();
+    st.header_gen = header_gen;
+    st.head_lsn = lsn;
+    let old = std::mem::replace(
+        &mut st.ckpt_runs,
+        runs.into_iter().chain(root_runs).collect(),
+    );
+    for (off, n) in old {
+        st.segs.ckpt_blocks(off, n, false);
+    }
+    st.ckpt_est_blocks = st.ckpt_runs.iter().map(|r| r.1 as u64).sum::<u64>() + 1;
+    st.segs.snap_durable = gen;
+    st.segs.release_limbo();
+    st.last_ckpt = Instant::now();
+    st.checkpoints += 1;
+    sh.space_cv.notify_all();
+    Ok(())
+}
+
+fn contiguous(runs: &[(u64, u32)]) -> Result<u64> {
+    match runs {
+        [(off, _)] => Ok(*off),
+        [(a, an), (b, _), ..] if *b == a + *an as u64 * B => Ok(*a),
+        _ => Err(StoreError::Failed(
+            "checkpoint root does not fit in one segment run".into(),
+        )),
+    }
+}
+
+/// Writes the checkpoint body in pieces; returns the root and the runs it occupies.
+fn write_body(sh: &Shared, body: &[u8], gen: u64) -> Result<(Root, Vec<(u64, u32)>)> {
+    let total_blocks = align_up(body.len() as u64) / B;
+    let runs = {
+        let mut st = sh.lock();
+        alloc(&mut st, total_blocks as u32, Use::Ckpt)?
+    };
+    let mut pieces = Vec::new();
+    let mut at = 0usize;
+    for &(off, n) in &runs {
+        let run_bytes = n as usize * BLOCK_SIZE;
+        let mut r_at = 0usize;
+        while r_at < run_bytes && at < body.len() {
+            let len = (run_bytes - r_at).min(PIECE).min(body.len() - at);
+            let chunk = &body[at..at + len];
+            let doff = off + r_at as u64;
+            sh.data.write(&AlignedBuf::from_slice(chunk), doff)?;
+            pieces.push((doff, len as u32, crc32c::crc32c(chunk)));
+            at += len;
+            r_at += align_up(len as u64) as usize;
+        }
+    }
+    let root = Root {
+        generation: gen,
+        total_len: body.len() as u64,
+        pieces,
+    };
+    Ok((root, runs))
+}
+
+/// Moves the live blocks of the emptiest segment to the head so it can be reused.
+fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
+    let started = Instant::now();
+    let (victim, pieces, runs) = {
+        let mut st = sh.lock();
+        let Some(victim) = st.segs.clean_candidate() else {
+            return Ok(());
+        };
+        let pieces = live_pieces(&st, victim);
+        let total: u32 = pieces.iter().map(|p| p.nblocks).sum();
+        let runs = if total > 0 {
+            alloc(&mut st, total, Use::Clean)?
+        } else {
+            Vec::new()
+        };
+        (victim, pieces, runs)
+    };
+    let total: u64 = pieces.iter().map(|p| p.nblocks as u64).sum();
+    let mut buf = AlignedBuf::zeroed((total * B) as usize);
+    let mut at = 0;
+    for p in &pieces {
+        let LocMatch::Disk(off) = p.from else {
+            continue;
+        };
+        let n = p.nblocks as usize * BLOCK_SIZE;
+        // Raw copy: a corrupt block stays detectably corrupt under its old crc.
+        let dev = sh.data.pick_reader();
+        sh.data.read_from(dev, &mut buf[at..at + n], off)?;
+        at += n;
+    }
+    let mut done = 0usize;
+    for &(off, n) in &runs {
+        let len = n as usize * BLOCK_SIZE;
+        sh.data.write(&buf[done..done + len], off)?;
+        done += len;
+    }
+    let mut guard = sh.lock();
+    let st = &mut *guard;
+    let mut pos = 0u64;
+    for p in &pieces {
+        for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
+            let LocMatch::Disk(src) = p.from else {
+                continue;
+            };
+            let from = LocMatch::Disk(src + (blk - p.first) * B);
+            let moved = st
+                .index
+                .existing_object_mut(p.coll, &p.obj)
+                .map_or_else(Vec::new, |o| o.relocate(blk, blk + n as u64, &from, disk));
+            let old = src + (blk - p.first) * B;
+            for &(rel, k) in &moved {
+                st.segs.free_live(old + rel * B, k);
+            }
+            free_unmoved(st, disk, n, &moved);
+            if let Some(s) = st.segs.seg_of(disk) {
+                st.segs.summaries[s as usize].push(Summary {
+                    coll: p.coll,
+                    obj: p.obj.clone(),
+                    first_block: blk,
+                    nblocks: n,
+                });
+            }
+        }
+        pos += p.nblocks as u64;
+    }
+    st.cleaned_segments += 1;
+    st.cleaned_bytes += total * B;
+    debug_assert_eq!(st.segs.live_in(victim), 0);
+    drop(guard);
+    if throttle && sh.cfg.clean_rate > 0 {
+        let budget = Duration::from_secs_f64((total * B) as f64 / sh.cfg.clean_rate as f64);
+        if let Some(rest) = budget.checked_sub(started.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+    Ok(())
+}
+
+/// The still-live extents of segment `s`, found through its summaries.
+fn live_pieces(st: &MutexGuard<'_, State>, s: u32) -> Vec<Piece> {
+    let seg_start = st.segs.seg_offset(s);
+    let seg_end = seg_start + st.segs.seg_blocks as u64 * B;
+    let mut out: Vec<Piece> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for sum in &st.segs.summaries[s as usize] {
+        let Some(o) = st.index.object(sum.coll, &sum.obj) else {
+            continue;
+        };
+        for (blk, e) in o.extents_in(sum.first_block, sum.first_block + sum.nblocks as u64) {
+            if let Loc::Disk(d) = e.loc {
+                if d >= seg_start && d < seg_end && seen.insert(d) {
+                    out.push(Piece {
+                        coll: sum.coll,
+                        obj: sum.obj.clone(),
+                        first: blk,
+                        nblocks: e.nblocks,
+                        from: LocMatch::Disk(d),
+                        data: Arc::new(Vec::new()),
+                        data_off: 0,
+                    });
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,108 @@
+//! The read path: plan under the index lock, read devices without it, verify every block.
+
+use crate::device::BLOCK_SIZE;
+use crate::error::{Result, StoreError};
+use crate::index::{Extent, Loc};
+use crate::store::{lookup, Shared};
+use crate::txn::CollId;
+
+const B: u64 = BLOCK_SIZE as u64;
+
+/// Reads `len` bytes at `offset` of an object (shorter past its end).
+pub(crate) fn read(
+    sh: &Shared,
+    coll: CollId,
+    obj: &[u8],
+    offset: u64,
+    len: u64,
+) -> Result<Vec<u8>> {
+    // A block can move (cleaner) between planning and reading; a mismatch on the old
+    // location is then retried once with a fresh plan before it counts as corruption.
+    let mut attempt = 0;
+    loop {
+        let (start, end, plan) = {
+            let st = sh.lock();
+            let o = lookup(&st.index, coll, obj)?;
+            let end = offset.saturating_add(len).min(o.size);
+            if offset >= end {
+                return Ok(Vec::new());
+            }
+            let (first, last) = (offset / B, end.div_ceil(B));
+            (offset, end, (first, o.extents_in(first, last)))
+        };
+        let (first, extents) = plan;
+        let last = end.div_ceil(B);
+        let mut buf = vec![0u8; ((last - first) * B) as usize];
+        match fill(sh, coll, obj, first, &extents, &mut buf) {
+            Ok(()) => {
+                let s = (start - first * B) as usize;
+                buf.truncate(s + (end - start) as usize);
+                buf.drain(..s);
+                return Ok(buf);
+            }
+            Err(e @ StoreError::CorruptData { .. }) if attempt > 0 => return Err(e),
+            Err(StoreError::CorruptData { .. }) => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn fill(
+    sh: &Shared,
+    coll: CollId,
+    obj: &[u8],
+    first: u64,
+    extents: &[(u64, Extent)],
+    buf: &mut [u8],
+) -> Result<()> {
+    for (blk, e) in extents {
+        let at = ((blk - first) * B) as usize;
+        let n = e.nblocks as usize * BLOCK_SIZE;
+        match &e.loc {
+            Loc::Mem(m) => buf[at..at + n].copy_from_slice(&m.buf[m.off..m.off + n]),
+            Loc::Disk(off) => read_disk(sh, coll, obj, *blk, e, *off, &mut buf[at..at + n])?,
+        }
+    }
+    Ok(())
+}
+
+/// Reads an on-disk extent from the preferred device, falling back per block to the mirror.
+fn read_disk(
+    sh: &Shared,
+    coll: CollId,
+    obj: &[u8],
+    blk: u64,
+    e: &Extent,
+    off: u64,
+    out: &mut [u8],
+) -> Result<()> {
+    let dev = sh.data.pick_reader();
+    let mut abuf = crate::device::AlignedBuf::zeroed(out.len());
+    sh.data.read_from(dev, &mut abuf, off)?;
+    for (i, crc) in e.crcs.iter().enumerate() {
+        let r = i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE;
+        if crc32c::crc32c(&abuf[r.clone()]) == *crc {
+            out[r.clone()].copy_from_slice(&abuf[r]);
+            continue;
+        }
+        let mut fixed = false;
+        for other in (0..sh.data.count()).filter(|&d| d != dev) {
+            let mut one = crate::device::AlignedBuf::zeroed(BLOCK_SIZE);
+            let boff = off + (i * BLOCK_SIZE) as u64;
+            if sh.data.read_from(other, &mut one, boff).is_ok() && crc32c::crc32c(&one) == *crc {
+                out[r.clone()].copy_from_slice(&one);
+                fixed = true;
+                break;
+            }
+        }
+        if !fixed {
+            return Err(StoreError::CorruptData {
+                coll,
+                object: String::from_utf8_lossy(obj).into_owned(),
+                block: blk + i as u64,
+                device: sh.data.name(dev).to_string(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! Segment allocation and exact space accounting for the log-structured data devices.
+//!
+//! Data is appended to one open segment at a time. Every block is accounted to its segment as
+//! live data or live checkpoint; a segment whose blocks are all dead goes to *limbo* and is
+//! reused only after a checkpoint taken after it died is durable, because the previous
+//! checkpoint may still point into it.
+
+use crate::device::BLOCK_SIZE;
+use crate::effect::Name;
+use crate::txn::CollId;
+use std::collections::BTreeSet;
+
+const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// Lifecycle of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegState {
+    Free,
+    Open,
+    Used,
+    /// Dead since the given checkpoint generation was started.
+    Limbo(u64),
+}
+
+/// What a segment holds, for the cleaner: written ranges of objects (some may be dead since).
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub coll: CollId,
+    pub obj: Name,
+    pub first_block: u64,
+    pub nblocks: u32,
+}
+
+/// The segment table.
+pub struct Segments {
+    pub base: u64,
+    pub seg_blocks: u32,
+    live: Vec<u32>,
+    ckpt: Vec<u32>,
+    state: Vec<SegState>,
+    free: BTreeSet<u32>,
+    limbo: Vec<u32>,
+    head: Option<(u32, u32)>,
+    pub summaries: Vec<Vec<Summary>>,
+    /// Checkpoint snapshots started / made durable in this incarnation.
+    pub snap_started: u64,
+    pub snap_durable: u64,
+    live_total: u64,
+    ckpt_total: u64,
+}
+
+impl Segments {
+    /// A table of `count` free segments of `seg_size` bytes starting at byte `base`.
+    pub fn new(base: u64, seg_size: u64, count: u32) -> Self {
+        let n = count as usize;
+        Segments {
+            base,
+            seg_blocks: (seg_size / BLOCK) as u32,
+            live: vec![0; n],
+            ckpt: vec![0; n],
+            state: vec![SegState::Free; n],
+            free: (0..count).collect(),
+            limbo: Vec::new(),
+            head: None,
+            summaries: vec![Vec::new(); n],
+            snap_started: 0,
+            snap_durable: 0,
+            live_total: 0,
+            ckpt_total: 0,
+        }
+    }
+
+    /// Number of segments.
+    pub fn count(&self) -> u32 {
+        self.state.len() as u32
+    }
+
+    /// Segment holding the byte offset, if it is in the segment area.
+    pub fn seg_of(&self, off: u64) -> Option<u32> {
+        let s = off.checked_sub(self.base)? / (self.seg_blocks as u64 * BLOCK);
+        (s < self.state.len() as u64).then_some(s as u32)
+    }
+
+    /// Byte offset of the start of segment `s`.
+    pub fn seg_offset(&self, s: u32) -> u64 {
+        self.base + s as u64 * self.seg_blocks as u64 * BLOCK
+    }
+
+    /// Allocates `n` blocks at the head, as runs of (byte offset, blocks) each within one
+    /// segment, accounted as live data (or checkpoint when `ckpt`); the caller frees blocks that
+    /// turn out dead. `None` (and nothing allocated) when free segments run out.
+    pub fn alloc(&mut self, n: u32, ckpt: bool) -> Option<Vec<(u64, u32)>> {
+        let head_room = self.head.map_or(0, |(_, used)| self.seg_blocks - used);
+        let extra = n.saturating_sub(head_room);
+        if extra.div_ceil(self.seg_blocks) as usize > self.free.len() {
+            return None;
+        }
+        let mut runs = Vec::new();
+        let mut left = n;
+        while left > 0 {
+            let (seg, used) = match self.head {
+                Some(h) if h.1 < self.seg_blocks => h,
+                _ => {
+                    self.close_head();
+                    let s = self.free.pop_first()?;
+                    self.state[s as usize] = SegState::Open;
+                    (s, 0)
+                }
+            };
+            let take = left.min(self.seg_blocks - used);
+            runs.push((self.seg_offset(seg) + used as u64 * BLOCK, take));
+            self.head = Some((seg, used + take));
+            left -= take;
+        }
+        for &(off, k) in &runs {
+            if ckpt {
+                self.ckpt_blocks(off, k, true);
+            } else {
+                self.add_live(off, k);
+            }
+        }
+        Some(runs)
+    }
+
+    /// Closes the open segment (the next allocation starts a new one).
+    pub fn close_head(&mut self) {
+        if let Some((s, _)) = self.head.take() {
+            self.state[s as usize] = SegState::Used;
+            self.maybe_dead(s);
+        }
+    }
+
+    fn maybe_dead(&mut self, s: u32) {
+        let i = s as usize;
+        if self.state[i] == SegState::Used && self.live[i] == 0 && self.ckpt[i] == 0 {
+            self.state[i] = SegState::Limbo(self.snap_started);
+            self.summaries[i] = Vec::new();
+            self.limbo.push(s);
+        }
+    }
+
+    fn for_runs(&mut self, off: u64, n: u32, mut f: impl FnMut(&mut Self, usize, u32)) {
+        let mut off = off;
+        let mut left = n;
+        while left > 0 {
+            let Some(s) = self.seg_of(off) else { return };
+            let in_seg = self.seg_blocks - ((off - self.seg_offset(s)) / BLOCK) as u32;
+            let take = left.min(in_seg);
+            f(self, s as usize, take);
+            off += take as u64 * BLOCK;
+            left -= take;
+        }
+    }
+
+    /// Accounts `n` blocks at `off` as live data.
+    pub fn add_live(&mut self, off: u64, n: u32) {
+        self.for_runs(off, n, |t, s, k| {
+            t.live[s] += k;
+            t.live_total += k as u64;
+            if t.state[s] == SegState::Free {
+                t.free.remove(&(s as u32));
+                t.state[s] = SegState::Used;
+            }
+        });
+    }
+
+    /// Accounts `n` live data blocks at `off` as dead.
+    pub fn free_live(&mut self, off: u64, n: u32) {
+        self.for_runs(off, n, |t, s, k| {
+            let k = k.min(t.live[s]);
+            t.live[s] -= k;
+            t.live_total -= k as u64;
+            t.maybe_dead(s as u32);
+        });
+    }
+
+    /// Accounts `n` blocks at `off` as checkpoint (`add`) or releases them.
+    pub fn ckpt_blocks(&mut self, off: u64, n: u32, add: bool) {
+        self.for_runs(off, n, |t, s, k| {
+            if add {
+                t.ckpt[s] += k;
+                t.ckpt_total += k as u64;
+                if t.state[s] == SegState::Free {
+                    t.free.remove(&(s as u32));
+                    t.state[s] = SegState::Used;
+                }
+            } else {
+                let k = k.min(t.ckpt[s]);
+                t.ckpt[s] -= k;
+                t.ckpt_total -= k as u64;
+                t.maybe_dead(s as u32);
+            }
+        });
+    }
+
+    /// Returns limbo segments to the free list once a later checkpoint is durable.
+    pub fn release_limbo(&mut self) {
+        let durable = self.snap_durable;
+        let mut keep = Vec::new();
+        for s in std::mem::take(&mut self.limbo) {
+            match self.state[s as usize] {
+                SegState::Limbo(tag) if durable > tag => {
+                    self.state[s as usize] = SegState::Free;
+                    self.free.insert(s);
+                }
+                SegState::Limbo(_) => keep.push(s),
+                _ => {}
+            }
+        }
+        self.limbo = keep;
+    }
+
+    /// The used segment with the fewest live blocks and no checkpoint blocks.
+    pub fn clean_candidate(&self) -> Option<u32> {
+        (0..self.state.len())
+            .filter(|&i| self.state[i] == SegState::Used && self.ckpt[i] == 0)
+            .filter(|&i| self.live[i] < self.seg_blocks)
+            .min_by_key(|&i| self.live[i])
+            .map(|i| i as u32)
+    }
+
+    /// Live data blocks in segment `s`.
+    pub fn live_in(&self, s: u32) -> u32 {
+        self.live[s as usize]
+    }
+
+    /// Free segments.
+    pub fn free_segments(&self) -> u32 {
+        self.free.len() as u32
+    }
+
+    /// Segments waiting in limbo.
+    pub fn limbo_segments(&self) -> u32 {
+        self.limbo.len() as u32
+    }
+
+    /// Total live data blocks.
+    pub fn live_blocks(&self) -> u64 {
+        self.live_total
+    }
+
+    /// Total checkpoint blocks.
+    pub fn ckpt_blocks_total(&self) -> u64 {
+        self.ckpt_total
+    }
+
+    /// Total blocks of the segment area.
+    pub fn total_blocks(&self) -> u64 {
+        self.state.len() as u64 * self.seg_blocks as u64
+    }
+
+    /// State of segment `s`.
+    #[cfg(test)]
+    pub fn state(&self, s: u32) -> SegState {
+        self.state[s as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_segments_wait_for_a_later_checkpoint() {
+        let mut t = Segments::new(4096, 4 * BLOCK, 3);
+        let runs = t.alloc(6, false).unwrap();
+        assert_eq!(runs, vec![(4096, 4), (4096 + 4 * BLOCK, 2)]);
+        t.free_live(4096, 4);
+        assert_eq!(t.state(0), SegState::Limbo(0));
+        t.release_limbo();
+        assert_eq!(t.free_segments(), 1);
+        t.snap_started = 1;
+        t.snap_durable = 1;
+        t.release_limbo();
+        assert_eq!(t.free_segments(), 2);
+        assert_eq!(t.live_blocks(), 2);
+        assert!(t.alloc(11, false).is_none());
+        assert!(t.alloc(10, true).is_some());
+        assert_eq!(t.ckpt_blocks_total(), 10);
+    }
+}

@@ -1,0 +1,468 @@
+//! The write-ahead log: a ring of checksummed records on the WAL region (NVM in production).
+//!
+//! Records are written in group-commit batches. A batch is one write starting at a block
+//! boundary and padded to the next boundary with a PAD record; when a batch does not fit before
+//! the end of the ring, a WRAP record sends readers back to ring offset 0. Every record carries
+//! its sequence number and the crc of the record before it, so replay stops at the first record
+//! that is torn, stale (from an earlier lap or an earlier incarnation) or out of sequence.
+//! Format details: `docs/format/store.md`.
+
+use crate::device::{align_up, AlignedBuf, BlockDevice, BLOCK_SIZE};
+use crate::error::{Result, StoreError};
+use crate::format::WalHeader;
+use std::sync::Arc;
+
+/// Size of a record header.
+pub const HEADER_LEN: usize = 32;
+/// Magic of every record ("CWAL").
+pub const RECORD_MAGIC: u32 = 0x4C41_5743;
+/// Record format version.
+pub const RECORD_VERSION: u8 = 1;
+
+/// Record kinds.
+pub const KIND_TXN: u8 = 1;
+pub const KIND_PAD: u8 = 2;
+pub const KIND_WRAP: u8 = 3;
+
+const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// Builds a record: header fields filled, crc left for [`seal_record`].
+pub fn record_header(out: &mut Vec<u8>, kind: u8, seq: u64, prev_crc: u32) {
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+    out.push(kind);
+    out.push(RECORD_VERSION);
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&prev_crc.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+}
+
+/// Fills in the payload length and crc of the record that starts at `rec[0]`; returns the crc.
+pub fn seal_record(rec: &mut [u8]) -> u32 {
+    let len = (rec.len() - HEADER_LEN) as u32;
+    rec[12..16].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&rec[4..]);
+    rec[..4].copy_from_slice(&crc.to_le_bytes());
+    crc
+}
+
+/// A record header as found on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub crc: u32,
+    pub kind: u8,
+    pub len: u32,
+    pub seq: u64,
+    pub prev_crc: u32,
+}
+
+/// Parses a header; `None` when the bytes are not a record header of this version.
+pub fn parse_header(b: &[u8]) -> Option<RecordHeader> {
+    if b.len() < HEADER_LEN {
+        return None;
+    }
+    let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    if u32_at(4) != RECORD_MAGIC || b[9] != RECORD_VERSION {
+        return None;
+    }
+    let kind = b[8];
+    if !(KIND_TXN..=KIND_WRAP).contains(&kind) {
+        return None;
+    }
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&b[16..24]);
+    Some(RecordHeader {
+        crc: u32_at(0),
+        kind,
+        len: u32_at(12),
+        seq: u64::from_le_bytes(seq),
+        prev_crc: u32_at(24),
+    })
+}
+
+/// A complete encoded record, shared with the index (which serves reads of its data).
+pub type RecordBuf = Arc<Vec<u8>>;
+
+/// The WAL region of a device: two header slots and the ring.
+pub struct WalRegion {
+    pub dev: Arc<dyn BlockDevice>,
+    base: u64,
+    /// Size of the ring in bytes.
+    pub ring_size: u64,
+}
+
+impl WalRegion {
+    /// The region at `base` of `size` bytes on `dev`.
+    pub fn new(dev: Arc<dyn BlockDevice>, base: u64, size: u64) -> Self {
+        WalRegion {
+            dev,
+            base,
+            ring_size: size - 2 * BLOCK,
+        }
+    }
+
+    fn ring_base(&self) -> u64 {
+        self.base + 2 * BLOCK
+    }
+
+    fn io(&self, off: u64, e: std::io::Error) -> StoreError {
+        StoreError::io(self.dev.name(), off, e)
+    }
+
+    /// Writes `h` to slot `generation % 2` and flushes.
+    pub fn write_header(&self, h: &WalHeader) -> Result<()> {
+        let off = self.base + (h.generation % 2) * BLOCK;
+        let buf = AlignedBuf::from_slice(&h.encode());
+        self.dev.write_at(&buf, off).map_err(|e| self.io(off, e))?;
+        self.dev.flush().map_err(|e| self.io(off, e))
+    }
+
+    /// Reads both slots and returns the valid one with the highest generation.
+    pub fn read_header(&self) -> Result<WalHeader> {
+        let mut buf = AlignedBuf::zeroed(2 * BLOCK_SIZE);
+        self.dev
+            .read_at(&mut buf, self.base)
+            .map_err(|e| self.io(self.base, e))?;
+        let a = WalHeader::decode(&buf[..BLOCK_SIZE]);
+        let b = WalHeader::decode(&buf[BLOCK_SIZE..]);
+        match (a, b) {
+            (Some(a), Some(b)) => Ok(if a.generation >= b.generation { a } else { b }),
+            (Some(h), None) | (None, Some(h)) => Ok(h),
+            (None, None) => Err(StoreError::corrupt(
+                "WAL header",
+                self.dev.name(),
+                self.base,
+                "both header slots are invalid; the store cannot be opened",
+            )),
+        }
+    }
+
+    /// Writes a block-aligned buffer at log position `lsn` (it must not cross the ring end).
+    pub fn write_at_lsn(&self, buf: &[u8], lsn: u64) -> Result<()> {
+        let off = self.ring_base() + lsn % self.ring_size;
+        self.dev.write_at(buf, off).map_err(|e| self.io(off, e))
+    }
+
+    /// Flushes the WAL device.
+    pub fn flush(&self) -> Result<()> {
+        self.dev.flush().map_err(|e| self.io(self.base, e))
+    }
+
+    /// Bytes from `lsn` to the end of the ring.
+    pub fn until_ring_end(&self, lsn: u64) -> u64 {
+        self.ring_size - lsn % self.ring_size
+    }
+}
+
+/// Lays out one group-commit batch. Returns the buffer to write, the lsn to write it at, and
+/// an optional WRAP block to write first at `wrap.1`.
+pub struct BatchLayout {
+    pub wrap: Option<(AlignedBuf, u64)>,
+    pub buf: AlignedBuf,
+    pub lsn: u64,
+    /// Log position just past the batch (block aligned).
+    pub end_lsn: u64,
+}
+
+/// Bytes of ring a batch of `len` record bytes needs at `tail`, including a wrap skip.
+pub fn batch_footprint(region: &WalRegion, tail: u64, len: u64) -> u64 {
+    let padded = align_up(len + HEADER_LEN as u64);
+    let room = region.until_ring_end(tail);
+    if padded <= room {
+        padded
+    } else {
+        room + padded
+    }
+}
+
+/// Lays `records` out at `tail` (block aligned), chaining PAD/WRAP records to `last_crc` and
+/// `next_seq` (the sequence number after the batch's last record).
+pub fn layout_batch(
+    region: &WalRegion,
+    tail: u64,
+    records: &[RecordBuf],
+    next_seq: u64,
+    last_crc: u32,
+) -> BatchLayout {
+    let len: usize = records.iter().map(|r| r.len()).sum();
+    let padded = align_up((len + HEADER_LEN) as u64) as usize;
+    let mut lsn = tail;
+    let mut wrap = None;
+    if padded as u64 > region.until_ring_end(tail) {
+        let first_seq = next_seq - records.len() as u64;
+        let prev = if records.is_empty() {
+            last_crc
+        } else {
+            prev_crc_of(&records[0])
+        };
+        let mut w = Vec::with_capacity(BLOCK_SIZE);
+        record_header(&mut w, KIND_WRAP, first_seq, prev);
+        seal_record(&mut w);
+        wrap = Some((AlignedBuf::from_slice(&w), tail));
+        lsn = tail + region.until_ring_end(tail);
+    }
+    let mut buf = AlignedBuf::zeroed(padded);
+    let mut pos = 0;
+    for r in records {
+        buf[pos..pos + r.len()].copy_from_slice(r);
+        pos += r.len();
+    }
+    let gap = padded - pos;
+    if gap >= HEADER_LEN {
+        let mut p = Vec::with_capacity(gap);
+        record_header(&mut p, KIND_PAD, next_seq, last_crc);
+        p.resize(gap, 0);
+        seal_record(&mut p);
+        buf[pos..].copy_from_slice(&p);
+    }
+    BatchLayout {
+        wrap,
+        buf,
+        lsn,
+        end_lsn: lsn + padded as u64,
+    }
+}
+
+fn prev_crc_of(rec: &[u8]) -> u32 {
+    u32::from_le_bytes([rec[24], rec[25], rec[26], rec[27]])
+}
+
+/// Reads records forward from a replay point.
+pub struct Replayer<'a> {
+    region: &'a WalRegion,
+    window: AlignedBuf,
+    window_off: u64,
+    window_len: u64,
+    /// Position of the next record.
+    pub lsn: u64,
+    /// Sequence number the next transaction record must carry.
+    pub next_seq: u64,
+    /// crc of the last accepted record.
+    pub last_crc: u32,
+    max_record: u64,
+}
+
+const WINDOW: u64 = 1 << 20;
+
+/// What the replayer found at the current position.
+pub enum Next {
+    /// A valid transaction record (whole record bytes).
+    Txn(RecordBuf),
+    /// The end of the log (a torn, stale or blank record).
+    End,
+}
+
+impl<'a> Replayer<'a> {
+    /// Starts at the replay point of header `h`.
+    pub fn new(region: &'a WalRegion, h: &WalHeader, max_record: u64) -> Self {
+        Replayer {
+            region,
+            window: AlignedBuf::zeroed(0),
+            window_off: u64::MAX,
+            window_len: 0,
+            lsn: h.replay_lsn,
+            next_seq: h.replay_seq,
+            last_crc: h.replay_prev_crc,
+            max_record,
+        }
+    }
+
+    /// Bytes `[off, off+len)` of the ring (must not cross its end).
+    fn read(&mut self, off: u64, len: u64) -> Result<&[u8]> {
+        let inside = off >= self.window_off && off + len <= self.window_off + self.window_len;
+        if !inside {
+            let start = off / BLOCK * BLOCK;
+            let want = align_up(off + len - start).max(WINDOW);
+            let n = want.min(self.region.ring_size - start);
+            self.window = AlignedBuf::zeroed(n as usize);
+            let dev_off = self.region.ring_base() + start;
+            self.region
+                .dev
+                .read_at(&mut self.window, dev_off)
+                .map_err(|e| self.region.io(dev_off, e))?;
+            self.window_off = start;
+            self.window_len = n;
+        }
+        let s = (off - self.window_off) as usize;
+        Ok(&self.window[s..s + len as usize])
+    }
+
+    /// Reads the record at the current position without checking chaining.
+    fn peek(&mut self) -> Result<Option<(RecordHeader, Vec<u8>)>> {
+        let room = self.region.until_ring_end(self.lsn);
+        let in_block = BLOCK - self.lsn % BLOCK;
+        if in_block < HEADER_LEN as u64 || room < HEADER_LEN as u64 {
+            self.lsn += in_block.min(room);
+            if self.lsn % self.region.ring_size == 0 || in_block < HEADER_LEN as u64 {
+                return Ok(Some((
+                    RecordHeader {
+                        crc: 0,
+                        kind: 0,
+                        len: 0,
+                        seq: 0,
+                        prev_crc: 0,
+                    },
+                    Vec::new(),
+                )));
+            }
+        }
+        let off = self.lsn % self.region.ring_size;
+        let Some(h) = parse_header(self.read(off, HEADER_LEN as u64)?) else {
+            return Ok(None);
+        };
+        let total = HEADER_LEN as u64 + h.len as u64;
+        if h.len as u64 > self.max_record || total > self.region.until_ring_end(self.lsn) {
+            return Ok(None);
+        }
+        let bytes = self.read(off, total)?.to_vec();
+        Ok(Some((h, bytes)))
+    }
+
+    /// Advances to the next valid transaction record, or reports the end of the log.
+    pub fn next(&mut self) -> Result<Next> {
+        loop {
+            let Some((h, bytes)) = self.peek()? else {
+                return Ok(Next::End);
+            };
+            if h.kind == 0 {
+                continue; // skipped a tail gap too small for a header
+            }
+            let valid = crc32c::crc32c(&bytes[4..]) == h.crc
+                && h.seq == self.next_seq
+                && h.prev_crc == self.last_crc;
+            if !valid {
+                return Ok(Next::End);
+            }
+            match h.kind {
+                KIND_TXN => {
+                    self.lsn += bytes.len() as u64;
+                    self.next_seq += 1;
+                    self.last_crc = h.crc;
+                    return Ok(Next::Txn(Arc::new(bytes)));
+                }
+                KIND_PAD => self.lsn = align_up(self.lsn + 1),
+                _ => self.lsn += self.region.until_ring_end(self.lsn),
+            }
+        }
+    }
+
+    /// After [`Next::End`]: whether valid records of a *later* batch follow the bad record,
+    /// which means the bad record was durable once and has been corrupted since (a torn
+    /// write only ever hits the last batch).
+    pub fn corruption_follows(&mut self) -> Result<bool> {
+        let Some((h, bytes)) = self.peek()? else {
+            return Ok(false);
+        };
+        if h.kind != KIND_TXN || h.seq != self.next_seq {
+            return Ok(false);
+        }
+        let (mut lsn, mut seq, mut crc) = (self.lsn + bytes.len() as u64, h.seq + 1, h.crc);
+        let save = (self.lsn, self.next_seq, self.last_crc);
+        let mut crossed_batch = false;
+        let mut found = false;
+        for _ in 0..4096 {
+            self.lsn = lsn;
+            let Some((h, b)) = self.peek()? else { break };
+            if h.kind == 0 {
+                lsn = self.lsn;
+                crossed_batch = true;
+                continue;
+            }
+            if crc32c::crc32c(&b[4..]) != h.crc || h.seq != seq || h.prev_crc != crc {
+                break;
+            }
+            match h.kind {
+                KIND_TXN => {
+                    if crossed_batch {
+                        found = true;
+                        break;
+                    }
+                    lsn = self.lsn + b.len() as u64;
+                    seq += 1;
+                    crc = h.crc;
+                }
+                KIND_PAD => {
+                    lsn = align_up(self.lsn + 1);
+                    crossed_batch = true;
+                }
+                _ => {
+                    lsn = self.lsn + self.region.until_ring_end(self.lsn);
+                    crossed_batch = true;
+                }
+            }
+        }
+        (self.lsn, self.next_seq, self.last_crc) = save;
+        Ok(found)
+    }
+}
+
+/// Payload bytes of a record.
+pub fn payload(rec: &[u8]) -> &[u8] {
+    &rec[HEADER_LEN..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+
+    fn rec(seq: u64, prev: u32, body: &[u8]) -> (RecordBuf, u32) {
+        let mut v = Vec::new();
+        record_header(&mut v, KIND_TXN, seq, prev);
+        v.extend_from_slice(body);
+        let c = seal_record(&mut v);
+        (Arc::new(v), c)
+    }
+
+    fn write_batch(region: &WalRegion, tail: u64, recs: &[RecordBuf], next: u64, crc: u32) -> u64 {
+        let b = layout_batch(region, tail, recs, next, crc);
+        if let Some((w, l)) = &b.wrap {
+            region.write_at_lsn(w, *l).unwrap();
+        }
+        region.write_at_lsn(&b.buf, b.lsn).unwrap();
+        b.end_lsn
+    }
+
+    #[test]
+    fn batches_replay_across_wrap_and_stop_at_stale_records() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("wal", 9 * 4096));
+        // A ring of 7 blocks: batches of 2 blocks wrap after the third batch.
+        let region = WalRegion::new(dev, 0, 9 * 4096);
+        let h = WalHeader {
+            replay_seq: 1,
+            ..Default::default()
+        };
+        let (mut tail, mut crc, mut seq) = (0u64, 0u32, 1u64);
+        let mut all = Vec::new();
+        for round in 0..5 {
+            let mut recs = Vec::new();
+            for _ in 0..2 {
+                let (r, c) = rec(seq, crc, &vec![round as u8; 3000]);
+                recs.push(r.clone());
+                all.push(r);
+                crc = c;
+                seq += 1;
+            }
+            tail = write_batch(&region, tail, &recs, seq, crc);
+        }
+        assert!(tail > region.ring_size, "the test must wrap");
+        // Replay from the start of the third batch (the first two are overwritten).
+        let start = &all[4];
+        let h = WalHeader {
+            replay_seq: 5,
+            replay_lsn: 16384,
+            replay_prev_crc: prev_crc_of(start),
+            ..h
+        };
+        let mut r = Replayer::new(&region, &h, 1 << 20);
+        let mut got = Vec::new();
+        while let Next::Txn(b) = r.next().unwrap() {
+            got.push(b);
+        }
+        assert_eq!(got.len(), 6);
+        assert_eq!(got, all[4..].to_vec());
+        assert_eq!(r.next_seq, 11);
+    }
+}
