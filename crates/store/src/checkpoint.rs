@@ -164,12 +164,21 @@ fn decode_obj(
         let first = r.u64()?;
         let nblocks = r.u32()?;
         let bytes = nblocks as usize * BLOCK_SIZE;
-        if nblocks == 0 || bytes as u64 > max {
-            return Err(DecodeError(format!("bad extent of {nblocks} blocks")));
+        let in_object = first.checked_add(nblocks as u64);
+        if nblocks == 0 || in_object.is_none_or(|end| end > limits::OBJECT_SIZE / BLOCK_SIZE as u64)
+        {
+            return Err(DecodeError(format!(
+                "bad extent of {nblocks} blocks at block {first}"
+            )));
         }
         let loc = match r.u8()? {
             EXT_DISK => Loc::Disk(r.u64()?),
             EXT_INLINE => {
+                if bytes as u64 > max {
+                    return Err(DecodeError(format!(
+                        "inline extent of {nblocks} blocks overruns"
+                    )));
+                }
                 *next_id += 1;
                 let data = r.take(bytes)?.to_vec();
                 dirty.push(Dirty {
@@ -187,6 +196,11 @@ fn decode_obj(
             }
             k => return Err(DecodeError(format!("unknown extent kind {k}"))),
         };
+        if nblocks as usize * 4 > r.remaining() {
+            return Err(DecodeError(format!(
+                "extent of {nblocks} blocks overruns the checkpoint"
+            )));
+        }
         let mut crcs = Vec::with_capacity(nblocks as usize);
         for _ in 0..nblocks {
             crcs.push(r.u32()?);

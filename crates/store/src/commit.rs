@@ -69,7 +69,9 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
         let present = *exists
             .entry(c)
             .or_insert_with(|| idx.colls.contains_key(&c));
-        bytes += 64 + 2 * B;
+        // Upper bound of the effects' encoding: up to three effects naming the object, two
+        // edge blocks of read-modify-write, and the payloads.
+        bytes += 96 + 2 * B + 3 * (2 + op_name_len(op));
         match op {
             Op::CreateCollection(_) if present => return Err(StoreError::CollectionExists(c)),
             Op::CreateCollection(_) => {
@@ -89,7 +91,7 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
                 let first = offset / B;
                 let end = (offset + data.len() as u64).div_ceil(B);
                 blocks += end.saturating_sub(first);
-                bytes += data.len() as u64 + obj.len() as u64;
+                bytes += data.len() as u64;
             }
             Op::Zero {
                 obj, offset, len, ..
@@ -115,7 +117,7 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
                         limits::ATTR_VALUE,
                     ));
                 }
-                bytes += (obj.len() + name.len() + value.len()) as u64;
+                bytes += (6 + name.len() + value.len()) as u64;
             }
             Op::RmAttr { obj, name, .. } => {
                 check_name(obj)?;
@@ -130,7 +132,7 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
                 if value.len() > limits::KV_VALUE {
                     return Err(too_large("collection value", value.len(), limits::KV_VALUE));
                 }
-                bytes += (key.len() + value.len()) as u64;
+                bytes += (6 + key.len() + value.len()) as u64;
             }
             Op::KvRm { key: a, .. } | Op::KvRmRange { start: a, .. } => {
                 if a.len() > limits::KV_KEY {
@@ -147,10 +149,25 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
     Ok((blocks, bytes))
 }
 
+fn op_name_len(op: &Op) -> u64 {
+    match op {
+        Op::Touch { obj, .. }
+        | Op::Remove { obj, .. }
+        | Op::Write { obj, .. }
+        | Op::Zero { obj, .. }
+        | Op::Truncate { obj, .. }
+        | Op::SetAttr { obj, .. }
+        | Op::RmAttr { obj, .. } => obj.len() as u64,
+        Op::KvRm { key, .. } => key.len() as u64,
+        Op::KvRmRange { start, end, .. } => (start.len() + end.len()) as u64,
+        _ => 0,
+    }
+}
+
 /// Whether resolving the transaction may need to read old blocks from a device.
 fn needs_rmw(txn: &Transaction) -> bool {
     txn.ops.iter().any(|op| match op {
-        Op::Write { offset, data, .. } => offset % B != 0 || data.len() as u64 % B != 0,
+        Op::Write { offset, data, .. } => offset % B != 0 || !(data.len() as u64).is_multiple_of(B),
         // The end is clipped to the object's size, which may be unaligned.
         Op::Zero { .. } => true,
         Op::Truncate { size, .. } => size % B != 0,
@@ -224,7 +241,7 @@ fn resolve(sh: &Shared, idx: &Index, op: &Op, out: &mut Vec<Effect>) -> Result<(
             if offset % B != 0 {
                 buf[..BLOCK_SIZE].copy_from_slice(&old_block(sh, idx, *coll, obj, first)?);
             }
-            if end % B != 0 && (last - 1 != first || offset % B == 0) {
+            if !end.is_multiple_of(B) && (last - 1 != first || offset % B == 0) {
                 let tail = buf.len() - BLOCK_SIZE;
                 buf[tail..].copy_from_slice(&old_block(sh, idx, *coll, obj, last - 1)?);
             }
@@ -328,10 +345,10 @@ fn zero_range(
         });
     }
     let mut edges = Vec::new();
-    if start % B != 0 {
+    if !start.is_multiple_of(B) {
         edges.push(start / B);
     }
-    if end % B != 0 && (edges.first() != Some(&(end / B))) {
+    if !end.is_multiple_of(B) && (edges.first() != Some(&(end / B))) {
         edges.push(end / B);
     }
     for blk in edges {
@@ -406,6 +423,13 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
             limit: sh.max_record(),
         });
     }
+    if new_blocks > sh.pending_limit_blocks() {
+        return Err(StoreError::TooLarge {
+            what: "transaction data",
+            size: new_blocks * B,
+            limit: sh.pending_limit_blocks() * B,
+        });
+    }
     let avail = available_blocks(sh, &st);
     if new_blocks > avail {
         return Err(StoreError::NoSpace {
@@ -413,12 +437,19 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
             available: avail * B,
         });
     }
-    // Wait for WAL room; a wrap can cost up to one more batch, hence the factor two.
-    while sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size || st.barrier {
+    // Wait while too much data waits for the flusher, and for WAL room (a wrap can cost up
+    // to one more batch, hence the factor two).
+    while st.pending_blocks + new_blocks > sh.pending_limit_blocks()
+        || sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size
+        || st.barrier
+    {
         if let Some(f) = &st.failed {
             return Err(StoreError::Failed(f.clone()));
         }
-        st.ckpt_wanted = true;
+        // A full WAL needs a checkpoint; too much pending data only needs the flusher.
+        if sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size {
+            st.ckpt_wanted = true;
+        }
         sh.maint_cv.notify_all();
         st = wait(&sh.space_cv, st);
     }
@@ -444,15 +475,19 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
     }
     let seq = st_ref.next_seq;
     let mut rec = Vec::with_capacity(est as usize);
-    wal::record_header(&mut rec, wal::KIND_TXN, seq, st_ref.last_crc);
+    // Chained and sealed by the thread that writes the batch.
+    wal::record_header(&mut rec, wal::KIND_TXN, seq, 0);
     effect::encode(&effects, &[], &mut rec);
-    let crc = wal::seal_record(&mut rec);
+    debug_assert!(
+        rec.len() as u64 <= est,
+        "record {} over estimate {est}",
+        rec.len()
+    );
     st_ref.next_seq += 1;
-    st_ref.last_crc = crc;
     st_ref.commits += 1;
     account(st_ref, out);
     st_ref.queue_bytes += rec.len() as u64;
-    st_ref.queue.push(Arc::new(rec));
+    st_ref.queue.push(rec);
     wake_maint_if_needed(sh, st_ref);
     wait_durable(sh, st, seq)
 }
@@ -483,15 +518,20 @@ fn wait_durable<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, seq: u64) -> 
 }
 
 /// Writes every queued record as one batch and flushes the WAL device (the group commit).
+/// Positions are reserved under the lock; sealing, writing and flushing happen outside it.
 fn write_batch<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
     let records = std::mem::take(&mut st.queue);
+    let len: u64 = records.iter().map(|r| r.len() as u64).sum();
     st.queue_bytes = 0;
     st.writing = true;
-    let layout = layout_batch(&sh.wal, st.tail_lsn, &records, st.next_seq, st.last_crc);
-    let last_seq = st.next_seq - 1;
-    let fits = layout.end_lsn - st.head_lsn <= sh.wal.ring_size;
-    st.tail_lsn = layout.end_lsn;
+    let first_seq = st.next_seq - records.len() as u64;
+    let (tail, prev_crc) = (st.tail_lsn, st.last_crc);
+    let end = tail + wal::batch_footprint(&sh.wal, tail, len);
+    let fits = end - st.head_lsn <= sh.wal.ring_size;
+    st.tail_lsn = end;
     drop(st);
+    let layout = layout_batch(&sh.wal, tail, &records, first_seq, prev_crc);
+    debug_assert_eq!(layout.end_lsn, end);
     let result = if fits {
         write_layout(sh, &layout)
     } else {
@@ -501,8 +541,9 @@ fn write_batch<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<
     };
     let mut st = sh.lock();
     st.writing = false;
+    st.last_crc = layout.last_crc;
     match result {
-        Ok(()) => st.durable_seq = last_seq,
+        Ok(()) => st.durable_seq = first_seq + records.len() as u64 - 1,
         Err(e) => {
             let msg = format!("WAL write failed: {e}");
             sh.fail(&mut st, msg);

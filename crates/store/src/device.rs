@@ -42,7 +42,7 @@ pub fn align_up(v: u64) -> u64 {
 }
 
 fn check_io(buf_len: usize, off: u64, size: u64) -> io::Result<()> {
-    let aligned = buf_len % BLOCK_SIZE == 0 && off % BLOCK == 0;
+    let aligned = buf_len.is_multiple_of(BLOCK_SIZE) && off.is_multiple_of(BLOCK);
     if !aligned {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

@@ -10,12 +10,11 @@ pub type DeviceName = String;
 #[non_exhaustive]
 pub enum StoreError {
     /// An I/O call on a device failed.
-    #[error("I/O error on device {device} at offset {offset}: {source}; check the device and the kernel log")]
+    #[error("I/O error on device {device} at offset {offset}: {error}; check the device and the kernel log")]
     Io {
         device: DeviceName,
         offset: u64,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// A device does not carry a Cairn store, or a different one.
     #[error("device {device} is not usable: {reason}")]
@@ -72,7 +71,7 @@ impl StoreError {
         StoreError::Io {
             device: device.to_string(),
             offset,
-            source,
+            error: source,
         }
     }
 

@@ -9,7 +9,7 @@
 //! Several devices of one store share a [`Power`] switch, so a cut freezes them all at once,
 //! e.g. at the Nth flush of any of them.
 
-use crate::device::BlockDevice;
+use crate::device::{AlignedBuf, BlockDevice};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -76,7 +76,7 @@ struct Faults {
 pub struct FaultDevice {
     inner: Arc<dyn BlockDevice>,
     power: Arc<Power>,
-    overlay: Mutex<Vec<(u64, Vec<u8>)>>,
+    overlay: Mutex<Vec<(u64, AlignedBuf)>>,
     faults: Mutex<Faults>,
     gate: RwLock<()>,
     dead: AtomicBool,
@@ -118,7 +118,7 @@ impl FaultDevice {
     /// Flips bit `bit` (0..8) of the byte at `off`, in durable and volatile data alike.
     pub fn flip_bit(&self, off: u64, bit: u8) -> io::Result<()> {
         let base = off / 4096 * 4096;
-        let mut b = crate::device::AlignedBuf::zeroed(4096);
+        let mut b = AlignedBuf::zeroed(4096);
         self.inner.read_at(&mut b, base)?;
         b[(off - base) as usize] ^= 1 << (bit % 8);
         self.inner.write_at(&b, base)?;
@@ -151,10 +151,10 @@ impl FaultDevice {
                 1 => damaged += 1,
                 _ => {
                     damaged += 1;
-                    let mut cur = crate::device::AlignedBuf::zeroed(data.len());
+                    let mut cur = AlignedBuf::zeroed(data.len());
                     self.inner.read_at(&mut cur, off)?;
                     for s in (0..data.len()).step_by(SECTOR) {
-                        if rng() % 2 == 0 {
+                        if rng().is_multiple_of(2) {
                             cur[s..s + SECTOR].copy_from_slice(&data[s..s + SECTOR]);
                         }
                     }
@@ -205,10 +205,13 @@ impl BlockDevice for FaultDevice {
         if lock(&self.faults).fail_writes {
             return Err(eio("write error"));
         }
-        if off % 4096 != 0 || buf.len() % 4096 != 0 || off + buf.len() as u64 > self.size() {
+        if !off.is_multiple_of(4096)
+            || !buf.len().is_multiple_of(4096)
+            || off + buf.len() as u64 > self.size()
+        {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad I/O range"));
         }
-        lock(&self.overlay).push((off, buf.to_vec()));
+        lock(&self.overlay).push((off, AlignedBuf::from_slice(buf)));
         Ok(())
     }
     fn flush(&self) -> io::Result<()> {
@@ -238,7 +241,7 @@ impl BlockDevice for FaultDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{AlignedBuf, MemDevice};
+    use crate::device::MemDevice;
 
     #[test]
     fn unflushed_writes_are_lost_and_flushed_survive() {

@@ -18,26 +18,51 @@ const MAX_FLUSH_BLOCKS: u64 = 1024;
 /// Checkpoint bodies are written in pieces of at most this size.
 const PIECE: usize = 1 << 20;
 
-/// The maintenance loop; returns on shutdown or failure.
+/// The maintenance loop; returns on shutdown or failure. A panic (a bug) stops writes
+/// instead of leaving committers waiting for a thread that is gone.
 pub(crate) fn run(sh: Arc<Shared>) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&sh)));
+    if let Err(p) = r {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let mut st = sh.lock();
+        sh.fail(&mut st, format!("maintenance thread panicked: {what}"));
+    }
+}
+
+/// Writes all pending data and takes a checkpoint (used at open, before the thread starts).
+pub(crate) fn flush_and_checkpoint(sh: &Shared) -> Result<()> {
+    flush_all(sh).and_then(|_| checkpoint(sh))
+}
+
+fn run_loop(sh: &Arc<Shared>) {
+    let sh = sh.as_ref();
     loop {
-        let work = next_work(&sh);
+        let work = next_work(sh);
         let r = match work {
             Work::Stop { final_ckpt } => {
                 if final_ckpt {
-                    if let Err(e) = flush_all(&sh).and_then(|_| checkpoint(&sh)) {
+                    if let Err(e) = flush_and_checkpoint(sh) {
                         let mut st = sh.lock();
                         sh.fail(&mut st, format!("final checkpoint failed: {e}"));
                     }
                 }
                 return;
             }
-            Work::Flush => match flush_some(&sh) {
-                Err(StoreError::NoSpace { .. }) => make_space(&sh),
+            Work::Flush => match flush_some(sh, false) {
+                Err(StoreError::NoSpace { .. }) => match make_space(sh) {
+                    // Nothing to clean: all used space is live, so the cleaner's segment is
+                    // not needed and the flusher may use it.
+                    Ok(false) => flush_some(sh, true).map(|_| ()),
+                    r => r.map(|_| ()),
+                },
                 r => r.map(|_| ()),
             },
-            Work::Checkpoint => flush_all(&sh).and_then(|_| checkpoint(&sh)),
-            Work::Clean { throttle } => clean_one(&sh, throttle),
+            Work::Checkpoint => flush_and_checkpoint(sh),
+            Work::Clean { throttle } => clean_one(sh, throttle),
         };
         if let Err(e) = r {
             let mut st = sh.lock();
@@ -68,9 +93,11 @@ fn next_work(sh: &Shared) -> Work {
         }
         let wal_full =
             sh.wal_used(&st) * 100 >= sh.wal.ring_size * cfg.checkpoint_wal_percent as u64;
-        let free = st.segs.free_segments();
-        let low = free < cfg.clean_below_free_segments;
-        let critical = free <= cfg.reserve_segments / 2 + 1;
+        let free = st.segs.free_segments() as u64;
+        let keep = sh.flusher_keep_segments(&st);
+        let low = free < keep + cfg.clean_below_free_segments as u64;
+        let critical = free <= keep + 1;
+        let can_clean = free > sh.ckpt_need_segments(&st);
         let aged = st
             .dirty_since
             .is_some_and(|t| t.elapsed() >= cfg.flush_max_delay);
@@ -82,7 +109,7 @@ fn next_work(sh: &Shared) -> Work {
         if st.ckpt_wanted || wal_full || periodic || (low && st.segs.limbo_segments() > 0) {
             return Work::Checkpoint;
         }
-        if low && st.segs.clean_candidate().is_some() {
+        if low && can_clean && st.segs.clean_candidate().is_some() {
             return Work::Clean {
                 throttle: !critical,
             };
@@ -112,48 +139,84 @@ struct Piece {
 #[derive(PartialEq, Eq, Clone, Copy)]
 enum Use {
     Flush,
+    /// The flusher when nothing can be cleaned: it leaves only what a checkpoint needs.
+    FlushRelaxed,
     Clean,
     Ckpt,
 }
 
-/// Segments the flusher may not take.
-const CLEANER_RESERVE: u32 = 2;
+/// Blocks the next checkpoint is expected to need, from the runs of the last one.
+pub(crate) fn ckpt_estimate(runs: &[(u64, u32)]) -> u64 {
+    let last: u64 = runs.iter().map(|r| r.1 as u64).sum();
+    last + last / 4 + 4
+}
 
 fn alloc(st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32)>> {
     let no_space = |st: &State| StoreError::NoSpace {
         needed: n as u64 * B,
         available: st.segs.free_segments() as u64 * st.segs.seg_blocks as u64 * B,
     };
-    if user == Use::Flush {
-        let segs_needed = (n as u64).div_ceil(st.segs.seg_blocks as u64) as u32 + 1;
-        if st.segs.free_segments() < segs_needed + CLEANER_RESERVE {
-            return Err(no_space(st));
-        }
+    // Flushed blocks no longer need room in a checkpoint, so count what stays pending.
+    let seg = st.segs.seg_blocks as u64;
+    let ckpt_after =
+        (st.ckpt_est_blocks + st.pending_blocks.saturating_sub(n as u64)).div_ceil(seg) + 1;
+    let keep = match user {
+        Use::Flush => ckpt_after + 1,
+        Use::FlushRelaxed => ckpt_after,
+        Use::Clean | Use::Ckpt => 0,
+    };
+    let segs_needed = (n as u64).div_ceil(st.segs.seg_blocks as u64) + 1;
+    if keep > 0 && (st.segs.free_segments() as u64) < segs_needed + keep {
+        return Err(no_space(st));
     }
     let r = st.segs.alloc(n, user == Use::Ckpt);
-    r.ok_or_else(|| no_space(st))
+    r.ok_or_else(|| {
+        let who = if user == Use::Ckpt { "checkpoint" } else { "cleaner" };
+        StoreError::Failed(format!(
+            "the {who} found no room for {n} blocks: {} free and {} limbo segments, {} blocks pending, \
+             checkpoint estimate {} blocks (space accounting bug)",
+            st.segs.free_segments(),
+            st.segs.limbo_segments(),
+            st.pending_blocks,
+            st.ckpt_est_blocks
+        ))
+    })
 }
 
-/// Makes free segments when the flusher ran short: release limbo by a checkpoint, or clean.
-fn make_space(sh: &Shared) -> Result<()> {
-    let (limbo, candidate) = {
+/// Makes free segments when the flusher ran short: clean while there is room to copy into
+/// (keeping what a checkpoint needs), then checkpoint to release what cleaning freed.
+/// Returns false when there was nothing to clean or release.
+fn make_space(sh: &Shared) -> Result<bool> {
+    let mut cleaned = 0;
+    loop {
+        let (free, need, candidate) = {
+            let st = sh.lock();
+            let need = sh.ckpt_need_segments(&st);
+            (
+                st.segs.free_segments() as u64,
+                need,
+                st.segs.clean_candidate(),
+            )
+        };
+        if candidate.is_none() || free <= need || cleaned >= 64 {
+            break;
+        }
+        clean_one(sh, false)?;
+        cleaned += 1;
+    }
+    let releasable = {
         let st = sh.lock();
-        (st.segs.limbo_segments(), st.segs.clean_candidate())
+        st.segs.limbo_segments() + st.segs.ckpt_only_segments()
     };
-    if limbo > 0 {
-        return checkpoint(sh);
+    if releasable > 0 || cleaned > 0 {
+        checkpoint(sh)?;
+        return Ok(true);
     }
-    if candidate.is_some() {
-        return clean_one(sh, false);
-    }
-    Err(StoreError::Failed(
-        "data devices are full of live data and nothing can be cleaned (space accounting bug)"
-            .into(),
-    ))
+    Ok(false)
 }
 
 /// Writes up to one batch of pending data; returns the number of blocks written.
-fn flush_some(sh: &Shared) -> Result<u64> {
+fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
     let (pieces, runs) = {
         let mut st = sh.lock();
         let pieces = take_pieces(&mut st);
@@ -161,7 +224,12 @@ fn flush_some(sh: &Shared) -> Result<u64> {
             return Ok(0);
         }
         let total: u64 = pieces.iter().map(|p| p.nblocks as u64).sum();
-        let runs = match alloc(&mut st, total as u32, Use::Flush) {
+        let user = if relaxed {
+            Use::FlushRelaxed
+        } else {
+            Use::Flush
+        };
+        let runs = match alloc(&mut st, total as u32, user) {
             Ok(r) => r,
             Err(e) => {
                 // Put the work back; the caller makes room and retries.
@@ -234,6 +302,7 @@ fn flush_some(sh: &Shared) -> Result<u64> {
     if st.dirty.is_empty() {
         st.dirty_since = None;
     }
+    sh.space_cv.notify_all();
     Ok(total)
 }
 
@@ -308,17 +377,11 @@ fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
 
 fn flush_all(sh: &Shared) -> Result<()> {
     loop {
-        match flush_some(sh) {
+        match flush_some(sh, false) {
             Ok(0) if sh.lock().dirty.is_empty() => return Ok(()),
             Ok(_) => {}
-            Err(StoreError::NoSpace { .. }) => {
-                // A checkpoint here would recurse into flush_all; clean instead.
-                if sh.lock().segs.clean_candidate().is_some() {
-                    clean_one(sh, false)?;
-                } else {
-                    return Ok(()); // The checkpoint carries the rest inline.
-                }
-            }
+            // The checkpoint carries what could not be written inline (room for that is kept).
+            Err(StoreError::NoSpace { .. }) => return Ok(()),
             Err(e) => return Err(e),
         }
     }
@@ -391,7 +454,7 @@ fn checkpoint(sh: &Shared) -> Result<()> {
     for (off, n) in old {
         st.segs.ckpt_blocks(off, n, false);
     }
-    st.ckpt_est_blocks = st.ckpt_runs.iter().map(|r| r.1 as u64).sum::<u64>() + 1;
+    st.ckpt_est_blocks = ckpt_estimate(&st.ckpt_runs);
     st.segs.snap_durable = gen;
     st.segs.release_limbo();
     st.last_ckpt = Instant::now();
@@ -507,7 +570,12 @@ fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
     }
     st.cleaned_segments += 1;
     st.cleaned_bytes += total * B;
-    debug_assert_eq!(st.segs.live_in(victim), 0);
+    if st.segs.live_in(victim) != 0 {
+        return Err(StoreError::Failed(format!(
+            "segment {victim} still holds {} live blocks after cleaning (accounting bug)",
+            st.segs.live_in(victim)
+        )));
+    }
     drop(guard);
     if throttle && sh.cfg.clean_rate > 0 {
         let budget = Duration::from_secs_f64((total * B) as f64 / sh.cfg.clean_rate as f64);

@@ -70,6 +70,11 @@ impl Mirror {
         self.devs.len()
     }
 
+    /// Size of the smallest device.
+    pub fn device_size(&self) -> u64 {
+        self.devs.iter().map(|d| d.size()).min().unwrap_or(0)
+    }
+
     /// Name of device `i`.
     pub fn name(&self, i: usize) -> &str {
         self.devs[i].name()

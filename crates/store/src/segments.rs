@@ -37,6 +37,9 @@ pub struct Segments {
     pub seg_blocks: u32,
     live: Vec<u32>,
     ckpt: Vec<u32>,
+    /// Checkpoint generation started when a data block of the segment last died: the segment
+    /// is referenced by checkpoints up to that generation.
+    death: Vec<u64>,
     state: Vec<SegState>,
     free: BTreeSet<u32>,
     limbo: Vec<u32>,
@@ -58,6 +61,7 @@ impl Segments {
             seg_blocks: (seg_size / BLOCK) as u32,
             live: vec![0; n],
             ckpt: vec![0; n],
+            death: vec![0; n],
             state: vec![SegState::Free; n],
             free: (0..count).collect(),
             limbo: Vec::new(),
@@ -104,20 +108,21 @@ impl Segments {
                     self.close_head();
                     let s = self.free.pop_first()?;
                     self.state[s as usize] = SegState::Open;
+                    self.death[s as usize] = 0;
                     (s, 0)
                 }
             };
             let take = left.min(self.seg_blocks - used);
-            runs.push((self.seg_offset(seg) + used as u64 * BLOCK, take));
+            let off = self.seg_offset(seg) + used as u64 * BLOCK;
+            // Account before the head can be closed, or the segment would look dead.
+            if ckpt {
+                self.ckpt_blocks(off, take, true);
+            } else {
+                self.add_live(off, take);
+            }
+            runs.push((off, take));
             self.head = Some((seg, used + take));
             left -= take;
-        }
-        for &(off, k) in &runs {
-            if ckpt {
-                self.ckpt_blocks(off, k, true);
-            } else {
-                self.add_live(off, k);
-            }
         }
         Some(runs)
     }
@@ -133,7 +138,9 @@ impl Segments {
     fn maybe_dead(&mut self, s: u32) {
         let i = s as usize;
         if self.state[i] == SegState::Used && self.live[i] == 0 && self.ckpt[i] == 0 {
-            self.state[i] = SegState::Limbo(self.snap_started);
+            // Checkpoint blocks are released only once a newer checkpoint is durable, so they
+            // hold nothing back; dead data may still be referenced by checkpoints up to `death`.
+            self.state[i] = SegState::Limbo(self.death[i]);
             self.summaries[i] = Vec::new();
             self.limbo.push(s);
         }
@@ -170,6 +177,7 @@ impl Segments {
             let k = k.min(t.live[s]);
             t.live[s] -= k;
             t.live_total -= k as u64;
+            t.death[s] = t.snap_started;
             t.maybe_dead(s as u32);
         });
     }
@@ -210,13 +218,49 @@ impl Segments {
         self.limbo = keep;
     }
 
-    /// The used segment with the fewest live blocks and no checkpoint blocks.
+    /// The used segment with dead space and the fewest live blocks to move. Checkpoint
+    /// blocks stay where they are; they are released by the next checkpoint.
     pub fn clean_candidate(&self) -> Option<u32> {
         (0..self.state.len())
-            .filter(|&i| self.state[i] == SegState::Used && self.ckpt[i] == 0)
-            .filter(|&i| self.live[i] < self.seg_blocks)
+            .filter(|&i| self.state[i] == SegState::Used && self.live[i] > 0)
+            .filter(|&i| self.live[i] + self.ckpt[i] < self.seg_blocks)
             .min_by_key(|&i| self.live[i])
             .map(|i| i as u32)
+    }
+
+    /// Used segments that hold nothing but checkpoint blocks (the next checkpoint frees them).
+    pub fn ckpt_only_segments(&self) -> u32 {
+        (0..self.state.len())
+            .filter(|&i| self.state[i] == SegState::Used && self.live[i] == 0 && self.ckpt[i] > 0)
+            .count() as u32
+    }
+
+    /// Checks that every referenced block is accounted live in a segment that is not free or
+    /// in limbo. `refs` are (offset, blocks) of every on-disk extent.
+    pub fn check_refs(&self, refs: &[(u64, u32)]) -> Result<(), String> {
+        let mut count = vec![0u32; self.state.len()];
+        for &(off, n) in refs {
+            let Some(s) = self.seg_of(off) else {
+                return Err(format!("extent at {off} is outside the segment area"));
+            };
+            let end = self.seg_offset(s) + self.seg_blocks as u64 * BLOCK;
+            if off + n as u64 * BLOCK > end {
+                return Err(format!(
+                    "extent at {off} of {n} blocks crosses segment {s}'s end"
+                ));
+            }
+            count[s as usize] += n;
+        }
+        for (i, c) in count.iter().enumerate() {
+            let st = self.state[i];
+            if *c > self.live[i] || (*c > 0 && matches!(st, SegState::Free | SegState::Limbo(_))) {
+                return Err(format!(
+                    "segment {i} ({st:?}) holds {c} referenced blocks but {} are accounted live",
+                    self.live[i]
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Live data blocks in segment `s`.

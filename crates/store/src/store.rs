@@ -10,7 +10,7 @@ use crate::index::{ApplyOut, Dirty, Index};
 use crate::mirror::{IoCounters, IoStats, Mirror};
 use crate::segments::Segments;
 use crate::txn::{limits, CollId};
-use crate::wal::{self, Next, RecordBuf, Replayer, WalRegion};
+use crate::wal::{self, Next, Replayer, WalRegion};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -27,6 +27,9 @@ pub struct StoreConfig {
     pub wal_size: u64,
     /// Pending data that triggers a segment write. Default 1 MiB.
     pub flush_batch_bytes: u64,
+    /// Most data that may wait in memory for the flusher; commits wait beyond it, and a
+    /// transaction may carry at most this much data. Default 16 MiB.
+    pub pending_limit_bytes: u64,
     /// Longest time data waits in memory before it is written to a segment. Default 50 ms.
     pub flush_max_delay: Duration,
     /// WAL fill level (percent) that triggers a checkpoint. Default 50.
@@ -50,6 +53,7 @@ impl Default for StoreConfig {
             segment_size: 4 << 20,
             wal_size: 256 << 20,
             flush_batch_bytes: 1 << 20,
+            pending_limit_bytes: 16 << 20,
             flush_max_delay: Duration::from_millis(50),
             checkpoint_wal_percent: 50,
             checkpoint_interval: Duration::from_secs(30),
@@ -103,7 +107,8 @@ pub(crate) struct State {
     pub next_seq: u64,
     pub last_crc: u32,
     pub durable_seq: u64,
-    pub queue: Vec<RecordBuf>,
+    /// Encoded, not yet sealed records waiting for the next batch.
+    pub queue: Vec<Vec<u8>>,
     pub queue_bytes: u64,
     pub writing: bool,
     pub tail_lsn: u64,
@@ -159,6 +164,25 @@ impl Shared {
     /// Largest record the WAL accepts.
     pub fn max_record(&self) -> u64 {
         (self.wal.ring_size / 4).min(limits::TXN_BYTES as u64)
+    }
+
+    /// Most data blocks that may wait in memory for the flusher; commits wait beyond it.
+    /// Bounds memory and the inline part of a checkpoint.
+    pub fn pending_limit_blocks(&self) -> u64 {
+        self.cfg.pending_limit_bytes.max(self.cfg.flush_batch_bytes) / BLOCK_SIZE as u64
+    }
+
+    /// Free segments a checkpoint taken now needs: its index part, plus all pending data
+    /// inline (a checkpoint taken while the flusher is stuck carries it).
+    pub fn ckpt_need_segments(&self, st: &State) -> u64 {
+        let seg = st.segs.seg_blocks as u64;
+        (st.ckpt_est_blocks + st.pending_blocks).div_ceil(seg) + 1
+    }
+
+    /// Free segments the flusher leaves to a checkpoint and to the cleaner (one segment to
+    /// copy live blocks into).
+    pub fn flusher_keep_segments(&self, st: &State) -> u64 {
+        self.ckpt_need_segments(st) + 1
     }
 
     /// Bytes of the WAL ring in use.
@@ -225,7 +249,7 @@ impl Store {
                 "{n} data devices; give 1, or 2 for a mirror"
             )));
         }
-        if cfg.segment_size < 16 * BLOCK || cfg.segment_size % BLOCK != 0 {
+        if cfg.segment_size < 16 * BLOCK || !cfg.segment_size.is_multiple_of(BLOCK) {
             return Err(StoreError::Config(
                 "segment size must be a multiple of 4 KiB, at least 64 KiB".into(),
             ));
@@ -327,7 +351,17 @@ impl Store {
         );
         let mut next_id = 0;
         let (index, mut dirty, ckpt_runs) = load_checkpoint(&data, &hdr, &mut next_id)?;
-        index.for_each_disk_extent(|_, _, _, e, off| segs.add_live(off, e.nblocks));
+        index.for_each_disk_extent(|coll, obj, first, e, off| {
+            segs.add_live(off, e.nblocks);
+            if let Some(s) = segs.seg_of(off) {
+                segs.summaries[s as usize].push(crate::segments::Summary {
+                    coll,
+                    obj: obj.clone(),
+                    first_block: first,
+                    nblocks: e.nblocks,
+                });
+            }
+        });
         for &(off, n) in &ckpt_runs {
             segs.ckpt_blocks(off, n, true);
         }
@@ -352,7 +386,7 @@ impl Store {
             ckpt_wanted: false,
             shutdown: false,
             ckpt_runs: ckpt_runs.clone(),
-            ckpt_est_blocks: ckpt_runs.iter().map(|r| r.1 as u64).sum::<u64>() + 1,
+            ckpt_est_blocks: crate::maint::ckpt_estimate(&ckpt_runs),
             last_ckpt: Instant::now(),
             commits: 0,
             checkpoints: 0,
@@ -374,7 +408,12 @@ impl Store {
             wal_counters: IoCounters::default(),
             store_id: hdr.store_id,
         });
-        replay(&sh, &hdr)?;
+        let torn_tail = replay(&sh, &hdr)?;
+        if torn_tail {
+            // The log ends inside a block (a torn batch): new batches start at the next block,
+            // which the next replay could not reach. A checkpoint moves the replay point there.
+            crate::maint::flush_and_checkpoint(&sh)?;
+        }
         let maint_sh = sh.clone();
         let maint = std::thread::Builder::new()
             .name("cairn-store-maint".into())
@@ -532,6 +571,17 @@ impl Store {
         Ok(())
     }
 
+    /// Cross-checks the space accounting against the index (for tests): every block an
+    /// extent points at must be accounted live in a segment that cannot be reused.
+    #[doc(hidden)]
+    pub fn check_space_accounting(&self) -> std::result::Result<(), String> {
+        let st = self.sh.lock();
+        let mut refs = Vec::new();
+        st.index
+            .for_each_disk_extent(|_, _, _, e, off| refs.push((off, e.nblocks)));
+        st.segs.check_refs(&refs)
+    }
+
     /// The error that stopped the store, if any.
     pub fn failure(&self) -> Option<String> {
         self.sh.lock().failed.clone()
@@ -573,6 +623,7 @@ fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
         reason,
     };
     let first = read_superblock(devs.data[0].as_ref())?;
+    check_geometry(&first).map_err(|r| bad(&devs.data[0], r))?;
     for (i, d) in devs.data.iter().enumerate() {
         let sb = read_superblock(d.as_ref())?;
         if sb.role != Role::Data {
@@ -607,6 +658,7 @@ fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
     let region = match &devs.wal {
         Some(w) => {
             let sb = read_superblock(w.as_ref())?;
+            check_geometry(&sb).map_err(|r| bad(w, r))?;
             if sb.role != Role::Wal {
                 return Err(bad(
                     w,
@@ -629,6 +681,42 @@ fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
         }
     };
     Ok((first, region))
+}
+
+/// Rejects superblock geometry that does not fit the device (a checksum-valid but wrong
+/// superblock must not make the store compute nonsense offsets).
+fn check_geometry(sb: &Superblock) -> std::result::Result<(), String> {
+    let min = 16 * BLOCK;
+    if sb.wal_offset != 0
+        && (sb.wal_size < min
+            || !sb.wal_size.is_multiple_of(BLOCK)
+            || !sb.wal_offset.is_multiple_of(BLOCK))
+    {
+        return Err(format!(
+            "bad WAL region ({} bytes at {})",
+            sb.wal_size, sb.wal_offset
+        ));
+    }
+    if sb.wal_offset.saturating_add(sb.wal_size) > sb.device_size {
+        return Err("WAL region beyond the device end".into());
+    }
+    if sb.role == Role::Data {
+        let seg_ok = sb.segment_size >= min && sb.segment_size.is_multiple_of(BLOCK);
+        let end = sb
+            .segment_count
+            .checked_mul(sb.segment_size)
+            .and_then(|x| x.checked_add(sb.segment_offset));
+        if !seg_ok || sb.segment_count > u32::MAX as u64 || end.is_none_or(|e| e > sb.device_size) {
+            return Err(format!(
+                "bad segment geometry ({} segments of {} bytes at {})",
+                sb.segment_count, sb.segment_size, sb.segment_offset
+            ));
+        }
+        if sb.data_devices == 0 || sb.data_devices > 2 {
+            return Err(format!("{} data devices recorded", sb.data_devices));
+        }
+    }
+    Ok(())
 }
 
 /// Reads `len` bytes at `off` from the first device copy whose bytes pass `ok`.
@@ -670,6 +758,15 @@ fn load_checkpoint(data: &Mirror, hdr: &WalHeader, next_id: &mut u64) -> Result<
     })?;
     let root = Root::decode(&rbuf[..rlen as usize])
         .map_err(|e| StoreError::corrupt("checkpoint root", data.name(0), roff, e.0))?;
+    let limit = data.device_size();
+    if root.total_len > limit {
+        return Err(StoreError::corrupt(
+            "checkpoint root",
+            data.name(0),
+            roff,
+            "checkpoint larger than the device",
+        ));
+    }
     let mut body = Vec::with_capacity(root.total_len as usize);
     let mut runs = vec![(roff, (align_up(rlen) / BLOCK) as u32)];
     for &(off, len, crc) in &root.pieces {
@@ -695,24 +792,19 @@ fn load_checkpoint(data: &Mirror, hdr: &WalHeader, next_id: &mut u64) -> Result<
     Ok((d.index, d.dirty, runs))
 }
 
-fn replay(sh: &Shared, hdr: &WalHeader) -> Result<()> {
+/// Replays the WAL into the index; returns whether the log ends inside a block.
+fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
     let mut r = Replayer::new(&sh.wal, hdr, sh.max_record());
     let mut st = sh.lock();
-    loop {
-        match r.next()? {
-            Next::Txn(rec) => {
-                let effects = effect::decode(wal::payload(&rec), wal::HEADER_LEN).map_err(|e| {
-                    StoreError::corrupt("WAL record", sh.wal.dev.name(), r.lsn, e.0)
-                })?;
-                let mut out = ApplyOut::default();
-                let st = &mut *st;
-                for e in &effects {
-                    st.index.apply(e, &rec, &mut st.next_id, &mut out);
-                }
-                crate::commit::account(st, out);
-            }
-            Next::End => break,
+    while let Next::Txn(rec) = r.next_record()? {
+        let effects = effect::decode(wal::payload(&rec), wal::HEADER_LEN)
+            .map_err(|e| StoreError::corrupt("WAL record", sh.wal.dev.name(), r.lsn, e.0))?;
+        let mut out = ApplyOut::default();
+        let st = &mut *st;
+        for e in &effects {
+            st.index.apply(e, &rec, &mut st.next_id, &mut out);
         }
+        crate::commit::account(st, out);
     }
     if r.corruption_follows()? {
         return Err(StoreError::corrupt(
@@ -730,5 +822,5 @@ fn replay(sh: &Shared, hdr: &WalHeader) -> Result<()> {
     st.last_crc = r.last_crc;
     st.durable_seq = r.next_seq - 1;
     st.tail_lsn = align_up(r.lsn);
-    Ok(())
+    Ok(!r.lsn.is_multiple_of(BLOCK))
 }

@@ -5,6 +5,8 @@
 //! the end of the ring, a WRAP record sends readers back to ring offset 0. Every record carries
 //! its sequence number and the crc of the record before it, so replay stops at the first record
 //! that is torn, stale (from an earlier lap or an earlier incarnation) or out of sequence.
+//! Records are chained and sealed when their batch is laid out; the first record of each batch
+//! carries [`FLAG_FIRST_IN_BATCH`], which lets open tell a torn tail from mid-log damage.
 //! Format details: `docs/format/store.md`.
 
 use crate::device::{align_up, AlignedBuf, BlockDevice, BLOCK_SIZE};
@@ -23,6 +25,8 @@ pub const RECORD_VERSION: u8 = 1;
 pub const KIND_TXN: u8 = 1;
 pub const KIND_PAD: u8 = 2;
 pub const KIND_WRAP: u8 = 3;
+/// Flag of the first record of a batch.
+pub const FLAG_FIRST_IN_BATCH: u16 = 1;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -48,11 +52,19 @@ pub fn seal_record(rec: &mut [u8]) -> u32 {
     crc
 }
 
+/// Sets the chaining fields of an encoded record and seals it; returns its crc.
+pub fn chain_and_seal(rec: &mut [u8], prev_crc: u32, flags: u16) -> u32 {
+    rec[10..12].copy_from_slice(&flags.to_le_bytes());
+    rec[24..28].copy_from_slice(&prev_crc.to_le_bytes());
+    seal_record(rec)
+}
+
 /// A record header as found on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
     pub crc: u32,
     pub kind: u8,
+    pub flags: u16,
     pub len: u32,
     pub seq: u64,
     pub prev_crc: u32,
@@ -76,6 +88,7 @@ pub fn parse_header(b: &[u8]) -> Option<RecordHeader> {
     Some(RecordHeader {
         crc: u32_at(0),
         kind,
+        flags: u16::from_le_bytes([b[10], b[11]]),
         len: u32_at(12),
         seq: u64::from_le_bytes(seq),
         prev_crc: u32_at(24),
@@ -156,14 +169,16 @@ impl WalRegion {
     }
 }
 
-/// Lays out one group-commit batch. Returns the buffer to write, the lsn to write it at, and
-/// an optional WRAP block to write first at `wrap.1`.
+/// One group-commit batch laid out for writing: an optional WRAP block to write first at
+/// `wrap.1`, then `buf` at `lsn`.
 pub struct BatchLayout {
     pub wrap: Option<(AlignedBuf, u64)>,
     pub buf: AlignedBuf,
     pub lsn: u64,
     /// Log position just past the batch (block aligned).
     pub end_lsn: u64,
+    /// crc of the batch's last transaction record.
+    pub last_crc: u32,
 }
 
 /// Bytes of ring a batch of `len` record bytes needs at `tail`, including a wrap skip.
@@ -177,56 +192,48 @@ pub fn batch_footprint(region: &WalRegion, tail: u64, len: u64) -> u64 {
     }
 }
 
-/// Lays `records` out at `tail` (block aligned), chaining PAD/WRAP records to `last_crc` and
-/// `next_seq` (the sequence number after the batch's last record).
+/// Lays unsealed `records` (sequence numbers `first_seq`..) out at block-aligned `tail`,
+/// chaining them to `prev_crc` and sealing them, then pads the batch to a block boundary with a
+/// PAD record (there is always room for one: the padding is at least a header long).
 pub fn layout_batch(
     region: &WalRegion,
     tail: u64,
-    records: &[RecordBuf],
-    next_seq: u64,
-    last_crc: u32,
+    records: &[Vec<u8>],
+    first_seq: u64,
+    prev_crc: u32,
 ) -> BatchLayout {
     let len: usize = records.iter().map(|r| r.len()).sum();
     let padded = align_up((len + HEADER_LEN) as u64) as usize;
     let mut lsn = tail;
     let mut wrap = None;
     if padded as u64 > region.until_ring_end(tail) {
-        let first_seq = next_seq - records.len() as u64;
-        let prev = if records.is_empty() {
-            last_crc
-        } else {
-            prev_crc_of(&records[0])
-        };
         let mut w = Vec::with_capacity(BLOCK_SIZE);
-        record_header(&mut w, KIND_WRAP, first_seq, prev);
+        record_header(&mut w, KIND_WRAP, first_seq, prev_crc);
         seal_record(&mut w);
         wrap = Some((AlignedBuf::from_slice(&w), tail));
         lsn = tail + region.until_ring_end(tail);
     }
     let mut buf = AlignedBuf::zeroed(padded);
-    let mut pos = 0;
-    for r in records {
-        buf[pos..pos + r.len()].copy_from_slice(r);
+    let (mut pos, mut crc) = (0, prev_crc);
+    for (i, r) in records.iter().enumerate() {
+        let rec = &mut buf[pos..pos + r.len()];
+        rec.copy_from_slice(r);
+        let flags = if i == 0 { FLAG_FIRST_IN_BATCH } else { 0 };
+        crc = chain_and_seal(rec, crc, flags);
         pos += r.len();
     }
-    let gap = padded - pos;
-    if gap >= HEADER_LEN {
-        let mut p = Vec::with_capacity(gap);
-        record_header(&mut p, KIND_PAD, next_seq, last_crc);
-        p.resize(gap, 0);
-        seal_record(&mut p);
-        buf[pos..].copy_from_slice(&p);
-    }
+    let mut p = Vec::with_capacity(padded - pos);
+    record_header(&mut p, KIND_PAD, first_seq + records.len() as u64, crc);
+    p.resize(padded - pos, 0);
+    seal_record(&mut p);
+    buf[pos..].copy_from_slice(&p);
     BatchLayout {
         wrap,
         buf,
         lsn,
         end_lsn: lsn + padded as u64,
+        last_crc: crc,
     }
-}
-
-fn prev_crc_of(rec: &[u8]) -> u32 {
-    u32::from_le_bytes([rec[24], rec[25], rec[26], rec[27]])
 }
 
 /// Reads records forward from a replay point.
@@ -291,29 +298,19 @@ impl<'a> Replayer<'a> {
 
     /// Reads the record at the current position without checking chaining.
     fn peek(&mut self) -> Result<Option<(RecordHeader, Vec<u8>)>> {
-        let room = self.region.until_ring_end(self.lsn);
-        let in_block = BLOCK - self.lsn % BLOCK;
-        if in_block < HEADER_LEN as u64 || room < HEADER_LEN as u64 {
-            self.lsn += in_block.min(room);
-            if self.lsn % self.region.ring_size == 0 || in_block < HEADER_LEN as u64 {
-                return Ok(Some((
-                    RecordHeader {
-                        crc: 0,
-                        kind: 0,
-                        len: 0,
-                        seq: 0,
-                        prev_crc: 0,
-                    },
-                    Vec::new(),
-                )));
-            }
+        self.peek_at(self.lsn)
+    }
+
+    fn peek_at(&mut self, lsn: u64) -> Result<Option<(RecordHeader, Vec<u8>)>> {
+        if self.region.until_ring_end(lsn) < HEADER_LEN as u64 {
+            return Ok(None);
         }
-        let off = self.lsn % self.region.ring_size;
+        let off = lsn % self.region.ring_size;
         let Some(h) = parse_header(self.read(off, HEADER_LEN as u64)?) else {
             return Ok(None);
         };
         let total = HEADER_LEN as u64 + h.len as u64;
-        if h.len as u64 > self.max_record || total > self.region.until_ring_end(self.lsn) {
+        if h.len as u64 > self.max_record || total > self.region.until_ring_end(lsn) {
             return Ok(None);
         }
         let bytes = self.read(off, total)?.to_vec();
@@ -321,14 +318,11 @@ impl<'a> Replayer<'a> {
     }
 
     /// Advances to the next valid transaction record, or reports the end of the log.
-    pub fn next(&mut self) -> Result<Next> {
+    pub fn next_record(&mut self) -> Result<Next> {
         loop {
             let Some((h, bytes)) = self.peek()? else {
                 return Ok(Next::End);
             };
-            if h.kind == 0 {
-                continue; // skipped a tail gap too small for a header
-            }
             let valid = crc32c::crc32c(&bytes[4..]) == h.crc
                 && h.seq == self.next_seq
                 && h.prev_crc == self.last_crc;
@@ -342,59 +336,35 @@ impl<'a> Replayer<'a> {
                     self.last_crc = h.crc;
                     return Ok(Next::Txn(Arc::new(bytes)));
                 }
-                KIND_PAD => self.lsn = align_up(self.lsn + 1),
+                KIND_PAD => self.lsn += bytes.len() as u64,
                 _ => self.lsn += self.region.until_ring_end(self.lsn),
             }
         }
     }
 
-    /// After [`Next::End`]: whether valid records of a *later* batch follow the bad record,
-    /// which means the bad record was durable once and has been corrupted since (a torn
-    /// write only ever hits the last batch).
+    /// After [`Next::End`]: whether a later batch follows the end point. Batches are written
+    /// one after the other, each only once the one before is durable, so a later batch means
+    /// the end point was durable once and has been damaged since (a torn write only ever hits
+    /// the last batch). Looks at block boundaries up to one ring ahead for the first record of
+    /// a batch with a higher sequence number and a valid crc.
     pub fn corruption_follows(&mut self) -> Result<bool> {
-        let Some((h, bytes)) = self.peek()? else {
-            return Ok(false);
-        };
-        if h.kind != KIND_TXN || h.seq != self.next_seq {
-            return Ok(false);
+        let start = align_up(self.lsn + 1);
+        let mut lsn = start;
+        while lsn < self.lsn + self.region.ring_size {
+            if let Some((h, b)) = self.peek_at(lsn)? {
+                // Records of earlier laps carry lower sequence numbers.
+                let later = h.seq >= self.next_seq && h.seq - self.next_seq < 1 << 40;
+                if h.kind == KIND_TXN
+                    && h.flags & FLAG_FIRST_IN_BATCH != 0
+                    && later
+                    && crc32c::crc32c(&b[4..]) == h.crc
+                {
+                    return Ok(true);
+                }
+            }
+            lsn += BLOCK;
         }
-        let (mut lsn, mut seq, mut crc) = (self.lsn + bytes.len() as u64, h.seq + 1, h.crc);
-        let save = (self.lsn, self.next_seq, self.last_crc);
-        let mut crossed_batch = false;
-        let mut found = false;
-        for _ in 0..4096 {
-            self.lsn = lsn;
-            let Some((h, b)) = self.peek()? else { break };
-            if h.kind == 0 {
-                lsn = self.lsn;
-                crossed_batch = true;
-                continue;
-            }
-            if crc32c::crc32c(&b[4..]) != h.crc || h.seq != seq || h.prev_crc != crc {
-                break;
-            }
-            match h.kind {
-                KIND_TXN => {
-                    if crossed_batch {
-                        found = true;
-                        break;
-                    }
-                    lsn = self.lsn + b.len() as u64;
-                    seq += 1;
-                    crc = h.crc;
-                }
-                KIND_PAD => {
-                    lsn = align_up(self.lsn + 1);
-                    crossed_batch = true;
-                }
-                _ => {
-                    lsn = self.lsn + self.region.until_ring_end(self.lsn);
-                    crossed_batch = true;
-                }
-            }
-        }
-        (self.lsn, self.next_seq, self.last_crc) = save;
-        Ok(found)
+        Ok(false)
     }
 }
 
@@ -408,21 +378,33 @@ mod tests {
     use super::*;
     use crate::device::MemDevice;
 
-    fn rec(seq: u64, prev: u32, body: &[u8]) -> (RecordBuf, u32) {
+    fn rec(seq: u64, body: &[u8]) -> Vec<u8> {
         let mut v = Vec::new();
-        record_header(&mut v, KIND_TXN, seq, prev);
+        record_header(&mut v, KIND_TXN, seq, 0);
         v.extend_from_slice(body);
-        let c = seal_record(&mut v);
-        (Arc::new(v), c)
+        v
     }
 
-    fn write_batch(region: &WalRegion, tail: u64, recs: &[RecordBuf], next: u64, crc: u32) -> u64 {
-        let b = layout_batch(region, tail, recs, next, crc);
+    /// Writes a batch; returns (end lsn, last crc, the sealed records as written).
+    fn write_batch(
+        region: &WalRegion,
+        tail: u64,
+        recs: &[Vec<u8>],
+        first: u64,
+        crc: u32,
+    ) -> (u64, u32, Vec<Vec<u8>>) {
+        let b = layout_batch(region, tail, recs, first, crc);
         if let Some((w, l)) = &b.wrap {
             region.write_at_lsn(w, *l).unwrap();
         }
         region.write_at_lsn(&b.buf, b.lsn).unwrap();
-        b.end_lsn
+        let mut sealed = Vec::new();
+        let mut pos = 0;
+        for r in recs {
+            sealed.push(b.buf[pos..pos + r.len()].to_vec());
+            pos += r.len();
+        }
+        (b.end_lsn, b.last_crc, sealed)
     }
 
     #[test]
@@ -430,39 +412,88 @@ mod tests {
         let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("wal", 9 * 4096));
         // A ring of 7 blocks: batches of 2 blocks wrap after the third batch.
         let region = WalRegion::new(dev, 0, 9 * 4096);
+        let (mut tail, mut crc, mut seq) = (0u64, 0u32, 1u64);
+        let mut all = Vec::new();
+        let mut crc_before_third = 0;
+        for round in 0..5 {
+            let recs: Vec<Vec<u8>> = (0..2)
+                .map(|i| rec(seq + i, &vec![round as u8; 3000]))
+                .collect();
+            if round == 2 {
+                crc_before_third = crc;
+            }
+            let (t, c, sealed) = write_batch(&region, tail, &recs, seq, crc);
+            (tail, crc) = (t, c);
+            all.extend(sealed);
+            seq += 2;
+        }
+        assert!(tail > region.ring_size, "the test must wrap");
+        // Replay from the start of the third batch (the first two are overwritten).
+        let h = WalHeader {
+            replay_seq: 5,
+            replay_lsn: 16384,
+            replay_prev_crc: crc_before_third,
+            ..Default::default()
+        };
+        let mut r = Replayer::new(&region, &h, 1 << 20);
+        let mut got = Vec::new();
+        while let Next::Txn(b) = r.next_record().unwrap() {
+            got.push(b.to_vec());
+        }
+        assert_eq!(got.len(), 6);
+        assert_eq!(got, all[4..].to_vec());
+        assert!(!r.corruption_follows().unwrap());
+        assert_eq!(r.next_seq, 11);
+    }
+
+    #[test]
+    fn records_near_block_ends_replay_and_damage_before_a_later_batch_is_detected() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("wal", 64 * 4096));
+        let region = WalRegion::new(dev.clone(), 0, 64 * 4096);
+        let (mut tail, mut crc) = (0u64, 0u32);
+        // Sizes that make records start in the last bytes of a block.
+        let sizes = [4070 - HEADER_LEN, 20, 4090, 1, 8000, 4064];
+        for (i, n) in sizes.iter().enumerate() {
+            let s = 2 * i as u64 + 1;
+            let recs = vec![rec(s, &vec![1; *n]), rec(s + 1, &[2; 7])];
+            (tail, crc, _) = write_batch(&region, tail, &recs, s, crc);
+        }
         let h = WalHeader {
             replay_seq: 1,
             ..Default::default()
         };
-        let (mut tail, mut crc, mut seq) = (0u64, 0u32, 1u64);
-        let mut all = Vec::new();
-        for round in 0..5 {
-            let mut recs = Vec::new();
-            for _ in 0..2 {
-                let (r, c) = rec(seq, crc, &vec![round as u8; 3000]);
-                recs.push(r.clone());
-                all.push(r);
-                crc = c;
-                seq += 1;
-            }
-            tail = write_batch(&region, tail, &recs, seq, crc);
-        }
-        assert!(tail > region.ring_size, "the test must wrap");
-        // Replay from the start of the third batch (the first two are overwritten).
-        let start = &all[4];
-        let h = WalHeader {
-            replay_seq: 5,
-            replay_lsn: 16384,
-            replay_prev_crc: prev_crc_of(start),
-            ..h
-        };
         let mut r = Replayer::new(&region, &h, 1 << 20);
-        let mut got = Vec::new();
-        while let Next::Txn(b) = r.next().unwrap() {
-            got.push(b);
+        let mut n = 0;
+        while let Next::Txn(_) = r.next_record().unwrap() {
+            n += 1;
         }
-        assert_eq!(got.len(), 6);
-        assert_eq!(got, all[4..].to_vec());
+        assert_eq!(n, 12);
+        assert_eq!(r.lsn, tail);
+        assert!(!r.corruption_follows().unwrap());
+        // Damage the second batch (one block at ring offset 8192: records of 52 and 39 bytes,
+        // then the PAD): a later batch exists, so it is corruption, not a torn tail.
+        let second = 2 * 4096 + 2 * 4096;
+        for (at, stops_at) in [(40, 3), (200, 5)] {
+            let mut b = AlignedBuf::zeroed(4096);
+            region.dev.read_at(&mut b, second).unwrap();
+            b[at] ^= 1;
+            region.dev.write_at(&b, second).unwrap();
+            let mut r = Replayer::new(&region, &h, 1 << 20);
+            while let Next::Txn(_) = r.next_record().unwrap() {}
+            assert_eq!(r.next_seq, stops_at);
+            assert!(r.corruption_follows().unwrap());
+            b[at] ^= 1;
+            region.dev.write_at(&b, second).unwrap();
+        }
+        // Damage in the last batch looks like a torn write: replay just ends there.
+        let last = 2 * 4096 + tail - 8192;
+        let mut b = AlignedBuf::zeroed(4096);
+        region.dev.read_at(&mut b, last).unwrap();
+        b[40] ^= 1;
+        region.dev.write_at(&b, last).unwrap();
+        let mut r = Replayer::new(&region, &h, 1 << 20);
+        while let Next::Txn(_) = r.next_record().unwrap() {}
         assert_eq!(r.next_seq, 11);
+        assert!(!r.corruption_follows().unwrap());
     }
 }

@@ -1,0 +1,359 @@
+//! Runs the real `cairn` binary against files in temporary directories.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+fn cairn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .expect("run the cairn binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Asserts success and returns stdout.
+fn ok(args: &[&str]) -> String {
+    let o = cairn(args);
+    assert!(
+        o.status.success(),
+        "cairn {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+}
+
+/// Asserts the exit code and returns stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let o = cairn(args);
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "cairn {args:?}: expected exit {code}\nstdout: {}\nstderr: {}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    text(&o.stderr)
+}
+
+/// A runtime error is one line on stderr, prefixed, naming what failed.
+fn assert_one_line_error(stderr: &str, must_contain: &str) {
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected a one-line error, got:\n{stderr}");
+    assert!(lines[0].starts_with("cairn: error: "), "{stderr}");
+    assert!(
+        lines[0].contains(must_contain),
+        "error should mention {must_contain:?}: {stderr}"
+    );
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("cairn-cli-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn file(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+#[test]
+fn mkfs_info_scrub_with_wal_on_the_data_device() {
+    let t = TempDir::new("single");
+    let d = t.file("data");
+    let out = ok(&[
+        "store",
+        "mkfs",
+        "--data",
+        &d,
+        "--size",
+        "64M",
+        "--wal-size",
+        "16M",
+    ]);
+    assert!(out.contains("formatted store"), "{out}");
+    let info = ok(&["store", "info", "--data", &d]);
+    assert!(info.contains("collections:  0"), "{info}");
+    let scrub = ok(&["store", "scrub", "--data", &d]);
+    assert!(scrub.contains("no issues"), "{scrub}");
+}
+
+#[test]
+fn mkfs_info_scrub_mirror_with_separate_wal() {
+    let t = TempDir::new("mirror");
+    let (a, b, w) = (t.file("a"), t.file("b"), t.file("wal"));
+    let devs = ["--data", &a, "--data", &b, "--wal", &w];
+    let mkfs: Vec<&str> = ["store", "mkfs"]
+        .into_iter()
+        .chain(devs)
+        .chain(["--size", "64M", "--wal-size", "16M", "--segment-size", "1M"])
+        .collect();
+    ok(&mkfs);
+    let info: Vec<&str> = ["store", "info", "--json"]
+        .into_iter()
+        .chain(devs)
+        .collect();
+    let v = json(&ok(&info));
+    assert_eq!(v["data_devices"], 2);
+    assert_eq!(v["collections"], 0);
+    assert_eq!(v["segment_size"], 1 << 20);
+    assert!(v["segments_free"].as_u64().unwrap() > 0);
+    let scrub: Vec<&str> = ["store", "scrub", "--json"]
+        .into_iter()
+        .chain(devs)
+        .collect();
+    let v = json(&ok(&scrub));
+    assert_eq!(v["issues"].as_array().unwrap().len(), 0);
+
+    // Formatting over a store needs --force.
+    let e = fails(&mkfs, 1);
+    assert_one_line_error(&e, "already holds a Cairn store");
+    let forced: Vec<&str> = mkfs.iter().copied().chain(["--force"]).collect();
+    ok(&forced);
+
+    // Devices of a mirror given in the wrong order.
+    let e = fails(
+        &["store", "info", "--data", &b, "--data", &a, "--wal", &w],
+        1,
+    );
+    assert_one_line_error(&e, "data device 1 of 2");
+    // The WAL missing.
+    let e = fails(&["store", "info", "--data", &a, "--data", &b], 1);
+    assert_one_line_error(&e, "separate WAL device");
+}
+
+/// Finds every occurrence of `pat` in the file and flips a bit of it.
+fn damage(path: &Path, pat: &[u8]) -> usize {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut hits = Vec::new();
+    let mut i = 0;
+    while i + pat.len() <= bytes.len() {
+        if &bytes[i..i + pat.len()] == pat {
+            hits.push(i);
+            i += pat.len();
+        } else {
+            i += 1;
+        }
+    }
+    for &h in &hits {
+        bytes[h + 100] ^= 0x10;
+    }
+    std::fs::write(path, bytes).unwrap();
+    hits.len()
+}
+
+#[test]
+fn scrub_reports_damaged_blocks_and_exits_3() {
+    use cairn_store::{BlockDevice, Devices, FileDevice, Store, StoreConfig, Transaction};
+    let t = TempDir::new("scrub");
+    let (d, w) = (t.file("data"), t.file("wal"));
+    ok(&[
+        "store",
+        "mkfs",
+        "--data",
+        &d,
+        "--wal",
+        &w,
+        "--size",
+        "64M",
+        "--wal-size",
+        "16M",
+    ]);
+    let mut block = vec![0u8; 4096];
+    for (i, b) in block.iter_mut().enumerate() {
+        *b = (i * 7 % 251) as u8;
+    }
+    block[..16].copy_from_slice(b"cairn-cli-test!!");
+    {
+        let data: Arc<dyn BlockDevice> =
+            Arc::new(FileDevice::open(Path::new(&d), 0, "data0").unwrap());
+        let wal: Arc<dyn BlockDevice> =
+            Arc::new(FileDevice::open(Path::new(&w), 0, "wal").unwrap());
+        let devs = Devices {
+            data: vec![data],
+            wal: Some(wal),
+        };
+        let s = Store::open(&devs, StoreConfig::default()).unwrap();
+        let mut txn = Transaction::new();
+        txn.create_collection(7)
+            .write(7, b"victim", 8192, &block)
+            .write(7, b"bystander", 0, &[1u8; 4096]);
+        s.commit(&txn).unwrap();
+        s.close().unwrap();
+    }
+    let v = json(&ok(&["store", "info", "--json", "--data", &d, "--wal", &w]));
+    assert_eq!(v["collections"], 1);
+    assert_eq!(v["objects"], 2);
+    assert!(damage(Path::new(&d), &block[..64]) >= 1);
+    let o = cairn(&["store", "scrub", "--data", &d, "--wal", &w]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("\"victim\"") && out.contains("block 2"),
+        "{out}"
+    );
+    assert!(!out.contains("bystander"), "{out}");
+}
+
+#[test]
+fn wrong_arguments_give_clear_errors() {
+    let t = TempDir::new("errors");
+    let missing = t.file("missing");
+    // Usage errors (clap): exit 2 and name the problem.
+    let e = fails(&["store", "info"], 2);
+    assert!(e.contains("--data"), "{e}");
+    let e = fails(&["store", "mkfs", "--data", &missing, "--size", "12abc"], 2);
+    assert!(e.contains("not a size"), "{e}");
+    let e = fails(&["bench", "store", "--json", "--data-dir", &missing], 2);
+    assert!(e.contains("--wal-dir"), "{e}");
+    let e = fails(
+        &[
+            "bench",
+            "store",
+            "--wal-dir",
+            &missing,
+            "--data-dir",
+            &missing,
+            "--seconds",
+            "0",
+        ],
+        2,
+    );
+    assert!(e.contains("seconds"), "{e}");
+    let e = fails(&["store", "frobnicate"], 2);
+    assert!(e.contains("frobnicate"), "{e}");
+
+    // Runtime errors: exit 1, one line, naming the path.
+    let e = fails(&["store", "info", "--data", &missing], 1);
+    assert_one_line_error(&e, &missing);
+    assert!(!Path::new(&missing).exists(), "info must not create files");
+    let e = fails(&["store", "mkfs", "--data", &missing], 1);
+    assert_one_line_error(&e, "--size");
+    let zeros = t.file("zeros");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    let e = fails(&["store", "scrub", "--data", &zeros], 1);
+    assert_one_line_error(&e, "not formatted");
+    let e = fails(&["store", "mkfs", "--data", &zeros, "--size", "1M"], 1);
+    assert_one_line_error(&e, "segments");
+    let e = fails(
+        &[
+            "store", "info", "--data", &zeros, "--data", &zeros, "--data", &zeros,
+        ],
+        1,
+    );
+    assert_one_line_error(&e, "3 data devices");
+    let e = fails(
+        &[
+            "bench",
+            "store",
+            "--wal-dir",
+            &missing,
+            "--data-dir",
+            &missing,
+            "--only",
+            "nope",
+        ],
+        1,
+    );
+    assert_one_line_error(&e, "randwrite-4k-qd1");
+}
+
+#[test]
+fn bench_store_smoke() {
+    let t = TempDir::new("bench");
+    let (w, d) = (t.file("wal"), t.file("data"));
+    let o = cairn(&[
+        "bench",
+        "store",
+        "--json",
+        "--wal-dir",
+        &w,
+        "--data-dir",
+        &d,
+        "--seconds",
+        "0.5",
+        "--working-set",
+        "8M",
+        "--wal-size",
+        "32M",
+        "--data-size",
+        "256M",
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "bench failed:\n{err}");
+    let v = json(&out);
+    let names: Vec<&str> = v["workloads"]
+        .as_array()
+        .expect("a workloads array")
+        .iter()
+        .map(|w| w["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "randwrite-4k-qd1",
+            "randwrite-4k-qd32",
+            "randread-4k-qd1",
+            "randread-4k-qd32",
+            "mix70-4k-qd32-separated",
+            "mix70-4k-qd32-unseparated"
+        ]
+    );
+    for w in v["workloads"].as_array().unwrap() {
+        let name = w["name"].as_str().unwrap();
+        for f in [
+            "iops",
+            "dev_writes",
+            "dev_write_mean_bytes",
+            "dev_read_bytes",
+            "baseline_iops",
+            "ratio_to_baseline",
+            "lat_p50_ratio_to_baseline",
+        ] {
+            assert!(w[f].is_number(), "{name}: {f} missing in {w}");
+        }
+        for q in ["p50", "p99", "p999"] {
+            assert!(w["lat_us"][q].is_number(), "{name}: lat_us.{q} missing");
+        }
+        assert!(w["baseline_lat_us"]["p50"].is_number(), "{name}");
+        assert!(w["iops"].as_f64().unwrap() > 0.0, "{name}: iops");
+        assert!(
+            w["baseline_iops"].as_f64().unwrap() > 0.0,
+            "{name}: baseline_iops"
+        );
+        if name.starts_with("mix70") {
+            assert!(w["read_lat_us"]["p50"].is_number(), "{name}");
+            assert!(w["read_lat_us"]["p99"].is_number(), "{name}");
+            assert!(w["dev_flushes"].is_number(), "{name}");
+        }
+    }
+    assert_eq!(
+        err.lines().filter(|l| l.contains("IOPS")).count(),
+        6,
+        "{err}"
+    );
+    // The benchmark removes its files.
+    for dir in [&w, &d] {
+        let left: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
+        assert!(left.is_empty(), "{dir} still holds {left:?}");
+    }
+}

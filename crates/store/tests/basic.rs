@@ -1,0 +1,299 @@
+//! Functional tests of the store API on in-memory and file devices.
+
+mod common;
+
+use cairn_store::{Devices, FileDevice, Store, StoreError, Transaction};
+use common::{small_cfg, MemDevs};
+use std::sync::Arc;
+
+#[test]
+fn write_read_all_ops_and_reopen() {
+    let devs = MemDevs::new(1, 8 << 20, None);
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(1)
+        .write(1, b"a", 0, &[1u8; 10_000])
+        .write(1, b"a", 5, b"hello")
+        .set_attr(1, b"a", b"color", b"blue")
+        .kv_set(1, b"log.0001", b"entry1")
+        .kv_set(1, b"log.0002", b"entry2")
+        .kv_set(1, b"info", b"x")
+        .touch(1, b"empty");
+    s.commit(&t).unwrap();
+    let check = |s: &Store| {
+        let a = s.read(1, b"a", 0, 20_000).unwrap();
+        assert_eq!(a.len(), 10_000);
+        assert_eq!(&a[..5], &[1; 5]);
+        assert_eq!(&a[5..10], b"hello");
+        assert_eq!(&a[10..], &[1u8; 9990][..]);
+        assert_eq!(s.get_attr(1, b"a", b"color").unwrap().unwrap(), b"blue");
+        let log = s.kv_range(1, b"log.", Some(b"log/"), 10).unwrap();
+        assert_eq!(log.len(), 2);
+        assert_eq!(s.stat(1, b"empty").unwrap().size, 0);
+        assert_eq!(
+            s.list_objects(1, None, 10).unwrap(),
+            vec![b"a".to_vec(), b"empty".to_vec()]
+        );
+        assert_eq!(
+            s.list_objects(1, Some(b"a"), 10).unwrap(),
+            vec![b"empty".to_vec()]
+        );
+    };
+    check(&s);
+    drop(s); // no clean shutdown: the WAL is replayed
+    let s = Store::open(&devs.devices(), small_cfg()).unwrap();
+    check(&s);
+    s.checkpoint().unwrap();
+    s.close().unwrap();
+    let s = Store::open(&devs.devices(), small_cfg()).unwrap();
+    check(&s);
+    assert!(s.scrub().issues.is_empty());
+}
+
+#[test]
+fn zero_truncate_remove_and_kv_range_removal() {
+    let devs = MemDevs::new(1, 8 << 20, None);
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(7).write(7, b"o", 0, &[9u8; 5 * 4096]);
+    for i in 0..10u8 {
+        t.kv_set(7, &[b'k', i], &[i]);
+    }
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap(); // the data is now on the data device
+    let mut t = Transaction::new();
+    t.zero(7, b"o", 100, 2 * 4096)
+        .truncate(7, b"o", 4 * 4096 + 10)
+        .kv_rm_range(7, &[b'k', 2], &[b'k', 8]);
+    s.commit(&t).unwrap();
+    let d = s.read(7, b"o", 0, u64::MAX).unwrap();
+    assert_eq!(d.len(), 4 * 4096 + 10);
+    assert!(d[..100].iter().all(|&b| b == 9));
+    assert!(d[100..100 + 2 * 4096].iter().all(|&b| b == 0));
+    assert!(d[100 + 2 * 4096..].iter().all(|&b| b == 9));
+    // Extending after a truncate reads zeros in the gap, not old bytes.
+    let mut t = Transaction::new();
+    t.truncate(7, b"o", 10).write(7, b"o", 8000, b"z");
+    s.commit(&t).unwrap();
+    let d = s.read(7, b"o", 0, u64::MAX).unwrap();
+    assert_eq!(d.len(), 8001);
+    assert!(d[..10].iter().all(|&b| b == 9) && d[10..8000].iter().all(|&b| b == 0));
+    assert_eq!(s.kv_range(7, b"", None, 100).unwrap().len(), 4);
+    let mut t = Transaction::new();
+    t.remove(7, b"o");
+    s.commit(&t).unwrap();
+    assert!(matches!(
+        s.read(7, b"o", 0, 1),
+        Err(StoreError::NoObject { .. })
+    ));
+    let mut t = Transaction::new();
+    t.remove_collection(7);
+    s.commit(&t).unwrap();
+    assert!(!s.collection_exists(7));
+}
+
+#[test]
+fn failed_transaction_applies_nothing() {
+    let devs = MemDevs::new(1, 8 << 20, None);
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(1).write(1, b"x", 0, b"before");
+    s.commit(&t).unwrap();
+    let mut t = Transaction::new();
+    t.write(1, b"x", 0, b"after!")
+        .write(2, b"y", 0, b"no such collection");
+    assert!(matches!(s.commit(&t), Err(StoreError::NoCollection(2))));
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    assert!(matches!(s.commit(&t), Err(StoreError::CollectionExists(1))));
+    let mut t = Transaction::new();
+    t.write(1, &[b'n'; 2000], 0, b"name too long");
+    assert!(matches!(s.commit(&t), Err(StoreError::TooLarge { .. })));
+    let mut t = Transaction::new();
+    t.write(1, b"x", u64::MAX - 1, b"overflow");
+    assert!(matches!(s.commit(&t), Err(StoreError::TooLarge { .. })));
+    assert_eq!(s.read(1, b"x", 0, 100).unwrap(), b"before");
+}
+
+#[test]
+fn full_device_is_enospc_and_space_comes_back() {
+    let devs = MemDevs::new(1, 4 << 20, None);
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    s.commit(&t).unwrap();
+    let chunk = vec![7u8; 64 * 1024];
+    let mut written = 0;
+    let err = loop {
+        let mut t = Transaction::new();
+        t.write(1, format!("o{written}").as_bytes(), 0, &chunk);
+        match s.commit(&t) {
+            Ok(_) => written += 1,
+            Err(e) => break e,
+        }
+        s.check_space_accounting().unwrap();
+        assert!(written < 1000, "the device never filled up");
+    };
+    assert!(matches!(err, StoreError::NoSpace { .. }), "{err}");
+    assert!(written > 10);
+    // Everything acknowledged is intact, after a restart too.
+    for i in 0..written {
+        assert_eq!(
+            s.read(1, format!("o{i}").as_bytes(), 0, 1 << 20).unwrap(),
+            chunk,
+            "object {i}"
+        );
+    }
+    drop(s);
+    let s = Store::open(&devs.devices(), small_cfg()).unwrap();
+    for i in 0..written {
+        assert_eq!(
+            s.read(1, format!("o{i}").as_bytes(), 0, 1 << 20).unwrap(),
+            chunk,
+            "object {i}"
+        );
+    }
+    // Removing data makes room again (after the cleaner and a checkpoint).
+    let mut t = Transaction::new();
+    for i in 0..written / 2 {
+        t.remove(1, format!("o{i}").as_bytes());
+    }
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    s.checkpoint().unwrap();
+    let mut t = Transaction::new();
+    t.write(1, b"again", 0, &chunk);
+    s.commit(&t).unwrap();
+    assert!(s.scrub().issues.is_empty());
+}
+
+#[test]
+fn overwrites_are_cleaned_and_data_survives() {
+    let devs = MemDevs::new(1, 4 << 20, None);
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    s.commit(&t).unwrap();
+    let mut rng = common::Rng(42);
+    let mut model = vec![vec![0u8; 256 * 1024]; 6];
+    // Random 4 KiB writes over a 1.5 MiB working set on a ~3 MiB segment area, ~10x over.
+    for i in 0..10 * 6 * 64 {
+        let o = rng.below(6) as usize;
+        let data = vec![(i % 251) as u8; 4096];
+        let off = (rng.below(64) * 4096) as usize;
+        model[o][off..off + data.len()].copy_from_slice(&data);
+        let mut t = Transaction::new();
+        t.write(1, format!("o{o}").as_bytes(), off as u64, &data);
+        s.commit(&t).unwrap();
+        s.check_space_accounting().unwrap();
+    }
+    let st = s.stats();
+    assert!(st.segments_cleaned > 0, "the cleaner never ran: {st:?}");
+    for (o, m) in model.iter().enumerate() {
+        let got = s
+            .read(1, format!("o{o}").as_bytes(), 0, m.len() as u64)
+            .unwrap();
+        assert!(got == m[..got.len()], "object {o} differs");
+    }
+    drop(s);
+    let s = Store::open(&devs.devices(), small_cfg()).unwrap();
+    for (o, m) in model.iter().enumerate() {
+        let got = s
+            .read(1, format!("o{o}").as_bytes(), 0, m.len() as u64)
+            .unwrap();
+        assert!(got == m[..got.len()], "object {o} differs after reopen");
+    }
+    assert!(s.scrub().issues.is_empty());
+}
+
+#[test]
+fn wrong_devices_are_refused_with_clear_errors() {
+    let a = MemDevs::new(1, 4 << 20, None);
+    let b = MemDevs::new(1, 4 << 20, None);
+    Store::mkfs(&a.devices(), &small_cfg()).unwrap();
+    let blank = MemDevs::new(1, 4 << 20, None);
+    let e = Store::open(&blank.devices(), small_cfg()).err().unwrap();
+    assert!(e.to_string().contains("bad magic"), "{e}");
+    Store::mkfs(&b.devices(), &small_cfg()).unwrap();
+    let mixed = Devices {
+        data: vec![a.devices().data[0].clone(), b.devices().data[0].clone()],
+        wal: None,
+    };
+    let e = Store::open(&mixed, small_cfg()).err().unwrap();
+    assert!(e.to_string().contains("data device"), "{e}");
+    // A store formatted with a WAL device needs it.
+    let w = MemDevs::new(1, 4 << 20, Some(1 << 20));
+    Store::mkfs(&w.devices(), &small_cfg()).unwrap();
+    let no_wal = Devices {
+        data: w.devices().data,
+        wal: None,
+    };
+    let e = Store::open(&no_wal, small_cfg()).err().unwrap();
+    assert!(e.to_string().contains("separate WAL device"), "{e}");
+}
+
+#[test]
+fn corruption_is_reported_with_object_and_device_and_mirror_repairs_reads() {
+    let devs = MemDevs::new(2, 8 << 20, Some(1 << 20));
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(3).write(3, b"obj", 0, &[5u8; 8192]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    drop(s);
+    // Find the data block on device 0 and flip a bit in it.
+    let power = cairn_store::fault::Power::new();
+    let (fdevs, faults) = devs.faulty(&power);
+    let s = Store::open(&fdevs, small_cfg()).unwrap();
+    let off = find_block(&devs.data[0], &[5u8; 4096]).expect("data block on device 0");
+    faults[0].flip_bit(off + 17, 3).unwrap();
+    // The mirror copy serves the read; scrub names the bad device.
+    assert_eq!(s.read(3, b"obj", 0, 8192).unwrap(), vec![5u8; 8192]);
+    let rep = s.scrub();
+    assert_eq!(rep.issues.len(), 1, "{rep:?}");
+    assert!(rep.issues[0].device.contains("data0") && rep.issues[0].object == "obj");
+    // Corrupt the other copy too: the read fails and names object and device.
+    faults[1].flip_bit(off + 17, 3).unwrap();
+    let e = s.read(3, b"obj", 0, 8192).unwrap_err();
+    assert!(matches!(e, StoreError::CorruptData { .. }), "{e}");
+    assert!(
+        e.to_string().contains("obj") && e.to_string().contains("data"),
+        "{e}"
+    );
+}
+
+fn find_block(dev: &cairn_store::MemDevice, pattern: &[u8]) -> Option<u64> {
+    use cairn_store::{AlignedBuf, BlockDevice};
+    let mut b = AlignedBuf::zeroed(4096);
+    (0..dev.size() / 4096).map(|i| i * 4096).find(|&off| {
+        dev.read_at(&mut b, off).unwrap();
+        &b[..] == pattern
+    })
+}
+
+#[test]
+fn file_devices_with_separate_wal() {
+    let dir = std::env::temp_dir().join(format!("cairn-store-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let open = || Devices {
+        data: vec![Arc::new(
+            FileDevice::open(&dir.join("data0"), 16 << 20, "data0").unwrap(),
+        )],
+        wal: Some(Arc::new(
+            FileDevice::open(&dir.join("wal"), 4 << 20, "wal").unwrap(),
+        )),
+    };
+    Store::mkfs(&open(), &small_cfg()).unwrap();
+    let s = Store::open(&open(), small_cfg()).unwrap();
+    let mut t = Transaction::new();
+    t.create_collection(1)
+        .write(1, b"f", 4096, &[3u8; 4096 * 3]);
+    s.commit(&t).unwrap();
+    s.close().unwrap();
+    let s = Store::open(&open(), small_cfg()).unwrap();
+    let d = s.read(1, b"f", 0, 1 << 20).unwrap();
+    assert_eq!(d.len(), 4 * 4096);
+    assert!(d[..4096].iter().all(|&b| b == 0) && d[4096..].iter().all(|&b| b == 3));
+    drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,85 @@
+//! Helpers shared by the store's integration tests.
+#![allow(dead_code)]
+
+use cairn_store::fault::{FaultDevice, Power};
+use cairn_store::{BlockDevice, Devices, MemDevice, Store, StoreConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A small configuration that exercises segment changes, cleaning and checkpoints quickly.
+pub fn small_cfg() -> StoreConfig {
+    StoreConfig {
+        segment_size: 64 * 1024,
+        wal_size: 1 << 20,
+        flush_batch_bytes: 64 * 1024,
+        pending_limit_bytes: 256 * 1024,
+        flush_max_delay: Duration::from_millis(5),
+        checkpoint_interval: Duration::from_millis(200),
+        clean_below_free_segments: 6,
+        clean_rate: 0,
+        reserve_segments: 4,
+        ..StoreConfig::default()
+    }
+}
+
+/// In-memory devices: `data` data devices of `size` bytes and optionally a WAL device.
+pub struct MemDevs {
+    pub data: Vec<Arc<MemDevice>>,
+    pub wal: Option<Arc<MemDevice>>,
+}
+
+impl MemDevs {
+    pub fn new(data: usize, size: u64, wal: Option<u64>) -> Self {
+        MemDevs {
+            data: (0..data)
+                .map(|i| Arc::new(MemDevice::new(&format!("data{i}"), size)))
+                .collect(),
+            wal: wal.map(|w| Arc::new(MemDevice::new("wal", w))),
+        }
+    }
+
+    pub fn devices(&self) -> Devices {
+        Devices {
+            data: self
+                .data
+                .iter()
+                .map(|d| d.clone() as Arc<dyn BlockDevice>)
+                .collect(),
+            wal: self.wal.clone().map(|w| w as Arc<dyn BlockDevice>),
+        }
+    }
+
+    /// The same devices behind fault injectors sharing one power switch.
+    pub fn faulty(&self, power: &Arc<Power>) -> (Devices, Vec<Arc<FaultDevice>>) {
+        let mut all = Vec::new();
+        let mut wrap = |d: Arc<MemDevice>| {
+            let f = Arc::new(FaultDevice::new(d as Arc<dyn BlockDevice>, power.clone()));
+            all.push(f.clone());
+            f as Arc<dyn BlockDevice>
+        };
+        let data = self.data.iter().map(|d| wrap(d.clone())).collect();
+        let wal = self.wal.clone().map(&mut wrap);
+        (Devices { data, wal }, all)
+    }
+
+    pub fn mkfs_open(&self, cfg: StoreConfig) -> Store {
+        Store::mkfs(&self.devices(), &cfg).unwrap();
+        Store::open(&self.devices(), cfg).unwrap()
+    }
+}
+
+/// A deterministic pseudo-random generator (splitmix64) so failures replay from a seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
