@@ -582,6 +582,18 @@ impl Store {
         st.segs.check_refs(&refs)
     }
 
+    /// Where a block of an object is on the data devices, if it has been written there
+    /// (for fault-injection tests).
+    #[doc(hidden)]
+    pub fn block_location(&self, coll: CollId, obj: &[u8], block: u64) -> Option<u64> {
+        let st = self.sh.lock();
+        let o = st.index.object(coll, obj)?;
+        match o.extents_in(block, block + 1).first()?.1.loc {
+            crate::index::Loc::Disk(off) => Some(off),
+            crate::index::Loc::Mem(_) => None,
+        }
+    }
+
     /// The error that stopped the store, if any.
     pub fn failure(&self) -> Option<String> {
         self.sh.lock().failed.clone()

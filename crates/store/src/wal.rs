@@ -359,7 +359,14 @@ impl<'a> Replayer<'a> {
                     && later
                     && crc32c::crc32c(&b[4..]) == h.crc
                 {
-                    return Ok(true);
+                    // A batch that did not fit before the ring end starts the next lap behind a
+                    // WRAP record written with it: if that WRAP is what is missing, this batch
+                    // is the torn one itself, not a later one.
+                    let wrapped_self = h.seq == self.next_seq
+                        && lsn == self.lsn + self.region.until_ring_end(self.lsn);
+                    if !wrapped_self {
+                        return Ok(true);
+                    }
                 }
             }
             lsn += BLOCK;
