@@ -415,7 +415,32 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
         }
         st = wait(&sh.durable_cv, st);
     }
-    let (new_blocks, est) = validate(&st.index, txn)?;
+    // Validation is repeated after every wait: the lock is released while waiting, and
+    // other transactions may change what this one depends on (a removed collection).
+    loop {
+        let (new_blocks, est) = validate(&st.index, txn)?;
+        check_limits(sh, &st, new_blocks, est)?;
+        // Wait while too much data waits for the flusher, and for WAL room (a wrap can cost
+        // up to one more batch, hence the factor two).
+        let wal_full = sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size;
+        let pending_full = st.pending_blocks + new_blocks > sh.pending_limit_blocks();
+        if !wal_full && !pending_full && !st.barrier {
+            return apply_and_log(sh, st, txn, est);
+        }
+        if let Some(f) = &st.failed {
+            return Err(StoreError::Failed(f.clone()));
+        }
+        // A full WAL needs a checkpoint; too much pending data only needs the flusher.
+        if wal_full {
+            st.ckpt_wanted = true;
+        }
+        sh.maint_cv.notify_all();
+        st = wait(&sh.space_cv, st);
+    }
+}
+
+/// Size limits and free space for a validated transaction.
+fn check_limits(sh: &Shared, st: &State, new_blocks: u64, est: u64) -> Result<()> {
     if est > sh.max_record() {
         return Err(StoreError::TooLarge {
             what: "transaction",
@@ -430,33 +455,28 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
             limit: sh.pending_limit_blocks() * B,
         });
     }
-    let avail = available_blocks(sh, &st);
+    let avail = available_blocks(sh, st);
     if new_blocks > avail {
         return Err(StoreError::NoSpace {
             needed: new_blocks * B,
             available: avail * B,
         });
     }
-    // Wait while too much data waits for the flusher, and for WAL room (a wrap can cost up
-    // to one more batch, hence the factor two).
-    while st.pending_blocks + new_blocks > sh.pending_limit_blocks()
-        || sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size
-        || st.barrier
-    {
-        if let Some(f) = &st.failed {
-            return Err(StoreError::Failed(f.clone()));
-        }
-        // A full WAL needs a checkpoint; too much pending data only needs the flusher.
-        if sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size {
-            st.ckpt_wanted = true;
-        }
-        sh.maint_cv.notify_all();
-        st = wait(&sh.space_cv, st);
-    }
+    Ok(())
+}
+
+/// Resolves and applies a validated transaction, queues its record and waits until durable.
+fn apply_and_log<'a>(
+    sh: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+    txn: &Transaction,
+    est: u64,
+) -> Result<u64> {
     let st_ref = &mut *st;
     let rollback = needs_rmw(txn).then(|| st_ref.index.clone());
     let mut effects = Vec::with_capacity(txn.ops.len() + 1);
     let mut out = ApplyOut::default();
+    let no_record: RecordBuf = Arc::new(Vec::new());
     for op in &txn.ops {
         let start = effects.len();
         if let Err(e) = resolve(sh, &st_ref.index, op, &mut effects) {
@@ -468,9 +488,10 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
             sh.fail(st_ref, msg.clone());
             return Err(StoreError::Failed(msg));
         }
-        let empty: RecordBuf = Arc::new(Vec::new());
         for e in &effects[start..] {
-            st_ref.index.apply(e, &empty, &mut st_ref.next_id, &mut out);
+            st_ref
+                .index
+                .apply(e, &no_record, &mut st_ref.next_id, &mut out);
         }
     }
     let seq = st_ref.next_seq;

@@ -152,7 +152,7 @@ fn run_seed(seed: u64) {
             }
         }
         power.cut();
-        let mut crash_rng = Rng(seed ^ (round + 1) * 0x5555);
+        let mut crash_rng = Rng(seed ^ ((round + 1) * 0x5555));
         for f in &faults {
             f.crash(CrashMode::Random, &mut || crash_rng.next())
                 .unwrap();
