@@ -20,20 +20,22 @@ const EXT_DISK: u8 = 0;
 const EXT_INLINE: u8 = 1;
 
 /// Serialises a snapshot of the index; `replay_seq` is the first WAL record not in it.
-pub fn encode(index: &Index, replay_seq: u64) -> Vec<u8> {
+/// Returns the body and how many of its bytes are inline data.
+pub fn encode(index: &Index, replay_seq: u64) -> (Vec<u8>, usize) {
     let mut v = Vec::new();
     let mut w = Writer(&mut v);
     w.bytes(CKPT_MAGIC);
     w.u32(CKPT_VERSION);
     w.u64(replay_seq);
     w.u64(index.colls.len() as u64);
+    let mut inline = 0;
     for (id, c) in &index.colls {
-        encode_coll(&mut v, *id, c);
+        inline += encode_coll(&mut v, *id, c);
     }
-    v
+    (v, inline)
 }
 
-fn encode_coll(v: &mut Vec<u8>, id: u64, c: &Collection) {
+fn encode_coll(v: &mut Vec<u8>, id: u64, c: &Collection) -> usize {
     let mut w = Writer(v);
     w.u64(id);
     w.u64(c.kv.len() as u64);
@@ -42,12 +44,13 @@ fn encode_coll(v: &mut Vec<u8>, id: u64, c: &Collection) {
         w.blob(val);
     }
     w.u64(c.objects.len() as u64);
-    for (name, o) in &c.objects {
-        encode_obj(v, name, o);
-    }
+    c.objects
+        .iter()
+        .map(|(name, o)| encode_obj(v, name, o))
+        .sum()
 }
 
-fn encode_obj(v: &mut Vec<u8>, name: &[u8], o: &Object) {
+fn encode_obj(v: &mut Vec<u8>, name: &[u8], o: &Object) -> usize {
     let mut w = Writer(v);
     w.name(name);
     w.u64(o.size);
@@ -57,6 +60,7 @@ fn encode_obj(v: &mut Vec<u8>, name: &[u8], o: &Object) {
         w.blob(val);
     }
     w.u64(o.extents.len() as u64);
+    let mut inline = 0;
     for (first, e) in &o.extents {
         w.u64(*first);
         w.u32(e.nblocks);
@@ -68,12 +72,14 @@ fn encode_obj(v: &mut Vec<u8>, name: &[u8], o: &Object) {
             Loc::Mem(m) => {
                 w.u8(EXT_INLINE);
                 w.bytes(&m.buf[m.off..m.off + e.nblocks as usize * BLOCK_SIZE]);
+                inline += e.nblocks as usize * BLOCK_SIZE;
             }
         }
         for c in e.crcs.iter() {
             w.u32(*c);
         }
     }
+    inline
 }
 
 /// A decoded checkpoint.
@@ -324,7 +330,8 @@ mod tests {
         ] {
             idx.apply(&e, &rec, &mut id, &mut out);
         }
-        let bytes = encode(&idx, 9);
+        let (bytes, inline) = encode(&idx, 9);
+        assert_eq!(inline, 2 * BLOCK_SIZE);
         let d = decode(&bytes, &mut id).unwrap();
         assert_eq!(d.replay_seq, 9);
         assert_eq!(d.dirty.len(), 1);

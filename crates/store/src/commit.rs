@@ -395,8 +395,8 @@ fn wait<'a>(cv: &std::sync::Condvar, g: MutexGuard<'a, State>) -> MutexGuard<'a,
 
 /// Space left for new data blocks before the reserve.
 pub(crate) fn available_blocks(sh: &Shared, st: &State) -> u64 {
-    let reserve =
-        sh.cfg.reserve_segments as u64 * st.segs.seg_blocks as u64 + 2 * st.ckpt_est_blocks;
+    let seg = st.segs.seg_blocks as u64;
+    let reserve = (sh.cfg.reserve_segments as u64 + sh.flusher_keep_segments(st)) * seg;
     let used = st.segs.live_blocks() + st.pending_blocks + st.segs.ckpt_blocks_total();
     st.segs
         .total_blocks()

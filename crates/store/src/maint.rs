@@ -35,7 +35,7 @@ pub(crate) fn run(sh: Arc<Shared>) {
 
 /// Writes all pending data and takes a checkpoint (used at open, before the thread starts).
 pub(crate) fn flush_and_checkpoint(sh: &Shared) -> Result<()> {
-    flush_all(sh).and_then(|_| checkpoint(sh))
+    checkpoint(sh)
 }
 
 fn run_loop(sh: &Arc<Shared>) {
@@ -97,7 +97,7 @@ fn next_work(sh: &Shared) -> Work {
         let keep = sh.flusher_keep_segments(&st);
         let low = free < keep + cfg.clean_below_free_segments as u64;
         let critical = free <= keep + 1;
-        let can_clean = free > sh.ckpt_need_segments(&st);
+        let can_clean = free >= keep;
         let aged = st
             .dirty_since
             .is_some_and(|t| t.elapsed() >= cfg.flush_max_delay);
@@ -139,30 +139,29 @@ struct Piece {
 #[derive(PartialEq, Eq, Clone, Copy)]
 enum Use {
     Flush,
-    /// The flusher when nothing can be cleaned: it leaves only what a checkpoint needs.
+    /// The flusher when nothing can be cleaned, and a checkpoint writing pending data: it
+    /// leaves only what a checkpoint needs.
     FlushRelaxed,
     Clean,
     Ckpt,
 }
 
-/// Blocks the next checkpoint is expected to need, from the runs of the last one.
-pub(crate) fn ckpt_estimate(runs: &[(u64, u32)]) -> u64 {
-    let last: u64 = runs.iter().map(|r| r.1 as u64).sum();
+/// Blocks the next checkpoint's index part is expected to need, from the last one's size.
+pub(crate) fn ckpt_estimate(index_bytes: u64) -> u64 {
+    let last = index_bytes.div_ceil(B);
     last + last / 4 + 4
 }
 
-fn alloc(st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32)>> {
+fn alloc(sh: &Shared, st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32)>> {
     let no_space = |st: &State| StoreError::NoSpace {
         needed: n as u64 * B,
         available: st.segs.free_segments() as u64 * st.segs.seg_blocks as u64 * B,
     };
-    // Flushed blocks no longer need room in a checkpoint, so count what stays pending.
-    let seg = st.segs.seg_blocks as u64;
-    let ckpt_after =
-        (st.ckpt_est_blocks + st.pending_blocks.saturating_sub(n as u64)).div_ceil(seg) + 1;
     let keep = match user {
-        Use::Flush => ckpt_after + 1,
-        Use::FlushRelaxed => ckpt_after,
+        Use::Flush => sh.flusher_keep_segments(st),
+        // Only the cleaner's segment may be used: the checkpoint's room (for its index part
+        // and for pending data it may have to carry inline) stays.
+        Use::FlushRelaxed => sh.flusher_keep_segments(st) - 1,
         Use::Clean | Use::Ckpt => 0,
     };
     let segs_needed = (n as u64).div_ceil(st.segs.seg_blocks as u64) + 1;
@@ -189,16 +188,18 @@ fn alloc(st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32)>> {
 fn make_space(sh: &Shared) -> Result<bool> {
     let mut cleaned = 0;
     loop {
-        let (free, need, candidate) = {
+        // Cleaning may use only the flusher's spare segment: the rest of what the flusher
+        // keeps is the checkpoint's room (index part, and pending data carried inline).
+        let (free, keep, candidate) = {
             let st = sh.lock();
-            let need = sh.ckpt_need_segments(&st);
+            let keep = sh.flusher_keep_segments(&st);
             (
                 st.segs.free_segments() as u64,
-                need,
+                keep,
                 st.segs.clean_candidate(),
             )
         };
-        if candidate.is_none() || free <= need || cleaned >= 64 {
+        if candidate.is_none() || free < keep || cleaned >= 64 {
             break;
         }
         clean_one(sh, false)?;
@@ -219,7 +220,17 @@ fn make_space(sh: &Shared) -> Result<bool> {
 fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
     let (pieces, runs) = {
         let mut st = sh.lock();
-        let pieces = take_pieces(&mut st);
+        // Write only what fits above the segments the flusher keeps.
+        let keep = sh.flusher_keep_segments(&st) - u64::from(relaxed);
+        let seg = st.segs.seg_blocks as u64;
+        let budget = (st.segs.free_segments() as u64).saturating_sub(keep + 1) * seg;
+        if budget == 0 && !st.dirty.is_empty() {
+            return Err(StoreError::NoSpace {
+                needed: st.pending_blocks * B,
+                available: 0,
+            });
+        }
+        let pieces = take_pieces(&mut st, budget.min(MAX_FLUSH_BLOCKS));
         if pieces.is_empty() {
             return Ok(0);
         }
@@ -229,7 +240,7 @@ fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         } else {
             Use::Flush
         };
-        let runs = match alloc(&mut st, total as u32, user) {
+        let runs = match alloc(sh, &mut st, total as u32, user) {
             Ok(r) => r,
             Err(e) => {
                 // Put the work back; the caller makes room and retries.
@@ -338,12 +349,37 @@ fn split_over_runs(runs: &[(u64, u32)], pos: u64, first: u64, n: u32) -> Vec<(u6
 }
 
 /// Takes dirty entries (up to one batch) and collects what of them is still pending.
-fn take_pieces(st: &mut State) -> Vec<Piece> {
+/// Takes dirty entries worth at most `budget` blocks; an entry that does not fit is split
+/// and its rest stays queued.
+fn take_pieces(st: &mut State, budget: u64) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let mut blocks = 0u64;
-    while blocks < MAX_FLUSH_BLOCKS {
+    while blocks < budget {
         let Some(d) = st.dirty.pop_front() else { break };
-        blocks += collect_dirty(st, &d, &mut pieces);
+        let mut found = Vec::new();
+        collect_dirty(st, &d, &mut found);
+        for mut p in found {
+            let room = budget - blocks;
+            if room == 0 || (p.nblocks as u64) > room {
+                let take = room.min(p.nblocks as u64) as u32;
+                let end = d.first_block + d.nblocks as u64;
+                let rest_first = p.first + take as u64;
+                st.dirty.push_front(Dirty {
+                    coll: d.coll,
+                    obj: d.obj.clone(),
+                    first_block: rest_first,
+                    nblocks: (end - rest_first) as u32,
+                    id: d.id,
+                });
+                if take > 0 {
+                    p.nblocks = take;
+                    pieces.push(p);
+                }
+                return pieces;
+            }
+            blocks += p.nblocks as u64;
+            pieces.push(p);
+        }
     }
     pieces
 }
@@ -375,22 +411,27 @@ fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
     n
 }
 
+/// Writes all pending data for a checkpoint. It may use the cleaner's segment: written data
+/// needs the same room as the checkpoint would need to carry it inline, and stays written.
 fn flush_all(sh: &Shared) -> Result<()> {
     loop {
-        match flush_some(sh, false) {
+        match flush_some(sh, true) {
             Ok(0) if sh.lock().dirty.is_empty() => return Ok(()),
             Ok(_) => {}
-            // The checkpoint carries what could not be written inline (room for that is kept).
+            // The checkpoint carries what could not be written inline.
             Err(StoreError::NoSpace { .. }) => return Ok(()),
             Err(e) => return Err(e),
         }
     }
 }
 
-/// Takes a checkpoint: snapshot the index at a WAL batch boundary, write it to segments,
-/// flush the data devices, then point the WAL header at it and reclaim WAL space.
+/// Takes a checkpoint: write pending data, snapshot the index at a WAL batch boundary, write
+/// it to segments, flush the data devices, then point the WAL header at it and reclaim WAL
+/// space. Commits pause only while the last few pending blocks are written (the barrier), so
+/// the checkpoint normally carries no data inline and stays small.
 fn checkpoint(sh: &Shared) -> Result<()> {
-    let (snap, seq, lsn, prev_crc, gen) = {
+    flush_all(sh)?;
+    {
         let mut st = sh.lock();
         st.ckpt_wanted = false;
         st.barrier = true;
@@ -403,6 +444,15 @@ fn checkpoint(sh: &Shared) -> Result<()> {
             }
             st = sh.durable_cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+    }
+    if let Err(e) = flush_all(sh) {
+        sh.lock().barrier = false;
+        sh.durable_cv.notify_all();
+        sh.space_cv.notify_all();
+        return Err(e);
+    }
+    let (snap, seq, lsn, prev_crc, gen) = {
+        let mut st = sh.lock();
         st.segs.snap_started += 1;
         let r = (
             st.index.clone(),
@@ -416,13 +466,17 @@ fn checkpoint(sh: &Shared) -> Result<()> {
         sh.space_cv.notify_all();
         r
     };
-    let body = checkpoint::encode(&snap, seq);
+    let (body, inline_bytes) = checkpoint::encode(&snap, seq);
     drop(snap);
     let (root, runs) = write_body(sh, &body, gen)?;
+    let body_len = body.len();
+    drop(body);
     let root_bytes = root.encode();
+    let root_len = root_bytes.len();
     let root_runs = {
         let mut st = sh.lock();
         alloc(
+            sh,
             &mut st,
             (align_up(root_bytes.len() as u64) / B) as u32,
             Use::Ckpt,
@@ -447,6 +501,7 @@ fn checkpoint(sh: &Shared) -> Result<()> {
     let mut st = sh.lock();
     st.header_gen = header_gen;
     st.head_lsn = lsn;
+    st.segs.close_ckpt_head();
     let old = std::mem::replace(
         &mut st.ckpt_runs,
         runs.into_iter().chain(root_runs).collect(),
@@ -454,7 +509,7 @@ fn checkpoint(sh: &Shared) -> Result<()> {
     for (off, n) in old {
         st.segs.ckpt_blocks(off, n, false);
     }
-    st.ckpt_est_blocks = ckpt_estimate(&st.ckpt_runs);
+    st.ckpt_est_blocks = ckpt_estimate((body_len - inline_bytes) as u64 + root_len as u64);
     st.segs.snap_durable = gen;
     st.segs.release_limbo();
     st.last_ckpt = Instant::now();
@@ -478,7 +533,7 @@ fn write_body(sh: &Shared, body: &[u8], gen: u64) -> Result<(Root, Vec<(u64, u32
     let total_blocks = align_up(body.len() as u64) / B;
     let runs = {
         let mut st = sh.lock();
-        alloc(&mut st, total_blocks as u32, Use::Ckpt)?
+        alloc(sh, &mut st, total_blocks as u32, Use::Ckpt)?
     };
     let mut pieces = Vec::new();
     let mut at = 0usize;
@@ -514,7 +569,7 @@ fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
         let pieces = live_pieces(&st, victim);
         let total: u32 = pieces.iter().map(|p| p.nblocks).sum();
         let runs = if total > 0 {
-            alloc(&mut st, total, Use::Clean)?
+            alloc(sh, &mut st, total, Use::Clean)?
         } else {
             Vec::new()
         };

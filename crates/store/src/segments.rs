@@ -43,7 +43,10 @@ pub struct Segments {
     state: Vec<SegState>,
     free: BTreeSet<u32>,
     limbo: Vec<u32>,
+    /// Open segment (and blocks used in it) for data, and for checkpoints. Checkpoints get
+    /// segments of their own so that releasing one frees whole segments at once.
     head: Option<(u32, u32)>,
+    ckpt_head: Option<(u32, u32)>,
     pub summaries: Vec<Vec<Summary>>,
     /// Checkpoint snapshots started / made durable in this incarnation.
     pub snap_started: u64,
@@ -66,6 +69,7 @@ impl Segments {
             free: (0..count).collect(),
             limbo: Vec::new(),
             head: None,
+            ckpt_head: None,
             summaries: vec![Vec::new(); n],
             snap_started: 0,
             snap_durable: 0,
@@ -94,7 +98,8 @@ impl Segments {
     /// segment, accounted as live data (or checkpoint when `ckpt`); the caller frees blocks that
     /// turn out dead. `None` (and nothing allocated) when free segments run out.
     pub fn alloc(&mut self, n: u32, ckpt: bool) -> Option<Vec<(u64, u32)>> {
-        let head_room = self.head.map_or(0, |(_, used)| self.seg_blocks - used);
+        let head = if ckpt { self.ckpt_head } else { self.head };
+        let head_room = head.map_or(0, |(_, used)| self.seg_blocks - used);
         let extra = n.saturating_sub(head_room);
         if extra.div_ceil(self.seg_blocks) as usize > self.free.len() {
             return None;
@@ -102,10 +107,15 @@ impl Segments {
         let mut runs = Vec::new();
         let mut left = n;
         while left > 0 {
-            let (seg, used) = match self.head {
+            let cur = if ckpt { self.ckpt_head } else { self.head };
+            let (seg, used) = match cur {
                 Some(h) if h.1 < self.seg_blocks => h,
                 _ => {
-                    self.close_head();
+                    if ckpt {
+                        self.close_ckpt_head();
+                    } else {
+                        self.close_head();
+                    }
                     let s = self.free.pop_first()?;
                     self.state[s as usize] = SegState::Open;
                     self.death[s as usize] = 0;
@@ -121,7 +131,11 @@ impl Segments {
                 self.add_live(off, take);
             }
             runs.push((off, take));
-            self.head = Some((seg, used + take));
+            if ckpt {
+                self.ckpt_head = Some((seg, used + take));
+            } else {
+                self.head = Some((seg, used + take));
+            }
             left -= take;
         }
         Some(runs)
@@ -130,6 +144,14 @@ impl Segments {
     /// Closes the open segment (the next allocation starts a new one).
     pub fn close_head(&mut self) {
         if let Some((s, _)) = self.head.take() {
+            self.state[s as usize] = SegState::Used;
+            self.maybe_dead(s);
+        }
+    }
+
+    /// Closes the open checkpoint segment (each checkpoint starts a segment of its own).
+    pub fn close_ckpt_head(&mut self) {
+        if let Some((s, _)) = self.ckpt_head.take() {
             self.state[s as usize] = SegState::Used;
             self.maybe_dead(s);
         }
@@ -319,7 +341,9 @@ mod tests {
         assert_eq!(t.free_segments(), 2);
         assert_eq!(t.live_blocks(), 2);
         assert!(t.alloc(11, false).is_none());
-        assert!(t.alloc(10, true).is_some());
-        assert_eq!(t.ckpt_blocks_total(), 10);
+        // Checkpoints take whole segments of their own: two free segments hold 8 blocks.
+        assert!(t.alloc(9, true).is_none());
+        assert!(t.alloc(8, true).is_some());
+        assert_eq!(t.ckpt_blocks_total(), 8);
     }
 }

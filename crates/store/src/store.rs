@@ -123,6 +123,7 @@ pub(crate) struct State {
     pub ckpt_wanted: bool,
     pub shutdown: bool,
     pub ckpt_runs: Vec<(u64, u32)>,
+    /// Expected size of the next checkpoint's index part (without inline data), in blocks.
     pub ckpt_est_blocks: u64,
     pub last_ckpt: Instant,
     pub commits: u64,
@@ -172,17 +173,18 @@ impl Shared {
         self.cfg.pending_limit_bytes.max(self.cfg.flush_batch_bytes) / BLOCK_SIZE as u64
     }
 
-    /// Free segments a checkpoint taken now needs: its index part, plus all pending data
-    /// inline (a checkpoint taken while the flusher is stuck carries it).
+    /// Free segments one checkpoint may need: its index part, plus all pending data if it
+    /// has to carry that inline (when the flusher could not write it first).
     pub fn ckpt_need_segments(&self, st: &State) -> u64 {
         let seg = st.segs.seg_blocks as u64;
-        (st.ckpt_est_blocks + st.pending_blocks).div_ceil(seg) + 1
+        (st.ckpt_est_blocks + self.pending_limit_blocks()).div_ceil(seg) + 1
     }
 
-    /// Free segments the flusher leaves to a checkpoint and to the cleaner (one segment to
-    /// copy live blocks into).
+    /// Free segments the flusher leaves: room for two checkpoints (a new one is written while
+    /// the previous one still holds its segments) and one segment for the cleaner to copy
+    /// live blocks into. Writes get ENOSPC before this room is touched.
     pub fn flusher_keep_segments(&self, st: &State) -> u64 {
-        self.ckpt_need_segments(st) + 1
+        2 * self.ckpt_need_segments(st) + 1
     }
 
     /// Bytes of the WAL ring in use.
@@ -386,7 +388,9 @@ impl Store {
             ckpt_wanted: false,
             shutdown: false,
             ckpt_runs: ckpt_runs.clone(),
-            ckpt_est_blocks: crate::maint::ckpt_estimate(&ckpt_runs),
+            ckpt_est_blocks: crate::maint::ckpt_estimate(
+                ckpt_runs.iter().map(|r| r.1 as u64 * BLOCK).sum(),
+            ),
             last_ckpt: Instant::now(),
             commits: 0,
             checkpoints: 0,

@@ -12,7 +12,7 @@ pub fn small_cfg() -> StoreConfig {
         segment_size: 64 * 1024,
         wal_size: 1 << 20,
         flush_batch_bytes: 64 * 1024,
-        pending_limit_bytes: 256 * 1024,
+        pending_limit_bytes: 128 * 1024,
         flush_max_delay: Duration::from_millis(5),
         checkpoint_interval: Duration::from_millis(200),
         clean_below_free_segments: 6,
