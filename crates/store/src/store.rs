@@ -28,7 +28,8 @@ pub struct StoreConfig {
     /// Pending data that triggers a segment write. Default 1 MiB.
     pub flush_batch_bytes: u64,
     /// Most data that may wait in memory for the flusher; commits wait beyond it, and a
-    /// transaction may carry at most this much data. Default 16 MiB.
+    /// transaction may carry at most this much data. Default 16 MiB; at most 1/16 of the data
+    /// area is used.
     pub pending_limit_bytes: u64,
     /// Longest time data waits in memory before it is written to a segment. Default 50 ms.
     pub flush_max_delay: Duration,
@@ -145,6 +146,8 @@ pub(crate) struct Shared {
     pub cfg: StoreConfig,
     pub wal_counters: IoCounters,
     pub store_id: [u8; 16],
+    /// Blocks of the segment area.
+    pub data_blocks: u64,
 }
 
 impl Shared {
@@ -168,9 +171,11 @@ impl Shared {
     }
 
     /// Most data blocks that may wait in memory for the flusher; commits wait beyond it.
-    /// Bounds memory and the inline part of a checkpoint.
+    /// Bounds memory and the inline part of a checkpoint. At most 1/16 of the data area, so
+    /// that the room kept for checkpoints stays a small part of a small device.
     pub fn pending_limit_blocks(&self) -> u64 {
-        self.cfg.pending_limit_bytes.max(self.cfg.flush_batch_bytes) / BLOCK_SIZE as u64
+        let cfg = self.cfg.pending_limit_bytes.max(self.cfg.flush_batch_bytes) / BLOCK_SIZE as u64;
+        cfg.min(self.data_blocks / 16).max(1)
     }
 
     /// Free segments one checkpoint may need: its index part, plus all pending data if it
@@ -411,6 +416,7 @@ impl Store {
             cfg,
             wal_counters: IoCounters::default(),
             store_id: hdr.store_id,
+            data_blocks: data_sb.segment_count * (data_sb.segment_size / BLOCK),
         });
         let torn_tail = replay(&sh, &hdr)?;
         if torn_tail {

@@ -297,3 +297,85 @@ fn file_devices_with_separate_wal() {
     drop(s);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn concurrent_commits_share_wal_flushes() {
+    let mem = MemDevs::new(1, 16 << 20, Some(4 << 20));
+    let power = cairn_store::fault::Power::new();
+    let (devs, faults) = mem.faulty(&power);
+    Store::mkfs(&devs, &small_cfg()).unwrap();
+    let s = Arc::new(Store::open(&devs, small_cfg()).unwrap());
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    s.commit(&t).unwrap();
+    // A slow WAL flush: commits arriving meanwhile must ride on the next one.
+    faults[1].set_flush_delay(std::time::Duration::from_millis(2));
+    let before = s.stats();
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for j in 0..20u32 {
+                    let mut t = Transaction::new();
+                    t.write(
+                        1,
+                        format!("t{i}").as_bytes(),
+                        j as u64 * 4096,
+                        &[i as u8; 4096],
+                    );
+                    s.commit(&t).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let after = s.stats();
+    let commits = after.commits - before.commits;
+    let flushes = after.wal_io.flushes - before.wal_io.flushes;
+    assert_eq!(commits, 320);
+    assert!(
+        flushes * 3 < commits,
+        "{flushes} WAL flushes for {commits} commits"
+    );
+}
+
+#[test]
+fn commits_do_no_data_device_io_and_unflushed_data_is_read_from_memory() {
+    let mem = MemDevs::new(1, 16 << 20, Some(4 << 20));
+    let power = cairn_store::fault::Power::new();
+    let (devs, faults) = mem.faulty(&power);
+    let mut cfg = small_cfg();
+    cfg.flush_max_delay = std::time::Duration::from_secs(60);
+    cfg.flush_batch_bytes = 8 << 20;
+    cfg.pending_limit_bytes = 8 << 20;
+    cfg.checkpoint_interval = std::time::Duration::from_secs(3600);
+    Store::mkfs(&devs, &cfg).unwrap();
+    let s = Store::open(&devs, cfg).unwrap();
+    // Every data-device write and flush now fails: commits must not notice.
+    faults[0].set_failures(true, true, true);
+    let before = s.stats().data_io;
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    s.commit(&t).unwrap();
+    for i in 0..50u64 {
+        let mut t = Transaction::new();
+        t.write(1, b"o", i * 4096, &[i as u8; 4096]);
+        s.commit(&t).unwrap();
+    }
+    for i in 0..50u64 {
+        assert_eq!(
+            s.read(1, b"o", i * 4096, 4096).unwrap(),
+            vec![i as u8; 4096]
+        );
+    }
+    let after = s.stats().data_io;
+    assert_eq!(after, before, "the data devices were touched");
+    assert!(s.failure().is_none());
+    // The failure surfaces once background work needs the device: writes stop, loudly.
+    s.checkpoint().unwrap_err();
+    let mut t = Transaction::new();
+    t.write(1, b"o", 0, b"x");
+    assert!(matches!(s.commit(&t), Err(StoreError::Failed(_))));
+}
