@@ -71,7 +71,7 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
             .or_insert_with(|| idx.colls.contains_key(&c));
         // Upper bound of the effects' encoding: up to three effects naming the object, two
         // edge blocks of read-modify-write, and the payloads.
-        bytes += 96 + 2 * B + 3 * (2 + op_name_len(op));
+        bytes += 96 + rmw_bytes(op) + 3 * (2 + op_name_len(op));
         match op {
             Op::CreateCollection(_) if present => return Err(StoreError::CollectionExists(c)),
             Op::CreateCollection(_) => {
@@ -147,6 +147,22 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
         }
     }
     Ok((blocks, bytes))
+}
+
+/// Bytes of whole edge blocks an op may add by read-modify-write.
+fn rmw_bytes(op: &Op) -> u64 {
+    match op {
+        Op::Write { offset, data, .. } => {
+            let unaligned = !offset.is_multiple_of(B) || !(data.len() as u64).is_multiple_of(B);
+            if unaligned {
+                2 * B
+            } else {
+                0
+            }
+        }
+        Op::Zero { .. } | Op::Truncate { .. } => 2 * B,
+        _ => 0,
+    }
 }
 
 fn op_name_len(op: &Op) -> u64 {
@@ -551,7 +567,7 @@ fn write_batch<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<
     let fits = end - st.head_lsn <= sh.wal.ring_size;
     st.tail_lsn = end;
     drop(st);
-    let layout = layout_batch(&sh.wal, tail, &records, first_seq, prev_crc);
+    let layout = layout_batch(&sh.wal, tail, &records, first_seq, prev_crc, sh.wal_tag);
     debug_assert_eq!(layout.end_lsn, end);
     let result = if fits {
         write_layout(sh, &layout)

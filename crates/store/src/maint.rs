@@ -475,12 +475,12 @@ fn checkpoint(sh: &Shared) -> Result<()> {
     let root_len = root_bytes.len();
     let root_runs = {
         let mut st = sh.lock();
-        alloc(
-            sh,
-            &mut st,
-            (align_up(root_bytes.len() as u64) / B) as u32,
-            Use::Ckpt,
-        )?
+        let blocks = (align_up(root_bytes.len() as u64) / B) as u32;
+        // The root is read back in one piece: keep it within one segment.
+        if st.segs.ckpt_head_room() < blocks {
+            st.segs.close_ckpt_head();
+        }
+        alloc(sh, &mut st, blocks, Use::Ckpt)?
     };
     let root_off = contiguous(&root_runs)?;
     sh.data

@@ -149,6 +149,11 @@ impl Segments {
         }
     }
 
+    /// Blocks left in the open checkpoint segment.
+    pub fn ckpt_head_room(&self) -> u32 {
+        self.ckpt_head.map_or(0, |(_, used)| self.seg_blocks - used)
+    }
+
     /// Closes the open checkpoint segment (each checkpoint starts a segment of its own).
     pub fn close_ckpt_head(&mut self) {
         if let Some((s, _)) = self.ckpt_head.take() {

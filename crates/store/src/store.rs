@@ -148,6 +148,8 @@ pub(crate) struct Shared {
     pub store_id: [u8; 16],
     /// Blocks of the segment area.
     pub data_blocks: u64,
+    /// The tag every WAL record of this store carries.
+    pub wal_tag: u32,
 }
 
 impl Shared {
@@ -276,10 +278,13 @@ impl Store {
         }
         let seg_off = BLOCK + wal_size;
         let seg_count = size.saturating_sub(seg_off) / cfg.segment_size;
-        let min_segs = cfg.reserve_segments as u64 + 4;
+        let min_segs = min_segments(cfg, seg_count);
         if seg_count < min_segs {
             return Err(StoreError::Config(format!(
-                "data device of {size} bytes holds {seg_count} segments; at least {min_segs} are needed"
+                "data device of {size} bytes holds {seg_count} segments of {} bytes; at least {min_segs} \
+                 are needed (the reserve for checkpoints and the cleaner, plus room for data); use a \
+                 larger device or smaller segments",
+                cfg.segment_size
             )));
         }
         for (i, d) in devs.data.iter().enumerate() {
@@ -417,6 +422,7 @@ impl Store {
             wal_counters: IoCounters::default(),
             store_id: hdr.store_id,
             data_blocks: data_sb.segment_count * (data_sb.segment_size / BLOCK),
+            wal_tag: wal::store_tag(&hdr.store_id),
         });
         let torn_tail = replay(&sh, &hdr)?;
         if torn_tail {
@@ -633,6 +639,17 @@ pub(crate) fn lookup<'a>(
         })
 }
 
+/// Segments a store needs: the reserve kept for checkpoints and the cleaner (as
+/// `Shared::flusher_keep_segments` computes it for an empty store) plus four for data.
+fn min_segments(cfg: &StoreConfig, seg_count: u64) -> u64 {
+    let seg = cfg.segment_size / BLOCK;
+    let pending = (cfg.pending_limit_bytes.max(cfg.flush_batch_bytes) / BLOCK)
+        .min(seg_count * seg / 16)
+        .max(1);
+    let ckpt_need = (4 + pending).div_ceil(seg) + 1;
+    cfg.reserve_segments as u64 + 2 * ckpt_need + 1 + 4
+}
+
 fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
     let n = devs.data.len();
     if n == 0 || n > 2 {
@@ -666,6 +683,23 @@ fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
                 ),
             ));
         }
+        let same = (
+            sb.segment_size,
+            sb.segment_offset,
+            sb.segment_count,
+            sb.device_size,
+        ) == (
+            first.segment_size,
+            first.segment_offset,
+            first.segment_count,
+            first.device_size,
+        );
+        if !same {
+            return Err(bad(
+                d,
+                "its segment geometry differs from data device 0's".into(),
+            ));
+        }
         if d.size() < sb.device_size {
             return Err(bad(
                 d,
@@ -681,6 +715,16 @@ fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
         Some(w) => {
             let sb = read_superblock(w.as_ref())?;
             check_geometry(&sb).map_err(|r| bad(w, r))?;
+            if w.size() < sb.wal_offset + sb.wal_size {
+                return Err(bad(
+                    w,
+                    format!(
+                        "it is smaller ({}) than its WAL region ends ({})",
+                        w.size(),
+                        sb.wal_offset + sb.wal_size
+                    ),
+                ));
+            }
             if sb.role != Role::Wal {
                 return Err(bad(
                     w,
@@ -723,6 +767,17 @@ fn check_geometry(sb: &Superblock) -> std::result::Result<(), String> {
         return Err("WAL region beyond the device end".into());
     }
     if sb.role == Role::Data {
+        let after_wal = if sb.wal_offset == 0 {
+            BLOCK
+        } else {
+            sb.wal_offset + sb.wal_size
+        };
+        if sb.segment_offset < after_wal || !sb.segment_offset.is_multiple_of(BLOCK) {
+            return Err(format!(
+                "segment area at {} overlaps the superblock or WAL",
+                sb.segment_offset
+            ));
+        }
         let seg_ok = sb.segment_size >= min && sb.segment_size.is_multiple_of(BLOCK);
         let end = sb
             .segment_count
@@ -816,7 +871,7 @@ fn load_checkpoint(data: &Mirror, hdr: &WalHeader, next_id: &mut u64) -> Result<
 
 /// Replays the WAL into the index; returns whether the log ends inside a block.
 fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
-    let mut r = Replayer::new(&sh.wal, hdr, sh.max_record());
+    let mut r = Replayer::new(&sh.wal, hdr, sh.max_record(), sh.wal_tag);
     let mut st = sh.lock();
     while let Next::Txn(rec) = r.next_record()? {
         let effects = effect::decode(wal::payload(&rec), wal::HEADER_LEN)

@@ -53,10 +53,17 @@ pub fn seal_record(rec: &mut [u8]) -> u32 {
 }
 
 /// Sets the chaining fields of an encoded record and seals it; returns its crc.
-pub fn chain_and_seal(rec: &mut [u8], prev_crc: u32, flags: u16) -> u32 {
+pub fn chain_and_seal(rec: &mut [u8], prev_crc: u32, flags: u16, tag: u32) -> u32 {
     rec[10..12].copy_from_slice(&flags.to_le_bytes());
     rec[24..28].copy_from_slice(&prev_crc.to_le_bytes());
+    rec[28..32].copy_from_slice(&tag.to_le_bytes());
     seal_record(rec)
+}
+
+/// The store tag records carry (bytes 28..32): ties every record to its store, so records
+/// left on a reformatted device are never taken for this store's.
+pub fn store_tag(store_id: &[u8; 16]) -> u32 {
+    crc32c::crc32c(store_id)
 }
 
 /// A record header as found on the device.
@@ -68,6 +75,8 @@ pub struct RecordHeader {
     pub len: u32,
     pub seq: u64,
     pub prev_crc: u32,
+    /// The store tag ([`store_tag`]).
+    pub tag: u32,
 }
 
 /// Parses a header; `None` when the bytes are not a record header of this version.
@@ -92,6 +101,7 @@ pub fn parse_header(b: &[u8]) -> Option<RecordHeader> {
         len: u32_at(12),
         seq: u64::from_le_bytes(seq),
         prev_crc: u32_at(24),
+        tag: u32_at(28),
     })
 }
 
@@ -201,6 +211,7 @@ pub fn layout_batch(
     records: &[Vec<u8>],
     first_seq: u64,
     prev_crc: u32,
+    tag: u32,
 ) -> BatchLayout {
     let len: usize = records.iter().map(|r| r.len()).sum();
     let padded = align_up((len + HEADER_LEN) as u64) as usize;
@@ -209,7 +220,7 @@ pub fn layout_batch(
     if padded as u64 > region.until_ring_end(tail) {
         let mut w = Vec::with_capacity(BLOCK_SIZE);
         record_header(&mut w, KIND_WRAP, first_seq, prev_crc);
-        seal_record(&mut w);
+        chain_and_seal(&mut w, prev_crc, 0, tag);
         wrap = Some((AlignedBuf::from_slice(&w), tail));
         lsn = tail + region.until_ring_end(tail);
     }
@@ -219,13 +230,13 @@ pub fn layout_batch(
         let rec = &mut buf[pos..pos + r.len()];
         rec.copy_from_slice(r);
         let flags = if i == 0 { FLAG_FIRST_IN_BATCH } else { 0 };
-        crc = chain_and_seal(rec, crc, flags);
+        crc = chain_and_seal(rec, crc, flags, tag);
         pos += r.len();
     }
     let mut p = Vec::with_capacity(padded - pos);
     record_header(&mut p, KIND_PAD, first_seq + records.len() as u64, crc);
     p.resize(padded - pos, 0);
-    seal_record(&mut p);
+    chain_and_seal(&mut p, crc, 0, tag);
     buf[pos..].copy_from_slice(&p);
     BatchLayout {
         wrap,
@@ -249,6 +260,7 @@ pub struct Replayer<'a> {
     /// crc of the last accepted record.
     pub last_crc: u32,
     max_record: u64,
+    tag: u32,
 }
 
 const WINDOW: u64 = 1 << 20;
@@ -263,7 +275,7 @@ pub enum Next {
 
 impl<'a> Replayer<'a> {
     /// Starts at the replay point of header `h`.
-    pub fn new(region: &'a WalRegion, h: &WalHeader, max_record: u64) -> Self {
+    pub fn new(region: &'a WalRegion, h: &WalHeader, max_record: u64, tag: u32) -> Self {
         Replayer {
             region,
             window: AlignedBuf::zeroed(0),
@@ -273,6 +285,7 @@ impl<'a> Replayer<'a> {
             next_seq: h.replay_seq,
             last_crc: h.replay_prev_crc,
             max_record,
+            tag,
         }
     }
 
@@ -325,7 +338,8 @@ impl<'a> Replayer<'a> {
             };
             let valid = crc32c::crc32c(&bytes[4..]) == h.crc
                 && h.seq == self.next_seq
-                && h.prev_crc == self.last_crc;
+                && h.prev_crc == self.last_crc
+                && h.tag == self.tag;
             if !valid {
                 return Ok(Next::End);
             }
@@ -355,6 +369,7 @@ impl<'a> Replayer<'a> {
                 // Records of earlier laps carry lower sequence numbers.
                 let later = h.seq >= self.next_seq && h.seq - self.next_seq < 1 << 40;
                 if h.kind == KIND_TXN
+                    && h.tag == self.tag
                     && h.flags & FLAG_FIRST_IN_BATCH != 0
                     && later
                     && crc32c::crc32c(&b[4..]) == h.crc
@@ -400,7 +415,7 @@ mod tests {
         first: u64,
         crc: u32,
     ) -> (u64, u32, Vec<Vec<u8>>) {
-        let b = layout_batch(region, tail, recs, first, crc);
+        let b = layout_batch(region, tail, recs, first, crc, 7);
         if let Some((w, l)) = &b.wrap {
             region.write_at_lsn(w, *l).unwrap();
         }
@@ -442,7 +457,7 @@ mod tests {
             replay_prev_crc: crc_before_third,
             ..Default::default()
         };
-        let mut r = Replayer::new(&region, &h, 1 << 20);
+        let mut r = Replayer::new(&region, &h, 1 << 20, 7);
         let mut got = Vec::new();
         while let Next::Txn(b) = r.next_record().unwrap() {
             got.push(b.to_vec());
@@ -469,7 +484,7 @@ mod tests {
             replay_seq: 1,
             ..Default::default()
         };
-        let mut r = Replayer::new(&region, &h, 1 << 20);
+        let mut r = Replayer::new(&region, &h, 1 << 20, 7);
         let mut n = 0;
         while let Next::Txn(_) = r.next_record().unwrap() {
             n += 1;
@@ -485,7 +500,7 @@ mod tests {
             region.dev.read_at(&mut b, second).unwrap();
             b[at] ^= 1;
             region.dev.write_at(&b, second).unwrap();
-            let mut r = Replayer::new(&region, &h, 1 << 20);
+            let mut r = Replayer::new(&region, &h, 1 << 20, 7);
             while let Next::Txn(_) = r.next_record().unwrap() {}
             assert_eq!(r.next_seq, stops_at);
             assert!(r.corruption_follows().unwrap());
@@ -498,7 +513,7 @@ mod tests {
         region.dev.read_at(&mut b, last).unwrap();
         b[40] ^= 1;
         region.dev.write_at(&b, last).unwrap();
-        let mut r = Replayer::new(&region, &h, 1 << 20);
+        let mut r = Replayer::new(&region, &h, 1 << 20, 7);
         while let Next::Txn(_) = r.next_record().unwrap() {}
         assert_eq!(r.next_seq, 11);
         assert!(!r.corruption_follows().unwrap());
