@@ -6,6 +6,7 @@
 mod bench;
 mod size;
 mod store_cmd;
+mod torture;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -25,6 +25,9 @@ pub enum StoreCmd {
     /// Prints a report; exits with status 3 when it found damaged data, 1 when it could not
     /// run, 0 when everything verified.
     Scrub(OpenArgs),
+    /// Developer: run a verifiable mixed workload until killed (for the kill -9 test).
+    #[command(hide = true)]
+    Torture(crate::torture::TortureArgs),
 }
 
 /// The devices of a store, as every subcommand takes them.
@@ -75,6 +78,7 @@ pub fn run(cmd: StoreCmd) -> Result<ExitCode> {
         StoreCmd::Mkfs(a) => mkfs(a).map(|()| ExitCode::SUCCESS),
         StoreCmd::Info(a) => info(a).map(|()| ExitCode::SUCCESS),
         StoreCmd::Scrub(a) => scrub(a),
+        StoreCmd::Torture(a) => crate::torture::run(a),
     }
 }
 
@@ -101,7 +105,7 @@ fn open_file(path: &Path, size: u64, role: &str) -> Result<Arc<dyn BlockDevice>>
 }
 
 /// Opens existing devices (never creating a file).
-fn open_existing(d: &DeviceArgs) -> Result<Devices> {
+pub(crate) fn open_existing(d: &DeviceArgs) -> Result<Devices> {
     check_count(d)?;
     let mut data = Vec::new();
     for (i, p) in d.data.iter().enumerate() {

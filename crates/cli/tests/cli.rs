@@ -86,7 +86,7 @@ fn mkfs_info_scrub_with_wal_on_the_data_device() {
         "--data",
         &d,
         "--size",
-        "64M",
+        "128M",
         "--wal-size",
         "16M",
     ]);

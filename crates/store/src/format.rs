@@ -5,8 +5,10 @@ use crate::codec::{Reader, Writer};
 use crate::device::BLOCK_SIZE;
 
 /// On-disk format version written by this code. Version history:
-/// - 1: first format.
-pub const FORMAT_VERSION: u32 = 1;
+/// - 1: first format (development only).
+/// - 2: WAL records carry the store tag (bytes 28..32) and the first-in-batch flag; checkpoints
+///   live in segments of their own.
+pub const FORMAT_VERSION: u32 = 2;
 /// Magic at offset 4 of every superblock.
 pub const SUPERBLOCK_MAGIC: &[u8; 8] = b"CAIRNSB1";
 /// Magic at offset 4 of a WAL header slot.
@@ -251,13 +253,13 @@ mod tests {
     #[test]
     #[ignore]
     fn write_golden() {
-        std::fs::write("testdata/superblock-v1.bin", sb().encode()).unwrap();
+        std::fs::write("testdata/superblock-v2.bin", sb().encode()).unwrap();
     }
 
     #[test]
     fn golden_superblock_decodes() {
-        // Written by format version 1; a format change must keep reading it or bump the version.
-        let golden = include_bytes!("../testdata/superblock-v1.bin");
+        // Written by format version 2; a format change must keep reading it or bump the version.
+        let golden = include_bytes!("../testdata/superblock-v2.bin");
         assert_eq!(Superblock::decode(golden).unwrap(), sb());
     }
 

@@ -398,8 +398,10 @@ impl Store {
             ckpt_wanted: false,
             shutdown: false,
             ckpt_runs: ckpt_runs.clone(),
+            // The index part only: inline data is counted as pending.
             ckpt_est_blocks: crate::maint::ckpt_estimate(
-                ckpt_runs.iter().map(|r| r.1 as u64 * BLOCK).sum(),
+                (ckpt_runs.iter().map(|r| r.1 as u64 * BLOCK).sum::<u64>())
+                    .saturating_sub(dirty.iter().map(|d| d.nblocks as u64 * BLOCK).sum()),
             ),
             last_ckpt: Instant::now(),
             commits: 0,
