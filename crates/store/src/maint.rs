@@ -292,21 +292,9 @@ fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
                 },
                 LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
             };
-            let moved = st
-                .index
-                .existing_object_mut(p.coll, &p.obj)
-                .map_or_else(Vec::new, |o| o.relocate(blk, blk + n as u64, &from, disk));
+            let moved = repoint(st, p, blk, n, &from, disk);
             let count: u64 = moved.iter().map(|m| m.1 as u64).sum();
             st.pending_blocks = st.pending_blocks.saturating_sub(count);
-            free_unmoved(st, disk, n, &moved);
-            if let Some(s) = st.segs.seg_of(disk) {
-                st.segs.summaries[s as usize].push(Summary {
-                    coll: p.coll,
-                    obj: p.obj.clone(),
-                    first_block: blk,
-                    nblocks: n,
-                });
-            }
         }
         pos += p.nblocks as u64;
     }
@@ -315,6 +303,33 @@ fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
     }
     sh.space_cv.notify_all();
     Ok(total)
+}
+
+/// Points the blocks `blk..blk + n` of a piece that still are at `from` to their new copy at
+/// `disk`, frees the copies nothing points to, and records the run for the cleaner.
+/// Returns the moved runs (blocks from `blk`, count).
+fn repoint(
+    st: &mut State,
+    p: &Piece,
+    blk: u64,
+    n: u32,
+    from: &LocMatch,
+    disk: u64,
+) -> Vec<(u64, u32)> {
+    let moved = st
+        .index
+        .existing_object_mut(p.coll, &p.obj)
+        .map_or_else(Vec::new, |o| o.relocate(blk, blk + n as u64, from, disk));
+    free_unmoved(st, disk, n, &moved);
+    if let Some(s) = st.segs.seg_of(disk) {
+        st.segs.summaries[s as usize].push(Summary {
+            coll: p.coll,
+            obj: p.obj.clone(),
+            first_block: blk,
+            nblocks: n,
+        });
+    }
+    moved
 }
 
 /// Frees the blocks of a written run that no longer back anything (overwritten meanwhile):
@@ -603,22 +618,10 @@ fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
                 continue;
             };
             let from = LocMatch::Disk(src + (blk - p.first) * B);
-            let moved = st
-                .index
-                .existing_object_mut(p.coll, &p.obj)
-                .map_or_else(Vec::new, |o| o.relocate(blk, blk + n as u64, &from, disk));
+            let moved = repoint(st, p, blk, n, &from, disk);
             let old = src + (blk - p.first) * B;
             for &(rel, k) in &moved {
                 st.segs.free_live(old + rel * B, k);
-            }
-            free_unmoved(st, disk, n, &moved);
-            if let Some(s) = st.segs.seg_of(disk) {
-                st.segs.summaries[s as usize].push(Summary {
-                    coll: p.coll,
-                    obj: p.obj.clone(),
-                    first_block: blk,
-                    nblocks: n,
-                });
             }
         }
         pos += p.nblocks as u64;
