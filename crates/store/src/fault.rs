@@ -80,6 +80,9 @@ pub struct FaultDevice {
     faults: Mutex<Faults>,
     gate: RwLock<()>,
     dead: AtomicBool,
+    /// Writes go straight to the inner device (no crash simulation): for benchmarks that only
+    /// want slow flushes, so that write I/O costs what it costs on the real device.
+    passthrough: bool,
 }
 
 fn eio(what: &str) -> io::Error {
@@ -100,6 +103,16 @@ impl FaultDevice {
             faults: Mutex::new(Faults::default()),
             gate: RwLock::new(()),
             dead: AtomicBool::new(false),
+            passthrough: false,
+        }
+    }
+
+    /// Wraps `inner` without crash simulation: writes reach `inner` at once; flush delays
+    /// and injected failures still apply.
+    pub fn passthrough(inner: Arc<dyn BlockDevice>, power: Arc<Power>) -> Self {
+        FaultDevice {
+            passthrough: true,
+            ..FaultDevice::new(inner, power)
         }
     }
 
@@ -205,6 +218,9 @@ impl BlockDevice for FaultDevice {
         if lock(&self.faults).fail_writes {
             return Err(eio("write error"));
         }
+        if self.passthrough {
+            return self.inner.write_at(buf, off);
+        }
         if !off.is_multiple_of(4096)
             || !buf.len().is_multiple_of(4096)
             || off + buf.len() as u64 > self.size()
@@ -260,6 +276,20 @@ mod tests {
         assert_eq!(&r[..7], b"durable");
         inner.read_at(&mut r, 4096).unwrap();
         assert_eq!(&r[..8], &[0u8; 8]);
+    }
+
+    #[test]
+    fn passthrough_writes_at_once_and_delays_flushes() {
+        let inner: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("m", 1 << 16));
+        let d = FaultDevice::passthrough(inner.clone(), Power::new());
+        d.set_flush_delay(std::time::Duration::from_millis(20));
+        d.write_at(&AlignedBuf::from_slice(b"now"), 0).unwrap();
+        let mut r = AlignedBuf::zeroed(4096);
+        inner.read_at(&mut r, 0).unwrap();
+        assert_eq!(&r[..3], b"now");
+        let t = std::time::Instant::now();
+        d.flush().unwrap();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(20));
     }
 
     #[test]

@@ -4,13 +4,12 @@
 use super::measure::{check_interrupt, Kind, Worker};
 use super::{BLK, BLOCKS_PER_OBJ, COLL, TAG_MAGIC};
 use anyhow::{bail, Context, Result};
-use cairn_store::{AlignedBuf, BlockDevice, FileDevice, Store, Transaction};
+use cairn_store::{AlignedBuf, Store, Transaction};
 use rand::Rng;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Objects of 4 MiB in one collection; block `b` of the working set is block `b % 1024` of
 /// object `b / 1024`.
@@ -198,41 +197,4 @@ pub fn preallocate(path: &Path, size: u64) -> Result<()> {
             .with_context(|| format!("cannot size {}", path.display()))?;
     }
     Ok(())
-}
-
-/// Passes I/O through to a file device, copying buffers that are not block-aligned into
-/// aligned ones first. `FaultDevice` keeps unflushed writes in plain `Vec`s and hands those to
-/// its inner device when it flushes, which an `O_DIRECT` file rejects with EINVAL.
-pub struct Realign(pub Arc<FileDevice>);
-
-fn aligned(buf: &[u8]) -> bool {
-    (buf.as_ptr() as usize).is_multiple_of(BLK as usize)
-}
-
-impl BlockDevice for Realign {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-        if aligned(buf) {
-            return self.0.read_at(buf, off);
-        }
-        let mut a = AlignedBuf::zeroed(buf.len());
-        self.0.read_at(&mut a[..buf.len()], off)?;
-        buf.copy_from_slice(&a[..buf.len()]);
-        Ok(())
-    }
-    fn write_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
-        if aligned(buf) {
-            return self.0.write_at(buf, off);
-        }
-        let a = AlignedBuf::from_slice(buf);
-        self.0.write_at(&a[..buf.len()], off)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
 }
