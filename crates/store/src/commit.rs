@@ -388,6 +388,15 @@ fn zero_range(
 
 /// Applies space accounting and flusher work for applied effects.
 pub(crate) fn account(st: &mut State, out: ApplyOut) {
+    // New pending blocks first: a transaction may overwrite its own new data, and those
+    // blocks are freed from what it added.
+    if !out.dirty.is_empty() && st.dirty.is_empty() {
+        st.dirty_since = Some(std::time::Instant::now());
+    }
+    for d in out.dirty {
+        st.pending_blocks += d.nblocks as u64;
+        st.dirty.push_back(d);
+    }
     for f in out.freed {
         match f {
             Freed::Disk { off, nblocks } => st.segs.free_live(off, nblocks),
@@ -395,13 +404,6 @@ pub(crate) fn account(st: &mut State, out: ApplyOut) {
                 st.pending_blocks = st.pending_blocks.saturating_sub(nblocks as u64)
             }
         }
-    }
-    if !out.dirty.is_empty() && st.dirty.is_empty() {
-        st.dirty_since = Some(std::time::Instant::now());
-    }
-    for d in out.dirty {
-        st.pending_blocks += d.nblocks as u64;
-        st.dirty.push_back(d);
     }
 }
 

@@ -644,30 +644,48 @@ fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
     Ok(())
 }
 
+fn push_run(out: &mut Vec<Piece>, sum: &Summary, run: Option<(u64, u64, u32)>) {
+    if let Some((first, disk, nblocks)) = run {
+        out.push(Piece {
+            coll: sum.coll,
+            obj: sum.obj.clone(),
+            first,
+            nblocks,
+            from: LocMatch::Disk(disk),
+            data: Arc::new(Vec::new()),
+            data_off: 0,
+        });
+    }
+}
+
 /// The still-live extents of segment `s`, found through its summaries.
 fn live_pieces(st: &MutexGuard<'_, State>, s: u32) -> Vec<Piece> {
     let seg_start = st.segs.seg_offset(s);
     let seg_end = seg_start + st.segs.seg_blocks as u64 * B;
     let mut out: Vec<Piece> = Vec::new();
+    // Summaries of one segment may overlap (a range rewritten into the same segment), so
+    // blocks are taken once each, as runs of blocks not seen before.
     let mut seen = std::collections::HashSet::new();
     for sum in &st.segs.summaries[s as usize] {
         let Some(o) = st.index.object(sum.coll, &sum.obj) else {
             continue;
         };
         for (blk, e) in o.extents_in(sum.first_block, sum.first_block + sum.nblocks as u64) {
-            if let Loc::Disk(d) = e.loc {
-                if d >= seg_start && d < seg_end && seen.insert(d) {
-                    out.push(Piece {
-                        coll: sum.coll,
-                        obj: sum.obj.clone(),
-                        first: blk,
-                        nblocks: e.nblocks,
-                        from: LocMatch::Disk(d),
-                        data: Arc::new(Vec::new()),
-                        data_off: 0,
-                    });
+            let Loc::Disk(d) = e.loc else { continue };
+            if d < seg_start || d >= seg_end {
+                continue;
+            }
+            let mut run: Option<(u64, u64, u32)> = None; // (object block, disk offset, blocks)
+            for k in 0..e.nblocks as u64 {
+                let fresh = seen.insert(d + k * B);
+                match (&mut run, fresh) {
+                    (Some(r), true) => r.2 += 1,
+                    (None, true) => run = Some((blk + k, d + k * B, 1)),
+                    (Some(_), false) => push_run(&mut out, sum, run.take()),
+                    (None, false) => {}
                 }
             }
+            push_run(&mut out, sum, run);
         }
     }
     out

@@ -401,3 +401,41 @@ fn reformatted_devices_open_empty() {
     let s = Store::open(&devs.devices(), small_cfg()).unwrap();
     assert!(s.list_collections().is_empty());
 }
+
+#[test]
+fn overwriting_own_new_data_in_one_transaction_keeps_exact_accounting() {
+    let s = MemDevs::new(1, 8 << 20, None).mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(1)
+        .write(1, b"a", 0, b"x")
+        .write(1, b"a", 1, b"y");
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    let st = s.stats();
+    assert_eq!((st.live_bytes, st.pending_bytes), (4096, 0));
+    assert_eq!(s.read(1, b"a", 0, 10).unwrap(), b"xy");
+}
+
+#[test]
+fn cleaner_moves_blocks_of_overlapping_summaries() {
+    let cfg = cairn_store::StoreConfig {
+        clean_below_free_segments: 1000,
+        ..small_cfg()
+    };
+    let s = MemDevs::new(1, 8 << 20, None).mkfs_open(cfg);
+    let mut t = Transaction::new();
+    t.create_collection(1).write(1, b"o", 0, &[1; 8192]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    let mut t = Transaction::new();
+    t.write(1, b"o", 0, &[2; 16384]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    let mut t = Transaction::new();
+    t.write(1, b"filler", 0, &[3; 65536]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    assert_eq!(s.read(1, b"o", 0, 1 << 20).unwrap(), vec![2; 16384]);
+    assert!(s.failure().is_none());
+    s.check_space_accounting().unwrap();
+}
