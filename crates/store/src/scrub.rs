@@ -41,7 +41,84 @@ impl Store {
                 }
             }
         }
+        self.scrub_checkpoint(&mut rep);
         rep
+    }
+
+    /// Verifies the WAL header and every copy of the current checkpoint (root and pieces).
+    /// Issues are reported only if no newer checkpoint replaced it meanwhile (its blocks may
+    /// then have been reused).
+    fn scrub_checkpoint(&self, rep: &mut ScrubReport) {
+        let meta = |device: &str, block: u64, detail: String| ScrubIssue {
+            coll: 0,
+            object: "<checkpoint>".into(),
+            block,
+            device: device.to_string(),
+            detail,
+        };
+        let hdr = match self.sh.wal.read_header() {
+            Ok(h) => h,
+            Err(e) => {
+                rep.issues
+                    .push(meta(self.sh.wal.dev.name(), 0, e.to_string()));
+                return;
+            }
+        };
+        if hdr.ckpt_root_offset == 0 {
+            return;
+        }
+        let mut found = Vec::new();
+        for dev in 0..self.sh.data.count() {
+            let name = self.sh.data.name(dev).to_string();
+            let (off, len) = (hdr.ckpt_root_offset, hdr.ckpt_root_len as usize);
+            let Some(root) = self.read_copy(dev, off, len, hdr.ckpt_root_crc, rep) else {
+                found.push(meta(
+                    &name,
+                    0,
+                    format!("checkpoint root at offset {off} unreadable or corrupt"),
+                ));
+                continue;
+            };
+            let Ok(root) = crate::checkpoint::Root::decode(&root) else {
+                found.push(meta(&name, 0, "checkpoint root does not decode".into()));
+                continue;
+            };
+            for (i, &(poff, plen, pcrc)) in root.pieces.iter().enumerate() {
+                if self
+                    .read_copy(dev, poff, plen as usize, pcrc, rep)
+                    .is_none()
+                {
+                    found.push(meta(
+                        &name,
+                        i as u64,
+                        format!("checkpoint piece at offset {poff} corrupt"),
+                    ));
+                }
+            }
+        }
+        let same = self
+            .sh
+            .wal
+            .read_header()
+            .is_ok_and(|h| h.generation == hdr.generation);
+        if same {
+            rep.issues.extend(found);
+        }
+    }
+
+    /// Reads `len` bytes at `off` from device `dev`; `None` unless they match `crc`.
+    fn read_copy(
+        &self,
+        dev: usize,
+        off: u64,
+        len: usize,
+        crc: u32,
+        rep: &mut ScrubReport,
+    ) -> Option<Vec<u8>> {
+        let mut b = AlignedBuf::zeroed(len);
+        rep.bytes_read += b.len() as u64;
+        self.sh.data.read_from(dev, &mut b, off).ok()?;
+        (crc32c::crc32c(&b[..len]) == crc).then(|| b[..len].to_vec())
     }
 
     #[allow(clippy::too_many_arguments)]

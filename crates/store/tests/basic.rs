@@ -439,3 +439,35 @@ fn cleaner_moves_blocks_of_overlapping_summaries() {
     assert!(s.failure().is_none());
     s.check_space_accounting().unwrap();
 }
+
+#[test]
+fn scrub_checks_checkpoint_copies() {
+    let devs = MemDevs::new(2, 8 << 20, Some(1 << 20));
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    t.kv_set(1, b"checkpoint-marker", &[0xAB; 3000]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    assert!(s.scrub().issues.is_empty());
+    // Damage the checkpoint copy on data device 1 (it holds the collection entry).
+    let power = cairn_store::fault::Power::new();
+    let (_, faults) = devs.faulty(&power);
+    let off = find_containing(&devs.data[1], &[0xAB; 64]).expect("checkpoint bytes on device 1");
+    faults[1].flip_bit(off + 5, 1).unwrap();
+    let rep = s.scrub();
+    assert_eq!(rep.issues.len(), 1, "{rep:?}");
+    assert_eq!(rep.issues[0].object, "<checkpoint>");
+    assert!(rep.issues[0].device.contains("data1"));
+}
+
+fn find_containing(dev: &cairn_store::MemDevice, pattern: &[u8]) -> Option<u64> {
+    use cairn_store::{AlignedBuf, BlockDevice};
+    let mut b = AlignedBuf::zeroed(4096);
+    (0..dev.size() / 4096).map(|i| i * 4096).find_map(|off| {
+        dev.read_at(&mut b, off).unwrap();
+        b.windows(pattern.len())
+            .position(|w| w == pattern)
+            .map(|p| off + p as u64)
+    })
+}
