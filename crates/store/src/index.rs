@@ -286,9 +286,16 @@ impl Index {
                     crcs: block_crcs(bytes),
                 };
                 o.extents.insert(*first_block, ext);
+                // Share the index's copy of the name with the flusher and the cleaner's
+                // summaries instead of the transaction's (one copy per object, not per write).
+                let name = self
+                    .colls
+                    .get(coll)
+                    .and_then(|c| c.objects.get_key_value(&obj[..]))
+                    .map_or_else(|| obj.clone(), |(k, _)| k.clone());
                 out.dirty.push(Dirty {
                     coll: *coll,
-                    obj: obj.clone(),
+                    obj: name,
                     first_block: *first_block,
                     nblocks: *nblocks,
                     id: *next_id,
