@@ -330,7 +330,7 @@ fn index_memory_per_object_and_per_extent() {
         }
     }
     for p in [ext.live, ext.reopened] {
-        assert!(p.footprint < 290.0, "an extent costs {p:?}");
+        assert!(p.footprint < 230.0, "an extent costs {p:?}");
         assert!(p.allocations < 2.5, "an extent costs {p:?}");
     }
 }
