@@ -80,6 +80,8 @@ pub struct FaultDevice {
     faults: Mutex<Faults>,
     gate: RwLock<()>,
     dead: AtomicBool,
+    /// Set while a flush holds the device (reads and writes wait meanwhile).
+    in_flush: AtomicBool,
     /// Writes go straight to the inner device (no crash simulation): for benchmarks that only
     /// want slow flushes, so that write I/O costs what it costs on the real device.
     passthrough: bool,
@@ -103,6 +105,7 @@ impl FaultDevice {
             faults: Mutex::new(Faults::default()),
             gate: RwLock::new(()),
             dead: AtomicBool::new(false),
+            in_flush: AtomicBool::new(false),
             passthrough: false,
         }
     }
@@ -120,6 +123,11 @@ impl FaultDevice {
     pub fn set_flush_delay(&self, d: Duration) {
         lock(&self.faults).flush_delay = d;
     }
+    /// Whether a flush is in progress on this device.
+    pub fn is_flushing(&self) -> bool {
+        self.in_flush.load(Ordering::SeqCst)
+    }
+
     /// Makes reads, writes or flushes fail with EIO (without cutting power).
     pub fn set_failures(&self, reads: bool, writes: bool, flush: bool) {
         let mut f = lock(&self.faults);
@@ -244,7 +252,9 @@ impl BlockDevice for FaultDevice {
             return Err(eio("flush error"));
         }
         if !delay.is_zero() {
+            self.in_flush.store(true, Ordering::SeqCst);
             std::thread::sleep(delay);
+            self.in_flush.store(false, Ordering::SeqCst);
         }
         let writes = std::mem::take(&mut *lock(&self.overlay));
         for (off, data) in writes {

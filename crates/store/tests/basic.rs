@@ -471,3 +471,61 @@ fn find_containing(dev: &cairn_store::MemDevice, pattern: &[u8]) -> Option<u64> 
             .map(|p| off + p as u64)
     })
 }
+
+#[test]
+fn reads_go_to_the_mirror_device_that_is_not_flushing() {
+    use cairn_store::fault::{FaultDevice, Power};
+    use std::time::{Duration, Instant};
+    let mem = MemDevs::new(2, 8 << 20, Some(1 << 20));
+    let power = Power::new();
+    let wrap = |d: Arc<cairn_store::MemDevice>| {
+        Arc::new(FaultDevice::passthrough(
+            d as Arc<dyn cairn_store::BlockDevice>,
+            power.clone(),
+        ))
+    };
+    let faults = [wrap(mem.data[0].clone()), wrap(mem.data[1].clone())];
+    let devs = Devices {
+        data: faults
+            .iter()
+            .map(|f| f.clone() as Arc<dyn cairn_store::BlockDevice>)
+            .collect(),
+        wal: Some(mem.wal.clone().unwrap() as Arc<dyn cairn_store::BlockDevice>),
+    };
+    let mut cfg = small_cfg();
+    cfg.checkpoint_interval = Duration::from_secs(3600);
+    Store::mkfs(&devs, &cfg).unwrap();
+    let s = Arc::new(Store::open(&devs, cfg).unwrap());
+    let mut t = Transaction::new();
+    t.create_collection(1).write(1, b"o", 0, &[7u8; 16 * 4096]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap(); // the data is on both devices now
+                             // Every flush now holds its device (reads wait) for 800 ms, one device after the other.
+    for f in &faults {
+        f.set_flush_delay(Duration::from_millis(800));
+    }
+    let ckpt = {
+        let s = s.clone();
+        std::thread::spawn(move || s.checkpoint())
+    };
+    for flushing in 0..2 {
+        let start = Instant::now();
+        while !faults[flushing].is_flushing() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "device {flushing} never flushed"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Reads during the flush are served by the other device: none waits for the flush.
+        for _ in 0..20 {
+            assert_eq!(s.read(1, b"o", 0, 16 * 4096).unwrap(), vec![7u8; 16 * 4096]);
+            assert!(
+                faults[flushing].is_flushing(),
+                "a read waited behind the flush of device {flushing}"
+            );
+        }
+    }
+    ckpt.join().unwrap().unwrap();
+    assert!(s.stats().data_io.reads >= 40);
+}
