@@ -508,9 +508,9 @@ fn reads_go_to_the_mirror_device_that_is_not_flushing() {
         let s = s.clone();
         std::thread::spawn(move || s.checkpoint())
     };
-    for flushing in 0..2 {
+    for (flushing, dev) in faults.iter().enumerate() {
         let start = Instant::now();
-        while !faults[flushing].is_flushing() {
+        while !dev.is_flushing() {
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "device {flushing} never flushed"
