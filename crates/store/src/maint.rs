@@ -38,8 +38,13 @@ pub(crate) fn flush_and_checkpoint(sh: &Shared) -> Result<()> {
     checkpoint(sh)
 }
 
+/// Rounds of making space that gain no free segment before the store gives up (a space
+/// accounting bug would otherwise spin here while commits wait forever).
+const MAX_FRUITLESS_ROUNDS: u32 = 256;
+
 fn run_loop(sh: &Arc<Shared>) {
     let sh = sh.as_ref();
+    let mut fruitless = 0;
     loop {
         let work = next_work(sh);
         let r = match work {
@@ -53,13 +58,28 @@ fn run_loop(sh: &Arc<Shared>) {
                 return;
             }
             Work::Flush => match flush_some(sh, false) {
-                Err(StoreError::NoSpace { .. }) => match make_space(sh) {
-                    // Nothing to clean: all used space is live, so the cleaner's segment is
-                    // not needed and the flusher may use it.
-                    Ok(false) => flush_some(sh, true).map(|_| ()),
-                    r => r.map(|_| ()),
-                },
-                r => r.map(|_| ()),
+                Err(StoreError::NoSpace { .. }) => {
+                    let before = sh.lock().segs.free_segments();
+                    let r = match make_space(sh) {
+                        // Nothing to clean: all used space is live, so the cleaner's segment
+                        // is not needed and the flusher may use it.
+                        Ok(false) => flush_some(sh, true).map(|_| ()),
+                        r => r.map(|_| ()),
+                    };
+                    let gained = sh.lock().segs.free_segments() > before;
+                    fruitless = if gained { 0 } else { fruitless + 1 };
+                    if fruitless > MAX_FRUITLESS_ROUNDS {
+                        Err(StoreError::Failed(format!(
+                            "{MAX_FRUITLESS_ROUNDS} rounds of cleaning freed no segment (space accounting bug)"
+                        )))
+                    } else {
+                        r
+                    }
+                }
+                r => {
+                    fruitless = 0;
+                    r.map(|_| ())
+                }
             },
             Work::Checkpoint => flush_and_checkpoint(sh),
             Work::Clean { throttle } => clean_one(sh, throttle),
@@ -188,18 +208,18 @@ fn alloc(sh: &Shared, st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32
 fn make_space(sh: &Shared) -> Result<bool> {
     let mut cleaned = 0;
     loop {
-        // Cleaning may use only the flusher's spare segment: the rest of what the flusher
-        // keeps is the checkpoint's room (index part, and pending data carried inline).
-        let (free, keep, candidate) = {
+        // Cleaning one victim takes at most one segment; what must stay is the room of the
+        // checkpoint that follows (its index part and pending data carried inline), so a
+        // cycle of cleaning + checkpoint always fits and frees the victims.
+        let (free, need, candidate) = {
             let st = sh.lock();
-            let keep = sh.flusher_keep_segments(&st);
             (
                 st.segs.free_segments() as u64,
-                keep,
+                sh.ckpt_need_segments(&st),
                 st.segs.clean_candidate(),
             )
         };
-        if candidate.is_none() || free < keep || cleaned >= 64 {
+        if candidate.is_none() || free <= need || cleaned >= 64 {
             break;
         }
         clean_one(sh, false)?;
