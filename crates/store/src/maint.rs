@@ -59,18 +59,21 @@ fn run_loop(sh: &Arc<Shared>) {
             }
             Work::Flush => match flush_some(sh, false) {
                 Err(StoreError::NoSpace { .. }) => {
-                    let before = sh.lock().segs.free_segments();
+                    let progress = |st: &State| (st.segs.free_segments(), st.pending_blocks);
+                    let before = progress(&sh.lock());
                     let r = match make_space(sh) {
                         // Nothing to clean: all used space is live, so the cleaner's segment
                         // is not needed and the flusher may use it.
                         Ok(false) => flush_some(sh, true).map(|_| ()),
                         r => r.map(|_| ()),
                     };
-                    let gained = sh.lock().segs.free_segments() > before;
+                    let after = progress(&sh.lock());
+                    let gained = after.0 > before.0 || after.1 < before.1;
                     fruitless = if gained { 0 } else { fruitless + 1 };
                     if fruitless > MAX_FRUITLESS_ROUNDS {
                         Err(StoreError::Failed(format!(
-                            "{MAX_FRUITLESS_ROUNDS} rounds of cleaning freed no segment (space accounting bug)"
+                            "{MAX_FRUITLESS_ROUNDS} rounds of making space neither freed a segment nor \
+                             wrote pending data (space accounting bug)"
                         )))
                     } else {
                         r
