@@ -431,6 +431,7 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
         if !st.barrier {
             break;
         }
+        st.waits_for_checkpoint += 1;
         st = wait(&sh.durable_cv, st);
     }
     // Validation is repeated after every wait: the lock is released while waiting, and
@@ -451,6 +452,11 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
         // A full WAL needs a checkpoint; too much pending data only needs the flusher.
         if wal_full {
             st.ckpt_wanted = true;
+            st.waits_for_wal_space += 1;
+        } else if pending_full {
+            st.waits_for_flusher += 1;
+        } else {
+            st.waits_for_checkpoint += 1;
         }
         sh.maint_cv.notify_all();
         st = wait(&sh.space_cv, st);
@@ -552,7 +558,7 @@ fn wait_durable<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, seq: u64) -> 
             st = write_batch(sh, st);
             continue;
         }
-        st = wait(&sh.durable_cv, st);
+        st = wait(sh.seq_cv(seq), st);
     }
 }
 
@@ -581,14 +587,25 @@ fn write_batch<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<
     let mut st = sh.lock();
     st.writing = false;
     st.last_crc = layout.last_crc;
+    let last_seq = first_seq + records.len() as u64 - 1;
     match result {
-        Ok(()) => st.durable_seq = first_seq + records.len() as u64 - 1,
+        Ok(()) => st.durable_seq = last_seq,
         Err(e) => {
             let msg = format!("WAL write failed: {e}");
             sh.fail(&mut st, msg);
         }
     }
-    sh.durable_cv.notify_all();
+    // Wake only the committers of this batch, and the first one queued meanwhile (it writes
+    // the next batch): waking every waiter on every batch costs more than the batch itself.
+    for s in first_seq..=last_seq.min(first_seq + crate::store::SEQ_CVS as u64 - 1) {
+        sh.seq_cv(s).notify_all();
+    }
+    if !st.queue.is_empty() {
+        sh.seq_cv(last_seq + 1).notify_all();
+    }
+    if st.barrier {
+        sh.durable_cv.notify_all(); // a checkpoint waits for the queue to drain
+    }
     st
 }
 

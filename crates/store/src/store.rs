@@ -91,6 +91,12 @@ pub struct StoreStats {
     pub checkpoint_bytes: u64,
     pub wal_used_bytes: u64,
     pub wal_size: u64,
+    /// Times a commit waited because the flusher was behind (pending data at its limit).
+    pub waits_for_flusher: u64,
+    /// Times a commit waited for WAL space (a checkpoint to reclaim it).
+    pub waits_for_wal_space: u64,
+    /// Times a commit waited for a checkpoint's snapshot barrier.
+    pub waits_for_checkpoint: u64,
 }
 
 /// Facts about an object.
@@ -131,12 +137,20 @@ pub(crate) struct State {
     pub checkpoints: u64,
     pub cleaned_segments: u64,
     pub cleaned_bytes: u64,
+    pub waits_for_flusher: u64,
+    pub waits_for_wal_space: u64,
+    pub waits_for_checkpoint: u64,
 }
+
+/// Condition variables committers wait on, by sequence number.
+pub(crate) const SEQ_CVS: usize = 64;
 
 pub(crate) struct Shared {
     pub st: Mutex<State>,
-    /// WAL progress, barrier release, failure.
+    /// Barrier release, WAL drained while a checkpoint waits, failure.
     pub durable_cv: Condvar,
+    /// Committers wait for their record on `seq_cvs[seq % SEQ_CVS]`.
+    pub seq_cvs: Vec<Condvar>,
     /// Wakes the maintenance thread.
     pub maint_cv: Condvar,
     /// WAL space was reclaimed.
@@ -163,8 +177,14 @@ impl Shared {
             st.failed = Some(why);
         }
         self.durable_cv.notify_all();
+        self.seq_cvs.iter().for_each(Condvar::notify_all);
         self.space_cv.notify_all();
         self.maint_cv.notify_all();
+    }
+
+    /// The condition variable the committer of record `seq` waits on.
+    pub fn seq_cv(&self, seq: u64) -> &Condvar {
+        &self.seq_cvs[(seq % SEQ_CVS as u64) as usize]
     }
 
     /// Largest record the WAL accepts.
@@ -408,6 +428,9 @@ impl Store {
             checkpoints: 0,
             cleaned_segments: 0,
             cleaned_bytes: 0,
+            waits_for_flusher: 0,
+            waits_for_wal_space: 0,
+            waits_for_checkpoint: 0,
         };
         for d in dirty.drain(..) {
             st.pending_blocks += d.nblocks as u64;
@@ -416,6 +439,7 @@ impl Store {
         let sh = Arc::new(Shared {
             st: Mutex::new(st),
             durable_cv: Condvar::new(),
+            seq_cvs: (0..SEQ_CVS).map(|_| Condvar::new()).collect(),
             maint_cv: Condvar::new(),
             space_cv: Condvar::new(),
             wal: region,
@@ -571,6 +595,9 @@ impl Store {
             checkpoint_bytes: st.segs.ckpt_blocks_total() * BLOCK,
             wal_used_bytes: self.sh.wal_used(&st),
             wal_size: self.sh.wal.ring_size,
+            waits_for_flusher: st.waits_for_flusher,
+            waits_for_wal_space: st.waits_for_wal_space,
+            waits_for_checkpoint: st.waits_for_checkpoint,
         }
     }
 

@@ -162,6 +162,14 @@ pub fn entry(
         .put(
             "segments_cleaned",
             s1.segments_cleaned.saturating_sub(s0.segments_cleaned),
+        )
+        .put(
+            "commit_waits",
+            serde_json::json!({
+                "flusher": s1.waits_for_flusher - s0.waits_for_flusher,
+                "wal_space": s1.waits_for_wal_space - s0.waits_for_wal_space,
+                "checkpoint": s1.waits_for_checkpoint - s0.waits_for_checkpoint,
+            }),
         );
     let read_p99 = mixed.then(|| q(&m.reads, 0.99));
     eprintln!(
