@@ -81,8 +81,10 @@ lat_us {p50,p99,p999,max}, dev_writes, dev_write_mean_bytes, dev_read_bytes, dev
 devices only, summed over a mirror, deltas over the timed part), baseline_iops, \
 baseline_lat_us {p50,p99}, ratio_to_baseline = iops / baseline_iops (above 1: faster than the raw \
 baseline), lat_p50_ratio_to_baseline = lat_us.p50 / baseline_lat_us.p50 (below 1: faster), and \
-for the mixes read_lat_us and write_lat_us {p50,p99,p999,max}. Latencies are in microseconds \
-(recorded in nanoseconds, reported with 0.1 us resolution).";
+for the mixes read_lat_us and write_lat_us {p50,p99,p999,max}. Store counters over the timed \
+part: commits, wal_flushes, commits_per_wal_flush (group commit), checkpoints, segments_cleaned, \
+commit_waits {flusher, wal_space, checkpoint} (times a commit waited, by cause). Latencies are in \
+microseconds (recorded in nanoseconds, reported with 0.1 us resolution).";
 
 #[derive(Args)]
 pub struct BenchStoreArgs {
