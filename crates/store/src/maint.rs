@@ -296,12 +296,7 @@ fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         buf[at..at + n].copy_from_slice(&p.data[p.data_off..p.data_off + n]);
         at += n;
     }
-    let mut done = 0usize;
-    for &(off, n) in &runs {
-        let len = n as usize * BLOCK_SIZE;
-        sh.data.write(&buf[done..done + len], off)?;
-        done += len;
-    }
+    write_runs(sh, &buf, &runs)?;
     let mut st = sh.lock();
     let st = &mut *st;
     let mut pos = 0u64; // block position within the laid-out batch
@@ -365,6 +360,17 @@ fn free_unmoved(st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
         }
         at = rel + k as u64;
     }
+}
+
+/// Writes `buf` over the allocated runs, in order.
+fn write_runs(sh: &Shared, buf: &[u8], runs: &[(u64, u32)]) -> Result<()> {
+    let mut done = 0usize;
+    for &(off, n) in runs {
+        let len = n as usize * BLOCK_SIZE;
+        sh.data.write(&buf[done..done + len], off)?;
+        done += len;
+    }
+    Ok(())
 }
 
 /// Splits a piece that starts at block `pos` of the batch over the allocated runs:
@@ -626,12 +632,7 @@ fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
         sh.data.read_from(dev, &mut buf[at..at + n], off)?;
         at += n;
     }
-    let mut done = 0usize;
-    for &(off, n) in &runs {
-        let len = n as usize * BLOCK_SIZE;
-        sh.data.write(&buf[done..done + len], off)?;
-        done += len;
-    }
+    write_runs(sh, &buf, &runs)?;
     let mut guard = sh.lock();
     let st = &mut *guard;
     let mut pos = 0u64;
