@@ -20,7 +20,8 @@ pub enum StoreCmd {
     ///
     /// Opening replays the WAL as an OSD would; closing writes a final checkpoint.
     Info(OpenArgs),
-    /// Open a store and verify the checksum of every data block on every device.
+    /// Open a store and verify the checksum of every data block on every device, the WAL
+    /// header and every copy of the current checkpoint.
     ///
     /// Prints a report; exits with status 3 when it found damaged data, 1 when it could not
     /// run, 0 when everything verified.
@@ -97,7 +98,8 @@ fn open_file(path: &Path, size: u64, role: &str) -> Result<Arc<dyn BlockDevice>>
         .with_context(|| format!("cannot open {role} device {}", path.display()))?;
     if d.size() < (BLOCK_SIZE as u64) {
         bail!(
-            "{role} device {} is empty; give --size to create or extend it",
+            "{role} device {} holds less than one 4 KiB block; give a --size of at least a few MiB \
+             to create or extend it",
             path.display()
         );
     }

@@ -7,10 +7,9 @@ use crate::device::BLOCK_SIZE;
 use crate::effect::{self, Effect, Name, Payload};
 use crate::error::{Result, StoreError};
 use crate::index::{ApplyOut, Freed, Index, Loc};
-use crate::store::{read_verified, Shared, State, Store};
+use crate::store::{Shared, State, Store};
 use crate::txn::{limits, CollId, Op, Transaction};
 use crate::wal::{self, layout_batch, RecordBuf};
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
@@ -62,25 +61,29 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
             limits::OPS,
         ));
     }
-    let mut exists: HashMap<CollId, bool> = HashMap::new();
+    // Collections this transaction creates or removes, in order (a transaction names few, so
+    // a vector beats a map; nothing is allocated for the common case of none).
+    let mut changed: Vec<(CollId, bool)> = Vec::new();
     let (mut blocks, mut bytes) = (0u64, 64u64);
     for op in &txn.ops {
         let c = op.coll();
-        let present = *exists
-            .entry(c)
-            .or_insert_with(|| idx.colls.contains_key(&c));
+        let present = changed
+            .iter()
+            .rev()
+            .find(|(id, _)| *id == c)
+            .map_or_else(|| idx.colls.contains_key(&c), |&(_, e)| e);
         // Upper bound of the effects' encoding: up to three effects naming the object, two
         // edge blocks of read-modify-write, and the payloads.
         bytes += 96 + rmw_bytes(op) + 3 * (2 + op_name_len(op));
         match op {
             Op::CreateCollection(_) if present => return Err(StoreError::CollectionExists(c)),
             Op::CreateCollection(_) => {
-                exists.insert(c, true);
+                changed.push((c, true));
                 continue;
             }
             _ if !present => return Err(StoreError::NoCollection(c)),
             Op::RemoveCollection(_) => {
-                exists.insert(c, false);
+                changed.push((c, false));
             }
             Op::Touch { obj, .. } | Op::Remove { obj, .. } => check_name(obj)?,
             Op::Write {
@@ -149,19 +152,25 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
     Ok((blocks, bytes))
 }
 
-/// Bytes of whole edge blocks an op may add by read-modify-write.
-fn rmw_bytes(op: &Op) -> u64 {
+/// Whether resolving the op may read old edge blocks (read-modify-write).
+fn may_rmw(op: &Op) -> bool {
     match op {
         Op::Write { offset, data, .. } => {
-            let unaligned = !offset.is_multiple_of(B) || !(data.len() as u64).is_multiple_of(B);
-            if unaligned {
-                2 * B
-            } else {
-                0
-            }
+            !offset.is_multiple_of(B) || !(data.len() as u64).is_multiple_of(B)
         }
-        Op::Zero { .. } | Op::Truncate { .. } => 2 * B,
-        _ => 0,
+        // The end is clipped to the object's size, which may be unaligned.
+        Op::Zero { .. } => true,
+        Op::Truncate { size, .. } => !size.is_multiple_of(B),
+        _ => false,
+    }
+}
+
+/// Bytes of whole edge blocks an op may add by read-modify-write.
+fn rmw_bytes(op: &Op) -> u64 {
+    if may_rmw(op) {
+        2 * B
+    } else {
+        0
     }
 }
 
@@ -180,17 +189,6 @@ fn op_name_len(op: &Op) -> u64 {
     }
 }
 
-/// Whether resolving the transaction may need to read old blocks from a device.
-fn needs_rmw(txn: &Transaction) -> bool {
-    txn.ops.iter().any(|op| match op {
-        Op::Write { offset, data, .. } => offset % B != 0 || !(data.len() as u64).is_multiple_of(B),
-        // The end is clipped to the object's size, which may be unaligned.
-        Op::Zero { .. } => true,
-        Op::Truncate { size, .. } => size % B != 0,
-        _ => false,
-    })
-}
-
 /// Current contents of one block of an object (zeros for a hole).
 fn old_block(sh: &Shared, idx: &Index, coll: CollId, obj: &[u8], block: u64) -> Result<Vec<u8>> {
     let Some(o) = idx.object(coll, obj) else {
@@ -202,16 +200,7 @@ fn old_block(sh: &Shared, idx: &Index, coll: CollId, obj: &[u8], block: u64) -> 
     match &e.loc {
         Loc::Mem(m) => Ok(m.buf[m.off..m.off + BLOCK_SIZE].to_vec()),
         Loc::Disk(off) => {
-            let crc = e.crcs[0];
-            let b = read_verified(&sh.data, *off, B, "object data", |b| {
-                crc32c::crc32c(b) == crc
-            })
-            .map_err(|_| StoreError::CorruptData {
-                coll,
-                object: String::from_utf8_lossy(obj).into_owned(),
-                block,
-                device: sh.data.name(0).to_string(),
-            })?;
+            let b = crate::read::read_block(sh, coll, obj, block, *off, e.crcs[0])?;
             Ok(b[..BLOCK_SIZE].to_vec())
         }
     }
@@ -497,7 +486,9 @@ fn apply_and_log<'a>(
     est: u64,
 ) -> Result<u64> {
     let st_ref = &mut *st;
-    let rollback = needs_rmw(txn).then(|| st_ref.index.clone());
+    // Only a transaction that may read a device while resolving can fail half-way; it gets a
+    // copy-on-write snapshot to roll back to.
+    let rollback = txn.ops.iter().any(may_rmw).then(|| st_ref.index.clone());
     let mut effects = Vec::with_capacity(txn.ops.len() + 1);
     let mut out = ApplyOut::default();
     let no_record: RecordBuf = Arc::new(Vec::new());

@@ -228,8 +228,19 @@ impl Index {
 
     /// The object for writing, created when missing; `None` if the collection is missing.
     pub fn object_mut(&mut self, c: CollId, o: &Name) -> Option<&mut Object> {
+        self.object_entry_mut(c, o).map(|(_, obj)| obj)
+    }
+
+    /// Like [`Index::object_mut`], with the index's own copy of the name (to share it rather
+    /// than keep the caller's).
+    pub fn object_entry_mut(&mut self, c: CollId, o: &Name) -> Option<(Name, &mut Object)> {
+        use std::collections::btree_map::Entry;
         let coll = self.coll_mut(c)?;
-        Some(Arc::make_mut(coll.objects.entry(o.clone()).or_default()))
+        let (key, obj) = match coll.objects.entry(o.clone()) {
+            Entry::Occupied(e) => (e.key().clone(), e.into_mut()),
+            Entry::Vacant(e) => (o.clone(), e.insert(Arc::default())),
+        };
+        Some((key, Arc::make_mut(obj)))
     }
 
     /// The object for writing if it exists.
@@ -271,7 +282,9 @@ impl Index {
                 let Some(bytes) = buf.get(off..off + *nblocks as usize * BLOCK_SIZE) else {
                     return;
                 };
-                let Some(o) = self.object_mut(*coll, obj) else {
+                // The flusher and the cleaner's summaries share the index's copy of the name
+                // (one copy per object, not one per write).
+                let Some((name, o)) = self.object_entry_mut(*coll, obj) else {
                     return;
                 };
                 o.punch(*first_block, *nblocks as u64, &mut out.freed);
@@ -286,13 +299,6 @@ impl Index {
                     crcs: block_crcs(bytes),
                 };
                 o.extents.insert(*first_block, ext);
-                // Share the index's copy of the name with the flusher and the cleaner's
-                // summaries instead of the transaction's (one copy per object, not per write).
-                let name = self
-                    .colls
-                    .get(coll)
-                    .and_then(|c| c.objects.get_key_value(&obj[..]))
-                    .map_or_else(|| obj.clone(), |(k, _)| k.clone());
                 out.dirty.push(Dirty {
                     coll: *coll,
                     obj: name,

@@ -33,11 +33,6 @@ pub(crate) fn run(sh: Arc<Shared>) {
     }
 }
 
-/// Writes all pending data and takes a checkpoint (used at open, before the thread starts).
-pub(crate) fn flush_and_checkpoint(sh: &Shared) -> Result<()> {
-    checkpoint(sh)
-}
-
 /// Rounds of making space that gain no free segment before the store gives up (a space
 /// accounting bug would otherwise spin here while commits wait forever).
 const MAX_FRUITLESS_ROUNDS: u32 = 256;
@@ -50,7 +45,7 @@ fn run_loop(sh: &Arc<Shared>) {
         let r = match work {
             Work::Stop { final_ckpt } => {
                 if final_ckpt {
-                    if let Err(e) = flush_and_checkpoint(sh) {
+                    if let Err(e) = checkpoint(sh) {
                         let mut st = sh.lock();
                         sh.fail(&mut st, format!("final checkpoint failed: {e}"));
                     }
@@ -84,7 +79,7 @@ fn run_loop(sh: &Arc<Shared>) {
                     r.map(|_| ())
                 }
             },
-            Work::Checkpoint => flush_and_checkpoint(sh),
+            Work::Checkpoint => checkpoint(sh),
             Work::Clean { throttle } => clean_one(sh, throttle),
         };
         if let Err(e) = r {
@@ -469,11 +464,11 @@ fn flush_all(sh: &Shared) -> Result<()> {
     }
 }
 
-/// Takes a checkpoint: write pending data, snapshot the index at a WAL batch boundary, write
+/// Takes a checkpoint (also used at open, before the thread starts): write pending data, snapshot the index at a WAL batch boundary, write
 /// it to segments, flush the data devices, then point the WAL header at it and reclaim WAL
 /// space. Commits pause only while the last few pending blocks are written (the barrier), so
 /// the checkpoint normally carries no data inline and stays small.
-fn checkpoint(sh: &Shared) -> Result<()> {
+pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     flush_all(sh)?;
     {
         let mut st = sh.lock();

@@ -1,9 +1,9 @@
 //! The read path: plan under the index lock, read devices without it, verify every block.
 
-use crate::device::BLOCK_SIZE;
+use crate::device::{AlignedBuf, BLOCK_SIZE};
 use crate::error::{Result, StoreError};
 use crate::index::{Extent, Loc};
-use crate::store::{lookup, Shared};
+use crate::store::{lookup, read_verified, Shared};
 use crate::txn::CollId;
 
 const B: u64 = BLOCK_SIZE as u64;
@@ -66,7 +66,8 @@ fn fill(
     Ok(())
 }
 
-/// Reads an on-disk extent from the preferred device, falling back per block to the mirror.
+/// Reads an on-disk extent from the preferred device; a block that does not verify, or the
+/// whole extent when that device fails, is read from whichever copy verifies.
 fn read_disk(
     sh: &Shared,
     coll: CollId,
@@ -77,32 +78,47 @@ fn read_disk(
     out: &mut [u8],
 ) -> Result<()> {
     let dev = sh.data.pick_reader();
-    let mut abuf = crate::device::AlignedBuf::zeroed(out.len());
-    sh.data.read_from(dev, &mut abuf, off)?;
+    let mut abuf = AlignedBuf::zeroed(out.len());
+    let whole = sh.data.read_from(dev, &mut abuf, off);
     for (i, crc) in e.crcs.iter().enumerate() {
         let r = i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE;
-        if crc32c::crc32c(&abuf[r.clone()]) == *crc {
+        if whole.is_ok() && crc32c::crc32c(&abuf[r.clone()]) == *crc {
             out[r.clone()].copy_from_slice(&abuf[r]);
             continue;
         }
-        let mut fixed = false;
-        for other in (0..sh.data.count()).filter(|&d| d != dev) {
-            let mut one = crate::device::AlignedBuf::zeroed(BLOCK_SIZE);
-            let boff = off + (i * BLOCK_SIZE) as u64;
-            if sh.data.read_from(other, &mut one, boff).is_ok() && crc32c::crc32c(&one) == *crc {
-                out[r.clone()].copy_from_slice(&one);
-                fixed = true;
-                break;
-            }
-        }
-        if !fixed {
-            return Err(StoreError::CorruptData {
-                coll,
-                object: String::from_utf8_lossy(obj).into_owned(),
-                block: blk + i as u64,
-                device: sh.data.name(dev).to_string(),
-            });
-        }
+        let b = read_block(
+            sh,
+            coll,
+            obj,
+            blk + i as u64,
+            off + (i * BLOCK_SIZE) as u64,
+            *crc,
+        )?;
+        out[r].copy_from_slice(&b[..BLOCK_SIZE]);
     }
     Ok(())
+}
+
+/// One data block from the first device copy that verifies. A block no copy verifies is
+/// [`StoreError::CorruptData`]; I/O errors on every copy stay I/O errors.
+pub(crate) fn read_block(
+    sh: &Shared,
+    coll: CollId,
+    obj: &[u8],
+    block: u64,
+    off: u64,
+    crc: u32,
+) -> Result<AlignedBuf> {
+    read_verified(&sh.data, off, B, "object data", |b| {
+        crc32c::crc32c(b) == crc
+    })
+    .map_err(|e| match e {
+        StoreError::Corrupt { device, .. } => StoreError::CorruptData {
+            coll,
+            object: String::from_utf8_lossy(obj).into_owned(),
+            block,
+            device,
+        },
+        e => e,
+    })
 }

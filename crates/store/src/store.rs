@@ -454,7 +454,7 @@ impl Store {
         if torn_tail {
             // The log ends inside a block (a torn batch): new batches start at the next block,
             // which the next replay could not reach. A checkpoint moves the replay point there.
-            crate::maint::flush_and_checkpoint(&sh)?;
+            crate::maint::checkpoint(&sh)?;
         }
         let maint_sh = sh.clone();
         let maint = std::thread::Builder::new()

@@ -529,3 +529,29 @@ fn reads_go_to_the_mirror_device_that_is_not_flushing() {
     ckpt.join().unwrap().unwrap();
     assert!(s.stats().data_io.reads >= 40);
 }
+
+#[test]
+fn a_failing_mirror_device_is_read_around_and_io_errors_stay_io_errors() {
+    let devs = MemDevs::new(2, 8 << 20, Some(1 << 20));
+    Store::mkfs(&devs.devices(), &small_cfg()).unwrap();
+    let power = cairn_store::fault::Power::new();
+    let (fdevs, faults) = devs.faulty(&power);
+    let s = Store::open(&fdevs, small_cfg()).unwrap();
+    let mut t = Transaction::new();
+    t.create_collection(1).write(1, b"o", 0, &[4u8; 3 * 4096]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    // Every read of data device 0 fails: all reads, and a read-modify-write, use device 1.
+    faults[0].set_failures(true, false, false);
+    for _ in 0..8 {
+        assert_eq!(s.read(1, b"o", 0, 1 << 20).unwrap(), vec![4u8; 3 * 4096]);
+    }
+    let mut t = Transaction::new();
+    t.write(1, b"o", 10, b"rmw");
+    s.commit(&t).unwrap();
+    assert_eq!(&s.read(1, b"o", 8, 7).unwrap(), b"\x04\x04rmw\x04\x04");
+    // Both devices failing is an I/O error naming a device, not a false corruption report.
+    faults[1].set_failures(true, false, false);
+    let e = s.read(1, b"o", 4096, 4096).unwrap_err();
+    assert!(matches!(e, StoreError::Io { .. }), "{e}");
+}

@@ -166,9 +166,9 @@ pub fn entry(
         .put(
             "commit_waits",
             serde_json::json!({
-                "flusher": s1.waits_for_flusher - s0.waits_for_flusher,
-                "wal_space": s1.waits_for_wal_space - s0.waits_for_wal_space,
-                "checkpoint": s1.waits_for_checkpoint - s0.waits_for_checkpoint,
+                "flusher": s1.waits_for_flusher.saturating_sub(s0.waits_for_flusher),
+                "wal_space": s1.waits_for_wal_space.saturating_sub(s0.waits_for_wal_space),
+                "checkpoint": s1.waits_for_checkpoint.saturating_sub(s0.waits_for_checkpoint),
             }),
         );
     let read_p99 = mixed.then(|| q(&m.reads, 0.99));
