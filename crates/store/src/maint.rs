@@ -119,13 +119,15 @@ fn next_work(sh: &Shared) -> Work {
         let aged = st
             .dirty_since
             .is_some_and(|t| t.elapsed() >= cfg.flush_max_delay);
-        if !st.dirty.is_empty() && (st.pending_blocks * B >= cfg.flush_batch_bytes || aged) {
-            return Work::Flush;
-        }
+        // A due checkpoint goes first: it writes all pending data itself, and under a steady
+        // stream of writes the flusher always has work, which must not starve it.
         let wal_busy = st.tail_lsn != st.head_lsn || !st.queue.is_empty();
         let periodic = wal_busy && st.last_ckpt.elapsed() >= cfg.checkpoint_interval;
         if st.ckpt_wanted || wal_full || periodic || (low && st.segs.limbo_segments() > 0) {
             return Work::Checkpoint;
+        }
+        if !st.dirty.is_empty() && (st.pending_blocks * B >= cfg.flush_batch_bytes || aged) {
+            return Work::Flush;
         }
         if low && can_clean && st.segs.clean_candidate().is_some() {
             return Work::Clean {
@@ -311,9 +313,9 @@ fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         }
         pos += p.nblocks as u64;
     }
-    if st.dirty.is_empty() {
-        st.dirty_since = None;
-    }
+    // What is left is younger than what was written (roughly): restart its clock, or every
+    // later round would count as overdue and flush a few blocks at a time.
+    st.dirty_since = (!st.dirty.is_empty()).then(Instant::now);
     sh.space_cv.notify_all();
     Ok(total)
 }
