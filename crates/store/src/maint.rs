@@ -452,13 +452,21 @@ fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
     n
 }
 
-/// Writes all pending data for a checkpoint. It may use the cleaner's segment: written data
-/// needs the same room as the checkpoint would need to carry it inline, and stays written.
+/// Writes pending data for a checkpoint: what was pending when called (new writes keep
+/// coming while commits go on; chasing them would starve the checkpoint), or everything when
+/// commits are held by the barrier. It may use the cleaner's segment: written data needs the
+/// same room as the checkpoint would need to carry it inline, and stays written.
 fn flush_all(sh: &Shared) -> Result<()> {
+    let mut left = sh.lock().pending_blocks;
     loop {
         match flush_some(sh, true) {
             Ok(0) if sh.lock().dirty.is_empty() => return Ok(()),
-            Ok(_) => {}
+            Ok(n) => {
+                left = left.saturating_sub(n);
+                if left == 0 && !sh.lock().barrier {
+                    return Ok(());
+                }
+            }
             // The checkpoint carries what could not be written inline.
             Err(StoreError::NoSpace { .. }) => return Ok(()),
             Err(e) => return Err(e),
