@@ -1,14 +1,23 @@
 //! `cairn`: the operator and developer entry point of Cairn.
 //!
-//! Subcommands so far: `cairn store mkfs|info|scrub` (one OSD's local store) and
-//! `cairn bench store` (the store benchmark, with raw-device baselines in the same run).
+//! Daemons (`cairn mon`, `cairn osd run`), a local cluster (`cairn dev up|down`), operator
+//! commands (`status`, `pool`, `osd`, `obj`), the local store's tools (`cairn store`) and
+//! benchmarks (`cairn bench`). Commands find the cluster with `-c FILE` or `CAIRN_CONF`.
 
+mod admin;
 mod bench;
+mod conf;
+mod dev;
+mod logging;
+mod mon_cmd;
+mod obj_cmd;
+mod osd_cmd;
 mod size;
 mod store_cmd;
 mod torture;
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -21,12 +30,31 @@ use std::process::ExitCode;
         2 on a usage error, 3 when `store scrub` found damaged data."
 )]
 struct Cli {
+    /// Cluster configuration file (default: $CAIRN_CONF, else ./cairn-dev/cairn.toml).
+    #[arg(short = 'c', long = "conf", global = true)]
+    conf: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Start or stop a local development cluster (monitors + OSDs as processes).
+    #[command(subcommand)]
+    Dev(dev::DevCmd),
+    /// Cluster health, OSDs, PGs and pools at a glance.
+    Status(admin::JsonFlag),
+    /// Create, list, remove and configure pools.
+    #[command(subcommand)]
+    Pool(admin::PoolCmd),
+    /// Run an OSD daemon; list OSDs; mark them out or in.
+    #[command(subcommand)]
+    Osd(osd_cmd::OsdCmd),
+    /// Put, get, remove, list and stat objects.
+    #[command(subcommand)]
+    Obj(obj_cmd::ObjCmd),
+    /// Run a monitor daemon.
+    Mon(mon_cmd::MonArgs),
     /// Format, inspect and verify a local object store (the store an OSD runs on).
     #[command(subcommand)]
     Store(store_cmd::StoreCmd),
@@ -40,13 +68,27 @@ enum BenchCmd {
     /// Benchmark cairn-store on files in two directories (--help: workloads, baselines, JSON).
     #[command(long_about = bench::LONG_ABOUT)]
     Store(bench::BenchStoreArgs),
+    /// Benchmark object I/O against a running cluster (--help: workloads, baselines, JSON).
+    #[command(long_about = bench::objects::LONG_ABOUT)]
+    Objects(bench::objects::BenchObjectsArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let daemon = matches!(cli.cmd, Cmd::Mon(_) | Cmd::Osd(osd_cmd::OsdCmd::Run(_)));
+    let _log = logging::init(daemon);
+    let conf = cli.conf.as_deref();
+    let ok = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let r = match cli.cmd {
+        Cmd::Dev(c) => ok(dev::run(c)),
+        Cmd::Status(j) => ok(admin::status(conf, j.json)),
+        Cmd::Pool(c) => ok(admin::pool(c, conf)),
+        Cmd::Osd(c) => ok(osd_cmd::run(c, conf)),
+        Cmd::Obj(c) => ok(obj_cmd::run(c, conf)),
+        Cmd::Mon(a) => ok(mon_cmd::run(a)),
         Cmd::Store(c) => store_cmd::run(c),
-        Cmd::Bench(BenchCmd::Store(a)) => bench::run(a).map(|()| ExitCode::SUCCESS),
+        Cmd::Bench(BenchCmd::Store(a)) => ok(bench::run(a)),
+        Cmd::Bench(BenchCmd::Objects(a)) => ok(bench::objects::run(a, conf)),
     };
     match r {
         Ok(code) => code,

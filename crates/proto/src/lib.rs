@@ -24,6 +24,8 @@
 
 mod frame;
 mod hello;
+pub mod msg;
+pub mod stream;
 
 pub use frame::{body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, MAGIC};
 pub use hello::{negotiate, Hello, HelloError, AUTH_MAX, AUTH_NONE};

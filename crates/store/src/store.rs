@@ -578,6 +578,11 @@ impl Store {
             .collect())
     }
 
+    /// The store's identity (random at mkfs; also in every superblock and WAL header).
+    pub fn store_id(&self) -> [u8; 16] {
+        self.sh.store_id
+    }
+
     /// Counters and space usage.
     pub fn stats(&self) -> StoreStats {
         let st = self.sh.lock();

@@ -6,9 +6,11 @@
 //! two slow-flushing devices (prefill, then the mix with and without read/flush separation)
 //! -> one JSON object. Files are removed at the end, also after an error or Ctrl-C.
 
-mod measure;
+mod echo;
+pub mod measure;
+pub mod objects;
 mod ops;
-mod report;
+pub mod report;
 
 use crate::size::{human, parse_size};
 use anyhow::{anyhow, bail, Context, Result};

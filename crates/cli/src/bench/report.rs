@@ -53,7 +53,7 @@ pub fn round(v: f64, digits: i32) -> f64 {
 }
 
 /// A quantile in microseconds (0 for an empty histogram).
-fn q(h: &Histogram<u64>, quantile: f64) -> f64 {
+pub fn q(h: &Histogram<u64>, quantile: f64) -> f64 {
     if h.is_empty() {
         0.0
     } else {
@@ -61,7 +61,7 @@ fn q(h: &Histogram<u64>, quantile: f64) -> f64 {
     }
 }
 
-fn lat(h: &Histogram<u64>) -> Obj {
+pub fn lat(h: &Histogram<u64>) -> Obj {
     Obj::new()
         .put("p50", q(h, 0.5))
         .put("p99", q(h, 0.99))

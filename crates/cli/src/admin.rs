@@ -1,0 +1,326 @@
+//! Operator commands that talk to the monitors: status, pools, OSD listing and marking.
+
+use anyhow::{bail, Context, Result};
+use cairn_map::{ChangeOutcome, ClusterMap, Durability, MapChange, PgId, PoolSetting};
+use cairn_monclient::MonClient;
+use clap::{Args, Subcommand};
+use std::future::Future;
+use std::path::Path;
+
+/// `--json` for listing commands.
+#[derive(Args)]
+pub struct JsonFlag {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a future on a small runtime (commands are short-lived).
+pub fn block_on<T>(f: impl Future<Output = T>) -> Result<T> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    Ok(rt.block_on(f))
+}
+
+/// A monitor client for the configured cluster.
+pub fn mon_client(conf: Option<&Path>) -> Result<MonClient> {
+    Ok(MonClient::new(crate::conf::load(conf)?.cluster.mons))
+}
+
+/// Sends a map change and reports the outcome.
+pub fn change(conf: Option<&Path>, c: MapChange, what: &str) -> Result<()> {
+    let mon = mon_client(conf)?;
+    match block_on(mon.command(c))?? {
+        ChangeOutcome::Changed { epoch, .. } => println!("{what}: done (map epoch {epoch})"),
+        ChangeOutcome::Unchanged => println!("{what}: already so (nothing changed)"),
+    }
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum PoolCmd {
+    /// Create a pool.
+    Create(PoolCreate),
+    /// List pools with their settings.
+    Ls(JsonFlag),
+    /// Remove a pool and all its objects.
+    Rm {
+        name: String,
+        /// Required: removing a pool destroys its data.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+    },
+    /// Change a pool setting: size N, min_size N or durability wal|memory.
+    Set {
+        name: String,
+        key: String,
+        value: String,
+    },
+}
+
+#[derive(Args)]
+pub struct PoolCreate {
+    pub name: String,
+    /// Replicas per object.
+    #[arg(long, default_value_t = 3)]
+    pub size: u8,
+    /// Fewest replicas a write needs (default: size - 1, at least 1).
+    #[arg(long)]
+    pub min_size: Option<u8>,
+    /// Placement groups (fixed for the pool's life; ~100 per OSD in total is typical).
+    #[arg(long, default_value_t = 64)]
+    pub pgs: u32,
+    /// `wal`: a write is acknowledged once durable in every replica's WAL (default).
+    /// `memory`: once in every replica's memory (faster; a simultaneous power loss of all
+    /// replicas can lose acknowledged writes).
+    #[arg(long, default_value = "wal")]
+    pub durability: String,
+}
+
+fn durability(s: &str) -> Result<Durability> {
+    Durability::parse(s).with_context(|| format!("durability {s:?}: use wal or memory"))
+}
+
+pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
+    match cmd {
+        PoolCmd::Create(a) => {
+            let min_size = a.min_size.unwrap_or(a.size.saturating_sub(1).max(1));
+            let c = MapChange::PoolCreate {
+                name: a.name.clone(),
+                size: a.size,
+                min_size,
+                pg_count: a.pgs,
+                durability: durability(&a.durability)?,
+            };
+            change(conf, c, &format!("pool {} create", a.name))
+        }
+        PoolCmd::Ls(j) => {
+            let map = get_map(conf)?;
+            if j.json {
+                let v: Vec<_> = map.pools.values().map(pool_json).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "{:<5} {:<20} {:>4} {:>8} {:>5} durability",
+                    "id", "name", "size", "min_size", "pgs"
+                );
+                for p in map.pools.values() {
+                    println!(
+                        "{:<5} {:<20} {:>4} {:>8} {:>5} {}",
+                        p.id,
+                        p.name,
+                        p.size,
+                        p.min_size,
+                        p.pg_count,
+                        p.durability.name()
+                    );
+                }
+            }
+            Ok(())
+        }
+        PoolCmd::Rm {
+            name,
+            yes_i_really_mean_it,
+        } => {
+            if !yes_i_really_mean_it {
+                bail!("removing pool {name:?} destroys its objects; add --yes-i-really-mean-it");
+            }
+            change(
+                conf,
+                MapChange::PoolRemove { name: name.clone() },
+                &format!("pool {name} rm"),
+            )
+        }
+        PoolCmd::Set { name, key, value } => {
+            let num = || {
+                value
+                    .parse::<u8>()
+                    .with_context(|| format!("{key} {value:?}: not a number"))
+            };
+            let setting = match key.as_str() {
+                "size" => PoolSetting::Size(num()?),
+                "min_size" => PoolSetting::MinSize(num()?),
+                "durability" => PoolSetting::Durability(durability(&value)?),
+                other => bail!("unknown pool setting {other:?}: use size, min_size or durability"),
+            };
+            change(
+                conf,
+                MapChange::PoolSet {
+                    name: name.clone(),
+                    setting,
+                },
+                &format!("pool {name} {key}={value}"),
+            )
+        }
+    }
+}
+
+fn pool_json(p: &cairn_map::Pool) -> serde_json::Value {
+    serde_json::json!({
+        "id": p.id, "name": p.name, "size": p.size, "min_size": p.min_size,
+        "pg_count": p.pg_count, "durability": p.durability.name(),
+    })
+}
+
+/// Fetches the map.
+pub fn get_map(conf: Option<&Path>) -> Result<ClusterMap> {
+    let mon = mon_client(conf)?;
+    Ok(block_on(mon.get_map())??)
+}
+
+pub fn osd_ls(conf: Option<&Path>, json: bool) -> Result<()> {
+    let map = get_map(conf)?;
+    if json {
+        let v: Vec<_> = map
+            .osds
+            .values()
+            .map(|o| {
+                serde_json::json!({"id": o.id, "addr": o.addr, "host": o.host, "up": o.up,
+                    "in": o.in_, "weight": o.weight as f64 / 65536.0, "up_from": o.up_from})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{:<6} {:<22} {:<16} {:<5} {:<4} weight",
+        "id", "addr", "host", "up", "in"
+    );
+    for o in map.osds.values() {
+        println!(
+            "osd.{:<2} {:<22} {:<16} {:<5} {:<4} {:.2}",
+            o.id,
+            o.addr,
+            o.host,
+            if o.up { "up" } else { "down" },
+            if o.in_ { "in" } else { "out" },
+            o.weight as f64 / 65536.0
+        );
+    }
+    Ok(())
+}
+
+/// PG counts by state for a map.
+pub struct PgCounts {
+    pub total: u64,
+    pub clean: u64,
+    pub degraded: u64,
+    pub inactive: u64,
+}
+
+pub fn pg_counts(map: &ClusterMap) -> PgCounts {
+    let h = map.hierarchy();
+    let mut c = PgCounts {
+        total: 0,
+        clean: 0,
+        degraded: 0,
+        inactive: 0,
+    };
+    for p in map.pools.values() {
+        for pg in 0..p.pg_count {
+            let pl = map.pg_placement_in(&h, PgId { pool: p.id, pg });
+            c.total += 1;
+            let acting = pl.acting.len();
+            if acting < p.min_size as usize {
+                c.inactive += 1;
+            } else if acting < p.size as usize {
+                c.degraded += 1;
+            } else {
+                c.clean += 1;
+            }
+        }
+    }
+    c
+}
+
+pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
+    let mon = mon_client(conf)?;
+    let (map, mons) = block_on(async { (mon.get_map().await, mon.status().await) })?;
+    let map = map?;
+    let (osds, up, inn) = map.osd_counts();
+    let pgs = pg_counts(&map);
+    let health = if pgs.inactive > 0 {
+        "HEALTH_ERR"
+    } else if pgs.degraded > 0 || up < osds {
+        "HEALTH_WARN"
+    } else {
+        "HEALTH_OK"
+    };
+    let mut problems = Vec::new();
+    for o in map.osds.values().filter(|o| !o.up) {
+        problems.push(format!("osd.{} is down", o.id));
+    }
+    if pgs.inactive > 0 {
+        problems.push(format!(
+            "{} pgs inactive (fewer than min_size OSDs up): writes to them wait",
+            pgs.inactive
+        ));
+    }
+    if pgs.degraded > 0 {
+        problems.push(format!(
+            "{} pgs degraded (fewer replicas than size)",
+            pgs.degraded
+        ));
+    }
+    for p in map
+        .pools
+        .values()
+        .filter(|p| p.durability == Durability::Memory)
+    {
+        problems.push(format!(
+            "pool {} uses durability memory: acknowledged writes are not yet durable on any device",
+            p.name
+        ));
+    }
+    let mon_line = match &mons {
+        Ok(s) => format!(
+            "{} monitors, leader mon.{}",
+            s.members.len(),
+            s.leader
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "none".into())
+        ),
+        Err(e) => format!("monitor status unavailable: {e}"),
+    };
+    if json {
+        let v = serde_json::json!({
+            "health": health,
+            "problems": problems,
+            "epoch": map.epoch,
+            "fsid": crate::conf::hex16(&map.fsid),
+            "mons": mons.as_ref().ok().map(|s| serde_json::json!({
+                "members": s.members.len(), "leader": s.leader, "term": s.term})),
+            "osds": {"total": osds, "up": up, "in": inn},
+            "pgs": {"total": pgs.total, "active_clean": pgs.clean,
+                    "active_degraded": pgs.degraded, "inactive": pgs.inactive},
+            "pools": map.pools.values().map(pool_json).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("cluster {}", crate::conf::hex16(&map.fsid));
+    println!("  health: {health}");
+    for p in &problems {
+        println!("    {p}");
+    }
+    println!("  map:    epoch {}", map.epoch);
+    println!("  mon:    {mon_line}");
+    println!("  osd:    {osds} osds: {up} up, {inn} in");
+    println!(
+        "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive",
+        pgs.total, pgs.clean, pgs.degraded, pgs.inactive
+    );
+    for p in map.pools.values() {
+        println!(
+            "  pool {}: size {} min_size {} pgs {} durability {}",
+            p.name,
+            p.size,
+            p.min_size,
+            p.pg_count,
+            p.durability.name()
+        );
+    }
+    Ok(())
+}

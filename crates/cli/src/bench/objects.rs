@@ -1,0 +1,371 @@
+//! `cairn bench objects`: object writes and reads against a running cluster, each workload
+//! next to a bare loopback echo of the same payload at the same queue depth (run in the same
+//! invocation), with the CPU time all cluster processes spent per op.
+
+use super::echo;
+use super::measure::new_hist;
+use super::report::{lat, q, round, Obj};
+use crate::admin::pg_counts;
+use anyhow::{bail, Context, Result};
+use cairn_client::{Client, ClientConfig};
+use cairn_map::{Durability, MapChange};
+use clap::Args;
+use hdrhistogram::Histogram;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub const LONG_ABOUT: &str = "\
+Benchmark object I/O against a running cluster (found with -c FILE or CAIRN_CONF).
+
+Creates its own pool (size 3 unless --size, durability wal unless --durability), fills a
+working set of --objects objects of 1 MiB, then runs for --seconds each:
+  write-1m-qd8   1 MiB writes of whole objects, 8 in flight
+  write-4k-qd1   4 KiB writes at random aligned offsets, 1 in flight
+  write-4k-qd32  the same, 32 in flight
+  read-4k-qd1    4 KiB reads at random aligned offsets, 1 in flight
+  read-4k-qd32   the same, 32 in flight
+Each workload is followed by its baseline: a bare request/response echo of the same payload
+over loopback TCP at the same queue depth. The pool is removed at the end.
+
+JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {p50,p99,p999,max},
+\"cpu_us_per_op\" (all monitor and OSD processes), \"client_cpu_us_per_op\",
+\"baseline_iops\", \"baseline_lat_us\": {p50,p99,p999,max}, \"ratio_to_baseline\" (IOPS),
+\"lat_p50_ratio_to_baseline\"}]}. Every read is checked against what was written.";
+
+#[derive(Args)]
+pub struct BenchObjectsArgs {
+    /// Print JSON only.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds per workload (and per baseline).
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Objects of 1 MiB in the working set.
+    #[arg(long, default_value_t = 64)]
+    pub objects: u32,
+    /// Replicas of the bench pool.
+    #[arg(long, default_value_t = 3)]
+    pub size: u8,
+    /// Durability of the bench pool: wal or memory.
+    #[arg(long, default_value = "wal")]
+    pub durability: String,
+    /// Run only the workloads whose name contains this.
+    #[arg(long)]
+    pub only: Option<String>,
+}
+
+const OBJ_SIZE: u64 = 1 << 20;
+
+struct Spec {
+    name: &'static str,
+    write: bool,
+    block: usize,
+    qd: usize,
+}
+
+const WORKLOADS: [Spec; 5] = [
+    Spec {
+        name: "write-1m-qd8",
+        write: true,
+        block: 1 << 20,
+        qd: 8,
+    },
+    Spec {
+        name: "write-4k-qd1",
+        write: true,
+        block: 4096,
+        qd: 1,
+    },
+    Spec {
+        name: "write-4k-qd32",
+        write: true,
+        block: 4096,
+        qd: 32,
+    },
+    Spec {
+        name: "read-4k-qd1",
+        write: false,
+        block: 4096,
+        qd: 1,
+    },
+    Spec {
+        name: "read-4k-qd32",
+        write: false,
+        block: 4096,
+        qd: 32,
+    },
+];
+
+/// Pids of the cluster's processes: from the `run/` directory beside the configuration
+/// (`cairn dev up`), else every `cairn mon` / `cairn osd run` process on the machine.
+fn cluster_pids(conf: &Path) -> Vec<i32> {
+    let run = conf.parent().map(|d| d.join("run"));
+    let mut pids = Vec::new();
+    if let Some(rd) = run.and_then(|r| std::fs::read_dir(r).ok()) {
+        for e in rd.flatten() {
+            if let Some(p) = std::fs::read_to_string(e.path())
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                pids.push(p);
+            }
+        }
+    }
+    if !pids.is_empty() {
+        return pids;
+    }
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        let is_cairn = args.first().is_some_and(|a| a.ends_with(b"cairn"));
+        let role = args.get(1).copied().unwrap_or_default();
+        if is_cairn && (role == b"mon" || role == b"osd") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// CPU seconds used so far by `pid` (user + system).
+fn cpu_seconds(pid: i32) -> f64 {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some(rest) = s.rsplit(')').next() else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the command: state is field 3, utime 14 and stime 15 (1-based, whole line).
+    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / hz
+}
+
+fn cpu_total(pids: &[i32]) -> f64 {
+    pids.iter().map(|p| cpu_seconds(*p)).sum()
+}
+
+/// A deterministic pattern for block `b` of object `o`, stamped with a generation.
+fn pattern(o: u32, b: u64, gen: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    let seed = ((o as u64) << 40) ^ (b << 8) ^ gen;
+    for (i, c) in v.chunks_mut(8).enumerate() {
+        let x = seed
+            .wrapping_add(i as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .to_le_bytes();
+        c.copy_from_slice(&x[..c.len()]);
+    }
+    v
+}
+
+/// The contents of `len` bytes at `offset` of object `o` (whole 4 KiB blocks).
+fn contents(o: u32, offset: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    let first = offset / 4096;
+    for b in first..first + (len as u64).div_ceil(4096) {
+        v.extend_from_slice(&pattern(o, b, 0, 4096));
+    }
+    v.truncate(len);
+    v
+}
+
+fn obj_name(o: u32) -> Vec<u8> {
+    format!("bench-{o}").into_bytes()
+}
+
+struct Run {
+    ops: u64,
+    bytes: u64,
+    elapsed: Duration,
+    lat: Histogram<u64>,
+}
+
+async fn run_workload(
+    client: &Client,
+    pool: u32,
+    spec: &Spec,
+    objects: u32,
+    dur: Duration,
+) -> Result<Run> {
+    let start = Instant::now();
+    let end = start + dur;
+    let mut tasks = Vec::new();
+    for t in 0..spec.qd {
+        let client = client.clone();
+        let (write, block) = (spec.write, spec.block);
+        tasks.push(tokio::spawn(async move {
+            let mut h = new_hist();
+            let mut ops = 0u64;
+            let mut rng = 0x2545_f491_4f6c_dd1du64 ^ ((t as u64) << 32);
+            while Instant::now() < end {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let o = (rng % objects as u64) as u32;
+                let blocks = OBJ_SIZE / block as u64;
+                let b = (rng >> 20) % blocks;
+                let name = obj_name(o);
+                let t0 = Instant::now();
+                let offset = b * block as u64;
+                if write {
+                    let data = contents(o, offset, block);
+                    client.write(pool, &name, offset, &data).await?;
+                } else {
+                    let got = client.read(pool, &name, offset, block as u64).await?;
+                    if got != contents(o, offset, block) {
+                        bail!("read of object {o} block {b} returned wrong data");
+                    }
+                }
+                h.record(t0.elapsed().as_nanos() as u64)?;
+                ops += 1;
+            }
+            Ok::<_, anyhow::Error>((ops, h))
+        }));
+    }
+    let mut lat = new_hist();
+    let mut ops = 0;
+    for t in tasks {
+        let (n, h) = t.await.context("bench task panicked")??;
+        ops += n;
+        lat.add(h)?;
+    }
+    Ok(Run {
+        ops,
+        bytes: ops * spec.block as u64,
+        elapsed: start.elapsed(),
+        lat,
+    })
+}
+
+/// Writes every object of the working set with the pattern reads check.
+async fn fill(client: &Client, pool: u32, objects: u32) -> Result<()> {
+    for o in 0..objects {
+        let data = contents(o, 0, OBJ_SIZE as usize);
+        client.write_full(pool, &obj_name(o), &data).await?;
+    }
+    Ok(())
+}
+
+pub fn run(a: BenchObjectsArgs, conf: Option<&Path>) -> Result<()> {
+    let conf_path: PathBuf = crate::conf::locate(conf)?;
+    let cfg = crate::conf::load(Some(&conf_path))?;
+    let durability = Durability::parse(&a.durability)
+        .with_context(|| format!("--durability {:?}: use wal or memory", a.durability))?;
+    let dur = Duration::from_secs_f64(a.seconds.max(0.1));
+    let pids = cluster_pids(&conf_path);
+    if pids.is_empty() {
+        bail!("found no cluster processes to measure CPU of (is the cluster running on this machine?)");
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let pool_name = format!("bench-{}", std::process::id());
+    let client = rt.block_on(Client::connect(ClientConfig::new(cfg.cluster.mons.clone())))?;
+    let c = MapChange::PoolCreate {
+        name: pool_name.clone(),
+        size: a.size,
+        min_size: a.size.saturating_sub(1).max(1),
+        pg_count: 64,
+        durability,
+    };
+    rt.block_on(client.mon().command(c))?;
+    let result = rt.block_on(bench(&client, &pool_name, &a, dur, &pids));
+    let rm = MapChange::PoolRemove {
+        name: pool_name.clone(),
+    };
+    let removed = rt.block_on(client.mon().command(rm));
+    let entries = result?;
+    removed.with_context(|| format!("cannot remove the bench pool {pool_name}"))?;
+    println!("{}", Obj::new().put_arr("workloads", &entries).render());
+    Ok(())
+}
+
+async fn bench(
+    client: &Client,
+    pool_name: &str,
+    a: &BenchObjectsArgs,
+    dur: Duration,
+    pids: &[i32],
+) -> Result<Vec<Obj>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let pool = loop {
+        let map = client.map();
+        if let Some(p) = map.pool_by_name(pool_name) {
+            let c = pg_counts(&map);
+            if c.inactive == 0 {
+                break p.id;
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the bench pool did not become active within 30 s; check `cairn status`");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    if !a.json {
+        eprintln!("filling {} objects of 1 MiB...", a.objects);
+    }
+    fill(client, pool, a.objects).await?;
+    let mut out = Vec::new();
+    for spec in WORKLOADS
+        .iter()
+        .filter(|s| a.only.as_deref().is_none_or(|o| s.name.contains(o)))
+    {
+        let me = std::process::id() as i32;
+        let (c0, m0) = (cpu_total(pids), cpu_seconds(me));
+        let r = run_workload(client, pool, spec, a.objects, dur).await?;
+        let (c1, m1) = (cpu_total(pids), cpu_seconds(me));
+        let (block, qd) = (spec.block, spec.qd);
+        let base = tokio::task::spawn_blocking(move || echo::run(block, qd, dur)).await??;
+        let iops = r.ops as f64 / r.elapsed.as_secs_f64();
+        let biops = base.ops as f64 / base.elapsed.as_secs_f64();
+        let per_op = |s: f64| {
+            if r.ops > 0 {
+                round(s * 1e6 / r.ops as f64, 1)
+            } else {
+                0.0
+            }
+        };
+        let (p50, bp50) = (q(&r.lat, 0.5), q(&base.lat, 0.5));
+        let o = Obj::new()
+            .put("name", spec.name)
+            .put("qd", qd)
+            .put("block_bytes", block)
+            .put("ops", r.ops)
+            .put("iops", round(iops, 1))
+            .put(
+                "mb_per_s",
+                round(r.bytes as f64 / r.elapsed.as_secs_f64() / 1e6, 1),
+            )
+            .put_obj("lat_us", lat(&r.lat))
+            .put("cpu_us_per_op", per_op(c1 - c0))
+            .put("client_cpu_us_per_op", per_op(m1 - m0))
+            .put("baseline_iops", round(biops, 1))
+            .put_obj("baseline_lat_us", lat(&base.lat))
+            .put(
+                "ratio_to_baseline",
+                round(if biops > 0.0 { iops / biops } else { 0.0 }, 4),
+            )
+            .put(
+                "lat_p50_ratio_to_baseline",
+                round(if bp50 > 0.0 { p50 / bp50 } else { 0.0 }, 3),
+            );
+        if !a.json {
+            eprintln!(
+                "{:<14} {:>9.0} IOPS  p50 {:>8.1} us  p99 {:>8.1} us  cpu {:>6.1} us/op | echo {:>9.0} IOPS p50 {:>7.1} us",
+                spec.name, iops, p50, q(&r.lat, 0.99), per_op(c1 - c0), biops, bp50
+            );
+        }
+        out.push(o);
+    }
+    Ok(out)
+}

@@ -1,0 +1,370 @@
+//! `cairn dev up|down`: a whole local cluster (monitors + OSDs as separate processes) in one
+//! directory, for development, tests and benchmarks.
+//!
+//! Layout of DIR: `cairn.toml` (what commands read), `dev.toml` (ports and counts, so `up`
+//! restarts the same cluster), `mon.N/` and `osd.N/` (data), `log/` (one log per process),
+//! `run/` (pid files). WALs go to `/dev/shm/cairn-<fsid>/` when /dev/shm exists (standing in for
+//! NVM): they do not survive a reboot of the machine, so neither does the cluster's data.
+
+use crate::admin::{block_on, pg_counts};
+use crate::conf::{hex16, ClusterConf, Conf};
+use anyhow::{bail, Context, Result};
+use cairn_map::{Durability, MapChange};
+use cairn_monclient::MonClient;
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where `cairn dev up` puts the cluster unless told otherwise.
+pub const DEFAULT_DIR: &str = "cairn-dev";
+
+#[derive(Subcommand)]
+pub enum DevCmd {
+    /// Start a local cluster (or restart the one in DIR) and wait until it is healthy.
+    Up(UpArgs),
+    /// Stop the local cluster in DIR (data is kept unless --purge).
+    Down(DownArgs),
+}
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Directory of the cluster.
+    #[arg(long, default_value = DEFAULT_DIR)]
+    pub dir: PathBuf,
+    /// OSDs to run.
+    #[arg(long, default_value_t = 3)]
+    pub osds: u32,
+    /// Monitors to run (1, 3 or 5).
+    #[arg(long, default_value_t = 1)]
+    pub mons: u32,
+    /// Size of each OSD's data file (sparse).
+    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size)]
+    pub osd_size: u64,
+    /// Do not create the `default` pool.
+    #[arg(long)]
+    pub no_pool: bool,
+    /// Seconds to wait for the cluster to become healthy.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+#[derive(Args)]
+pub struct DownArgs {
+    /// Directory of the cluster.
+    #[arg(long, default_value = DEFAULT_DIR)]
+    pub dir: PathBuf,
+    /// Also delete all data (DIR and the WAL files).
+    #[arg(long)]
+    pub purge: bool,
+}
+
+/// What `dev up` needs to restart the same cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DevState {
+    fsid: String,
+    mons: Vec<String>,
+    osds: u32,
+    osd_size: u64,
+    wal_dir: Option<PathBuf>,
+}
+
+pub fn run(cmd: DevCmd) -> Result<()> {
+    match cmd {
+        DevCmd::Up(a) => up(a),
+        DevCmd::Down(a) => down(a),
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn random_fsid() -> Result<[u8; 16]> {
+    let mut b = [0u8; 16];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("cannot read /dev/urandom")?;
+    Ok(b)
+}
+
+fn load_state(dir: &Path) -> Result<Option<DevState>> {
+    let p = dir.join("dev.toml");
+    if !p.exists() {
+        return Ok(None);
+    }
+    let text =
+        std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    Ok(Some(
+        toml::from_str(&text).with_context(|| format!("{} is damaged", p.display()))?,
+    ))
+}
+
+fn new_state(a: &UpArgs) -> Result<DevState> {
+    if ![1, 3, 5].contains(&a.mons) {
+        bail!("--mons {}: run 1, 3 or 5 monitors", a.mons);
+    }
+    if a.osds == 0 {
+        bail!("--osds must be at least 1");
+    }
+    let fsid = hex16(&random_fsid()?);
+    let mons = (0..a.mons)
+        .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
+        .collect::<Result<Vec<_>>>()?;
+    let shm = Path::new("/dev/shm");
+    let wal_dir = shm.is_dir().then(|| shm.join(format!("cairn-{fsid}")));
+    Ok(DevState {
+        fsid,
+        mons,
+        osds: a.osds,
+        osd_size: a.osd_size,
+        wal_dir,
+    })
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // Signal 0 checks existence; a zombie child of ours is not "alive".
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    exists
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Starts `cairn <args>` detached (own process group, so a Ctrl-C in the shell that ran
+/// `dev up` does not stop the cluster), logging to `log`, and records its pid.
+fn spawn(dir: &Path, name: &str, args: &[String]) -> Result<()> {
+    let pidfile = dir.join("run").join(format!("{name}.pid"));
+    if read_pid(&pidfile).is_some_and(pid_alive) {
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("cannot find the cairn executable")?;
+    let log_path = dir.join("log").join(format!("{name}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .env(
+            "CAIRN_LOG",
+            std::env::var("CAIRN_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("cannot start {name}"))?;
+    std::fs::write(&pidfile, child.id().to_string())
+        .with_context(|| format!("cannot write {}", pidfile.display()))?;
+    Ok(())
+}
+
+fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let start = Instant::now();
+    let mut last_err = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = format!(" (last error: {e:#})"),
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "timed out after {timeout:?} waiting for {what}{last_err}; see the logs in DIR/log"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn up(a: UpArgs) -> Result<()> {
+    let dir = a.dir.clone();
+    for sub in ["log", "run"] {
+        std::fs::create_dir_all(dir.join(sub))
+            .with_context(|| format!("cannot create {}", dir.join(sub).display()))?;
+    }
+    let state = match load_state(&dir)? {
+        Some(s) => {
+            eprintln!("restarting the cluster in {}", dir.display());
+            s
+        }
+        None => {
+            let s = new_state(&a)?;
+            std::fs::write(dir.join("dev.toml"), toml::to_string(&s)?)
+                .context("cannot write dev.toml")?;
+            eprintln!("creating a cluster in {}", dir.display());
+            s
+        }
+    };
+    let conf_path = dir.join("cairn.toml");
+    crate::conf::save(
+        &conf_path,
+        &Conf {
+            cluster: ClusterConf {
+                fsid: state.fsid.clone(),
+                mons: state.mons.clone(),
+            },
+        },
+    )?;
+    if let Some(w) = &state.wal_dir {
+        std::fs::create_dir_all(w).with_context(|| format!("cannot create {}", w.display()))?;
+    }
+    let timeout = Duration::from_secs(a.timeout);
+    start_mons(&dir, &state)?;
+    let mon = MonClient::new(state.mons.clone()).with_timeout(Duration::from_secs(2));
+    eprintln!(
+        "  waiting for {} monitor(s) to form a quorum...",
+        state.mons.len()
+    );
+    wait_for("the monitors", timeout, || {
+        Ok(block_on(mon.status())?.ok().filter(|s| s.leader.is_some()))
+    })?;
+    eprintln!("  starting {} OSD(s)...", state.osds);
+    start_osds(&dir, &state, &mon, timeout)?;
+    wait_for("the OSDs", timeout, || {
+        let map = block_on(mon.get_map())??;
+        Ok((map.osd_counts().1 >= state.osds as usize).then_some(()))
+    })?;
+    let map = block_on(mon.get_map())??;
+    if !a.no_pool && map.pools.is_empty() {
+        let size = state.osds.min(3) as u8;
+        let c = MapChange::PoolCreate {
+            name: "default".into(),
+            size,
+            min_size: size.saturating_sub(1).max(1),
+            pg_count: 64,
+            durability: Durability::Wal,
+        };
+        block_on(mon.command(c))??;
+        eprintln!("  created pool `default` (size {size}, 64 pgs, durability wal)");
+    }
+    wait_for("all PGs to be active+clean", timeout, || {
+        let map = block_on(mon.get_map())??;
+        let c = pg_counts(&map);
+        Ok((c.clean == c.total).then_some(()))
+    })?;
+    let conf_abs = std::fs::canonicalize(&conf_path).unwrap_or(conf_path);
+    println!(
+        "cluster up: {} monitor(s), {} OSD(s), healthy",
+        state.mons.len(),
+        state.osds
+    );
+    println!("  config: {}", conf_abs.display());
+    println!("  logs:   {}", dir.join("log").display());
+    println!("next:");
+    println!("  export CAIRN_CONF={}", conf_abs.display());
+    println!("  cairn status");
+    println!("  cairn obj put default hello /etc/hostname && cairn obj get default hello -");
+    println!("  cairn bench objects --json");
+    println!("  cairn dev down --dir {}", dir.display());
+    Ok(())
+}
+
+fn start_mons(dir: &Path, s: &DevState) -> Result<()> {
+    for (i, addr) in s.mons.iter().enumerate() {
+        let mut args = vec![
+            "mon".to_string(),
+            "--id".into(),
+            i.to_string(),
+            "--dir".into(),
+            dir.join(format!("mon.{i}")).display().to_string(),
+            "--listen".into(),
+            addr.clone(),
+            "--fsid".into(),
+            s.fsid.clone(),
+        ];
+        for (j, m) in s.mons.iter().enumerate() {
+            args.push("--member".into());
+            args.push(format!("{j}={m}"));
+        }
+        spawn(dir, &format!("mon.{i}"), &args)?;
+    }
+    Ok(())
+}
+
+/// Starts the OSDs that are not running. A new OSD gets the next id at its first boot, so new
+/// ones are started one at a time: `osd.N` (directory, log, pid file) is OSD id N.
+fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> Result<()> {
+    for i in 0..s.osds {
+        let mut args = vec![
+            "osd".to_string(),
+            "run".into(),
+            "--dir".into(),
+            dir.join(format!("osd.{i}")).display().to_string(),
+            "--data-size".into(),
+            s.osd_size.to_string(),
+        ];
+        for m in &s.mons {
+            args.push("--mon".into());
+            args.push(m.clone());
+        }
+        if let Some(w) = &s.wal_dir {
+            args.push("--wal".into());
+            args.push(w.join(format!("osd.{i}.wal")).display().to_string());
+        }
+        let known = block_on(mon.get_map())??.osds.len() as u32;
+        spawn(dir, &format!("osd.{i}"), &args)?;
+        if known <= i {
+            wait_for(&format!("osd.{i} to register"), timeout, || {
+                Ok((block_on(mon.get_map())??.osds.len() as u32 > i).then_some(()))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn down(a: DownArgs) -> Result<()> {
+    let run = a.dir.join("run");
+    let mut pids = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&run) {
+        for e in rd.flatten() {
+            if let Some(pid) = read_pid(&e.path()) {
+                if pid_alive(pid) {
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                    pids.push(pid);
+                }
+            }
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let start = Instant::now();
+    while pids.iter().any(|p| pid_alive(*p)) && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for p in pids.iter().filter(|p| pid_alive(**p)) {
+        unsafe { libc::kill(*p, libc::SIGKILL) };
+    }
+    println!(
+        "stopped {} process(es) of the cluster in {}",
+        pids.len(),
+        a.dir.display()
+    );
+    if a.purge {
+        if let Some(s) = load_state(&a.dir)? {
+            if let Some(w) = s.wal_dir {
+                let _ = std::fs::remove_dir_all(&w);
+            }
+        }
+        std::fs::remove_dir_all(&a.dir)
+            .with_context(|| format!("cannot remove {}", a.dir.display()))?;
+        println!("removed {} and its WAL files", a.dir.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! `cairn mon`: run a monitor daemon.
+
+use anyhow::{bail, Context, Result};
+use cairn_mon::MonConfig;
+use clap::Args;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Run a monitor: it holds the cluster map, replicated with Raft across 1, 3 or 5 monitors.
+///
+/// Start every monitor of a cluster with the same --fsid and the same --member list; on first
+/// start the monitor with the lowest id forms the cluster. A restarted monitor resumes from
+/// --dir. Stop it with any signal (kill -9 included): everything it acknowledged is on disk.
+#[derive(Args)]
+pub struct MonArgs {
+    /// This monitor's id, unique in the cluster (the lowest id forms a new cluster).
+    #[arg(long)]
+    pub id: u64,
+    /// Data directory (created if missing); holds mon.redb. Never share it between monitors.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Address to serve clients and the other monitors on.
+    #[arg(long, default_value = "127.0.0.1:6789")]
+    pub listen: SocketAddr,
+    /// A monitor of the cluster as ID=IP:PORT (the address others reach it at). Repeat for
+    /// every monitor, this one included; every monitor needs the same list. Default: this
+    /// monitor alone, at --listen.
+    #[arg(long = "member", value_name = "ID=IP:PORT", value_parser = parse_member)]
+    pub members: Vec<(u64, String)>,
+    /// Cluster identity, 32 hex digits, the same for every monitor. Default: the one stored in
+    /// --dir; a new single-monitor cluster gets a random one (logged at start).
+    #[arg(long)]
+    pub fsid: Option<String>,
+    /// Mark an OSD down after this many milliseconds without a heartbeat from it. OSDs should
+    /// heartbeat at least 3 times per grace period.
+    #[arg(long, default_value_t = 4000, value_name = "MS")]
+    pub osd_grace_ms: u64,
+}
+
+fn parse_member(s: &str) -> Result<(u64, String), String> {
+    let (id, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not ID=IP:PORT"))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("monitor id {id:?} is not a number"))?;
+    let addr = addr.trim();
+    addr.parse::<SocketAddr>()
+        .map_err(|_| format!("monitor address {addr:?} is not IP:PORT"))?;
+    Ok((id, addr.to_string()))
+}
+
+/// Runs the monitor until the process is killed (the binary installs logging first).
+pub fn run(args: MonArgs) -> Result<()> {
+    let cfg = config(&args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("cairn-mon")
+        .enable_all()
+        .build()
+        .context("cannot start the monitor's runtime")?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {}: is another monitor running there?",
+                    args.listen
+                )
+            })?;
+        // No shutdown signal: the monitor runs until killed, which is always safe.
+        cairn_mon::run(cfg, listener, std::future::pending()).await?;
+        Ok(())
+    })
+}
+
+fn config(args: &MonArgs) -> Result<MonConfig> {
+    let mut members = BTreeMap::new();
+    for (id, addr) in &args.members {
+        if let Some(prev) = members.insert(*id, addr.clone()) {
+            bail!("monitor {id} is given twice (--member {id}={prev} and --member {id}={addr})");
+        }
+    }
+    if members.is_empty() {
+        if args.listen.port() == 0 {
+            bail!("a monitor needs a fixed port that clients can be told: give --listen IP:PORT");
+        }
+        members.insert(args.id, args.listen.to_string());
+    }
+    let Some(me) = members.get(&args.id) else {
+        bail!(
+            "this monitor (--id {}) is not in the --member list: add --member {}={}",
+            args.id,
+            args.id,
+            args.listen
+        );
+    };
+    if me.parse::<SocketAddr>().map(|a| a.port()).ok() != Some(args.listen.port()) {
+        tracing::warn!(
+            "--listen {} and this monitor's --member address {me} have different ports: \
+             the other monitors and clients will not reach it",
+            args.listen
+        );
+    }
+    let stored = cairn_mon::stored_identity(&args.dir)?;
+    let fsid = match (&args.fsid, stored) {
+        (Some(hex), _) => crate::conf::parse_fsid(hex).context("--fsid")?,
+        (None, Some(s)) => s.fsid,
+        (None, None) if members.len() == 1 => {
+            let fsid: [u8; 16] = rand::random();
+            tracing::info!(
+                fsid = %cairn_mon::fsid_hex(&fsid),
+                "new single-monitor cluster with a random fsid"
+            );
+            fsid
+        }
+        (None, None) => bail!(
+            "--fsid is required to create a cluster of {} monitors: give every monitor the \
+             same 32 hex digits",
+            members.len()
+        ),
+    };
+    let mut cfg = MonConfig::new(args.id, members, args.dir.clone(), fsid);
+    cfg.osd_grace = Duration::from_millis(args.osd_grace_ms);
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_parse_and_are_checked() {
+        assert_eq!(
+            parse_member("2=10.0.0.2:6789"),
+            Ok((2, "10.0.0.2:6789".to_string()))
+        );
+        assert!(parse_member("2:10.0.0.2:6789").is_err());
+        assert!(parse_member("x=10.0.0.2:6789").is_err());
+        assert!(parse_member("2=host:6789").is_err());
+    }
+}

@@ -1,0 +1,99 @@
+//! `cairn osd`: run an OSD daemon, list OSDs, mark them out/in.
+
+use crate::admin::change;
+use anyhow::{bail, Result};
+use cairn_map::MapChange;
+use clap::{Args, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Subcommand)]
+pub enum OsdCmd {
+    /// Run an OSD daemon (creates and formats its store on first start).
+    Run(RunArgs),
+    /// List OSDs: id, address, host, up/down, in/out, weight.
+    Ls(crate::admin::JsonFlag),
+    /// Stop placing data on an OSD (its PGs move to others).
+    Out { id: u32 },
+    /// Place data on an OSD again.
+    In { id: u32 },
+    /// Set an OSD's placement weight (1.0 = a typical device).
+    Reweight { id: u32, weight: f64 },
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Directory of this OSD (holds data.img unless --data is given).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Monitor address (repeat for several); default: from -c / CAIRN_CONF.
+    #[arg(long = "mon")]
+    pub mons: Vec<String>,
+    /// Data device or file (default DIR/data.img).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Size of the data file when it is created, e.g. 4G (sparse).
+    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size)]
+    pub data_size: u64,
+    /// WAL device or file on a fast device (e.g. /dev/shm/osd0.wal); default: on the data device.
+    #[arg(long)]
+    pub wal: Option<PathBuf>,
+    /// Size of the WAL file when it is created.
+    #[arg(long, default_value = "128M", value_parser = crate::size::parse_size)]
+    pub wal_size: u64,
+    /// Address to serve on (port 0 = any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Host name used as the failure domain (default: this machine's).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Shard threads (each owns a share of the PGs).
+    #[arg(long, default_value_t = 1)]
+    pub shards: usize,
+    /// Network threads.
+    #[arg(long, default_value_t = 1)]
+    pub net_threads: usize,
+}
+
+pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
+    match cmd {
+        OsdCmd::Run(a) => run_daemon(a, conf),
+        OsdCmd::Ls(j) => crate::admin::osd_ls(conf, j.json),
+        OsdCmd::Out { id } => change(conf, MapChange::OsdOut { id }, &format!("osd.{id} out")),
+        OsdCmd::In { id } => change(conf, MapChange::OsdIn { id }, &format!("osd.{id} in")),
+        OsdCmd::Reweight { id, weight } => {
+            if !(weight > 0.0 && weight <= 4096.0) {
+                bail!(
+                    "weight {weight} out of range: need 0 < weight <= 4096 (use `osd out` for 0)"
+                );
+            }
+            let w = (weight * 65536.0).round() as u32;
+            change(
+                conf,
+                MapChange::OsdWeight { id, weight: w },
+                &format!("osd.{id} weight {weight}"),
+            )
+        }
+    }
+}
+
+fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
+    let mons = if a.mons.is_empty() {
+        crate::conf::load(conf)?.cluster.mons
+    } else {
+        a.mons
+    };
+    let mut cfg = cairn_osd::OsdConfig::new(a.dir, mons);
+    cfg.data = a.data;
+    cfg.data_size = a.data_size;
+    cfg.wal = a.wal;
+    cfg.wal_size = a.wal_size;
+    cfg.listen = a.listen;
+    if let Some(h) = a.host {
+        cfg.host = h;
+    }
+    cfg.shards = a.shards;
+    cfg.net_threads = a.net_threads;
+    cairn_osd::run(cfg)?;
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! Multi-process cluster tests on 127.0.0.1: real monitors and OSDs started by
+//! `cairn dev up`, driven by the client library and the CLI, killed with SIGKILL.
+
+mod common;
+
+use common::cluster::Cluster;
+use common::history::{check, Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+const BLOCK: usize = 4096;
+
+fn encode(v: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BLOCK];
+    for c in b.chunks_mut(8) {
+        c.copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+fn decode(b: &[u8]) -> u64 {
+    assert_eq!(b.len(), BLOCK, "short read");
+    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    assert!(
+        b.chunks(8).all(|c| c == v.to_le_bytes()),
+        "torn block for value {v}"
+    );
+    v
+}
+
+#[derive(Default)]
+struct History {
+    writes: Vec<Write>,
+    reads: Vec<Read>,
+}
+
+/// Several clients (own connections) write unique values to and read a few shared objects
+/// for `dur`; records the history. Values: client << 32 | seq (never 0).
+async fn workload(c: &Cluster, pool: u32, clients: u32, keys: u32, dur: Duration) -> History {
+    let hist = Arc::new(Mutex::new(History::default()));
+    let end = Instant::now() + dur;
+    let mut tasks = Vec::new();
+    for ci in 0..clients {
+        let client = c.client().await;
+        for ti in 0..2u32 {
+            let (client, hist) = (client.clone(), hist.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut seq = 0u64;
+                let mut rng = 0x9e37_79b9u64 ^ ((ci as u64) << 20) ^ ti as u64;
+                while Instant::now() < end {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let key = (rng % keys as u64) as u32;
+                    let name = format!("reg-{key}");
+                    if rng & 1 == 0 {
+                        seq += 1;
+                        let value = ((ci as u64 * 2 + ti as u64 + 1) << 32) | seq;
+                        let start = Instant::now();
+                        let r = client
+                            .write_full(pool, name.as_bytes(), &encode(value))
+                            .await;
+                        let end = r.is_ok().then(Instant::now);
+                        r.expect("write");
+                        hist.lock().unwrap().writes.push(Write {
+                            key,
+                            value,
+                            start,
+                            end,
+                        });
+                    } else {
+                        let start = Instant::now();
+                        let value = match client.read(pool, name.as_bytes(), 0, BLOCK as u64).await
+                        {
+                            Ok(b) => decode(&b),
+                            Err(cairn_client::ClientError::NoSuchObject { .. }) => 0,
+                            Err(e) => panic!("read: {e}"),
+                        };
+                        let end = Instant::now();
+                        hist.lock().unwrap().reads.push(Read {
+                            key,
+                            value,
+                            start,
+                            end,
+                        });
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("client task");
+    }
+    Arc::try_unwrap(hist)
+        .ok()
+        .expect("history")
+        .into_inner()
+        .unwrap()
+}
+
+fn pool_create(c: &Cluster, name: &str, size: u8, min_size: u8) {
+    c.ok(&[
+        "pool",
+        "create",
+        name,
+        "--size",
+        &size.to_string(),
+        "--min-size",
+        &min_size.to_string(),
+        "--pgs",
+        "32",
+    ]);
+}
+
+#[test]
+fn replicated_reads_return_the_latest_acknowledged_write() {
+    let c = Cluster::up("linear", 3, 4);
+    pool_create(&c, "two", 2, 1);
+    pool_create(&c, "three", 3, 2);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        for (pool_name, size) in [("two", 2usize), ("three", 3)] {
+            // Wait until the client sees the pool.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let pool = loop {
+                if let Ok(p) = client.pool_id(pool_name) {
+                    break p;
+                }
+                assert!(Instant::now() < deadline, "pool {pool_name} never appeared");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            let h = workload(&c, pool, 3, 6, Duration::from_secs(3)).await;
+            assert!(
+                h.writes.len() > 50 && h.reads.len() > 50,
+                "too little I/O: {} writes {} reads",
+                h.writes.len(),
+                h.reads.len()
+            );
+            let bad = check(&h.writes, &h.reads);
+            assert!(
+                bad.is_empty(),
+                "pool {pool_name}: {} violations, first: {:?}",
+                bad.len(),
+                &bad[..bad.len().min(5)]
+            );
+            // Every member of each PG holds the data: the map places `size` OSDs per PG.
+            let map = client.map();
+            let pg = map.object_pg(pool, b"reg-0").expect("pg");
+            assert_eq!(map.pg_placement(pg).acting.len(), size);
+        }
+    });
+    // The CLI sees the same objects.
+    let ls = c.ok(&["obj", "ls", "three"]);
+    assert!(ls.lines().any(|l| l == "reg-0"), "obj ls: {ls}");
+    let st = c.status();
+    assert_eq!(st["health"], "HEALTH_OK", "{st}");
+    assert_eq!(st["osds"]["up"], 4);
+}
+
+/// Writes a value per object until `stop`, remembering the last acknowledged value of each.
+async fn writer(
+    client: cairn_client::Client,
+    pool: u32,
+    keys: u32,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    acked: Arc<Mutex<Vec<u64>>>,
+    max_gap: Arc<Mutex<Duration>>,
+) {
+    let mut seq = 1u64;
+    let mut last_ack = Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let key = (seq % keys as u64) as u32;
+        let name = format!("obj-{key}");
+        client
+            .write_full(pool, name.as_bytes(), &encode(seq))
+            .await
+            .expect("write during failure");
+        acked.lock().unwrap()[key as usize] = seq;
+        let gap = last_ack.elapsed();
+        let mut g = max_gap.lock().unwrap();
+        *g = (*g).max(gap);
+        last_ack = Instant::now();
+        seq += 1;
+    }
+}
+
+async fn verify(client: &cairn_client::Client, pool: u32, acked: &[u64]) {
+    for (key, v) in acked.iter().enumerate() {
+        if *v == 0 {
+            continue;
+        }
+        let b = client
+            .read(pool, format!("obj-{key}").as_bytes(), 0, BLOCK as u64)
+            .await
+            .expect("read back");
+        assert_eq!(
+            decode(&b),
+            *v,
+            "object obj-{key} lost its last acknowledged write"
+        );
+    }
+}
+
+#[test]
+fn killed_osd_is_marked_down_and_io_goes_on() {
+    let c = Cluster::up("osdkill", 1, 4);
+    pool_create(&c, "p", 3, 2);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let pool = client.pool_id("p").expect("pool");
+        let keys = 32;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(vec![0u64; keys as usize]));
+        let gap = Arc::new(Mutex::new(Duration::ZERO));
+        let w = tokio::spawn(writer(
+            client.clone(),
+            pool,
+            keys,
+            stop.clone(),
+            acked.clone(),
+            gap.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let killed_at = Instant::now();
+        c.kill9("osd.1");
+        // Marked down within the grace (4 s) plus the detection tick and slack.
+        loop {
+            let map = client.map();
+            if map.osds.get(&1).is_some_and(|o| !o.up) {
+                break;
+            }
+            assert!(
+                killed_at.elapsed() < Duration::from_secs(10),
+                "osd.1 never marked down"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let down_after = killed_at.elapsed();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        w.await.expect("writer");
+        let g = *gap.lock().unwrap();
+        eprintln!("osd.1 marked down after {down_after:?}; longest write stall {g:?}");
+        assert!(g < Duration::from_secs(10), "I/O stalled for {g:?}");
+        let acked = acked.lock().unwrap().clone();
+        verify(&client, pool, &acked).await;
+    });
+    let st = c.status();
+    assert_eq!(st["osds"]["up"], 3, "{st}");
+    assert_eq!(st["health"], "HEALTH_WARN", "{st}");
+}
+
+#[test]
+fn monitor_leader_killed_and_restarted() {
+    let c = Cluster::up("monkill", 3, 3);
+    pool_create(&c, "p", 3, 2);
+    let leader = c.status()["mons"]["leader"].as_u64().expect("a leader");
+    c.kill9(&format!("mon.{leader}"));
+    // The remaining two elect a leader; the map can still change.
+    pool_create(&c, "after", 2, 1);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        for i in 0..20u64 {
+            client
+                .write_full(pool, format!("k{i}").as_bytes(), &encode(i + 1))
+                .await
+                .expect("write");
+        }
+    });
+    c.restart_missing(3, 3);
+    // The restarted monitor catches up with the map.
+    let addr = c.mons()[leader as usize].clone();
+    let rt2 = runtime();
+    rt2.block_on(async {
+        let mon = cairn_monclient::MonClient::new(vec![addr]);
+        let want = cairn_monclient::MonClient::new(c.mons())
+            .get_map()
+            .await
+            .expect("map")
+            .epoch;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(m) = mon.get_map().await {
+                if m.epoch >= want && m.pool_by_name("after").is_some() {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "restarted monitor did not catch up"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        for i in 0..20u64 {
+            let b = client
+                .read(pool, format!("k{i}").as_bytes(), 0, BLOCK as u64)
+                .await
+                .expect("read");
+            assert_eq!(decode(&b), i + 1);
+        }
+    });
+}

@@ -1,0 +1,175 @@
+//! A real local cluster for tests: `cairn dev up` in a temporary directory, processes
+//! killed and restarted through their pid files, torn down (and purged) on drop.
+
+#![allow(dead_code)]
+
+use cairn_client::{Client, ClientConfig};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub conf: PathBuf,
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn cairn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .env("CAIRN_LOG", "info")
+        .output()
+        .expect("run the cairn binary")
+}
+
+impl Cluster {
+    /// Starts `mons` monitors and `osds` OSDs; no pool.
+    pub fn up(name: &str, mons: u32, osds: u32) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("cairn-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = Cluster {
+            conf: dir.join("cairn.toml"),
+            dir,
+        };
+        c.dev_up(mons, osds);
+        c
+    }
+
+    fn dev_up(&self, mons: u32, osds: u32) {
+        let dir = self.dir.display().to_string();
+        let o = cairn(&[
+            "dev",
+            "up",
+            "--dir",
+            &dir,
+            "--mons",
+            &mons.to_string(),
+            "--osds",
+            &osds.to_string(),
+            "--osd-size",
+            "1G",
+            "--no-pool",
+            "--timeout",
+            "60",
+        ]);
+        assert!(
+            o.status.success(),
+            "dev up failed:\n{}\n{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr),
+            self.logs()
+        );
+    }
+
+    /// Starts whatever process of the cluster is not running (after a kill).
+    pub fn restart_missing(&self, mons: u32, osds: u32) {
+        self.dev_up(mons, osds);
+    }
+
+    /// The tail of every process log (for failure messages).
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        if let Ok(rd) = std::fs::read_dir(self.dir.join("log")) {
+            for e in rd.flatten() {
+                let t = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let tail: Vec<&str> = t.lines().rev().take(15).collect();
+                out.push_str(&format!("--- {}\n", e.path().display()));
+                for l in tail.into_iter().rev() {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs `cairn -c CONF args...`.
+    pub fn cairn(&self, args: &[&str]) -> Output {
+        let conf = self.conf.display().to_string();
+        let mut all = vec!["-c", conf.as_str()];
+        all.extend_from_slice(args);
+        cairn(&all)
+    }
+
+    /// Runs a command that must succeed; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.cairn(args);
+        assert!(
+            o.status.success(),
+            "cairn {args:?} failed: {}\n{}",
+            text(&o.stderr),
+            self.logs()
+        );
+        text(&o.stdout)
+    }
+
+    pub fn pid(&self, name: &str) -> i32 {
+        let p = self.dir.join("run").join(format!("{name}.pid"));
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .trim()
+            .parse()
+            .expect("pid")
+    }
+
+    /// kill -9 of one process (`mon.0`, `osd.2`), waiting until it is gone.
+    pub fn kill9(&self, name: &str) {
+        self.signal(name, libc::SIGKILL);
+        let pid = self.pid(name);
+        let start = Instant::now();
+        while alive(pid) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{name} does not die"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn signal(&self, name: &str, sig: i32) {
+        let pid = self.pid(name);
+        unsafe { libc::kill(pid, sig) };
+    }
+
+    pub fn mons(&self) -> Vec<String> {
+        let t = std::fs::read_to_string(&self.conf).expect("read cairn.toml");
+        let v: toml::Value = toml::from_str(&t).expect("parse cairn.toml");
+        v["cluster"]["mons"]
+            .as_array()
+            .expect("mons")
+            .iter()
+            .map(|m| m.as_str().expect("mon addr").to_string())
+            .collect()
+    }
+
+    pub async fn client(&self) -> Client {
+        let mut cfg = ClientConfig::new(self.mons());
+        cfg.op_timeout = Duration::from_secs(60);
+        Client::connect(cfg).await.expect("connect a client")
+    }
+
+    /// `cairn status --json` parsed.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).expect("status json")
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    !s.rsplit(')')
+        .next()
+        .is_some_and(|r| r.trim_start().starts_with('Z'))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let dir = self.dir.display().to_string();
+        let _ = cairn(&["dev", "down", "--dir", &dir, "--purge"]);
+    }
+}

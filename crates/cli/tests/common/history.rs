@@ -1,0 +1,77 @@
+//! A history checker for a set of registers (objects): every read must return a value that
+//! some write could have produced at that point, never one overwritten by a write that was
+//! acknowledged entirely before the read began.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// A write of `value` to `key`, invoked at `start`, acknowledged at `end` (None: no ack).
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub key: u32,
+    pub value: u64,
+    pub start: Instant,
+    pub end: Option<Instant>,
+}
+
+/// A read of `key` that returned `value` (0 = the object did not exist yet).
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub key: u32,
+    pub value: u64,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// Checks reads against writes; returns one line per violation.
+pub fn check(writes: &[Write], reads: &[Read]) -> Vec<String> {
+    let mut by_key: HashMap<u32, Vec<&Write>> = HashMap::new();
+    for w in writes {
+        by_key.entry(w.key).or_default().push(w);
+    }
+    let mut bad = Vec::new();
+    for r in reads {
+        let ws = by_key.get(&r.key).map(|v| v.as_slice()).unwrap_or(&[]);
+        // The read's value must come from a write invoked before the read returned.
+        let source = if r.value == 0 {
+            None
+        } else {
+            match ws.iter().find(|w| w.value == r.value) {
+                Some(w) if w.start <= r.end => Some(*w),
+                Some(_) => {
+                    bad.push(format!(
+                        "read of {} returned {} before it was written",
+                        r.key, r.value
+                    ));
+                    continue;
+                }
+                None => {
+                    bad.push(format!(
+                        "read of {} returned {}, never written",
+                        r.key, r.value
+                    ));
+                    continue;
+                }
+            }
+        };
+        // No write acknowledged before the read started may have replaced the value for good:
+        // one that started after the source was acknowledged (or any, for the initial value).
+        let superseded = ws.iter().find(|w| {
+            let acked_before_read = w.end.is_some_and(|e| e < r.start);
+            let after_source = match source {
+                None => true,
+                Some(s) => s.end.is_some_and(|se| w.start > se),
+            };
+            acked_before_read && after_source && w.value != r.value
+        });
+        if let Some(w) = superseded {
+            bad.push(format!(
+                "read of {} returned {} but {} was acknowledged before the read began",
+                r.key, r.value, w.value
+            ));
+        }
+    }
+    bad
+}

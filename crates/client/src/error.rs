@@ -1,0 +1,25 @@
+//! Errors of the client API.
+
+use std::time::Duration;
+
+/// Why an op failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    #[error("no pool {0:?}: `cairn pool ls` lists the pools")]
+    NoSuchPool(String),
+    #[error("no object {object:?} in pool {pool}")]
+    NoSuchObject { pool: String, object: String },
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("the OSD failed the op: {0}")]
+    Failed(String),
+    #[error("{what} did not complete within {after:?} ({last}); check `cairn status`")]
+    Timeout {
+        what: &'static str,
+        after: Duration,
+        last: String,
+    },
+    #[error("monitors: {0}")]
+    Mon(String),
+}

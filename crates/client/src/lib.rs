@@ -1,0 +1,15 @@
+//! cairn-client: the cluster client library.
+//!
+//! A [`Client`] follows the cluster map from the monitors, computes each object's PG and
+//! primary itself and sends the op straight to that OSD (one connection per OSD, many ops in
+//! flight on it). Map changes and OSD failures are handled inside: an op that meets a
+//! refusal (`NotPrimary`, `Retry`), a broken connection or a degraded PG is resent to the
+//! PG's primary at a newer map until it succeeds or the op deadline passes.
+
+mod conn;
+mod error;
+mod ops;
+mod route;
+
+pub use error::ClientError;
+pub use ops::{Client, ClientConfig, ObjectInfo};

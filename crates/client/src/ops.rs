@@ -1,0 +1,378 @@
+//! The client API: object ops with transparent retries across map changes and failures.
+
+use crate::conn::{Answer, ConnError, OsdConn};
+use crate::error::ClientError;
+use crate::route::{MapView, Route};
+use cairn_map::{ClusterMap, PgId};
+use cairn_monclient::MonClient;
+use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, MAX_LIST};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Monitor addresses.
+    pub mons: Vec<String>,
+    /// How long an op keeps retrying before it fails. Default 30 s.
+    pub op_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults for a cluster with these monitors.
+    pub fn new(mons: Vec<String>) -> ClientConfig {
+        ClientConfig {
+            mons,
+            op_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What `stat` tells about an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub size: u64,
+}
+
+/// A connection to a Cairn cluster. Cheap to clone; clones share connections and the map.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    mon: MonClient,
+    maps: watch::Receiver<Arc<ClusterMap>>,
+    view: Mutex<Arc<MapView>>,
+    conns: Mutex<HashMap<u32, Arc<OsdConn>>>,
+    cfg: ClientConfig,
+}
+
+/// What one attempt of an op led to.
+enum Attempt {
+    Done(Answer),
+    /// Retry after the map reaches at least this epoch (or a short pause).
+    Again {
+        min_epoch: u64,
+        why: String,
+    },
+}
+
+impl Client {
+    /// Connects to the monitors and fetches the map.
+    pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
+        let mon = MonClient::new(cfg.mons.clone());
+        let map = mon
+            .get_map()
+            .await
+            .map_err(|e| ClientError::Mon(e.to_string()))?;
+        let maps = mon.follow(Some(map.clone()));
+        let map = Arc::new(map);
+        Ok(Client {
+            inner: Arc::new(Inner {
+                mon,
+                maps,
+                view: Mutex::new(Arc::new(MapView::new(map))),
+                conns: Mutex::new(HashMap::new()),
+                cfg,
+            }),
+        })
+    }
+
+    /// The monitor client this client uses.
+    pub fn mon(&self) -> &MonClient {
+        &self.inner.mon
+    }
+
+    /// The newest map this client knows.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.view().map.clone()
+    }
+
+    fn view(&self) -> Arc<MapView> {
+        let newest = self.inner.maps.borrow().clone();
+        let mut v = self.inner.view.lock().unwrap_or_else(|p| p.into_inner());
+        if newest.epoch > v.map.epoch {
+            *v = Arc::new(MapView::new(newest));
+        }
+        v.clone()
+    }
+
+    /// The id of a pool by name.
+    pub fn pool_id(&self, name: &str) -> Result<u32, ClientError> {
+        self.map()
+            .pool_by_name(name)
+            .map(|p| p.id)
+            .ok_or_else(|| ClientError::NoSuchPool(name.to_string()))
+    }
+
+    /// Waits until the map is at least `epoch` (or `max_wait` passes).
+    async fn wait_epoch(&self, epoch: u64, max_wait: Duration) {
+        let mut rx = self.inner.maps.clone();
+        let _ = tokio::time::timeout(max_wait, rx.wait_for(|m| m.epoch >= epoch)).await;
+    }
+
+    async fn conn(&self, id: u32, addr: &str) -> Result<Arc<OsdConn>, ConnError> {
+        if let Some(c) = self
+            .inner
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .filter(|c| c.addr == addr && c.is_open())
+        {
+            return Ok(c.clone());
+        }
+        let c = OsdConn::connect(addr).await?;
+        self.inner
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, c.clone());
+        Ok(c)
+    }
+
+    async fn attempt(&self, route: Route, req: &OpRequest, data: &[u8]) -> Attempt {
+        let epoch = req.epoch;
+        let Some((id, addr)) = route.primary else {
+            return Attempt::Again {
+                min_epoch: epoch + 1,
+                why: format!("pg {} has no OSD up", route.pg),
+            };
+        };
+        let conn = match self.conn(id, &addr).await {
+            Ok(c) => c,
+            Err(e) => {
+                return Attempt::Again {
+                    min_epoch: epoch + 1,
+                    why: e.0,
+                }
+            }
+        };
+        let control = cairn_proto::msg::encode(req);
+        match conn.call(&control, data).await {
+            Ok((OpReply::NotPrimary { epoch: theirs }, _)) => Attempt::Again {
+                min_epoch: theirs.max(epoch + 1),
+                why: format!("osd.{id} is not primary of pg {}", route.pg),
+            },
+            Ok((OpReply::Retry, _)) => Attempt::Again {
+                min_epoch: epoch + 1,
+                why: format!(
+                    "osd.{id} asked to resend (acting set of pg {} changed)",
+                    route.pg
+                ),
+            },
+            Ok((OpReply::Degraded { acting, min_size }, _)) => Attempt::Again {
+                min_epoch: epoch + 1,
+                why: format!(
+                    "pg {} has {acting} OSDs up, fewer than min_size {min_size}",
+                    route.pg
+                ),
+            },
+            Ok(answer) => Attempt::Done(answer),
+            Err(e) => Attempt::Again {
+                min_epoch: epoch + 1,
+                why: e.0,
+            },
+        }
+    }
+
+    /// Runs an op until it gets a final answer or the op deadline passes.
+    async fn submit(
+        &self,
+        what: &'static str,
+        pool: u32,
+        target: Target<'_>,
+        kind: OpKind,
+        data: &[u8],
+    ) -> Result<OpReply, ClientError> {
+        self.submit_data(what, pool, target, kind, data)
+            .await
+            .map(|(r, _)| r)
+    }
+
+    async fn submit_data(
+        &self,
+        what: &'static str,
+        pool: u32,
+        target: Target<'_>,
+        kind: OpKind,
+        data: &[u8],
+    ) -> Result<Answer, ClientError> {
+        let deadline = Instant::now() + self.inner.cfg.op_timeout;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let view = self.view();
+            let route = match target {
+                Target::Object(name) => view.route_object(pool, name),
+                Target::Pg(pg) => view
+                    .map
+                    .pools
+                    .get(&pool)
+                    .map(|_| view.route_pg(PgId { pool, pg })),
+            };
+            let Some(route) = route else {
+                return Err(ClientError::NoSuchPool(format!("id {pool}")));
+            };
+            let req = OpRequest {
+                epoch: view.map.epoch,
+                pool,
+                pg: route.pg.pg,
+                object: match target {
+                    Target::Object(n) => n.to_vec(),
+                    Target::Pg(_) => Vec::new(),
+                },
+                kind: kind.clone(),
+            };
+            let why = match self.attempt(route, &req, data).await {
+                Attempt::Done(a) => return Ok(a),
+                Attempt::Again { min_epoch, why } => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(ClientError::Timeout {
+                            what,
+                            after: self.inner.cfg.op_timeout,
+                            last: why,
+                        });
+                    }
+                    self.wait_epoch(min_epoch, pause.min(left)).await;
+                    why
+                }
+            };
+            tracing::debug!(what, reason = %why, "retrying op");
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// Writes `data` at `offset` of an object (creating it).
+    pub async fn write(
+        &self,
+        pool: u32,
+        name: &[u8],
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u64, ClientError> {
+        let r = self
+            .submit(
+                "write",
+                pool,
+                Target::Object(name),
+                OpKind::Write { offset },
+                data,
+            )
+            .await?;
+        final_version(r, pool, name)
+    }
+
+    /// Replaces an object's contents with `data`.
+    pub async fn write_full(
+        &self,
+        pool: u32,
+        name: &[u8],
+        data: &[u8],
+    ) -> Result<u64, ClientError> {
+        let r = self
+            .submit("write", pool, Target::Object(name), OpKind::WriteFull, data)
+            .await?;
+        final_version(r, pool, name)
+    }
+
+    /// Reads up to `len` bytes at `offset` (short at the end of the object).
+    pub async fn read(
+        &self,
+        pool: u32,
+        name: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, ClientError> {
+        let (r, data) = self
+            .submit_data(
+                "read",
+                pool,
+                Target::Object(name),
+                OpKind::Read { offset, len },
+                &[],
+            )
+            .await?;
+        final_version(r, pool, name).map(|_| data)
+    }
+
+    /// Removes an object.
+    pub async fn remove(&self, pool: u32, name: &[u8]) -> Result<(), ClientError> {
+        let r = self
+            .submit("remove", pool, Target::Object(name), OpKind::Remove, &[])
+            .await?;
+        final_version(r, pool, name).map(|_| ())
+    }
+
+    /// Size of an object.
+    pub async fn stat(&self, pool: u32, name: &[u8]) -> Result<ObjectInfo, ClientError> {
+        let r = self
+            .submit("stat", pool, Target::Object(name), OpKind::Stat, &[])
+            .await?;
+        match r {
+            OpReply::Ok { size, .. } => Ok(ObjectInfo { size }),
+            other => final_version(other, pool, name).map(|_| ObjectInfo { size: 0 }),
+        }
+    }
+
+    /// Names of all objects of a pool, PG by PG (sorted within a PG).
+    pub async fn list(&self, pool: u32) -> Result<Vec<Vec<u8>>, ClientError> {
+        let pg_count = self
+            .map()
+            .pools
+            .get(&pool)
+            .map(|p| p.pg_count)
+            .ok_or_else(|| ClientError::NoSuchPool(format!("id {pool}")))?;
+        let mut out = Vec::new();
+        for pg in 0..pg_count {
+            let mut after = None;
+            loop {
+                let kind = OpKind::List {
+                    after: after.clone(),
+                    max: MAX_LIST,
+                };
+                match self.submit("list", pool, Target::Pg(pg), kind, &[]).await? {
+                    OpReply::Listed { names, more } => {
+                        after = names.last().cloned();
+                        out.extend(names);
+                        if !more || after.is_none() {
+                            break;
+                        }
+                    }
+                    other => return Err(unexpected(other)),
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Object(&'a [u8]),
+    Pg(u32),
+}
+
+fn unexpected(r: OpReply) -> ClientError {
+    match r {
+        OpReply::Invalid(s) => ClientError::Invalid(s),
+        OpReply::Failed(s) => ClientError::Failed(s),
+        other => ClientError::Failed(format!("unexpected reply {other:?}")),
+    }
+}
+
+fn final_version(r: OpReply, pool: u32, name: &[u8]) -> Result<u64, ClientError> {
+    match r {
+        OpReply::Ok { version, .. } => Ok(version),
+        OpReply::NoSuchObject => Err(ClientError::NoSuchObject {
+            pool: pool.to_string(),
+            object: String::from_utf8_lossy(name).into_owned(),
+        }),
+        OpReply::NoSuchPool => Err(ClientError::NoSuchPool(format!("id {pool}"))),
+        other => Err(unexpected(other)),
+    }
+}

@@ -1,0 +1,206 @@
+//! cairn-map: the cluster map shared by monitors, OSDs and clients.
+//!
+//! The map is a value with an epoch. It changes only by [`ClusterMap::apply`] of a
+//! [`MapChange`]; every change that alters the map bumps the epoch by one, so an
+//! [`Incremental`] (epoch + the change that produced it) is enough for a subscriber holding
+//! the previous epoch to compute the next map itself. Monitors replicate the changes through
+//! Raft; `apply` is deterministic, so every monitor and subscriber computes the same map.
+//!
+//! Placement of a PG ([`ClusterMap::pg_placement`]) draws over the OSDs that are *in* (with
+//! a weight) with `cairn-placement`; the *acting* set is the drawn OSDs that are also *up*, in draw
+//! order, the first being the primary. An OSD going down therefore does not move data (its PGs
+//! are served by the remaining members), only an OSD marked out does.
+
+mod change;
+mod pool;
+
+pub use change::{ChangeOutcome, MapChange, MapError};
+pub use pool::{Durability, Pool, PoolSetting};
+
+use cairn_placement::{FailureDomain, Hierarchy, HostNode, OsdNode};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// An OSD as the map knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdInfo {
+    /// Stable id, assigned by the monitors at first boot.
+    pub id: u32,
+    /// Where the OSD accepts connections (`ip:port`), as it reported at its last boot.
+    pub addr: String,
+    /// Host (failure domain) the OSD runs on.
+    pub host: String,
+    /// Whether it is running and reachable (set by boot, cleared by missed heartbeats).
+    pub up: bool,
+    /// Whether placement gives it data (operators mark OSDs out to drain them).
+    pub in_: bool,
+    /// Placement weight in 16.16 fixed point (`cairn_placement::WEIGHT_ONE` = 1.0).
+    pub weight: u32,
+    /// Epoch of its last boot: distinguishes a restarted OSD from its previous life.
+    pub up_from: u64,
+    /// Store identity reported at boot (uuid of its store), so a wiped OSD is recognised.
+    pub store_id: [u8; 16],
+}
+
+impl OsdInfo {
+    /// Weight used for placement: 0 when out.
+    pub fn placement_weight(&self) -> u32 {
+        if self.in_ {
+            self.weight
+        } else {
+            0
+        }
+    }
+}
+
+/// The cluster map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    /// Identity of the cluster (random at creation); daemons refuse a map of another cluster.
+    pub fsid: [u8; 16],
+    /// Version of the map: +1 on every change.
+    pub epoch: u64,
+    /// OSDs by id.
+    pub osds: BTreeMap<u32, OsdInfo>,
+    /// Pools by id.
+    pub pools: BTreeMap<u32, Pool>,
+    /// Next pool id to assign (ids are never reused, so stale clients cannot hit a new pool).
+    pub next_pool_id: u32,
+    /// Next OSD id to assign.
+    pub next_osd_id: u32,
+}
+
+/// Where a PG lives at one epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgPlacement {
+    /// OSDs drawn by placement (in OSDs, up or not), in order.
+    pub up_set: Vec<u32>,
+    /// Members of `up_set` that are up, in order; the first is the primary.
+    pub acting: Vec<u32>,
+}
+
+impl PgPlacement {
+    /// The primary, if any member is up.
+    pub fn primary(&self) -> Option<u32> {
+        self.acting.first().copied()
+    }
+}
+
+/// A PG named by its pool and number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PgId {
+    pub pool: u32,
+    pub pg: u32,
+}
+
+impl std::fmt::Display for PgId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:x}", self.pool, self.pg)
+    }
+}
+
+/// One step of the map's history: the change that turned epoch - 1 into `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incremental {
+    pub epoch: u64,
+    pub change: MapChange,
+}
+
+impl ClusterMap {
+    /// An empty map at epoch 1 for a new cluster.
+    pub fn new(fsid: [u8; 16]) -> ClusterMap {
+        ClusterMap {
+            fsid,
+            epoch: 1,
+            osds: BTreeMap::new(),
+            pools: BTreeMap::new(),
+            next_pool_id: 1,
+            next_osd_id: 0,
+        }
+    }
+
+    /// The placement hierarchy (root -> hosts -> OSDs) with out OSDs at weight 0.
+    pub fn hierarchy(&self) -> Hierarchy {
+        let mut hosts: BTreeMap<&str, Vec<OsdNode>> = BTreeMap::new();
+        for o in self.osds.values() {
+            hosts.entry(&o.host).or_default().push(OsdNode {
+                id: o.id,
+                weight: o.placement_weight(),
+            });
+        }
+        Hierarchy {
+            hosts: hosts
+                .into_iter()
+                .map(|(name, osds)| HostNode {
+                    name: name.to_string(),
+                    osds,
+                })
+                .collect(),
+        }
+    }
+
+    /// Looks a pool up by name.
+    pub fn pool_by_name(&self, name: &str) -> Option<&Pool> {
+        self.pools.values().find(|p| p.name == name)
+    }
+
+    /// Where `pg` lives at this epoch. Unknown pools give an empty placement.
+    pub fn pg_placement(&self, pg: PgId) -> PgPlacement {
+        self.pg_placement_in(&self.hierarchy(), pg)
+    }
+
+    /// Same as [`ClusterMap::pg_placement`] with the hierarchy computed once by the caller
+    /// (placing many PGs).
+    pub fn pg_placement_in(&self, h: &Hierarchy, pg: PgId) -> PgPlacement {
+        let Some(pool) = self.pools.get(&pg.pool) else {
+            return PgPlacement {
+                up_set: Vec::new(),
+                acting: Vec::new(),
+            };
+        };
+        let domain: FailureDomain = cairn_placement::default_domain(h);
+        let up_set = cairn_placement::pg_osds(h, pg.pool, pg.pg, pool.size as usize, domain);
+        let acting = up_set
+            .iter()
+            .copied()
+            .filter(|id| self.osds.get(id).is_some_and(|o| o.up))
+            .collect();
+        PgPlacement { up_set, acting }
+    }
+
+    /// The PG of an object in a pool, `None` when the pool does not exist.
+    pub fn object_pg(&self, pool: u32, name: &[u8]) -> Option<PgId> {
+        let p = self.pools.get(&pool)?;
+        Some(PgId {
+            pool,
+            pg: cairn_placement::object_pg(name, p.pg_count),
+        })
+    }
+
+    /// Applies the incremental for the next epoch. Fails when it is not the next one.
+    pub fn apply_incremental(&mut self, inc: &Incremental) -> Result<(), MapError> {
+        if inc.epoch != self.epoch + 1 {
+            return Err(MapError::EpochGap {
+                have: self.epoch,
+                got: inc.epoch,
+            });
+        }
+        match self.apply(&inc.change)? {
+            ChangeOutcome::Changed { .. } => Ok(()),
+            ChangeOutcome::Unchanged => Err(MapError::EpochGap {
+                have: self.epoch,
+                got: inc.epoch,
+            }),
+        }
+    }
+
+    /// Number of OSDs up and in, for status.
+    pub fn osd_counts(&self) -> (usize, usize, usize) {
+        let up = self.osds.values().filter(|o| o.up).count();
+        let inn = self.osds.values().filter(|o| o.in_).count();
+        (self.osds.len(), up, inn)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+use super::*;
+use cairn_placement::WEIGHT_ONE;
+
+fn boot(m: &mut ClusterMap, n: u8, host: &str) -> u32 {
+    let change = MapChange::OsdBoot {
+        store_id: [n; 16],
+        addr: format!("127.0.0.1:{}", 7000 + n as u16),
+        host: host.into(),
+        weight: WEIGHT_ONE,
+    };
+    match m.apply(&change) {
+        Ok(ChangeOutcome::Changed { id, .. }) => id,
+        other => panic!("boot: {other:?}"),
+    }
+}
+
+fn pool(m: &mut ClusterMap, name: &str, size: u8) -> u32 {
+    let change = MapChange::PoolCreate {
+        name: name.into(),
+        size,
+        min_size: 1,
+        pg_count: 32,
+        durability: Durability::Wal,
+    };
+    match m.apply(&change) {
+        Ok(ChangeOutcome::Changed { id, .. }) => id,
+        other => panic!("pool create: {other:?}"),
+    }
+}
+
+#[test]
+fn boot_assigns_ids_and_a_restart_keeps_its_id() {
+    let mut m = ClusterMap::new([1; 16]);
+    assert_eq!(boot(&mut m, 1, "a"), 0);
+    assert_eq!(boot(&mut m, 2, "a"), 1);
+    let e = m.epoch;
+    assert_eq!(boot(&mut m, 1, "a"), 0, "same store, same id");
+    assert_eq!(m.epoch, e + 1);
+    assert_eq!(m.osds[&0].up_from, e + 1);
+}
+
+#[test]
+fn a_late_down_report_does_not_down_a_restarted_osd() {
+    let mut m = ClusterMap::new([1; 16]);
+    boot(&mut m, 1, "a");
+    let old_life = m.osds[&0].up_from;
+    boot(&mut m, 1, "a");
+    let r = m.apply(&MapChange::OsdDown {
+        id: 0,
+        up_from: old_life,
+    });
+    assert_eq!(r, Ok(ChangeOutcome::Unchanged));
+    assert!(m.osds[&0].up);
+    let life = m.osds[&0].up_from;
+    let r = m.apply(&MapChange::OsdDown {
+        id: 0,
+        up_from: life,
+    });
+    assert!(matches!(r, Ok(ChangeOutcome::Changed { .. })));
+    assert!(!m.osds[&0].up);
+}
+
+#[test]
+fn invalid_changes_are_refused_and_leave_the_map_alone() {
+    let mut m = ClusterMap::new([1; 16]);
+    pool(&mut m, "rbd", 3);
+    let before = m.clone();
+    let bad = [
+        MapChange::PoolCreate {
+            name: "rbd".into(),
+            size: 3,
+            min_size: 2,
+            pg_count: 8,
+            durability: Durability::Wal,
+        },
+        MapChange::PoolCreate {
+            name: "bad name".into(),
+            size: 3,
+            min_size: 2,
+            pg_count: 8,
+            durability: Durability::Wal,
+        },
+        MapChange::PoolCreate {
+            name: "x".into(),
+            size: 2,
+            min_size: 3,
+            pg_count: 8,
+            durability: Durability::Wal,
+        },
+        MapChange::PoolCreate {
+            name: "x".into(),
+            size: 2,
+            min_size: 1,
+            pg_count: 0,
+            durability: Durability::Wal,
+        },
+        MapChange::PoolRemove {
+            name: "nope".into(),
+        },
+        MapChange::OsdOut { id: 9 },
+        MapChange::OsdBoot {
+            store_id: [3; 16],
+            addr: "not an address".into(),
+            host: "h".into(),
+            weight: WEIGHT_ONE,
+        },
+        MapChange::PoolSet {
+            name: "rbd".into(),
+            setting: PoolSetting::MinSize(4),
+        },
+    ];
+    for c in &bad {
+        assert!(m.apply(c).is_err(), "{c:?} accepted");
+        assert_eq!(m, before, "{c:?} changed the map");
+    }
+}
+
+#[test]
+fn incrementals_rebuild_the_same_map() {
+    let mut m = ClusterMap::new([1; 16]);
+    let mut follower = m.clone();
+    let changes = vec![
+        MapChange::OsdBoot {
+            store_id: [1; 16],
+            addr: "127.0.0.1:7001".into(),
+            host: "a".into(),
+            weight: WEIGHT_ONE,
+        },
+        MapChange::PoolCreate {
+            name: "p".into(),
+            size: 2,
+            min_size: 1,
+            pg_count: 16,
+            durability: Durability::Memory,
+        },
+        MapChange::OsdOut { id: 0 },
+        MapChange::PoolSet {
+            name: "p".into(),
+            setting: PoolSetting::Durability(Durability::Wal),
+        },
+    ];
+    for c in changes {
+        if let Ok(ChangeOutcome::Changed { epoch, .. }) = m.apply(&c) {
+            follower
+                .apply_incremental(&Incremental { epoch, change: c })
+                .unwrap();
+        }
+    }
+    assert_eq!(follower, m);
+    let gap = Incremental {
+        epoch: m.epoch + 2,
+        change: MapChange::OsdIn { id: 0 },
+    };
+    assert!(matches!(
+        follower.apply_incremental(&gap),
+        Err(MapError::EpochGap { .. })
+    ));
+}
+
+#[test]
+fn acting_set_is_the_up_members_in_placement_order() {
+    let mut m = ClusterMap::new([1; 16]);
+    for n in 1..=4 {
+        boot(&mut m, n, "h");
+    }
+    let p = pool(&mut m, "p", 3);
+    let pg = PgId { pool: p, pg: 5 };
+    let full = m.pg_placement(pg);
+    assert_eq!(full.up_set.len(), 3);
+    assert_eq!(full.acting, full.up_set);
+    let first = full.up_set[0];
+    let life = m.osds[&first].up_from;
+    m.apply(&MapChange::OsdDown {
+        id: first,
+        up_from: life,
+    })
+    .unwrap();
+    let degraded = m.pg_placement(pg);
+    assert_eq!(degraded.up_set, full.up_set, "down does not move data");
+    assert_eq!(degraded.acting, full.up_set[1..].to_vec());
+    assert_eq!(degraded.primary(), Some(full.up_set[1]));
+    m.apply(&MapChange::OsdOut { id: first }).unwrap();
+    let moved = m.pg_placement(pg);
+    assert!(!moved.up_set.contains(&first), "out moves data");
+    assert_eq!(moved.up_set.len(), 3);
+}

@@ -1,0 +1,131 @@
+//! What every connection handler of a monitor shares, and the requests that need Raft:
+//! commands, heartbeats and status.
+
+use crate::failure::FailureDetector;
+use crate::state_machine::MapView;
+use crate::types::{BasicNode, NodeId, Raft};
+use cairn_map::{ChangeOutcome, MapChange, MapError};
+use cairn_proto::msg::mon::{CommandReply, Heartbeat, MonStatus};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{RaftMetrics, ServerState};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// A monitor's shared state.
+pub(crate) struct Ctx {
+    pub id: NodeId,
+    pub fsid: [u8; 16],
+    pub raft: Raft,
+    pub metrics: watch::Receiver<RaftMetrics<NodeId, BasicNode>>,
+    pub view: Arc<MapView>,
+    pub failure: FailureDetector,
+    pub command_timeout: Duration,
+}
+
+impl Ctx {
+    /// The leader this monitor knows of: (id, address).
+    pub(crate) fn leader(&self) -> (Option<NodeId>, Option<String>) {
+        let m = self.metrics.borrow();
+        let addr = m.current_leader.and_then(|l| {
+            m.membership_config
+                .membership()
+                .get_node(&l)
+                .map(|n| n.addr.clone())
+        });
+        (m.current_leader, addr)
+    }
+
+    /// The term this monitor leads in, if it is the leader.
+    pub(crate) fn leading_term(&self) -> Option<u64> {
+        let m = self.metrics.borrow();
+        (m.state == ServerState::Leader && m.current_leader == Some(self.id))
+            .then_some(m.current_term)
+    }
+
+    /// `NotLeader` naming the leader when this monitor does not lead.
+    fn not_leader(&self) -> Option<CommandReply> {
+        if self.leading_term().is_some() {
+            return None;
+        }
+        Some(CommandReply::NotLeader {
+            leader: self.leader().1,
+        })
+    }
+
+    /// Proposes a change and waits until it is committed and applied here.
+    pub(crate) async fn command(&self, change: MapChange) -> CommandReply {
+        if let Some(r) = self.not_leader() {
+            return r;
+        }
+        let write = self.raft.client_write(change);
+        match tokio::time::timeout(self.command_timeout, write).await {
+            Err(_) => CommandReply::Unavailable(format!(
+                "the change was not committed within {:?} (it may still be): a majority of \
+                 the monitors must be running and reachable",
+                self.command_timeout
+            )),
+            Ok(Ok(resp)) => match resp.data {
+                Ok(outcome) => CommandReply::Done(outcome),
+                Err(e) => CommandReply::Refused(e),
+            },
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                CommandReply::NotLeader {
+                    leader: f.leader_node.map(|n| n.addr),
+                }
+            }
+            Ok(Err(RaftError::APIError(e))) => CommandReply::Unavailable(e.to_string()),
+            Ok(Err(RaftError::Fatal(e))) => {
+                CommandReply::Unavailable(format!("this monitor is stopping: {e}"))
+            }
+        }
+    }
+
+    /// Records an OSD's heartbeat (leader only). A heartbeat from a previous life of the OSD,
+    /// or from an OSD marked down, is ignored (still answered `Done(Unchanged)`): the OSD
+    /// learns from the map that it must boot again.
+    pub(crate) fn heartbeat(&self, hb: Heartbeat) -> CommandReply {
+        if let Some(r) = self.not_leader() {
+            return r;
+        }
+        let state = self
+            .view
+            .with_map(|m| m.osds.get(&hb.osd).map(|o| (o.up, o.up_from)));
+        match state {
+            None => CommandReply::Refused(MapError::NoSuchOsd(hb.osd)),
+            Some((true, life)) if life == hb.up_from => {
+                self.failure.heard(hb.osd, life, Instant::now());
+                CommandReply::Done(ChangeOutcome::Unchanged)
+            }
+            Some((up, life)) => {
+                tracing::debug!(
+                    osd = hb.osd,
+                    up,
+                    life,
+                    heartbeat_life = hb.up_from,
+                    "ignoring a heartbeat of another life of the OSD"
+                );
+                CommandReply::Done(ChangeOutcome::Unchanged)
+            }
+        }
+    }
+
+    /// This monitor's view of the monitor cluster.
+    pub(crate) fn status(&self) -> MonStatus {
+        let (leader, leader_addr) = self.leader();
+        let m = self.metrics.borrow();
+        MonStatus {
+            id: self.id,
+            leader,
+            leader_addr,
+            term: m.current_term,
+            members: m
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(id, n)| (*id, n.addr.clone()))
+                .collect(),
+            epoch: self.view.epoch(),
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Failure detection: the leader marks OSDs down when their heartbeats stop.
+//!
+//! Only the leader tracks heartbeats, in memory. When a monitor becomes leader (or starts a
+//! new term as leader) it forgets what it knew, so every up OSD gets a full grace period from
+//! that moment: a new leader never marks an OSD down for heartbeats its predecessor received.
+//! Heartbeats are tied to an OSD's life (`up_from`): one from a previous life neither keeps the
+//! OSD up nor delays its replacement life's detection.
+
+use cairn_map::{ClusterMap, MapChange};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Last heartbeat per OSD, as seen by the leader.
+pub(crate) struct FailureDetector {
+    grace: Duration,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The leader term the table belongs to (`None` while not leader).
+    term: Option<u64>,
+    /// OSD id -> (the life it was seen in, when it was last heard from or its grace began).
+    seen: HashMap<u32, (u64, Instant)>,
+}
+
+impl FailureDetector {
+    pub(crate) fn new(grace: Duration) -> Self {
+        FailureDetector {
+            grace,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The grace period.
+    pub(crate) fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// Records a heartbeat of `osd` in its life `up_from` (the caller checked that the map
+    /// has the OSD up in that life).
+    pub(crate) fn heard(&self, osd: u32, up_from: u64, now: Instant) {
+        self.lock().seen.insert(osd, (up_from, now));
+    }
+
+    /// Tells the detector whether this monitor leads, and in which term; a change of either
+    /// clears the table so that every OSD gets a full grace from now.
+    pub(crate) fn set_leader_term(&self, term: Option<u64>) {
+        let mut inner = self.lock();
+        if inner.term != term {
+            inner.term = term;
+            inner.seen.clear();
+        }
+    }
+
+    /// The `OsdDown` changes due at `now`: every up OSD not heard from in its current life
+    /// within the grace. An OSD is reported once per grace period, so a proposal that has not
+    /// been applied yet is not repeated at every tick.
+    pub(crate) fn due(&self, map: &ClusterMap, now: Instant) -> Vec<MapChange> {
+        let mut inner = self.lock();
+        if inner.term.is_none() {
+            return Vec::new();
+        }
+        inner
+            .seen
+            .retain(|id, _| map.osds.get(id).is_some_and(|o| o.up));
+        let mut down = Vec::new();
+        for o in map.osds.values().filter(|o| o.up) {
+            match inner.seen.get_mut(&o.id) {
+                Some((life, at)) if *life == o.up_from => {
+                    if now.saturating_duration_since(*at) >= self.grace {
+                        *at = now;
+                        down.push(MapChange::OsdDown {
+                            id: o.id,
+                            up_from: o.up_from,
+                        });
+                    }
+                }
+                _ => {
+                    inner.seen.insert(o.id, (o.up_from, now));
+                }
+            }
+        }
+        down
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map_with_osd() -> ClusterMap {
+        let mut m = ClusterMap::new([1; 16]);
+        m.apply(&MapChange::OsdBoot {
+            store_id: [1; 16],
+            addr: "127.0.0.1:7000".into(),
+            host: "h".into(),
+            weight: 0x10000,
+        })
+        .unwrap();
+        m
+    }
+
+    #[test]
+    fn silent_osds_are_due_after_the_grace_only_while_leading() {
+        let grace = Duration::from_secs(4);
+        let d = FailureDetector::new(grace);
+        let m = map_with_osd();
+        let t0 = Instant::now();
+        assert!(d.due(&m, t0 + grace * 2).is_empty(), "not leader");
+        d.set_leader_term(Some(3));
+        assert!(d.due(&m, t0).is_empty(), "grace starts now");
+        assert!(d.due(&m, t0 + grace / 2).is_empty());
+        d.heard(0, m.osds[&0].up_from, t0 + grace / 2);
+        assert!(d.due(&m, t0 + grace).is_empty(), "heartbeat extended it");
+        let due = d.due(&m, t0 + grace * 2);
+        assert_eq!(
+            due,
+            vec![MapChange::OsdDown {
+                id: 0,
+                up_from: m.osds[&0].up_from
+            }]
+        );
+        assert!(d.due(&m, t0 + grace * 2).is_empty(), "not repeated at once");
+        d.set_leader_term(Some(4));
+        assert!(d.due(&m, t0 + grace * 3).is_empty(), "new term, new grace");
+    }
+
+    #[test]
+    fn a_heartbeat_of_a_previous_life_does_not_count() {
+        let grace = Duration::from_secs(1);
+        let d = FailureDetector::new(grace);
+        let m = map_with_osd();
+        let t0 = Instant::now();
+        d.set_leader_term(Some(1));
+        d.heard(0, m.osds[&0].up_from - 1, t0 + grace * 5);
+        assert!(d.due(&m, t0 + grace * 5).is_empty(), "restarts its grace");
+        assert_eq!(d.due(&m, t0 + grace * 6).len(), 1);
+    }
+}

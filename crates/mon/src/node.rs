@@ -1,0 +1,218 @@
+//! Running a monitor: storage, Raft, cluster formation, the server and background tasks.
+
+use crate::config::{fsid_hex, MonConfig};
+use crate::ctx::Ctx;
+use crate::error::MonError;
+use crate::failure::FailureDetector;
+use crate::log_store::LogStore;
+use crate::raft_net::{self, Network};
+use crate::state_machine::StateMachine;
+use crate::types::{BasicNode, Raft};
+use crate::{server, store};
+use openraft::error::{InitializeError, RaftError};
+use openraft::{ServerState, SnapshotPolicy};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// Runs a monitor, serving clients and peers on `listener`, until `shutdown` resolves.
+///
+/// On first start (no database in `cfg.dir`) the monitor with the lowest id forms the cluster
+/// with all `cfg.members`; the others wait to be contacted by it. On restart the monitor
+/// resumes from its database. Safe to kill at any time: whatever it acknowledged is on disk.
+pub async fn run(
+    cfg: MonConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), MonError> {
+    cfg.validate()?;
+    let db = store::open(&cfg.dir, cfg.id, cfg.fsid)?;
+    let store_err = |e: store::StoreError| MonError::Store {
+        path: cfg.dir.join(store::DB_FILE),
+        reason: e.to_string(),
+    };
+    let sm = StateMachine::open(db.clone(), cfg.fsid).map_err(store_err)?;
+    let view = sm.view();
+    let raft = Raft::new(
+        cfg.id,
+        Arc::new(raft_config(&cfg)?),
+        Network::new(cfg.fsid, cfg.id),
+        LogStore::new(db.clone()),
+        sm,
+    )
+    .await
+    .map_err(|e| MonError::Raft(format!("starting: {e}")))?;
+    tracing::info!(
+        id = cfg.id,
+        fsid = %fsid_hex(&cfg.fsid),
+        dir = %cfg.dir.display(),
+        epoch = view.epoch(),
+        "monitor starting"
+    );
+    form_cluster(&raft, &cfg).await?;
+
+    let ctx = Arc::new(Ctx {
+        id: cfg.id,
+        fsid: cfg.fsid,
+        metrics: raft.metrics(),
+        raft: raft.clone(),
+        view,
+        failure: FailureDetector::new(cfg.osd_grace),
+        command_timeout: cfg.command_timeout,
+    });
+    let mut background = JoinSet::new();
+    background.spawn(log_leadership(ctx.clone()));
+    background.spawn(failure_ticker(ctx.clone()));
+
+    let mut metrics = raft.metrics();
+    let fatal = async move {
+        // Resolves when the Raft node stops on its own (a storage failure or a bug).
+        let r = metrics
+            .wait_for(|m| m.running_state.is_err() || m.state == ServerState::Shutdown)
+            .await;
+        match r {
+            Ok(m) => match &m.running_state {
+                Err(e) => e.to_string(),
+                Ok(()) => "raft shut down".to_string(),
+            },
+            Err(_) => "raft stopped".to_string(),
+        }
+    };
+    let failed = std::sync::Mutex::new(None);
+    let stop = async {
+        tokio::select! {
+            _ = shutdown => {}
+            why = fatal => {
+                tracing::error!("raft stopped unexpectedly: {why}; stopping the monitor");
+                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+            }
+        }
+    };
+    server::serve(listener, ctx.clone(), stop).await;
+    background.shutdown().await;
+    let failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
+    drop(ctx);
+    if let Err(e) = raft.shutdown().await {
+        tracing::warn!("stopping raft: {e}");
+    }
+    drop(raft);
+    release(&db).await;
+    tracing::info!(id = cfg.id, "monitor stopped");
+    match failed {
+        Some(why) => Err(MonError::Raft(why)),
+        None => Ok(()),
+    }
+}
+
+fn raft_config(cfg: &MonConfig) -> Result<openraft::Config, MonError> {
+    let (lo, hi) = cfg.election_timeout_ms;
+    openraft::Config {
+        cluster_name: format!("cairn-mon-{}", fsid_hex(&cfg.fsid)),
+        election_timeout_min: lo,
+        election_timeout_max: hi,
+        heartbeat_interval: (lo / 3).max(10),
+        install_snapshot_timeout: (hi * 4).max(1000),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_logs),
+        max_in_snapshot_log_to_keep: cfg.snapshot_logs,
+        snapshot_max_chunk_size: raft_net::SNAPSHOT_CHUNK,
+        max_payload_entries: raft_net::MAX_ENTRIES_PER_APPEND,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| MonError::Config(format!("raft settings: {e}")))
+}
+
+/// Forms the cluster on first start, from the lowest-id monitor only: two monitors
+/// initializing with different views would split the cluster.
+async fn form_cluster(raft: &Raft, cfg: &MonConfig) -> Result<(), MonError> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| MonError::Raft(e.to_string()))?;
+    if initialized {
+        tracing::info!("resuming the monitor cluster from the data dir");
+        return Ok(());
+    }
+    let first = cfg.bootstrapper();
+    if cfg.id != first {
+        tracing::info!("new monitor: waiting for monitor {first} to form the cluster");
+        return Ok(());
+    }
+    let nodes: BTreeMap<u64, BasicNode> = cfg
+        .members
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode::new(addr)))
+        .collect();
+    match raft.initialize(nodes).await {
+        Ok(()) => {
+            tracing::info!(members = ?cfg.members, "formed a new monitor cluster");
+            Ok(())
+        }
+        // Another monitor reached us first: the cluster exists.
+        Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(MonError::Raft(format!("forming the cluster: {e}"))),
+    }
+}
+
+/// Waits (bounded) until the Raft tasks have dropped their handles on the database, so the
+/// same data dir can be opened again as soon as `run` returns.
+async fn release(db: &Arc<redb::Database>) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Arc::strong_count(db) > 1 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if Arc::strong_count(db) > 1 {
+        tracing::warn!("the monitor database is still in use after shutdown");
+    }
+}
+
+/// Logs elections and leader changes.
+async fn log_leadership(ctx: Arc<Ctx>) {
+    let mut metrics = ctx.metrics.clone();
+    let mut last = (None, 0u64);
+    loop {
+        let now = {
+            let m = metrics.borrow_and_update();
+            (m.current_leader, m.current_term)
+        };
+        if now != last {
+            match now.0 {
+                Some(l) if l == ctx.id => {
+                    tracing::info!(term = now.1, "this monitor is the leader")
+                }
+                Some(l) => tracing::info!(term = now.1, leader = l, "monitor {l} is the leader"),
+                None => tracing::info!(term = now.1, "no leader: election in progress"),
+            }
+            last = now;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// While leading, marks down the OSDs whose heartbeats stopped.
+async fn failure_ticker(ctx: Arc<Ctx>) {
+    let grace = ctx.failure.grace();
+    let mut tick = tokio::time::interval((grace / 4).max(Duration::from_millis(20)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut proposals = JoinSet::new();
+    loop {
+        tick.tick().await;
+        while proposals.try_join_next().is_some() {}
+        ctx.failure.set_leader_term(ctx.leading_term());
+        let now = Instant::now();
+        let due = ctx.view.with_map(|m| ctx.failure.due(m, now));
+        for change in due {
+            tracing::warn!(?change, "marking an OSD down: no heartbeat for {grace:?}");
+            let ctx = ctx.clone();
+            proposals.spawn(async move {
+                let reply = ctx.command(change).await;
+                tracing::debug!(?reply, "osd down proposal");
+            });
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! Monitor-to-monitor Raft traffic: openraft's RPCs carried in frames on the monitors' one
+//! TCP port (message types 100..=199), client side (`RaftNetworkFactory`) and server side.
+//!
+//! Every request is a [`PeerRequest`] naming the sender's cluster (fsid) and id, so monitors
+//! of different clusters never mix their logs. A request is answered by the matching reply
+//! type with the same request id; a peer that refuses a request (other cluster, malformed
+//! message) answers `ERROR` and closes the connection.
+//!
+//! openraft calls one RPC at a time per client it creates, and creates clients freely (one per
+//! replication stream, one per election round), so connections are pooled per peer: an RPC
+//! takes an idle connection or opens one, and puts it back only after a complete exchange (a
+//! connection abandoned mid-exchange, e.g. on timeout, is closed, so a late reply can never be
+//! read as the answer to another request).
+
+use crate::types::{BasicNode, MonRaft, NodeId, Raft};
+use cairn_proto::msg::mon::{ErrorReply, ERROR};
+use cairn_proto::msg::{decode, encode};
+use cairn_proto::stream::{read_frame, write_frame};
+use cairn_proto::{Frame, Limits};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::RPCTypes;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// Request: [`PeerRequest`] of an `AppendEntriesRequest`; reply [`RAFT_APPEND_REPLY`].
+pub const RAFT_APPEND: u16 = 100;
+/// Request: [`PeerRequest`] of a `VoteRequest`; reply [`RAFT_VOTE_REPLY`].
+pub const RAFT_VOTE: u16 = 101;
+/// Request: [`PeerRequest`] of an `InstallSnapshotRequest` (one chunk); reply
+/// [`RAFT_SNAPSHOT_REPLY`].
+pub const RAFT_SNAPSHOT: u16 = 102;
+/// Reply: `Result<AppendEntriesResponse, RaftError>`.
+pub const RAFT_APPEND_REPLY: u16 = 110;
+/// Reply: `Result<VoteResponse, RaftError>`.
+pub const RAFT_VOTE_REPLY: u16 = 111;
+/// Reply: `Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>`.
+pub const RAFT_SNAPSHOT_REPLY: u16 = 112;
+
+/// Whether a message type belongs to the monitor-to-monitor range.
+pub fn is_peer_msg(msg_type: u16) -> bool {
+    (100..=199).contains(&msg_type)
+}
+
+/// Largest snapshot chunk sent in one frame: well under the default 1 MiB control limit.
+pub(crate) const SNAPSHOT_CHUNK: u64 = 256 << 10;
+
+/// Largest `MapChange` a client may propose (encoded); larger commands are refused as
+/// malformed. Together with [`MAX_ENTRIES_PER_APPEND`] this bounds an append request well
+/// under [`SERVER_LIMITS`], so no command can make replication frames too large to send.
+pub const MAX_COMMAND: usize = 16 << 10;
+
+/// Log entries per append request.
+pub(crate) const MAX_ENTRIES_PER_APPEND: u64 = 64;
+
+/// Frame limits of the monitor port. The monitor protocol has no raw data parts; the largest
+/// control parts are append requests (<= 64 entries of <= 16 KiB) and snapshot chunks.
+pub const SERVER_LIMITS: Limits = Limits {
+    max_control: 4 << 20,
+    max_data: 0,
+};
+
+/// Idle connections kept per peer.
+const POOL_PER_PEER: usize = 4;
+
+/// A Raft RPC from one monitor to another.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PeerRequest<T> {
+    /// The sender's cluster: requests from another cluster are refused.
+    pub fsid: [u8; 16],
+    /// The sending monitor.
+    pub from: NodeId,
+    /// The openraft request.
+    pub rpc: T,
+}
+
+type AppendReply = Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>;
+type VoteReply = Result<VoteResponse<NodeId>, RaftError<NodeId>>;
+type SnapshotReply =
+    Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>;
+
+/// Creates clients to the other monitors; shared connection pool.
+#[derive(Clone)]
+pub(crate) struct Network {
+    fsid: [u8; 16],
+    me: NodeId,
+    pool: Arc<Mutex<HashMap<NodeId, Vec<TcpStream>>>>,
+}
+
+impl Network {
+    pub(crate) fn new(fsid: [u8; 16], me: NodeId) -> Self {
+        Network {
+            fsid,
+            me,
+            pool: Arc::default(),
+        }
+    }
+
+    fn take(&self, target: NodeId) -> Option<TcpStream> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        pool.get_mut(&target).and_then(Vec::pop)
+    }
+
+    fn put_back(&self, target: NodeId, conn: TcpStream) {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = pool.entry(target).or_default();
+        if idle.len() < POOL_PER_PEER {
+            idle.push(conn);
+        }
+    }
+}
+
+impl RaftNetworkFactory<MonRaft> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        Peer {
+            net: self.clone(),
+            target,
+            node: node.clone(),
+            next_rid: 1,
+        }
+    }
+}
+
+/// Why an RPC to a peer failed before an answer arrived.
+#[derive(Debug, thiserror::Error)]
+enum PeerError {
+    #[error("cannot connect to monitor {target} at {addr}: {source}")]
+    Connect {
+        target: NodeId,
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("monitor {target}: {reason}")]
+    Exchange { target: NodeId, reason: String },
+    #[error("monitor {target} refused the request: {message}")]
+    Refused { target: NodeId, message: String },
+    #[error("timed out")]
+    Timeout,
+}
+
+/// A client to one peer; openraft uses it for one RPC at a time.
+pub(crate) struct Peer {
+    net: Network,
+    target: NodeId,
+    node: BasicNode,
+    next_rid: u64,
+}
+
+impl Peer {
+    /// Sends one request and reads its reply, on a pooled connection when one is idle. A
+    /// pooled connection may have been closed by the peer since (it restarted): then the
+    /// request is tried once more on a new connection.
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &mut self,
+        msg_type: u16,
+        reply_type: u16,
+        rpc: Req,
+        ttl: Duration,
+    ) -> Result<Resp, PeerError> {
+        let body = encode(&PeerRequest {
+            fsid: self.net.fsid,
+            from: self.net.me,
+            rpc,
+        });
+        let attempt = async {
+            if let Some(conn) = self.net.take(self.target) {
+                match self.exchange(conn, msg_type, reply_type, &body).await {
+                    Err(PeerError::Exchange { .. }) => {}
+                    done => return done,
+                }
+            }
+            let conn = TcpStream::connect(&self.node.addr)
+                .await
+                .map_err(|source| PeerError::Connect {
+                    target: self.target,
+                    addr: self.node.addr.clone(),
+                    source,
+                })?;
+            // Small request/reply exchanges: do not let Nagle delay them.
+            let _ = conn.set_nodelay(true);
+            self.exchange(conn, msg_type, reply_type, &body).await
+        };
+        tokio::time::timeout(ttl, attempt)
+            .await
+            .unwrap_or(Err(PeerError::Timeout))
+    }
+
+    async fn exchange<Resp: DeserializeOwned>(
+        &mut self,
+        mut conn: TcpStream,
+        msg_type: u16,
+        reply_type: u16,
+        body: &[u8],
+    ) -> Result<Resp, PeerError> {
+        let target = self.target;
+        let broken = |reason: String| PeerError::Exchange { target, reason };
+        let rid = self.next_rid;
+        self.next_rid += 1;
+        write_frame(&mut conn, msg_type, rid, body, &[])
+            .await
+            .map_err(|e| broken(format!("sending: {e}")))?;
+        let frame: Frame = read_frame(&mut conn, &Limits::default())
+            .await
+            .map_err(|e| broken(format!("reading the reply: {e}")))?;
+        if frame.msg_type == ERROR {
+            let message = decode::<ErrorReply>("error", &frame.control)
+                .map(|e| e.message)
+                .unwrap_or_else(|e| e.to_string());
+            return Err(PeerError::Refused { target, message });
+        }
+        if frame.msg_type != reply_type || frame.request_id != rid {
+            return Err(broken(format!(
+                "unexpected reply (type {}, request {}) to request {rid} of type {msg_type}",
+                frame.msg_type, frame.request_id
+            )));
+        }
+        let resp = decode("raft reply", &frame.control).map_err(|e| broken(e.to_string()))?;
+        self.net.put_back(target, conn);
+        Ok(resp)
+    }
+
+    fn rpc_error<E: std::error::Error>(
+        &self,
+        e: PeerError,
+        action: RPCTypes,
+        ttl: Duration,
+    ) -> RPCError<NodeId, BasicNode, E> {
+        match e {
+            PeerError::Timeout => RPCError::Timeout(Timeout {
+                action,
+                id: self.net.me,
+                target: self.target,
+                timeout: ttl,
+            }),
+            PeerError::Refused { .. } => {
+                tracing::warn!(target_mon = self.target, "{e}");
+                RPCError::Unreachable(Unreachable::new(&e))
+            }
+            PeerError::Connect { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+            PeerError::Exchange { .. } => RPCError::Network(NetworkError::new(&e)),
+        }
+    }
+
+    fn remote<E: std::error::Error>(&self, e: E) -> RPCError<NodeId, BasicNode, E> {
+        RPCError::RemoteError(RemoteError::new_with_node(
+            self.target,
+            self.node.clone(),
+            e,
+        ))
+    }
+}
+
+impl RaftNetwork<MonRaft> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<MonRaft>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let ttl = option.hard_ttl();
+        let r: AppendReply = self
+            .call(RAFT_APPEND, RAFT_APPEND_REPLY, rpc, ttl)
+            .await
+            .map_err(|e| self.rpc_error(e, RPCTypes::AppendEntries, ttl))?;
+        r.map_err(|e| self.remote(e))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<MonRaft>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let ttl = option.hard_ttl();
+        let r: SnapshotReply = self
+            .call(RAFT_SNAPSHOT, RAFT_SNAPSHOT_REPLY, rpc, ttl)
+            .await
+            .map_err(|e| self.rpc_error(e, RPCTypes::InstallSnapshot, ttl))?;
+        r.map_err(|e| self.remote(e))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let ttl = option.hard_ttl();
+        let r: VoteReply = self
+            .call(RAFT_VOTE, RAFT_VOTE_REPLY, rpc, ttl)
+            .await
+            .map_err(|e| self.rpc_error(e, RPCTypes::Vote, ttl))?;
+        r.map_err(|e| self.remote(e))
+    }
+}
+
+fn peer_request<T: DeserializeOwned>(
+    what: &'static str,
+    frame: &Frame,
+    fsid: &[u8; 16],
+) -> Result<T, String> {
+    let req: PeerRequest<T> = decode(what, &frame.control).map_err(|e| e.to_string())?;
+    if &req.fsid != fsid {
+        return Err(format!(
+            "monitor {} belongs to cluster {}, this monitor to {}: check --fsid",
+            req.from,
+            crate::config::fsid_hex(&req.fsid),
+            crate::config::fsid_hex(fsid)
+        ));
+    }
+    Ok(req.rpc)
+}
+
+/// Serves one peer request: the reply's message type and control part, or why it is refused
+/// (the connection is then answered `ERROR` and closed).
+pub(crate) async fn serve(
+    raft: &Raft,
+    fsid: &[u8; 16],
+    frame: &Frame,
+) -> Result<(u16, Vec<u8>), String> {
+    match frame.msg_type {
+        RAFT_APPEND => {
+            let rpc: AppendEntriesRequest<MonRaft> = peer_request("raft append", frame, fsid)?;
+            let r: AppendReply = raft.append_entries(rpc).await;
+            Ok((RAFT_APPEND_REPLY, encode(&r)))
+        }
+        RAFT_VOTE => {
+            let rpc: VoteRequest<NodeId> = peer_request("raft vote", frame, fsid)?;
+            let r: VoteReply = raft.vote(rpc).await;
+            Ok((RAFT_VOTE_REPLY, encode(&r)))
+        }
+        RAFT_SNAPSHOT => {
+            let rpc: InstallSnapshotRequest<MonRaft> = peer_request("raft snapshot", frame, fsid)?;
+            let r: SnapshotReply = raft.install_snapshot(rpc).await;
+            Ok((RAFT_SNAPSHOT_REPLY, encode(&r)))
+        }
+        t => Err(format!("unknown monitor-to-monitor message type {t}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::error::{Fatal, SnapshotMismatch};
+    use openraft::{SnapshotSegmentId, Vote};
+
+    #[test]
+    fn raft_replies_and_errors_survive_postcard() {
+        let ok: VoteReply = Ok(VoteResponse {
+            vote: Vote::new(3, 1),
+            vote_granted: true,
+            last_log_id: None,
+        });
+        let back: VoteReply = decode("t", &encode(&ok)).unwrap();
+        assert_eq!(back.unwrap().vote, Vote::new(3, 1));
+        let err: AppendReply = Err(RaftError::Fatal(Fatal::Stopped));
+        let back: AppendReply = decode("t", &encode(&err)).unwrap();
+        assert!(matches!(back, Err(RaftError::Fatal(Fatal::Stopped))));
+        let mismatch =
+            RaftError::APIError(InstallSnapshotError::SnapshotMismatch(SnapshotMismatch {
+                expect: SnapshotSegmentId {
+                    id: "a".into(),
+                    offset: 0,
+                },
+                got: SnapshotSegmentId {
+                    id: "b".into(),
+                    offset: 7,
+                },
+            }));
+        let err: SnapshotReply = Err(mismatch.clone());
+        let back: SnapshotReply = decode("t", &encode(&err)).unwrap();
+        assert_eq!(back.unwrap_err().to_string(), mismatch.to_string());
+    }
+}

@@ -1,0 +1,213 @@
+//! The monitor's TCP server: one port for clients and peers. Each connection has a reader
+//! (this task) and a writer task fed by a channel, so slow requests (commands waiting for a
+//! commit, subscriptions) run in their own tasks while the reader keeps reading, and replies
+//! leave in whatever order they are ready, matched by request id.
+//!
+//! Anything malformed (bad frame, undecodable message, unknown or out-of-place message type)
+//! is answered with `ERROR` and the connection is closed: after a framing error the stream
+//! position cannot be trusted, and a peer sending garbage is not worth guessing about.
+
+use crate::ctx::Ctx;
+use crate::raft_net;
+use cairn_map::MapChange;
+use cairn_proto::msg::mon::{
+    ErrorReply, GetMap, Heartbeat, MapUpdate, Subscribe, COMMAND, COMMAND_REPLY, ERROR, GET_MAP,
+    HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY, SUBSCRIBE,
+};
+use cairn_proto::msg::{decode, encode};
+use cairn_proto::stream::{encode_parts, read_frame, ReadError};
+use cairn_proto::Frame;
+use serde::Serialize;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// Idle subscriptions get an empty update this often, so subscribers can tell a silent
+/// monitor from a dead connection.
+pub const KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// Frames queued per connection before senders wait for the client to read.
+const OUTBOX: usize = 256;
+
+/// How long a closing connection may take to send what is queued (e.g. an `ERROR`).
+const FLUSH_ON_CLOSE: Duration = Duration::from_secs(2);
+
+/// Accepts connections until `shutdown` resolves, then closes them all.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    ctx: Arc<Ctx>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    conns.spawn(connection(stream, peer, ctx.clone()));
+                }
+                Err(e) => {
+                    // Usually out of file descriptors: wait rather than spin.
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+/// Encodes one frame.
+pub(crate) fn frame<T: Serialize>(msg_type: u16, request_id: u64, msg: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_parts(&mut out, msg_type, request_id, &encode(msg), &[]);
+    out
+}
+
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(buf) = rx.recv().await {
+        if wr.write_all(&buf).await.is_err() {
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
+    let (rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel(OUTBOX);
+    let writer = tokio::spawn(write_loop(wr, rx));
+    let mut rd = BufReader::new(rd);
+    let limits = raft_net::SERVER_LIMITS;
+    let mut tasks = JoinSet::new();
+    loop {
+        let f = match read_frame(&mut rd, &limits).await {
+            Ok(f) => f,
+            Err(ReadError::Closed) => break,
+            Err(ReadError::Io(e)) => {
+                tracing::debug!(%peer, "connection lost: {e}");
+                break;
+            }
+            Err(ReadError::Frame(e)) => {
+                tracing::warn!(%peer, "closing a connection that sent a bad frame: {e}");
+                let _ = tx.send(error_frame(0, e.to_string())).await;
+                break;
+            }
+        };
+        let rid = f.request_id;
+        if let Err(why) = dispatch(f, &ctx, &tx, &mut tasks).await {
+            tracing::warn!(%peer, "closing a connection that sent a bad request: {why}");
+            let _ = tx.send(error_frame(rid, why)).await;
+            break;
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    // Subscriptions and pending commands of this connection end with it.
+    tasks.shutdown().await;
+    drop(tx);
+    let _ = tokio::time::timeout(FLUSH_ON_CLOSE, writer).await;
+}
+
+fn error_frame(rid: u64, message: String) -> Vec<u8> {
+    frame(ERROR, rid, &ErrorReply { message })
+}
+
+/// Handles one request; `Err` says why the connection must be closed.
+async fn dispatch(
+    f: Frame,
+    ctx: &Arc<Ctx>,
+    tx: &mpsc::Sender<Vec<u8>>,
+    tasks: &mut JoinSet<()>,
+) -> Result<(), String> {
+    let rid = f.request_id;
+    let reply = match f.msg_type {
+        GET_MAP => {
+            let req: GetMap = decode("get map", &f.control).map_err(|e| e.to_string())?;
+            let update = ctx
+                .view
+                .update_since(req.have)
+                .unwrap_or(MapUpdate::Incrementals(Vec::new()));
+            frame(MAP, rid, &update)
+        }
+        SUBSCRIBE => {
+            let req: Subscribe = decode("subscribe", &f.control).map_err(|e| e.to_string())?;
+            tasks.spawn(subscription(ctx.clone(), rid, req.have, tx.clone()));
+            return Ok(());
+        }
+        COMMAND => {
+            if f.control.len() > raft_net::MAX_COMMAND {
+                return Err(format!(
+                    "command of {} bytes is over the limit of {}",
+                    f.control.len(),
+                    raft_net::MAX_COMMAND
+                ));
+            }
+            let change: MapChange = decode("command", &f.control).map_err(|e| e.to_string())?;
+            let (ctx, tx) = (ctx.clone(), tx.clone());
+            tasks.spawn(async move {
+                let reply = ctx.command(change).await;
+                let _ = tx.send(frame(COMMAND_REPLY, rid, &reply)).await;
+            });
+            return Ok(());
+        }
+        HEARTBEAT => {
+            let hb: Heartbeat = decode("heartbeat", &f.control).map_err(|e| e.to_string())?;
+            frame(COMMAND_REPLY, rid, &ctx.heartbeat(hb))
+        }
+        MON_STATUS => frame(MON_STATUS_REPLY, rid, &ctx.status()),
+        t if raft_net::is_peer_msg(t) => {
+            let (reply_type, body) = raft_net::serve(&ctx.raft, &ctx.fsid, &f).await?;
+            let mut out = Vec::new();
+            encode_parts(&mut out, reply_type, rid, &body, &[]);
+            out
+        }
+        t => return Err(format!("message type {t} is not a monitor request")),
+    };
+    tx.send(reply)
+        .await
+        .map_err(|_| "the connection's writer stopped".to_string())
+}
+
+/// Pushes every new epoch to a subscriber, starting with what it lacks now.
+async fn subscription(ctx: Arc<Ctx>, rid: u64, have: u64, tx: mpsc::Sender<Vec<u8>>) {
+    let mut epochs = ctx.view.subscribe();
+    let mut sent = have;
+    loop {
+        // Mark the current epoch seen before reading the map, so a change that lands in
+        // between is both in this update or the next and signalled again.
+        epochs.borrow_and_update();
+        let update = ctx.view.update_since(sent);
+        let msg = match &update {
+            Some(u) => {
+                sent = match u {
+                    MapUpdate::Full(m) => m.epoch,
+                    MapUpdate::Incrementals(v) => v.last().map_or(sent, |i| i.epoch),
+                };
+                frame(MAP, rid, u)
+            }
+            None => Vec::new(),
+        };
+        if !msg.is_empty() && tx.send(msg).await.is_err() {
+            return;
+        }
+        tokio::select! {
+            r = epochs.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(KEEPALIVE) => {
+                let empty = MapUpdate::Incrementals(Vec::new());
+                if tx.send(frame(MAP, rid, &empty)).await.is_err() {
+                    return;
+                }
+            }
+            _ = tx.closed() => return,
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! The replicated state machine: the cluster map, built by applying committed `MapChange`s
+//! (openraft's `RaftStateMachine`), and the view of it that clients are served from.
+
+use crate::store::{self, blocking, dec, enc, get_meta, key, StoreError};
+use crate::types::{
+    ApplyResult, BasicNode, Entry, LogId, MonRaft, NodeId, StorageError, StoredMembership,
+};
+use cairn_map::{ChangeOutcome, ClusterMap, Incremental};
+use cairn_proto::msg::mon::MapUpdate;
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{AnyError, EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError};
+use redb::{Database, Durability};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::io::Cursor;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use tokio::sync::watch;
+
+/// How many incrementals are kept for subscribers that are a few epochs behind; an older
+/// asker gets the full map.
+pub const HISTORY: usize = 500;
+
+/// The applied state; also the content of a snapshot.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SmData {
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+    pub map: ClusterMap,
+}
+
+/// A snapshot as stored in the `meta` table.
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+}
+
+struct Live {
+    data: SmData,
+    /// Consecutive incrementals ending at `data.map.epoch` (empty after a snapshot install).
+    history: VecDeque<Incremental>,
+}
+
+/// The current map as clients see it: read by the server, written only by the state machine.
+pub struct MapView {
+    live: RwLock<Live>,
+    epoch: watch::Sender<u64>,
+}
+
+impl MapView {
+    fn new(data: SmData) -> Self {
+        let (epoch, _) = watch::channel(data.map.epoch);
+        MapView {
+            live: RwLock::new(Live {
+                data,
+                history: VecDeque::new(),
+            }),
+            epoch,
+        }
+    }
+
+    // A panic while holding the lock cannot leave the map half-applied (`apply` only
+    // changes it on success), so a poisoned lock is still safe to use.
+    fn read(&self) -> RwLockReadGuard<'_, Live> {
+        self.live.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Live> {
+        self.live.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the current map.
+    pub fn with_map<R>(&self, f: impl FnOnce(&ClusterMap) -> R) -> R {
+        f(&self.read().data.map)
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.read().data.map.epoch
+    }
+
+    /// Notified with the epoch after every applied change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+
+    /// What a holder of epoch `have` needs: `None` when it is not behind, the incrementals
+    /// when they are all kept, the full map otherwise.
+    pub fn update_since(&self, have: u64) -> Option<MapUpdate> {
+        let live = self.read();
+        let epoch = live.data.map.epoch;
+        if have >= epoch && have != 0 {
+            return None;
+        }
+        let oldest = live.history.front().map(|i| i.epoch);
+        match oldest {
+            Some(first) if have != 0 && first <= have + 1 => Some(MapUpdate::Incrementals(
+                live.history
+                    .iter()
+                    .filter(|i| i.epoch > have)
+                    .cloned()
+                    .collect(),
+            )),
+            _ => Some(MapUpdate::Full(live.data.map.clone())),
+        }
+    }
+
+    fn publish(&self, epoch: u64) {
+        self.epoch.send_replace(epoch);
+    }
+}
+
+/// The state machine openraft drives.
+pub struct StateMachine {
+    db: Arc<Database>,
+    view: Arc<MapView>,
+    fsid: [u8; 16],
+}
+
+fn sm_read_err(e: StoreError) -> StorageError {
+    StorageIOError::read_state_machine(AnyError::new(&e)).into()
+}
+
+fn sm_write_err(e: StoreError) -> StorageError {
+    StorageIOError::write_state_machine(AnyError::new(&e)).into()
+}
+
+impl StateMachine {
+    /// Loads the applied state (the newer of the saved state and the last snapshot), or an
+    /// empty map at epoch 1 for a new cluster.
+    pub(crate) fn open(db: Arc<Database>, fsid: [u8; 16]) -> Result<Self, StoreError> {
+        let saved: Option<SmData> = get_meta(&db, key::STATE_MACHINE)?;
+        let snap: Option<StoredSnapshot> = get_meta(&db, key::SNAPSHOT)?;
+        let from_snap = match snap {
+            Some(s) => Some(dec::<SmData>("snapshot", &s.data)?),
+            None => None,
+        };
+        let data = match (saved, from_snap) {
+            (Some(a), Some(b)) if b.last_applied > a.last_applied => b,
+            (Some(a), _) => a,
+            (None, Some(b)) => b,
+            (None, None) => SmData {
+                last_applied: None,
+                membership: StoredMembership::default(),
+                map: ClusterMap::new(fsid),
+            },
+        };
+        Ok(StateMachine {
+            db,
+            view: Arc::new(MapView::new(data)),
+            fsid,
+        })
+    }
+
+    /// The view the server reads.
+    pub(crate) fn view(&self) -> Arc<MapView> {
+        self.view.clone()
+    }
+}
+
+impl RaftStateMachine<MonRaft> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let live = self.view.read();
+        Ok((live.data.last_applied, live.data.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ApplyResult>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut replies = Vec::new();
+        let (bytes, before, after) = {
+            let mut live = self.view.write();
+            let before = live.data.map.epoch;
+            for e in entries {
+                live.data.last_applied = Some(e.log_id);
+                match e.payload {
+                    EntryPayload::Blank => replies.push(Ok(ChangeOutcome::Unchanged)),
+                    EntryPayload::Normal(change) => {
+                        let r = live.data.map.apply(&change);
+                        if let Ok(ChangeOutcome::Changed { epoch, .. }) = r {
+                            tracing::info!(epoch, ?change, "map changed");
+                            if live.history.len() >= HISTORY {
+                                live.history.pop_front();
+                            }
+                            live.history.push_back(Incremental { epoch, change });
+                        }
+                        replies.push(r);
+                    }
+                    EntryPayload::Membership(m) => {
+                        tracing::info!(log_id = %e.log_id, membership = ?m, "monitor membership");
+                        live.data.membership = StoredMembership::new(Some(e.log_id), m);
+                        replies.push(Ok(ChangeOutcome::Unchanged));
+                    }
+                }
+            }
+            (enc(&live.data), before, live.data.map.epoch)
+        };
+        // No fsync: the log holds these entries durably; a lost save is replayed at start.
+        blocking(&self.db, move |db| {
+            store::put_meta(db, Durability::None, &[(key::STATE_MACHINE, &bytes)])
+        })
+        .await
+        .map_err(sm_write_err)?;
+        if after != before {
+            self.view.publish(after);
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            db: self.db.clone(),
+            view: self.view.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let bytes = snapshot.into_inner();
+        let snap_err = |e: StoreError| -> StorageError {
+            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e)).into()
+        };
+        let got: SmData = dec("snapshot", &bytes).map_err(snap_err)?;
+        if got.map.fsid != self.fsid {
+            let e = StoreError::Decode {
+                what: "snapshot",
+                reason: "it belongs to another cluster (fsid differs)".into(),
+            };
+            return Err(snap_err(e));
+        }
+        let data = SmData {
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+            map: got.map,
+        };
+        let sm = enc(&data);
+        let stored = enc(&StoredSnapshot {
+            meta: meta.clone(),
+            data: bytes,
+        });
+        blocking(&self.db, move |db| {
+            store::put_meta(
+                db,
+                Durability::Immediate,
+                &[(key::STATE_MACHINE, &sm), (key::SNAPSHOT, &stored)],
+            )
+        })
+        .await
+        .map_err(|e| {
+            StorageError::from(StorageIOError::write_snapshot(
+                Some(meta.signature()),
+                AnyError::new(&e),
+            ))
+        })?;
+        let epoch = data.map.epoch;
+        tracing::info!(epoch, snapshot = %meta, "installed a map snapshot from the leader");
+        {
+            let mut live = self.view.write();
+            live.data = data;
+            live.history.clear();
+        }
+        self.view.publish(epoch);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<MonRaft>>, StorageError> {
+        let snap: Option<StoredSnapshot> = blocking(&self.db, |db| get_meta(db, key::SNAPSHOT))
+            .await
+            .map_err(sm_read_err)?;
+        Ok(snap.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}
+
+/// Builds snapshots from the current applied state.
+pub struct SnapshotBuilder {
+    db: Arc<Database>,
+    view: Arc<MapView>,
+}
+
+impl RaftSnapshotBuilder<MonRaft> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<MonRaft>, StorageError> {
+        let (data, last, membership) = {
+            let live = self.view.read();
+            (
+                enc(&live.data),
+                live.data.last_applied,
+                live.data.membership.clone(),
+            )
+        };
+        // Same applied log id means same content, so the id only needs to tell apart
+        // snapshots of different states.
+        let snapshot_id = match last {
+            Some(l) => l.to_string(),
+            None => "empty".to_string(),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: membership,
+            snapshot_id,
+        };
+        let stored = enc(&StoredSnapshot {
+            meta: meta.clone(),
+            data: data.clone(),
+        });
+        blocking(&self.db, move |db| {
+            store::put_meta(db, Durability::Immediate, &[(key::SNAPSHOT, &stored)])
+        })
+        .await
+        .map_err(|e| {
+            StorageError::from(StorageIOError::write_snapshot(
+                Some(meta.signature()),
+                AnyError::new(&e),
+            ))
+        })?;
+        tracing::debug!(snapshot = %meta, "built a map snapshot");
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}

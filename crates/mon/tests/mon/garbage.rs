@@ -1,0 +1,148 @@
+//! Malformed input: the monitor answers ERROR and closes that connection, and keeps serving.
+
+use crate::common::*;
+use cairn_mon::raft_net::RAFT_VOTE;
+use cairn_proto::msg::decode;
+use cairn_proto::msg::mon::{ErrorReply, ERROR, GET_MAP, MAP, MON_STATUS, MON_STATUS_REPLY};
+use cairn_proto::stream::{read_frame, write_frame, ReadError};
+use cairn_proto::{Frame, Limits};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads what the monitor sends until it closes: the frames, and whether it closed.
+async fn until_closed(s: &mut TcpStream) -> Vec<Frame> {
+    within(
+        "the monitor closes the connection",
+        Duration::from_secs(5),
+        async {
+            let mut frames = Vec::new();
+            loop {
+                match read_frame(s, &Limits::default()).await {
+                    Ok(f) => frames.push(f),
+                    Err(ReadError::Closed) | Err(ReadError::Io(_)) => return frames,
+                    Err(e) => panic!("the monitor sent a bad frame: {e}"),
+                }
+            }
+        },
+    )
+    .await
+}
+
+fn error_message(f: &Frame) -> String {
+    assert_eq!(f.msg_type, ERROR, "expected an ERROR frame");
+    decode::<ErrorReply>("error", &f.control)
+        .expect("error reply")
+        .message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
+    let mut c = Cluster::start("garbage", 1, Duration::from_secs(4)).await;
+    let addr = c.mons[0].addr();
+    let client = c.client();
+    client.get_map().await.expect("map");
+
+    // A well-behaved connection that stays open throughout.
+    let mut good = TcpStream::connect(&addr).await.expect("connect");
+
+    // Random bytes: not a frame.
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let junk: Vec<u8> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let _ = s.write_all(&junk).await;
+    let frames = until_closed(&mut s).await;
+    assert_eq!(frames.len(), 1, "one ERROR, then close");
+    assert!(
+        error_message(&frames[0]).contains("magic"),
+        "{}",
+        error_message(&frames[0])
+    );
+
+    // A valid frame whose control part is not a GetMap.
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    write_frame(&mut s, GET_MAP, 5, &[0xff; 11], &[])
+        .await
+        .expect("send");
+    let frames = until_closed(&mut s).await;
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].request_id, 5);
+    assert!(error_message(&frames[0]).contains("malformed"));
+
+    // An unknown message type, and a peer message that is not one.
+    for (t, body) in [(999u16, vec![]), (RAFT_VOTE, vec![1, 2, 3])] {
+        let mut s = TcpStream::connect(&addr).await.expect("connect");
+        write_frame(&mut s, t, 6, &body, &[]).await.expect("send");
+        let frames = until_closed(&mut s).await;
+        assert_eq!(frames.len(), 1, "type {t}");
+        error_message(&frames[0]);
+    }
+
+    // A header announcing a huge body is refused from the header alone.
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let hdr = cairn_proto::FrameHeader {
+        version: cairn_proto::PROTOCOL_VERSION,
+        flags: 0,
+        msg_type: GET_MAP,
+        request_id: 1,
+        control_len: u32::MAX,
+        data_len: 0,
+        body_crc: 0,
+    };
+    s.write_all(&hdr.encode()).await.expect("send");
+    let frames = until_closed(&mut s).await;
+    assert!(error_message(&frames[0]).contains("limit"));
+
+    // A connection closed halfway through a frame.
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let mut buf = Vec::new();
+    cairn_proto::stream::encode_parts(&mut buf, GET_MAP, 1, &[0; 40], &[]);
+    s.write_all(&buf[..20]).await.expect("send");
+    drop(s);
+
+    // The monitor still serves the connection that behaved, and new ones.
+    write_frame(&mut good, MON_STATUS, 1, &[], &[])
+        .await
+        .expect("send");
+    let f = within(
+        "status",
+        Duration::from_secs(5),
+        read_frame(&mut good, &Limits::default()),
+    )
+    .await
+    .expect("reply");
+    assert_eq!(f.msg_type, MON_STATUS_REPLY);
+    client.command(pool("still")).await.expect("command");
+    write_frame(
+        &mut good,
+        GET_MAP,
+        2,
+        &cairn_proto::msg::encode(&cairn_proto::msg::mon::GetMap { have: 0 }),
+        &[],
+    )
+    .await
+    .expect("send");
+    let f = within(
+        "map",
+        Duration::from_secs(5),
+        read_frame(&mut good, &Limits::default()),
+    )
+    .await
+    .expect("reply");
+    assert_eq!(f.msg_type, MAP);
+    let mut rest = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), good.read(&mut rest))
+            .await
+            .is_err(),
+        "the good connection stays open"
+    );
+    c.stop(0).await;
+}

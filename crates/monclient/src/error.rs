@@ -1,0 +1,30 @@
+//! Errors of monitor client calls.
+
+use cairn_map::MapError;
+
+/// Why a call to the monitors failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MonClientError {
+    /// No monitor accepted a connection before the deadline.
+    #[error(
+        "no monitor reachable at {} ({last_error}): is the cluster running? check -c / CAIRN_CONF",
+        addrs.join(", ")
+    )]
+    Unreachable {
+        addrs: Vec<String>,
+        last_error: String,
+    },
+    /// The monitors refused the change (the map is unchanged).
+    #[error("refused: {0}")]
+    Refused(MapError),
+    /// Monitors answered but could not commit (no leader or no quorum) before the deadline.
+    #[error("monitors unavailable: {0}")]
+    Unavailable(String),
+    /// A monitor sent something this client does not understand (version mismatch?).
+    #[error("monitor protocol error: {0}")]
+    Protocol(String),
+    /// The deadline passed while waiting for an answer.
+    #[error("timed out waiting for the monitors")]
+    Timeout,
+}

@@ -1,0 +1,383 @@
+//! cairn-monclient: talks to the Cairn monitors for OSDs, clients and the CLI.
+//!
+//! A [`MonClient`] knows the monitors' addresses and keeps one connection, to the leader
+//! once it has been found, shared by all calls (many may be in flight). Every call has a
+//! deadline ([`MonClient::with_timeout`], 10 s by default) within which it follows the
+//! monitors' "ask the leader" hints, tries the other monitors when one is unreachable, and
+//! backs off while the monitors elect a leader. [`MonClient::follow`] keeps a map current in
+//! the background.
+//!
+//! Retries can repeat a command: a command whose reply was lost (connection failure, or an
+//! `Unavailable` reply after which the change still commits) may be applied and then refused
+//! on retry (e.g. `PoolExists`). Commands that may be retried should be checked against the
+//! map by the caller when the result matters.
+
+mod conn;
+mod error;
+mod follow;
+
+pub use error::MonClientError;
+
+use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
+use cairn_proto::msg::mon::{
+    CommandReply, ErrorReply, GetMap, Heartbeat, MapUpdate, MonStatus, COMMAND, COMMAND_REPLY,
+    ERROR, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY,
+};
+use cairn_proto::msg::{decode, encode};
+use cairn_proto::Frame;
+use conn::Conn;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Default deadline of one call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for one connection attempt (then the next monitor is tried).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
+
+/// A client of the monitor cluster. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct MonClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    addrs: Vec<String>,
+    timeout: Duration,
+    /// The connection calls use (to the leader once known). Locked while connecting so that
+    /// concurrent calls share one new connection.
+    cur: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// Where the monitors said the leader is.
+    hint: Mutex<Option<String>>,
+    /// Index in `addrs` to try first.
+    next: AtomicUsize,
+}
+
+/// What a reply means for the retry loop.
+enum Step<T> {
+    Done(T),
+    /// Ask the leader instead (`None`: the monitor knows no leader).
+    Redirect(Option<String>),
+    /// Answered but could not do it now.
+    Retry(String),
+    Fail(MonClientError),
+}
+
+fn protocol(e: impl std::fmt::Display) -> MonClientError {
+    MonClientError::Protocol(e.to_string())
+}
+
+fn expect(f: &Frame, msg_type: u16, what: &str) -> Result<(), MonClientError> {
+    if f.msg_type == msg_type {
+        return Ok(());
+    }
+    Err(MonClientError::Protocol(format!(
+        "expected a {what} reply, got message type {}",
+        f.msg_type
+    )))
+}
+
+/// Turns a command or heartbeat reply into a step.
+fn command_step(f: Frame) -> Step<ChangeOutcome> {
+    if let Err(e) = expect(&f, COMMAND_REPLY, "command") {
+        return Step::Fail(e);
+    }
+    match decode::<CommandReply>("command reply", &f.control) {
+        Err(e) => Step::Fail(protocol(e)),
+        Ok(CommandReply::Done(o)) => Step::Done(o),
+        Ok(CommandReply::Refused(e)) => Step::Fail(MonClientError::Refused(e)),
+        Ok(CommandReply::NotLeader { leader }) => Step::Redirect(leader),
+        Ok(CommandReply::Unavailable(why)) => Step::Retry(why),
+    }
+}
+
+impl MonClient {
+    /// A client of the monitors at `addrs` (`ip:port`). No I/O happens until the first call.
+    pub fn new(addrs: Vec<String>) -> MonClient {
+        MonClient::build(addrs, DEFAULT_TIMEOUT)
+    }
+
+    fn build(addrs: Vec<String>, timeout: Duration) -> MonClient {
+        MonClient {
+            inner: Arc::new(Inner {
+                addrs,
+                timeout,
+                cur: tokio::sync::Mutex::new(None),
+                hint: Mutex::new(None),
+                next: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The same client with another deadline per call (the connection is not shared with
+    /// `self`).
+    pub fn with_timeout(self, d: Duration) -> MonClient {
+        MonClient::build(self.inner.addrs.clone(), d)
+    }
+
+    /// The monitor addresses this client uses.
+    pub fn addrs(&self) -> &[String] {
+        &self.inner.addrs
+    }
+
+    /// The current map, from any monitor (it may lag the leader by a moment).
+    pub async fn get_map(&self) -> Result<ClusterMap, MonClientError> {
+        let req = encode(&GetMap { have: 0 });
+        self.call(GET_MAP, req, self.deadline(), |f| {
+            if let Err(e) = expect(&f, MAP, "map") {
+                return Step::Fail(e);
+            }
+            match decode::<MapUpdate>("map", &f.control) {
+                Ok(MapUpdate::Full(m)) => Step::Done(m),
+                Ok(MapUpdate::Incrementals(_)) => {
+                    Step::Fail(protocol("incrementals sent to a client that has no map"))
+                }
+                Err(e) => Step::Fail(protocol(e)),
+            }
+        })
+        .await
+    }
+
+    /// Applies a change through the leader, once it is committed. A refused change is
+    /// [`MonClientError::Refused`].
+    pub async fn command(&self, change: MapChange) -> Result<ChangeOutcome, MonClientError> {
+        self.call(COMMAND, encode(&change), self.deadline(), command_step)
+            .await
+    }
+
+    /// Tells the leader OSD `osd` (in its life that began at epoch `up_from`) is alive.
+    pub async fn heartbeat(&self, osd: u32, up_from: u64) -> Result<(), MonClientError> {
+        let req = encode(&Heartbeat { osd, up_from });
+        self.call(HEARTBEAT, req, self.deadline(), command_step)
+            .await
+            .map(|_| ())
+    }
+
+    /// The monitor cluster's status, from the leader when it can be reached, else from the
+    /// monitor that answered.
+    pub async fn status(&self) -> Result<MonStatus, MonClientError> {
+        let deadline = self.deadline();
+        let first = self.status_until(deadline).await?;
+        let Some(leader_addr) = first.leader_addr.clone() else {
+            return Ok(first);
+        };
+        if first.leader == Some(first.id) {
+            return Ok(first);
+        }
+        self.set_hint(leader_addr);
+        self.forget_current(false).await;
+        // Half the time left: a leader that cannot be reached should not cost the whole call.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let second = self.status_until(Instant::now() + left / 2).await;
+        Ok(second.unwrap_or(first))
+    }
+
+    async fn status_until(&self, deadline: Instant) -> Result<MonStatus, MonClientError> {
+        self.call(MON_STATUS, Vec::new(), deadline, |f| {
+            if let Err(e) = expect(&f, MON_STATUS_REPLY, "status") {
+                return Step::Fail(e);
+            }
+            match decode::<MonStatus>("status", &f.control) {
+                Ok(s) => Step::Done(s),
+                Err(e) => Step::Fail(protocol(e)),
+            }
+        })
+        .await
+    }
+
+    /// Follows the map: spawns a task (on the current tokio runtime) that subscribes to a
+    /// monitor, applies every update and publishes each new map on the returned channel,
+    /// moving to another monitor whenever the subscription fails, until every receiver is
+    /// dropped. After an update that does not apply (a gap) it fetches the full map again.
+    ///
+    /// The channel starts with `initial`, or when that is `None`, with an empty placeholder
+    /// map at epoch 0 (no real map has epoch 0): wait for the first real map with
+    /// `rx.wait_for(|m| m.epoch > 0)`, or use [`MonClient::follow_ready`].
+    pub fn follow(&self, initial: Option<ClusterMap>) -> watch::Receiver<Arc<ClusterMap>> {
+        let (tx, rx) = watch::channel(Arc::new(initial.unwrap_or_else(follow::placeholder)));
+        tokio::spawn(follow::follow(self.inner.addrs.clone(), tx));
+        rx
+    }
+
+    /// [`MonClient::follow`], returning once the first map is known (within the deadline).
+    pub async fn follow_ready(
+        &self,
+        initial: Option<ClusterMap>,
+    ) -> Result<watch::Receiver<Arc<ClusterMap>>, MonClientError> {
+        let mut rx = self.follow(initial);
+        let ready = tokio::time::timeout(self.inner.timeout, rx.wait_for(|m| m.epoch > 0))
+            .await
+            .map(|r| r.is_ok());
+        match ready {
+            Ok(true) => Ok(rx),
+            Ok(false) => Err(MonClientError::Protocol("map follower stopped".into())),
+            Err(_) => Err(MonClientError::Unreachable {
+                addrs: self.inner.addrs.clone(),
+                last_error: "no map received".into(),
+            }),
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.timeout
+    }
+
+    fn set_hint(&self, addr: String) {
+        *self.inner.hint.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
+    }
+
+    /// The live connection, or a new one: to the hinted leader first, then to each monitor
+    /// in turn starting after the last one that failed.
+    async fn conn(&self, deadline: Instant) -> Result<Arc<Conn>, String> {
+        let mut cur = self.inner.cur.lock().await;
+        if let Some(c) = cur.as_ref().filter(|c| !c.is_dead()) {
+            return Ok(c.clone());
+        }
+        *cur = None;
+        let hint = self
+            .inner
+            .hint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let addrs = &self.inner.addrs;
+        let start = self.inner.next.load(Ordering::Relaxed);
+        let order = (0..addrs.len()).map(|i| &addrs[(start + i) % addrs.len()]);
+        let mut last = "no monitor addresses given".to_string();
+        for addr in hint.iter().chain(order) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match Conn::open(addr, left.min(CONNECT_TIMEOUT)).await {
+                Ok(c) => {
+                    let c = Arc::new(c);
+                    *cur = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Stops using the current connection; with `rotate`, the next connection goes to the
+    /// monitor after it.
+    async fn forget_current(&self, rotate: bool) {
+        let mut cur = self.inner.cur.lock().await;
+        if let (true, Some(c)) = (rotate, cur.as_ref()) {
+            if let Some(i) = self.inner.addrs.iter().position(|a| *a == c.addr) {
+                self.inner.next.store(i + 1, Ordering::Relaxed);
+            }
+        }
+        *cur = None;
+    }
+
+    async fn forget(&self, conn: &Arc<Conn>, rotate: bool) {
+        let is_cur = {
+            let cur = self.inner.cur.lock().await;
+            cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn))
+        };
+        if is_cur {
+            self.forget_current(rotate).await;
+        }
+    }
+
+    /// Sends a request until `handle` says it is done or failed, or the deadline passes.
+    async fn call<T>(
+        &self,
+        msg_type: u16,
+        control: Vec<u8>,
+        deadline: Instant,
+        mut handle: impl FnMut(Frame) -> Step<T>,
+    ) -> Result<T, MonClientError> {
+        let mut backoff = FIRST_BACKOFF;
+        let mut connected = false;
+        let mut last_error = String::new();
+        let mut unavailable: Option<String> = None;
+        let mut redirects = 0u32;
+        loop {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let conn = match self.conn(deadline).await {
+                Ok(c) => c,
+                Err(e) => {
+                    last_error = e;
+                    sleep_until(backoff, deadline).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            connected = true;
+            let f = match tokio::time::timeout_at(deadline, conn.call(msg_type, &control)).await {
+                Err(_) => break,
+                Ok(Err(e)) => {
+                    last_error = e;
+                    self.forget(&conn, true).await;
+                    sleep_until(FIRST_BACKOFF, deadline).await;
+                    continue;
+                }
+                Ok(Ok(f)) => f,
+            };
+            if f.msg_type == ERROR {
+                let msg = decode::<ErrorReply>("error", &f.control)
+                    .map(|e| e.message)
+                    .unwrap_or_else(|e| e.to_string());
+                self.forget(&conn, false).await;
+                return Err(MonClientError::Protocol(format!(
+                    "{} rejected the request: {msg}",
+                    conn.addr
+                )));
+            }
+            match handle(f) {
+                Step::Done(v) => return Ok(v),
+                Step::Fail(e) => return Err(e),
+                Step::Redirect(Some(addr)) if addr != conn.addr => {
+                    tracing::debug!(from = %conn.addr, to = %addr, "following the leader hint");
+                    self.set_hint(addr);
+                    self.forget(&conn, false).await;
+                    redirects += 1;
+                    // Monitors with stale views may point at each other: slow down.
+                    if redirects > 2 {
+                        sleep_until(backoff, deadline).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+                Step::Redirect(_) => {
+                    unavailable = Some("no monitor leader elected (a majority must be up)".into());
+                    self.forget(&conn, true).await;
+                    sleep_until(backoff, deadline).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Step::Retry(why) => {
+                    unavailable = Some(why);
+                    self.forget(&conn, true).await;
+                    sleep_until(backoff, deadline).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        if let Some(why) = unavailable {
+            return Err(MonClientError::Unavailable(why));
+        }
+        if !connected && !last_error.is_empty() {
+            return Err(MonClientError::Unreachable {
+                addrs: self.inner.addrs.clone(),
+                last_error,
+            });
+        }
+        Err(MonClientError::Timeout)
+    }
+}
+
+async fn sleep_until(d: Duration, deadline: Instant) {
+    tokio::time::sleep_until((Instant::now() + d).min(deadline)).await;
+}
+
+#[cfg(test)]
+mod tests;

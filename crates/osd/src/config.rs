@@ -1,0 +1,70 @@
+//! OSD settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Settings of one OSD.
+#[derive(Debug, Clone)]
+pub struct OsdConfig {
+    /// Directory holding the data device file (`data.img`) unless `data` is given.
+    pub dir: PathBuf,
+    /// Data device (file or block device). Default `<dir>/data.img`.
+    pub data: Option<PathBuf>,
+    /// Size of the data file when it is created. Default 4 GiB (sparse).
+    pub data_size: u64,
+    /// WAL device (file or block device); None keeps the WAL on the data device.
+    pub wal: Option<PathBuf>,
+    /// Size of the WAL file when it is created. Default 128 MiB.
+    pub wal_size: u64,
+    /// Address to accept clients and peers on. Default 127.0.0.1:0 (any free port).
+    pub listen: SocketAddr,
+    /// Monitor addresses.
+    pub mons: Vec<String>,
+    /// Host name (failure domain). Default: the machine's host name.
+    pub host: String,
+    /// Placement weight, 16.16 fixed point. Default 1.0.
+    pub weight: u32,
+    /// Shard threads (each owns a share of the PGs). Default 1.
+    pub shards: usize,
+    /// Network threads. Default 1.
+    pub net_threads: usize,
+    /// Interval between heartbeats to the monitors. Default 1 s.
+    pub heartbeat_interval: Duration,
+}
+
+impl OsdConfig {
+    /// Defaults for an OSD in `dir` talking to `mons`.
+    pub fn new(dir: PathBuf, mons: Vec<String>) -> OsdConfig {
+        OsdConfig {
+            dir,
+            data: None,
+            data_size: 4 << 30,
+            wal: None,
+            wal_size: 128 << 20,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            mons,
+            host: default_host(),
+            weight: 0x10000,
+            shards: 1,
+            net_threads: 1,
+            heartbeat_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// The data device path.
+    pub fn data_path(&self) -> PathBuf {
+        self.data
+            .clone()
+            .unwrap_or_else(|| self.dir.join("data.img"))
+    }
+}
+
+/// The machine's host name, "localhost" when it cannot be read.
+pub fn default_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}

@@ -1,0 +1,164 @@
+//! Writes waiting for the members of their acting set.
+//!
+//! A write is registered before it is sent to the replicas; each member's answer (the local
+//! commit, a replica's reply) removes that member from its waiting list, on whatever thread
+//! delivers it. The last one sends the client's reply directly: replica answers never queue
+//! behind client ops. A write can also fail as a whole (a member's connection broke, the
+//! acting set changed): the client then resends it.
+
+use cairn_map::PgId;
+use cairn_proto::msg::osd::{OpReply, OP_REPLY};
+use cairn_proto::stream::FrameSender;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Notifies the shard owning a PG that a write it may have parked reads behind is done.
+pub type DoneHook = Box<dyn Fn(PgId) + Send + Sync>;
+
+/// One write in flight.
+pub struct InflightWrite {
+    pub tid: u64,
+    pub pg: PgId,
+    pub version: u64,
+    client: FrameSender,
+    client_req: u64,
+    state: Mutex<WriteState>,
+}
+
+struct WriteState {
+    waiting: Vec<u32>,
+    done: bool,
+    readers_waiting: bool,
+}
+
+impl InflightWrite {
+    fn lock(&self) -> MutexGuard<'_, WriteState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the write has completed (acknowledged or failed).
+    pub fn is_done(&self) -> bool {
+        self.lock().done
+    }
+
+    /// Asks for a done notification; returns false when it is already done (read now).
+    pub fn park_reader(&self) -> bool {
+        let mut st = self.lock();
+        if st.done {
+            return false;
+        }
+        st.readers_waiting = true;
+        true
+    }
+}
+
+/// All writes in flight on this OSD, by transaction id.
+pub struct Inflight {
+    next_tid: AtomicU64,
+    table: Vec<Mutex<HashMap<u64, Arc<InflightWrite>>>>,
+    done_hook: DoneHook,
+}
+
+const TABLE_SHARDS: usize = 16;
+
+impl Inflight {
+    /// A table calling `done_hook` when a write with parked readers completes.
+    pub fn new(done_hook: DoneHook) -> Inflight {
+        Inflight {
+            next_tid: AtomicU64::new(1),
+            table: (0..TABLE_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            done_hook,
+        }
+    }
+
+    fn slot(&self, tid: u64) -> MutexGuard<'_, HashMap<u64, Arc<InflightWrite>>> {
+        self.table[(tid as usize) % TABLE_SHARDS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a write waiting for `members` (this OSD included).
+    pub fn register(
+        &self,
+        pg: PgId,
+        version: u64,
+        members: Vec<u32>,
+        client: FrameSender,
+        client_req: u64,
+    ) -> Arc<InflightWrite> {
+        let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
+        let w = Arc::new(InflightWrite {
+            tid,
+            pg,
+            version,
+            client,
+            client_req,
+            state: Mutex::new(WriteState {
+                waiting: members,
+                done: false,
+                readers_waiting: false,
+            }),
+        });
+        self.slot(tid).insert(tid, w.clone());
+        w
+    }
+
+    /// Records that `member` holds write `tid`; completes it when it was the last.
+    pub fn member_done(&self, tid: u64, member: u32) {
+        let Some(w) = self.slot(tid).get(&tid).cloned() else {
+            return; // already failed or completed
+        };
+        let mut st = w.lock();
+        st.waiting.retain(|m| *m != member);
+        if st.waiting.is_empty() && !st.done {
+            let reply = OpReply::Ok {
+                version: w.version,
+                size: 0,
+            };
+            self.finish(&w, st, &reply);
+        }
+    }
+
+    /// Ends write `tid` with `reply` (a failure) unless it already completed.
+    pub fn fail(&self, tid: u64, reply: &OpReply) {
+        let Some(w) = self.slot(tid).get(&tid).cloned() else {
+            return;
+        };
+        let st = w.lock();
+        if !st.done {
+            self.finish(&w, st, reply);
+        }
+    }
+
+    /// Fails every write still waiting for a member `is_gone` says is gone.
+    pub fn fail_waiting_on(&self, is_gone: impl Fn(u32) -> bool, reply: &OpReply) {
+        let mut victims = Vec::new();
+        for slot in &self.table {
+            let slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+            for w in slot.values() {
+                if w.lock().waiting.iter().any(|m| is_gone(*m)) {
+                    victims.push(w.tid);
+                }
+            }
+        }
+        for tid in victims {
+            self.fail(tid, reply);
+        }
+    }
+
+    fn finish(&self, w: &InflightWrite, mut st: MutexGuard<'_, WriteState>, reply: &OpReply) {
+        st.done = true;
+        let wake_readers = st.readers_waiting;
+        drop(st);
+        self.slot(w.tid).remove(&w.tid);
+        let control = cairn_proto::msg::encode(reply);
+        // A client that went away does not need its answer.
+        let _ = w.client.send(OP_REPLY, w.client_req, &control, &[]);
+        if wake_readers {
+            (self.done_hook)(w.pg);
+        }
+    }
+}

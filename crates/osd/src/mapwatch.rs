@@ -1,0 +1,135 @@
+//! Registration with the monitors, heartbeats, and following the map.
+
+use crate::config::OsdConfig;
+use crate::daemon::Osd;
+use crate::error::OsdError;
+use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
+use cairn_monclient::MonClient;
+use cairn_proto::msg::osd::OpReply;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a boot gave this OSD.
+pub struct Booted {
+    pub id: u32,
+    pub up_from: u64,
+    pub map: Arc<ClusterMap>,
+}
+
+async fn boot_once(
+    mon: &MonClient,
+    store_id: [u8; 16],
+    addr: &str,
+    host: &str,
+    weight: u32,
+) -> Result<(u32, u64), OsdError> {
+    let change = MapChange::OsdBoot {
+        store_id,
+        addr: addr.to_string(),
+        host: host.to_string(),
+        weight,
+    };
+    match mon.command(change).await {
+        Ok(ChangeOutcome::Changed { epoch, id }) => Ok((id, epoch)),
+        Ok(ChangeOutcome::Unchanged) => Err(OsdError::Boot("monitors ignored the boot".into())),
+        Err(e) => Err(OsdError::Boot(e.to_string())),
+    }
+}
+
+/// Registers this OSD and fetches a map that includes the registration.
+pub fn boot(
+    rt: &tokio::runtime::Runtime,
+    mon: &MonClient,
+    store_id: [u8; 16],
+    addr: &str,
+    cfg: &OsdConfig,
+) -> Result<Booted, OsdError> {
+    rt.block_on(async {
+        let (id, up_from) = boot_once(mon, store_id, addr, &cfg.host, cfg.weight).await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let map = mon
+                .get_map()
+                .await
+                .map_err(|e| OsdError::Boot(e.to_string()))?;
+            if map.epoch >= up_from {
+                return Ok(Booted {
+                    id,
+                    up_from,
+                    map: Arc::new(map),
+                });
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(OsdError::Boot(format!(
+                    "the monitors' map stays at epoch {} < {up_from}",
+                    map.epoch
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// Follows the map and heartbeats, forever. Boots again when the map says this OSD is down
+/// (it was presumed dead, e.g. while stopped or cut off).
+pub async fn watch(
+    osd: Arc<Osd>,
+    mon: MonClient,
+    cfg: OsdConfig,
+    store_id: [u8; 16],
+    addr: String,
+) {
+    tokio::spawn(heartbeats(osd.clone(), mon.clone(), cfg.heartbeat_interval));
+    let mut rx = mon.follow(Some((*osd.map()).clone()));
+    loop {
+        if rx.changed().await.is_err() {
+            tracing::error!("map subscription ended");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            rx = mon.follow(Some((*osd.map()).clone()));
+            continue;
+        }
+        let map = rx.borrow_and_update().clone();
+        install(&osd, map.clone());
+        let me = osd.id();
+        let life = osd.up_from.load(Ordering::Relaxed);
+        let marked_down = map
+            .osds
+            .get(&me)
+            .is_some_and(|o| !o.up || o.up_from != life);
+        if marked_down && map.epoch > life {
+            tracing::warn!(
+                osd = me,
+                epoch = map.epoch,
+                "the map says this OSD is down; booting again"
+            );
+            match boot_once(&mon, store_id, &addr, &cfg.host, cfg.weight).await {
+                Ok((_, up_from)) => osd.up_from.store(up_from, Ordering::Relaxed),
+                Err(e) => tracing::warn!(error = %e, "boot failed"),
+            }
+        }
+    }
+}
+
+fn install(osd: &Osd, map: Arc<ClusterMap>) {
+    let epoch = map.epoch;
+    if !osd.set_map(map.clone()) {
+        return;
+    }
+    tracing::debug!(epoch, "new map");
+    // Writes waiting for a member that is now down will never hear from it: the client
+    // resends them to the PG's new acting set.
+    osd.inflight
+        .fail_waiting_on(|m| !map.osds.get(&m).is_some_and(|o| o.up), &OpReply::Retry);
+}
+
+async fn heartbeats(osd: Arc<Osd>, mon: MonClient, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let (id, life) = (osd.id(), osd.up_from.load(Ordering::Relaxed));
+        if let Err(e) = mon.heartbeat(id, life).await {
+            tracing::warn!(error = %e, "heartbeat to monitors failed");
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Client ops: the checks every op passes (map epoch, pool, primary), then reads
+//! (`read.rs`) or writes (`write.rs`).
+
+pub mod read;
+pub mod txn;
+pub mod write;
+
+use crate::shard::Shard;
+use cairn_map::{ClusterMap, PgId};
+use cairn_proto::msg::osd::{OpReply, OpRequest, MAX_OBJECT_NAME, OP_REPLY};
+use cairn_proto::stream::FrameSender;
+use std::sync::Arc;
+
+/// Sends an op reply (a client that went away needs none).
+pub fn reply(to: &FrameSender, req_id: u64, r: &OpReply, data: &[u8]) {
+    let control = cairn_proto::msg::encode(r);
+    let _ = to.send(OP_REPLY, req_id, &control, data);
+}
+
+/// Runs one client op on the shard owning its PG.
+pub fn handle_client_op(
+    shard: &mut Shard,
+    to: FrameSender,
+    req_id: u64,
+    req: OpRequest,
+    data: Vec<u8>,
+) {
+    let map = shard.osd.map();
+    if let Err(r) = check(shard, &map, &req) {
+        reply(&to, req_id, &r, &[]);
+        return;
+    }
+    if req.kind.is_write() {
+        write::primary_write(shard, &map, to, req_id, req, data);
+    } else {
+        read::read(shard, &map, to, req_id, req);
+    }
+}
+
+/// Refuses an op this OSD must not serve at its current map.
+fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<(), OpReply> {
+    if req.epoch > map.epoch {
+        // The client knows a newer map: this OSD may no longer be primary.
+        return Err(OpReply::NotPrimary { epoch: map.epoch });
+    }
+    let Some(pool) = map.pools.get(&req.pool) else {
+        return Err(OpReply::NoSuchPool);
+    };
+    if req.pg >= pool.pg_count {
+        return Err(OpReply::Invalid(format!(
+            "pg {} out of range (pool {} has {})",
+            req.pg, pool.name, pool.pg_count
+        )));
+    }
+    if req.object.len() > MAX_OBJECT_NAME {
+        return Err(OpReply::Invalid(format!(
+            "object name of {} bytes is over the limit of {MAX_OBJECT_NAME}",
+            req.object.len()
+        )));
+    }
+    let pg = PgId {
+        pool: req.pool,
+        pg: req.pg,
+    };
+    if !req.object.is_empty() && map.object_pg(req.pool, &req.object) != Some(pg) {
+        return Err(OpReply::Invalid(format!(
+            "object does not belong to pg {pg}: client placement differs (versions?)"
+        )));
+    }
+    let me = shard.osd.id();
+    let st = shard.pg(map, pg);
+    if st.placement.primary() != Some(me) {
+        return Err(OpReply::NotPrimary { epoch: map.epoch });
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! Reads, stats and listings, served by the primary from its store. A read of an object
+//! with a write in flight waits for that write: a read returns only acknowledged values.
+
+use super::reply;
+use crate::pgstate::{coll_of, ParkedRead};
+use crate::shard::Shard;
+use cairn_map::{ClusterMap, PgId};
+use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, MAX_LIST};
+use cairn_proto::stream::FrameSender;
+use cairn_store::StoreError;
+
+/// Largest read one op returns.
+pub const MAX_READ: u64 = 16 << 20;
+
+/// Serves a non-write op (the caller checked that this OSD is primary).
+pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, req: OpRequest) {
+    let pg = PgId {
+        pool: req.pool,
+        pg: req.pg,
+    };
+    let st = shard.pg(map, pg);
+    if !matches!(req.kind, OpKind::List { .. }) {
+        if let Some(w) = st.pending_write(&req.object) {
+            if w.park_reader() {
+                st.parked.push(ParkedRead {
+                    reply: to,
+                    req_id,
+                    req,
+                });
+                return;
+            }
+        }
+    }
+    let coll_exists = st.coll_exists;
+    let store = &shard.osd.store;
+    let coll = coll_of(pg);
+    let result = match req.kind {
+        OpKind::Read { offset, len } => {
+            if len > MAX_READ {
+                Err(OpReply::Invalid(format!(
+                    "read of {len} bytes is over the limit of {MAX_READ}"
+                )))
+            } else {
+                read_range(store, coll_exists, coll, &req.object, offset, len)
+            }
+        }
+        OpKind::Stat => stat(store, coll_exists, coll, &req.object)
+            .map(|size| (OpReply::Ok { version: 0, size }, Vec::new())),
+        OpKind::List { after, max } => Ok((
+            list(store, coll_exists, coll, after.as_deref(), max),
+            Vec::new(),
+        )),
+        _ => Err(OpReply::Invalid("not a read".into())),
+    };
+    match result {
+        Ok((r, data)) => reply(&to, req_id, &r, &data),
+        Err(r) => reply(&to, req_id, &r, &[]),
+    }
+}
+
+fn store_error(e: StoreError) -> OpReply {
+    match e {
+        StoreError::NoObject { .. } | StoreError::NoCollection(_) => OpReply::NoSuchObject,
+        e => OpReply::Failed(e.to_string()),
+    }
+}
+
+fn stat(
+    store: &cairn_store::Store,
+    coll_exists: bool,
+    coll: u64,
+    obj: &[u8],
+) -> Result<u64, OpReply> {
+    if !coll_exists {
+        return Err(OpReply::NoSuchObject);
+    }
+    store.stat(coll, obj).map(|s| s.size).map_err(store_error)
+}
+
+fn read_range(
+    store: &cairn_store::Store,
+    coll_exists: bool,
+    coll: u64,
+    obj: &[u8],
+    offset: u64,
+    len: u64,
+) -> Result<(OpReply, Vec<u8>), OpReply> {
+    let size = stat(store, coll_exists, coll, obj)?;
+    let len = len.min(size.saturating_sub(offset));
+    let data = if len == 0 {
+        Vec::new()
+    } else {
+        store.read(coll, obj, offset, len).map_err(store_error)?
+    };
+    Ok((OpReply::Ok { version: 0, size }, data))
+}
+
+fn list(
+    store: &cairn_store::Store,
+    coll_exists: bool,
+    coll: u64,
+    after: Option<&[u8]>,
+    max: u32,
+) -> OpReply {
+    if !coll_exists {
+        return OpReply::Listed {
+            names: Vec::new(),
+            more: false,
+        };
+    }
+    let max = max.clamp(1, MAX_LIST) as usize;
+    match store.list_objects(coll, after, max + 1) {
+        Ok(mut names) => {
+            let more = names.len() > max;
+            names.truncate(max);
+            OpReply::Listed { names, more }
+        }
+        Err(e) => store_error(e),
+    }
+}

@@ -1,0 +1,61 @@
+//! The store transaction of a write: the same on the primary and on every replica, so all
+//! members hold the same object and PG version.
+
+use crate::pgstate::{coll_of, VERSION_KEY};
+use cairn_map::PgId;
+use cairn_proto::msg::osd::{OpKind, OpReply};
+use cairn_store::{limits, Transaction};
+
+/// Builds the transaction applying `kind` to `object` as PG version `version`.
+pub fn build(
+    pg: PgId,
+    create_coll: bool,
+    version: u64,
+    object: &[u8],
+    kind: &OpKind,
+    data: &[u8],
+) -> Result<Transaction, OpReply> {
+    let coll = coll_of(pg);
+    let mut t = Transaction::new();
+    if create_coll {
+        t.create_collection(coll);
+    }
+    match *kind {
+        OpKind::Write { offset } => {
+            check_range(offset, data.len() as u64)?;
+            t.write(coll, object, offset, data);
+        }
+        OpKind::WriteFull => {
+            check_range(0, data.len() as u64)?;
+            t.touch(coll, object);
+            t.truncate(coll, object, 0);
+            t.write(coll, object, 0, data);
+        }
+        OpKind::Zero { offset, len } => {
+            check_range(offset, len)?;
+            t.zero(coll, object, offset, len);
+        }
+        OpKind::Truncate { size } => {
+            check_range(size, 0)?;
+            t.truncate(coll, object, size);
+        }
+        OpKind::Remove => {
+            t.remove(coll, object);
+        }
+        OpKind::Read { .. } | OpKind::Stat | OpKind::List { .. } => {
+            return Err(OpReply::Invalid("not a write".into()))
+        }
+    }
+    t.kv_set(coll, VERSION_KEY, &version.to_le_bytes());
+    Ok(t)
+}
+
+fn check_range(offset: u64, len: u64) -> Result<(), OpReply> {
+    match offset.checked_add(len) {
+        Some(end) if end <= limits::OBJECT_SIZE => Ok(()),
+        _ => Err(OpReply::Invalid(format!(
+            "range {offset}+{len} is beyond the largest object size ({} bytes)",
+            limits::OBJECT_SIZE
+        ))),
+    }
+}

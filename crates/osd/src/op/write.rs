@@ -1,0 +1,142 @@
+//! Writes. The primary assigns the PG version, sends the write to every replica and commits
+//! it locally in parallel; the write completes when every member of the acting set holds it
+//! at the pool's durability level (`inflight.rs`). Replicas apply the same transaction.
+
+use super::{reply, txn};
+use crate::shard::Shard;
+use cairn_map::{ClusterMap, Durability, PgId};
+use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, RepOp, RepReply, REP, REP_REPLY};
+use cairn_proto::stream::FrameSender;
+
+/// Runs a client write on the primary (the caller checked that this OSD is primary).
+pub fn primary_write(
+    shard: &mut Shard,
+    map: &ClusterMap,
+    to: FrameSender,
+    req_id: u64,
+    req: OpRequest,
+    data: Vec<u8>,
+) {
+    let osd = shard.osd.clone();
+    let Some(pool) = map.pools.get(&req.pool) else {
+        return reply(&to, req_id, &OpReply::NoSuchPool, &[]);
+    };
+    let pg = PgId {
+        pool: req.pool,
+        pg: req.pg,
+    };
+    let me = osd.id();
+    let st = shard.pg(map, pg);
+    let acting = st.placement.acting.clone();
+    if acting.len() < pool.min_size as usize {
+        let r = OpReply::Degraded {
+            acting: acting.len() as u8,
+            min_size: pool.min_size,
+        };
+        return reply(&to, req_id, &r, &[]);
+    }
+    if req.kind == OpKind::Remove
+        && !(st.coll_exists
+            && osd
+                .store
+                .stat(crate::pgstate::coll_of(pg), &req.object)
+                .is_ok())
+    {
+        return reply(&to, req_id, &OpReply::NoSuchObject, &[]);
+    }
+    let version = st.last_version + 1;
+    let t = match txn::build(pg, !st.coll_exists, version, &req.object, &req.kind, &data) {
+        Ok(t) => t,
+        Err(r) => return reply(&to, req_id, &r, &[]),
+    };
+    let w = osd
+        .inflight
+        .register(pg, version, acting.clone(), to, req_id);
+    st.note_write(&req.object, w.clone());
+    let rep = RepOp {
+        epoch: map.epoch,
+        pool: req.pool,
+        pg: req.pg,
+        version,
+        primary: me,
+        object: req.object,
+        kind: req.kind,
+    };
+    let control = cairn_proto::msg::encode(&rep);
+    for &member in &acting[1..] {
+        if osd
+            .peers
+            .send(map, member, REP, w.tid, &control, &data)
+            .is_err()
+        {
+            osd.inflight.fail(w.tid, &OpReply::Retry);
+        }
+    }
+    let memory = pool.durability == Durability::Memory;
+    if memory {
+        osd.inflight.member_done(w.tid, me);
+    }
+    match osd.store.commit(&t) {
+        Ok(_) => {
+            st.coll_exists = true;
+            st.last_version = version;
+            if !memory {
+                osd.inflight.member_done(w.tid, me);
+            }
+        }
+        Err(e) => {
+            tracing::error!(pg = %pg, error = %e, "local commit failed");
+            osd.inflight.fail(w.tid, &OpReply::Failed(e.to_string()));
+            osd.note_store_error(&e);
+        }
+    }
+}
+
+fn rep_reply(to: &FrameSender, req_id: u64, r: &RepReply) {
+    let control = cairn_proto::msg::encode(r);
+    let _ = to.send(REP_REPLY, req_id, &control, &[]);
+}
+
+/// Applies a write forwarded by a primary.
+pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, data: Vec<u8>) {
+    let osd = shard.osd.clone();
+    let map = osd.map();
+    let pg = PgId {
+        pool: op.pool,
+        pg: op.pg,
+    };
+    let pool = map.pools.get(&op.pool);
+    if map.epoch >= op.epoch {
+        // Refuse a primary our (newer or equal) map does not know as primary: a deposed
+        // primary must not get writes acknowledged.
+        let primary = pool.and_then(|_| shard.pg(&map, pg).placement.primary());
+        if primary != Some(op.primary) {
+            return rep_reply(&to, req_id, &RepReply::Stale { epoch: map.epoch });
+        }
+    }
+    let memory = pool.is_some_and(|p| p.durability == Durability::Memory);
+    let st = shard.pg(&map, pg);
+    let t = match txn::build(pg, !st.coll_exists, op.version, &op.object, &op.kind, &data) {
+        Ok(t) => t,
+        Err(r) => return rep_reply(&to, req_id, &RepReply::Failed(format!("{r:?}"))),
+    };
+    if memory {
+        rep_reply(&to, req_id, &RepReply::Done);
+    }
+    match osd.store.commit(&t) {
+        Ok(_) => {
+            st.coll_exists = true;
+            st.last_version = st.last_version.max(op.version);
+            if !memory {
+                rep_reply(&to, req_id, &RepReply::Done);
+            }
+        }
+        Err(e) => {
+            tracing::error!(pg = %pg, error = %e, "replica commit failed");
+            if !memory {
+                rep_reply(&to, req_id, &RepReply::Failed(e.to_string()));
+            }
+            osd.note_store_error(&e);
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! What a shard keeps per PG: its version counter, the last write in flight per object
+//! (reads wait for it, so a read never returns a value that is not acknowledged yet), and
+//! the reads parked behind such writes.
+
+use crate::inflight::InflightWrite;
+use cairn_map::{PgId, PgPlacement};
+use cairn_proto::msg::osd::OpRequest;
+use cairn_proto::stream::FrameSender;
+use cairn_store::CollId;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Collection key holding the PG's last version (u64 little-endian).
+pub const VERSION_KEY: &[u8] = b"pg_version";
+
+/// The store collection of a PG.
+pub fn coll_of(pg: PgId) -> CollId {
+    ((pg.pool as u64) << 32) | pg.pg as u64
+}
+
+/// A read waiting for a write to the same object to complete.
+pub struct ParkedRead {
+    pub reply: FrameSender,
+    pub req_id: u64,
+    pub req: OpRequest,
+}
+
+/// Per-PG state owned by one shard.
+pub struct PgState {
+    /// Placement cached for `placement_epoch`.
+    pub placement: PgPlacement,
+    pub placement_epoch: u64,
+    /// Whether the store collection exists.
+    pub coll_exists: bool,
+    pub last_version: u64,
+    /// Last write per object still possibly in flight.
+    pub writes: HashMap<Vec<u8>, Arc<InflightWrite>>,
+    pub parked: Vec<ParkedRead>,
+}
+
+/// Writes remembered before completed ones are swept.
+const SWEEP_AT: usize = 4096;
+
+impl PgState {
+    /// State for a PG first seen, with what the store holds.
+    pub fn load(store: &cairn_store::Store, pg: PgId) -> PgState {
+        let coll = coll_of(pg);
+        let coll_exists = store.collection_exists(coll);
+        let last_version = if coll_exists {
+            store
+                .kv_get(coll, VERSION_KEY)
+                .ok()
+                .flatten()
+                .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                .map(u64::from_le_bytes)
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        PgState {
+            placement: PgPlacement {
+                up_set: Vec::new(),
+                acting: Vec::new(),
+            },
+            placement_epoch: 0,
+            coll_exists,
+            last_version,
+            writes: HashMap::new(),
+            parked: Vec::new(),
+        }
+    }
+
+    /// The write to `object` a read must wait for, if any.
+    pub fn pending_write(&mut self, object: &[u8]) -> Option<Arc<InflightWrite>> {
+        let w = self.writes.get(object)?;
+        if w.is_done() {
+            self.writes.remove(object);
+            return None;
+        }
+        Some(w.clone())
+    }
+
+    /// Remembers the newest write to `object`.
+    pub fn note_write(&mut self, object: &[u8], w: Arc<InflightWrite>) {
+        if self.writes.len() >= SWEEP_AT {
+            self.writes.retain(|_, w| !w.is_done());
+        }
+        self.writes.insert(object.to_vec(), w);
+    }
+}

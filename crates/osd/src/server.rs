@@ -1,0 +1,111 @@
+//! Accepts connections (clients and primaries) and hands each frame to the shard owning
+//! its PG. Malformed input gets an error reply and the connection is closed.
+
+use crate::daemon::Osd;
+use crate::shard::ShardMsg;
+use cairn_map::PgId;
+use cairn_proto::msg::mon::ErrorReply;
+use cairn_proto::msg::osd::{OpRequest, RepOp, ERROR, OP, REP};
+use cairn_proto::stream::{handshake, node_kind, read_frame, FrameSender, ReadError};
+use cairn_proto::Limits;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Serves connections forever.
+pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                tracing::debug!(%peer, "connection accepted");
+                tokio::spawn(connection(osd.clone(), stream));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream) {
+    if let Err(e) = handshake(&mut stream, node_kind::OSD).await {
+        tracing::warn!(error = %e, "handshake failed; closing connection");
+        return;
+    }
+    let (mut r, w) = stream.into_split();
+    let sender = FrameSender::new(w);
+    let limits = Limits::default();
+    loop {
+        let frame = match read_frame(&mut r, &limits).await {
+            Ok(f) => f,
+            Err(ReadError::Closed) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "bad frame; closing connection");
+                refuse(&sender, 0, &e.to_string());
+                break;
+            }
+        };
+        let msg = match frame.msg_type {
+            OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
+                Ok(req) => {
+                    let pg = PgId {
+                        pool: req.pool,
+                        pg: req.pg,
+                    };
+                    (
+                        pg,
+                        ShardMsg::Op {
+                            reply: sender.clone(),
+                            req_id: frame.request_id,
+                            req,
+                            data: frame.data,
+                        },
+                    )
+                }
+                Err(e) => {
+                    refuse(&sender, frame.request_id, &e.to_string());
+                    break;
+                }
+            },
+            REP => match cairn_proto::msg::decode::<RepOp>("replicated write", &frame.control) {
+                Ok(op) => {
+                    let pg = PgId {
+                        pool: op.pool,
+                        pg: op.pg,
+                    };
+                    (
+                        pg,
+                        ShardMsg::Rep {
+                            reply: sender.clone(),
+                            req_id: frame.request_id,
+                            op,
+                            data: frame.data,
+                        },
+                    )
+                }
+                Err(e) => {
+                    refuse(&sender, frame.request_id, &e.to_string());
+                    break;
+                }
+            },
+            other => {
+                refuse(
+                    &sender,
+                    frame.request_id,
+                    &format!("message type {other} is not an OSD request"),
+                );
+                break;
+            }
+        };
+        osd.dispatch(msg.0, msg.1);
+    }
+    sender.close();
+}
+
+fn refuse(to: &FrameSender, req_id: u64, why: &str) {
+    let control = cairn_proto::msg::encode(&ErrorReply {
+        message: why.to_string(),
+    });
+    let _ = to.send(ERROR, req_id, &control, &[]);
+}

@@ -1,0 +1,87 @@
+//! The monitor protocol (clients, OSDs and the CLI talking to a monitor).
+//!
+//! Every monitor answers [`GET_MAP`] and [`SUBSCRIBE`] from its own copy of the map (it may
+//! lag the leader briefly; subscribers simply receive the newer epochs a little later).
+//! [`COMMAND`] and [`HEARTBEAT`] are handled by the leader; other monitors answer
+//! [`CommandReply::NotLeader`] naming the leader when they know it.
+
+use cairn_map::{ChangeOutcome, ClusterMap, Incremental, MapError};
+use serde::{Deserialize, Serialize};
+
+/// Request: [`GetMap`]; reply: [`MAP`].
+pub const GET_MAP: u16 = 1;
+/// Request: [`Subscribe`]; replies: one [`MAP`] frame (same request id) now if the subscriber
+/// is behind, then one per new epoch, until the connection closes.
+pub const SUBSCRIBE: u16 = 2;
+/// Reply/push: [`MapUpdate`].
+pub const MAP: u16 = 3;
+/// Request: [`cairn_map::MapChange`]; reply: [`COMMAND_REPLY`].
+pub const COMMAND: u16 = 4;
+/// Reply: [`CommandReply`].
+pub const COMMAND_REPLY: u16 = 5;
+/// Request: [`Heartbeat`]; reply: [`COMMAND_REPLY`] (`Done(Unchanged)` when accepted).
+pub const HEARTBEAT: u16 = 6;
+/// Request: empty; reply: [`MON_STATUS_REPLY`].
+pub const MON_STATUS: u16 = 7;
+/// Reply: [`MonStatus`].
+pub const MON_STATUS_REPLY: u16 = 8;
+/// Reply to anything malformed: [`ErrorReply`]; the monitor then closes the connection.
+pub const ERROR: u16 = 9;
+
+/// Asks for the map; `have` is the epoch the asker holds (0 = none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetMap {
+    pub have: u64,
+}
+
+/// Asks to be sent every new epoch after `have`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subscribe {
+    pub have: u64,
+}
+
+/// A map, whole or as the incrementals after the asker's epoch (in order, consecutive).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MapUpdate {
+    Full(ClusterMap),
+    Incrementals(Vec<Incremental>),
+}
+
+/// Result of a command or heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandReply {
+    Done(ChangeOutcome),
+    Refused(MapError),
+    /// Ask the leader instead (`leader` is its client address when known).
+    NotLeader {
+        leader: Option<String>,
+    },
+    /// The monitors cannot commit right now (no quorum); retry later.
+    Unavailable(String),
+}
+
+/// An OSD's sign of life, sent to the leader every heartbeat interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub osd: u32,
+    /// The epoch its current life began (from its boot).
+    pub up_from: u64,
+}
+
+/// A monitor's view of the monitor cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonStatus {
+    pub id: u64,
+    pub leader: Option<u64>,
+    pub leader_addr: Option<String>,
+    pub term: u64,
+    /// Members (id, client address).
+    pub members: Vec<(u64, String)>,
+    pub epoch: u64,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub message: String,
+}

@@ -1,0 +1,143 @@
+//! The OSD protocol: client ops to a PG's primary, and replication from the primary to the
+//! other members of the acting set.
+//!
+//! Object bytes travel in the frame's raw data part: a write's payload in the [`OP`] or [`REP`]
+//! frame, a read's result in the [`OP_REPLY`] frame.
+
+use serde::{Deserialize, Serialize};
+
+/// Request: [`OpRequest`] (+ data for writes); reply: [`OP_REPLY`].
+pub const OP: u16 = 200;
+/// Reply: [`OpReply`] (+ data for reads).
+pub const OP_REPLY: u16 = 201;
+/// Primary -> replica: [`RepOp`] (+ data); reply: [`REP_REPLY`].
+pub const REP: u16 = 202;
+/// Replica -> primary: [`RepReply`].
+pub const REP_REPLY: u16 = 203;
+/// Reply to a malformed frame: [`crate::msg::mon::ErrorReply`]; the OSD then closes the
+/// connection.
+pub const ERROR: u16 = 209;
+
+/// Longest object name accepted on the wire (same as the store's limit).
+pub const MAX_OBJECT_NAME: usize = 1024;
+/// Most names one list reply carries.
+pub const MAX_LIST: u32 = 1024;
+
+/// A client operation on one object (or one PG, for `List`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpRequest {
+    /// The client's map epoch: the OSD answers `NotPrimary` when its map disagrees.
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub object: Vec<u8>,
+    pub kind: OpKind,
+}
+
+/// What an op does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpKind {
+    /// Writes the frame's data at `offset`, extending the object (creating it if absent).
+    Write {
+        offset: u64,
+    },
+    /// Replaces the whole object with the frame's data.
+    WriteFull,
+    /// Zeroes a range (reads of it return zeros; space is freed where whole blocks).
+    Zero {
+        offset: u64,
+        len: u64,
+    },
+    /// Sets the object's size, dropping or zero-extending the tail.
+    Truncate {
+        size: u64,
+    },
+    /// Reads up to `len` bytes at `offset` (short at the end of the object).
+    Read {
+        offset: u64,
+        len: u64,
+    },
+    Remove,
+    Stat,
+    /// Lists the PG's object names after `after`, at most `max` (<= [`MAX_LIST`]).
+    List {
+        after: Option<Vec<u8>>,
+        max: u32,
+    },
+}
+
+impl OpKind {
+    /// Whether the op changes the object (is replicated).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Write { .. }
+                | OpKind::WriteFull
+                | OpKind::Zero { .. }
+                | OpKind::Truncate { .. }
+                | OpKind::Remove
+        )
+    }
+}
+
+/// Result of an op.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpReply {
+    /// Done. `size` is the object's size for reads and stat (0 for writes); `version` the PG
+    /// version a write created (0 for reads).
+    Ok {
+        version: u64,
+        size: u64,
+    },
+    /// Names listed; `more` when the PG has more after the last one.
+    Listed {
+        names: Vec<Vec<u8>>,
+        more: bool,
+    },
+    /// This OSD is not the PG's primary at `epoch` (or has an older map than the client):
+    /// refresh the map to at least `epoch` and resend.
+    NotPrimary {
+        epoch: u64,
+    },
+    /// Fewer than min_size members are up: the write was not applied; retry later.
+    Degraded {
+        acting: u8,
+        min_size: u8,
+    },
+    /// The acting set changed while the op was in flight; resend (the op is idempotent).
+    Retry,
+    NoSuchObject,
+    NoSuchPool,
+    /// The request is invalid (bad range, name too long, ...): do not retry.
+    Invalid(String),
+    /// The OSD failed to store or read (device error, full): do not retry blindly.
+    Failed(String),
+}
+
+/// A write forwarded by the primary to a replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepOp {
+    /// The primary's map epoch when it sent the op.
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    /// The PG version this write creates.
+    pub version: u64,
+    /// The sending primary's OSD id (replicas refuse a primary their map does not know).
+    pub primary: u32,
+    pub object: Vec<u8>,
+    /// Always a write kind.
+    pub kind: OpKind,
+}
+
+/// A replica's answer to a [`RepOp`] (same request id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RepReply {
+    /// Held at the pool's durability level.
+    Done,
+    /// The replica's map says the sender is not primary at `epoch`.
+    Stale {
+        epoch: u64,
+    },
+    Failed(String),
+}

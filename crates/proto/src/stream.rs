@@ -1,0 +1,316 @@
+//! Frames over tokio streams: one frame per call, header checked before the body is read.
+
+use crate::{body_crc, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, PROTOCOL_VERSION};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("connection closed")]
+    Closed,
+    #[error("reading a frame: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+}
+
+/// Reads one frame. `Closed` when the peer closed cleanly between frames.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limits: &Limits,
+) -> Result<Frame, ReadError> {
+    let mut h = [0u8; HEADER_LEN];
+    match r.read_exact(&mut h).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(ReadError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let hdr = FrameHeader::decode(&h, limits)?;
+    let mut control = vec![0u8; hdr.control_len as usize];
+    r.read_exact(&mut control).await?;
+    let mut data = vec![0u8; hdr.data_len as usize];
+    r.read_exact(&mut data).await?;
+    if body_crc(&control, &data) != hdr.body_crc {
+        return Err(FrameError::BodyChecksum {
+            request_id: hdr.request_id,
+        }
+        .into());
+    }
+    Ok(Frame {
+        msg_type: hdr.msg_type,
+        request_id: hdr.request_id,
+        control,
+        data,
+    })
+}
+
+/// Appends a frame made of its parts to `out` (for writers that batch several frames into
+/// one write).
+pub fn encode_parts(
+    out: &mut Vec<u8>,
+    msg_type: u16,
+    request_id: u64,
+    control: &[u8],
+    data: &[u8],
+) {
+    let hdr = FrameHeader {
+        version: PROTOCOL_VERSION,
+        flags: 0,
+        msg_type,
+        request_id,
+        control_len: control.len() as u32,
+        data_len: data.len() as u32,
+        body_crc: body_crc(control, data),
+    };
+    out.extend_from_slice(&hdr.encode());
+    out.extend_from_slice(control);
+    out.extend_from_slice(data);
+}
+
+/// Writes one frame made of its parts (one write call for small frames).
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    msg_type: u16,
+    request_id: u64,
+    control: &[u8],
+    data: &[u8],
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(HEADER_LEN + control.len() + data.len());
+    encode_parts(&mut buf, msg_type, request_id, control, data);
+    w.write_all(&buf).await
+}
+
+/// Sends frames on a connection from any thread, without a hop through a writer task when
+/// the socket can take the bytes at once (the common case on an idle connection): the
+/// caller writes directly with a non-blocking write; what does not fit is queued and written
+/// by a task when the socket becomes writable. Frames are never interleaved.
+#[derive(Clone)]
+pub struct FrameSender {
+    inner: std::sync::Arc<SenderInner>,
+}
+
+struct SenderInner {
+    stream: tokio::net::tcp::OwnedWriteHalf,
+    state: std::sync::Mutex<SendState>,
+    wake: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Drop for SenderInner {
+    fn drop(&mut self) {
+        // Lets the drain task see that the connection is gone.
+        self.wake.notify_one();
+    }
+}
+
+#[derive(Default)]
+struct SendState {
+    /// Bytes accepted but not yet written, in order.
+    queue: Vec<u8>,
+    closed: bool,
+}
+
+/// The connection is closed (or failed); nothing more can be sent on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("connection closed")]
+pub struct SendClosed;
+
+impl FrameSender {
+    /// Wraps the write half of a connection; spawns the task that drains the queue (needs a
+    /// tokio runtime context).
+    pub fn new(stream: tokio::net::tcp::OwnedWriteHalf) -> FrameSender {
+        let inner = std::sync::Arc::new(SenderInner {
+            stream,
+            state: std::sync::Mutex::new(SendState::default()),
+            wake: std::sync::Arc::new(tokio::sync::Notify::new()),
+        });
+        let weak = std::sync::Arc::downgrade(&inner);
+        tokio::spawn(drain_queue(weak, inner.wake.clone()));
+        FrameSender { inner }
+    }
+
+    /// Sends one frame made of its parts.
+    pub fn send(
+        &self,
+        msg_type: u16,
+        request_id: u64,
+        control: &[u8],
+        data: &[u8],
+    ) -> Result<(), SendClosed> {
+        let hdr = FrameHeader {
+            version: PROTOCOL_VERSION,
+            flags: 0,
+            msg_type,
+            request_id,
+            control_len: control.len() as u32,
+            data_len: data.len() as u32,
+            body_crc: body_crc(control, data),
+        }
+        .encode();
+        let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.closed {
+            return Err(SendClosed);
+        }
+        if !st.queue.is_empty() {
+            st.queue.extend_from_slice(&hdr);
+            st.queue.extend_from_slice(control);
+            st.queue.extend_from_slice(data);
+            return Ok(());
+        }
+        let parts = [&hdr[..], control, data];
+        let total = HEADER_LEN + control.len() + data.len();
+        let written = match self.write_now(&parts) {
+            Ok(n) => n,
+            Err(()) => {
+                st.closed = true;
+                return Err(SendClosed);
+            }
+        };
+        if written < total {
+            queue_rest(&mut st.queue, &parts, written);
+            self.inner.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Writes as much as the socket takes now; Err on a failed connection.
+    fn write_now(&self, parts: &[&[u8]; 3]) -> Result<usize, ()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut done = 0;
+        while done < total {
+            let slices = remaining_slices(parts, done);
+            match self.inner.stream.try_write_vectored(&slices) {
+                Ok(0) => return Err(()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return Err(()),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Whether the connection has failed or was closed.
+    pub fn is_closed(&self) -> bool {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .closed
+    }
+
+    /// Marks the sender closed: later sends fail at once.
+    pub fn close(&self) {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .closed = true;
+        self.inner.wake.notify_one();
+    }
+}
+
+fn remaining_slices<'a>(parts: &[&'a [u8]; 3], mut skip: usize) -> Vec<std::io::IoSlice<'a>> {
+    let mut out = Vec::with_capacity(3);
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        out.push(std::io::IoSlice::new(&p[skip..]));
+        skip = 0;
+    }
+    out
+}
+
+fn queue_rest(queue: &mut Vec<u8>, parts: &[&[u8]; 3], mut skip: usize) {
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        queue.extend_from_slice(&p[skip..]);
+        skip = 0;
+    }
+}
+
+/// Writes queued bytes whenever there are some; ends when the sender is dropped or closed.
+async fn drain_queue(
+    weak: std::sync::Weak<SenderInner>,
+    wake: std::sync::Arc<tokio::sync::Notify>,
+) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let empty = {
+            let st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.closed {
+                return;
+            }
+            st.queue.is_empty()
+        };
+        if empty {
+            // Holding only a weak reference while idle lets the connection drop.
+            drop(inner);
+            wake.notified().await;
+            continue;
+        }
+        if inner.stream.writable().await.is_err() {
+            inner.state.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+            return;
+        }
+        let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        match inner.stream.try_write(&st.queue) {
+            Ok(0) => st.closed = true,
+            Ok(n) => {
+                st.queue.drain(..n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => st.closed = true,
+        }
+    }
+}
+
+/// Why a connection's handshake failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("handshake: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Hello(#[from] crate::HelloError),
+    #[error("handshake timed out")]
+    Timeout,
+}
+
+/// Node kinds in the handshake.
+pub mod node_kind {
+    pub const CLIENT: u8 = 1;
+    pub const OSD: u8 = 2;
+    pub const MON: u8 = 3;
+}
+
+/// Exchanges handshakes on a new connection (both sides send first, so neither waits for
+/// the other) and returns the peer's handshake and the negotiated frame layout version.
+pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    kind: u8,
+) -> Result<(crate::Hello, u8), HandshakeError> {
+    let fut = async {
+        let ours = crate::Hello::ours(kind);
+        s.write_all(&ours.encode()?).await?;
+        let mut head = [0u8; crate::hello::HELLO_LEN];
+        s.read_exact(&mut head).await?;
+        // The auth length is checked by decode before the bytes are kept.
+        let auth_len = (u16::from_le_bytes([head[8], head[9]]) as usize).min(crate::AUTH_MAX + 1);
+        let mut all = head.to_vec();
+        if auth_len <= crate::AUTH_MAX {
+            all.resize(crate::hello::HELLO_LEN + auth_len, 0);
+            s.read_exact(&mut all[crate::hello::HELLO_LEN..]).await?;
+        }
+        let (theirs, _) = crate::Hello::decode(&all)?;
+        let v = crate::negotiate(&ours, &theirs)?;
+        Ok::<_, HandshakeError>((theirs, v))
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), fut)
+        .await
+        .map_err(|_| HandshakeError::Timeout)?
+}

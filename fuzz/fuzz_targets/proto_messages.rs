@@ -1,0 +1,34 @@
+//! Every control-part message decoder (monitor and OSD protocols) on arbitrary bytes: the
+//! first byte picks the message type. A decoded message must re-encode to the same bytes.
+#![no_main]
+
+use cairn_proto::msg::{decode, encode, mon, osd};
+use libfuzzer_sys::fuzz_target;
+
+fn roundtrip<T>(what: &'static str, b: &[u8])
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    if let Ok(v) = decode::<T>(what, b) {
+        let again: T = decode(what, &encode(&v)).expect("re-encoded message decodes");
+        assert_eq!(v, again);
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&which, b)) = data.split_first() else {
+        return;
+    };
+    match which % 10 {
+        0 => roundtrip::<osd::OpRequest>("op", b),
+        1 => roundtrip::<osd::OpReply>("op reply", b),
+        2 => roundtrip::<osd::RepOp>("rep", b),
+        3 => roundtrip::<osd::RepReply>("rep reply", b),
+        4 => roundtrip::<mon::MapUpdate>("map", b),
+        5 => roundtrip::<mon::CommandReply>("command reply", b),
+        6 => roundtrip::<cairn_map::MapChange>("command", b),
+        7 => roundtrip::<mon::Heartbeat>("heartbeat", b),
+        8 => roundtrip::<mon::MonStatus>("mon status", b),
+        _ => roundtrip::<mon::GetMap>("get map", b),
+    }
+});
