@@ -10,7 +10,7 @@ pub fn init(daemon: bool) -> tracing_appender::non_blocking::WorkerGuard {
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
         .finish(std::io::stderr());
-    let default = if daemon { "info" } else { "warn" };
+    let default = if daemon { "info,openraft=warn" } else { "warn" };
     let filter = EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -62,14 +62,24 @@ impl OsdConn {
     pub async fn call(&self, control: &[u8], data: &[u8]) -> Result<Answer, ConnError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        {
+        let in_flight = {
             let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
             match w.as_mut() {
-                Some(map) => map.insert(id, tx),
+                Some(map) => {
+                    map.insert(id, tx);
+                    map.len()
+                }
                 None => return Err(ConnError(format!("connection to {} is closed", self.addr))),
-            };
-        }
-        if self.sender.send(OP, id, control, data).is_err() {
+            }
+        };
+        // Alone on the connection: write now (lowest latency). With others in flight, let
+        // the ops issued in this turn of the event loop go out in one write.
+        let sent = if in_flight > 1 {
+            self.sender.send_deferred(OP, id, control, data)
+        } else {
+            self.sender.send(OP, id, control, data)
+        };
+        if sent.is_err() {
             self.forget(id);
             return Err(ConnError(format!("connection to {} is closed", self.addr)));
         }
@@ -95,12 +105,10 @@ impl Drop for OsdConn {
     }
 }
 
-async fn read_replies(
-    mut r: tokio::net::tcp::OwnedReadHalf,
-    waiters: Waiters,
-    sender: FrameSender,
-) {
+async fn read_replies(r: tokio::net::tcp::OwnedReadHalf, waiters: Waiters, sender: FrameSender) {
     let limits = Limits::default();
+    // Buffered: one receive call brings in every reply that has arrived.
+    let mut r = tokio::io::BufReader::with_capacity(cairn_proto::stream::READ_BUFFER, r);
     loop {
         let frame = match read_frame(&mut r, &limits).await {
             Ok(f) => f,

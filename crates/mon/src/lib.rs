@@ -10,6 +10,8 @@
 //!
 //! Operator documentation: `docs/operator/mon.md`.
 
+#![warn(missing_docs)]
+
 mod config;
 mod ctx;
 mod error;

@@ -23,6 +23,8 @@ use tokio::task::JoinSet;
 /// On first start (no database in `cfg.dir`) the monitor with the lowest id forms the cluster
 /// with all `cfg.members`; the others wait to be contacted by it. On restart the monitor
 /// resumes from its database. Safe to kill at any time: whatever it acknowledged is on disk.
+/// Stop it through `shutdown` (dropping the future instead leaves its Raft tasks running);
+/// when it returns, the data dir can be opened again.
 pub async fn run(
     cfg: MonConfig,
     listener: TcpListener,
@@ -52,7 +54,12 @@ pub async fn run(
         epoch = view.epoch(),
         "monitor starting"
     );
-    form_cluster(&raft, &cfg).await?;
+    if let Err(e) = form_cluster(&raft, &cfg).await {
+        let _ = raft.shutdown().await;
+        drop(raft);
+        release(&db).await;
+        return Err(e);
+    }
 
     let ctx = Arc::new(Ctx {
         id: cfg.id,

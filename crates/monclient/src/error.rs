@@ -12,7 +12,9 @@ pub enum MonClientError {
         addrs.join(", ")
     )]
     Unreachable {
+        /// The monitor addresses tried.
         addrs: Vec<String>,
+        /// The last connection error.
         last_error: String,
     },
     /// The monitors refused the change (the map is unchanged).

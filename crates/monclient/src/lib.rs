@@ -12,6 +12,8 @@
 //! on retry (e.g. `PoolExists`). Commands that may be retried should be checked against the
 //! map by the caller when the result matters.
 
+#![warn(missing_docs)]
+
 mod conn;
 mod error;
 mod follow;

@@ -5,15 +5,14 @@ use crate::config::OsdConfig;
 use crate::error::OsdError;
 use crate::inflight::Inflight;
 use crate::peers::Peers;
-use crate::shard::{shard_of, Shard, ShardMsg};
+use crate::shard::{serve_queue, shard_of, Shard, ShardHandle, ShardMsg};
 use cairn_map::{ClusterMap, PgId, PgPlacement};
 use cairn_placement::Hierarchy;
 use cairn_store::{BlockDevice, Devices, FileDevice, Store, StoreConfig, StoreError};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// State shared by the shards, the network tasks and the map watcher.
 pub struct Osd {
@@ -25,7 +24,7 @@ pub struct Osd {
     pub up_from: AtomicU64,
     pub inflight: Arc<Inflight>,
     pub peers: Peers,
-    shards: Vec<Sender<ShardMsg>>,
+    shards: OnceLock<Vec<ShardHandle>>,
 }
 
 impl Osd {
@@ -61,12 +60,52 @@ impl Osd {
         map.pg_placement_in(&h, pg)
     }
 
-    /// Queues a message on the shard owning `pg`.
-    pub fn dispatch(&self, pg: PgId, msg: ShardMsg) {
-        let i = shard_of(pg, self.shards.len());
-        if self.shards[i].send(msg).is_err() {
-            tracing::error!(shard = i, "shard thread is gone");
+    fn shards(&self) -> &[ShardHandle] {
+        self.shards.get().map(|v| v.as_slice()).unwrap_or(&[])
+    }
+
+    /// Runs a message on the shard owning `pg`: right here when that is the calling
+    /// shard `here` (run to completion, no hand-off), else queued to it.
+    pub fn dispatch(&self, pg: PgId, msg: ShardMsg, here: usize) {
+        let shards = self.shards();
+        if shards.is_empty() {
+            return;
         }
+        let i = shard_of(pg, shards.len());
+        if i == here {
+            shards[i]
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .handle(msg);
+        } else if shards[i].tx.send(msg).is_err() {
+            tracing::error!(shard = i, "shard is gone");
+        }
+    }
+
+    /// Makes the writes shard `i` submitted durable and completes them.
+    pub fn sync_shard(&self, i: usize) {
+        if let Some(s) = self.shards().get(i) {
+            s.state.lock().unwrap_or_else(|p| p.into_inner()).sync();
+        }
+    }
+
+    /// Queues a message to the shard owning `pg`.
+    pub fn queue(&self, pg: PgId, msg: ShardMsg) {
+        let shards = self.shards();
+        if !shards.is_empty() {
+            let _ = shards[shard_of(pg, shards.len())].tx.send(msg);
+        }
+    }
+
+    /// The runtime of shard `i`.
+    pub fn shard_runtime(&self, i: usize) -> Option<tokio::runtime::Handle> {
+        self.shards().get(i).map(|s| s.rt.clone())
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards().len()
     }
 
     /// Stops the process when the store has failed: serving on would risk acknowledging
@@ -126,22 +165,37 @@ pub fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     Store::open(&devs, store_cfg).map_err(err)
 }
 
-/// Runs an OSD until it fails. Blocks the calling thread.
-pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
-    let store = open_store(&cfg)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cfg.net_threads.max(1))
-        .thread_name("osd-net")
+/// Starts shard `i`'s thread and event loop; returns its runtime handle.
+fn start_shard(
+    i: usize,
+    state: Arc<Mutex<Shard>>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<ShardMsg>,
+) -> Result<(tokio::runtime::Handle, std::thread::JoinHandle<()>), OsdError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(OsdError::Runtime)?;
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind(cfg.listen))
-        .map_err(|source| OsdError::Listen {
+    let handle = rt.handle().clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("osd-shard-{i}"))
+        .spawn(move || rt.block_on(serve_queue(state, rx)))
+        .map_err(OsdError::Runtime)?;
+    Ok((handle, thread))
+}
+
+/// Runs an OSD until it fails. Blocks the calling thread.
+pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
+    let store = open_store(&cfg)?;
+    let boot_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(OsdError::Runtime)?;
+    let std_listener =
+        std::net::TcpListener::bind(cfg.listen).map_err(|source| OsdError::Listen {
             addr: cfg.listen.to_string(),
             source,
         })?;
-    let addr = listener
+    let addr = std_listener
         .local_addr()
         .map_err(|source| OsdError::Listen {
             addr: cfg.listen.to_string(),
@@ -150,44 +204,57 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         .to_string();
     let mon = cairn_monclient::MonClient::new(cfg.mons.clone());
     let store_id = store.store_id();
-    let boot = crate::mapwatch::boot(&rt, &mon, store_id, &addr, &cfg)?;
+    let boot = crate::mapwatch::boot(&boot_rt, &mon, store_id, &addr, &cfg)?;
+    drop(boot_rt);
 
-    let nshards = cfg.shards.max(1);
-    let mut txs = Vec::new();
-    let mut rxs = Vec::new();
-    for _ in 0..nshards {
-        let (tx, rx) = std::sync::mpsc::channel();
-        txs.push(tx);
-        rxs.push(rx);
-    }
-    let done_txs = Mutex::new(txs.clone());
-    let inflight = Arc::new(Inflight::new(Box::new(move |pg| {
-        let txs = done_txs.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = txs[shard_of(pg, txs.len())].send(ShardMsg::WriteDone(pg));
-    })));
     let osd = Arc::new(Osd {
         store,
         map: RwLock::new(boot.map.clone()),
         hierarchy: Mutex::new((0, Arc::new(Hierarchy { hosts: Vec::new() }))),
         id: AtomicU32::new(boot.id),
         up_from: AtomicU64::new(boot.up_from),
-        peers: Peers::new(inflight.clone(), rt.handle().clone()),
-        inflight,
-        shards: txs,
+        peers: Peers::new(),
+        inflight: Arc::new(Inflight::new()),
+        shards: OnceLock::new(),
     });
-    for (i, rx) in rxs.into_iter().enumerate() {
-        let shard = Shard {
+    let weak = Arc::downgrade(&osd);
+    osd.inflight.set_done_hook(Box::new(move |pg| {
+        if let Some(osd) = weak.upgrade() {
+            osd.queue(pg, ShardMsg::WriteDone(pg));
+        }
+    }));
+    let mut handles = Vec::new();
+    let mut threads = Vec::new();
+    for i in 0..cfg.shards.max(1) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let state = Arc::new(Mutex::new(Shard {
             osd: osd.clone(),
+            index: i,
             pgs: HashMap::new(),
-        };
-        std::thread::Builder::new()
-            .name(format!("osd-shard-{i}"))
-            .spawn(move || shard.run(rx))
-            .map_err(OsdError::Runtime)?;
+            unsynced: Vec::new(),
+            last_seq: 0,
+        }));
+        let (rt, thread) = start_shard(i, state.clone(), rx)?;
+        handles.push(ShardHandle { tx, state, rt });
+        threads.push(thread);
     }
+    let rt0 = handles[0].rt.clone();
+    let _ = osd.shards.set(handles);
     tracing::info!(osd = boot.id, %addr, up_from = boot.up_from, "OSD serving");
     println!("osd.{} serving on {addr}", boot.id);
-    rt.spawn(crate::server::serve(osd.clone(), listener));
-    rt.block_on(crate::mapwatch::watch(osd, mon, cfg, store_id, addr));
+    let osd2 = osd.clone();
+    rt0.spawn(async move {
+        match std_listener
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(std_listener))
+        {
+            Ok(l) => crate::server::serve(osd2, l).await,
+            Err(e) => tracing::error!(error = %e, "cannot serve on the listener"),
+        }
+    });
+    rt0.spawn(crate::mapwatch::watch(osd, mon, cfg, store_id, addr));
+    for t in threads {
+        let _ = t.join();
+    }
     Ok(())
 }

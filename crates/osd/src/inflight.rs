@@ -57,21 +57,26 @@ impl InflightWrite {
 pub struct Inflight {
     next_tid: AtomicU64,
     table: Vec<Mutex<HashMap<u64, Arc<InflightWrite>>>>,
-    done_hook: DoneHook,
+    done_hook: std::sync::OnceLock<DoneHook>,
 }
 
 const TABLE_SHARDS: usize = 16;
 
 impl Inflight {
-    /// A table calling `done_hook` when a write with parked readers completes.
-    pub fn new(done_hook: DoneHook) -> Inflight {
+    /// An empty table.
+    pub fn new() -> Inflight {
         Inflight {
             next_tid: AtomicU64::new(1),
             table: (0..TABLE_SHARDS)
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
-            done_hook,
+            done_hook: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets what to call when a write with parked readers completes (once).
+    pub fn set_done_hook(&self, hook: DoneHook) {
+        let _ = self.done_hook.set(hook);
     }
 
     fn slot(&self, tid: u64) -> MutexGuard<'_, HashMap<u64, Arc<InflightWrite>>> {
@@ -158,7 +163,9 @@ impl Inflight {
         // A client that went away does not need its answer.
         let _ = w.client.send(OP_REPLY, w.client_req, &control, &[]);
         if wake_readers {
-            (self.done_hook)(w.pg);
+            if let Some(hook) = self.done_hook.get() {
+                hook(w.pg);
+            }
         }
     }
 }

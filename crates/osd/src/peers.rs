@@ -6,14 +6,15 @@
 use crate::inflight::Inflight;
 use cairn_map::ClusterMap;
 use cairn_proto::msg::osd::{OpReply, RepReply, REP_REPLY};
-use cairn_proto::stream::{handshake, node_kind, read_frame, FrameSender};
+use cairn_proto::stream::{
+    begin_batch, end_batch, frame_buffered, handshake_blocking, node_kind, read_frame, FrameSender,
+};
 use cairn_proto::Limits;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::runtime::Handle;
 
-/// How long opening a peer connection may take.
+/// How long opening a peer connection (connect + handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
@@ -22,11 +23,13 @@ struct PeerConn {
     sender: FrameSender,
 }
 
-/// Outgoing peer connections by OSD id.
+type ConnTable = Arc<Mutex<HashMap<(usize, u32), PeerConn>>>;
+
+/// Outgoing peer connections by (shard, OSD id): each shard has its own, so answers arrive
+/// on the thread that sent the write.
+#[derive(Default)]
 pub struct Peers {
-    conns: Arc<Mutex<HashMap<u32, PeerConn>>>,
-    inflight: Arc<Inflight>,
-    rt: Handle,
+    conns: ConnTable,
 }
 
 /// The peer cannot be reached now.
@@ -35,18 +38,17 @@ pub struct PeerDown;
 
 impl Peers {
     /// No connections yet.
-    pub fn new(inflight: Arc<Inflight>, rt: Handle) -> Peers {
-        Peers {
-            conns: Arc::new(Mutex::new(HashMap::new())),
-            inflight,
-            rt,
-        }
+    pub fn new() -> Peers {
+        Peers::default()
     }
 
-    /// Sends a frame to OSD `peer` at the address `map` gives, connecting if needed.
-    /// Called from shard threads (blocks at most the connect timeout).
+    /// Sends a frame to OSD `peer` at the address `map` gives, connecting if needed. Called
+    /// on shard `shard`'s thread (inside its runtime); blocks at most the connect timeout.
+    #[allow(clippy::too_many_arguments)]
     pub fn send(
         &self,
+        inflight: &Arc<Inflight>,
+        shard: usize,
         map: &ClusterMap,
         peer: u32,
         msg_type: u16,
@@ -59,72 +61,81 @@ impl Peers {
             .get(&peer)
             .map(|o| o.addr.clone())
             .ok_or(PeerDown)?;
-        let sender = match self.cached(peer, &addr) {
+        let sender = match self.cached(shard, peer, &addr) {
             Some(s) => s,
-            None => self.connect(peer, &addr)?,
+            None => self.connect(inflight, shard, peer, &addr)?,
         };
         sender
             .send(msg_type, req_id, control, data)
             .map_err(|_| PeerDown)
     }
 
-    fn cached(&self, peer: u32, addr: &str) -> Option<FrameSender> {
+    fn cached(&self, shard: usize, peer: u32, addr: &str) -> Option<FrameSender> {
         let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
         conns
-            .get(&peer)
+            .get(&(shard, peer))
             .filter(|c| c.addr == addr && !c.sender.is_closed())
             .map(|c| c.sender.clone())
     }
 
-    fn connect(&self, peer: u32, addr: &str) -> Result<FrameSender, PeerDown> {
-        let inflight = self.inflight.clone();
-        let conns = self.conns.clone();
-        let addr_owned = addr.to_string();
-        let sender = self.rt.block_on(async move {
-            let stream = tokio::time::timeout(
-                CONNECT_TIMEOUT,
-                tokio::net::TcpStream::connect(addr_owned.as_str()),
-            )
-            .await
-            .map_err(|_| PeerDown)?
-            .map_err(|e| {
-                tracing::warn!(peer, addr = %addr_owned, error = %e, "cannot connect to peer");
-                PeerDown
-            })?;
-            let _ = stream.set_nodelay(true);
-            let mut stream = stream;
-            if let Err(e) = handshake(&mut stream, node_kind::OSD).await {
-                tracing::warn!(peer, addr = %addr_owned, error = %e, "handshake with peer failed");
-                return Err(PeerDown);
-            }
-            let (r, w) = stream.into_split();
-            let sender = FrameSender::new(w);
-            tokio::spawn(read_answers(r, peer, sender.clone(), inflight, conns));
-            Ok::<_, PeerDown>(sender)
+    fn connect(
+        &self,
+        inflight: &Arc<Inflight>,
+        shard: usize,
+        peer: u32,
+        addr: &str,
+    ) -> Result<FrameSender, PeerDown> {
+        let stream = open(addr).map_err(|e| {
+            tracing::warn!(peer, addr, error = %e, "cannot connect to peer");
+            PeerDown
         })?;
+        let (r, w) = stream.into_split();
+        let sender = FrameSender::new(w);
+        tokio::spawn(read_answers(
+            r,
+            (shard, peer),
+            sender.clone(),
+            inflight.clone(),
+            self.conns.clone(),
+        ));
         let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(old) = conns.insert(
-            peer,
-            PeerConn {
-                addr: addr.to_string(),
-                sender: sender.clone(),
-            },
-        ) {
+        let conn = PeerConn {
+            addr: addr.to_string(),
+            sender: sender.clone(),
+        };
+        if let Some(old) = conns.insert((shard, peer), conn) {
             old.sender.close();
         }
         Ok(sender)
     }
 }
 
+/// Connects and handshakes on a blocking socket, then hands it to the current runtime.
+fn open(addr: &str) -> Result<tokio::net::TcpStream, String> {
+    let sa: std::net::SocketAddr = addr.parse().map_err(|e| format!("bad address: {e}"))?;
+    let mut s =
+        std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(CONNECT_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    handshake_blocking(&mut s, node_kind::OSD).map_err(|e| e.to_string())?;
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    s.set_nonblocking(true).map_err(|e| e.to_string())?;
+    tokio::net::TcpStream::from_std(s).map_err(|e| e.to_string())
+}
+
 /// Delivers a peer's answers to the in-flight table until the connection ends.
 async fn read_answers(
-    mut r: tokio::net::tcp::OwnedReadHalf,
-    peer: u32,
+    r: tokio::net::tcp::OwnedReadHalf,
+    key: (usize, u32),
     sender: FrameSender,
     inflight: Arc<Inflight>,
-    conns: Arc<Mutex<HashMap<u32, PeerConn>>>,
+    conns: ConnTable,
 ) {
+    let peer = key.1;
     let limits = Limits::default();
+    // Buffered: one receive call brings in every answer that has arrived.
+    let mut r = tokio::io::BufReader::with_capacity(cairn_proto::stream::READ_BUFFER, r);
     loop {
         let frame = match read_frame(&mut r, &limits).await {
             Ok(f) => f,
@@ -133,6 +144,11 @@ async fn read_answers(
                 break;
             }
         };
+        // Replies to clients completed by a run of buffered answers go out together.
+        let more = frame_buffered(r.buffer());
+        if more {
+            begin_batch();
+        }
         if frame.msg_type != REP_REPLY {
             tracing::warn!(
                 peer,
@@ -158,12 +174,16 @@ async fn read_answers(
                 break;
             }
         }
+        if !more {
+            end_batch();
+        }
     }
+    end_batch();
     sender.close();
     {
         let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
-        if c.get(&peer).is_some_and(|pc| pc.sender.is_closed()) {
-            c.remove(&peer);
+        if c.get(&key).is_some_and(|pc| pc.sender.is_closed()) {
+            c.remove(&key);
         }
     }
     inflight.fail_waiting_on(|m| m == peer, &OpReply::Retry);

@@ -6,19 +6,36 @@ use crate::shard::ShardMsg;
 use cairn_map::PgId;
 use cairn_proto::msg::mon::ErrorReply;
 use cairn_proto::msg::osd::{OpRequest, RepOp, ERROR, OP, REP};
-use cairn_proto::stream::{handshake, node_kind, read_frame, FrameSender, ReadError};
+use cairn_proto::stream::{
+    begin_batch, end_batch, frame_buffered, handshake, node_kind, read_frame, FrameSender,
+    ReadError,
+};
 use cairn_proto::Limits;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// Serves connections forever.
+/// Serves connections forever, assigning them to shards in turn.
 pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
+    let mut next = 0usize;
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 tracing::debug!(%peer, "connection accepted");
-                tokio::spawn(connection(osd.clone(), stream));
+                let shard = next % osd.shard_count().max(1);
+                next = next.wrapping_add(1);
+                let Some(rt) = osd.shard_runtime(shard) else {
+                    continue;
+                };
+                // Re-register the socket with the shard's own event loop.
+                let Ok(std) = stream.into_std() else { continue };
+                let osd = osd.clone();
+                rt.spawn(async move {
+                    match tokio::net::TcpStream::from_std(std) {
+                        Ok(s) => connection(osd, s, shard).await,
+                        Err(e) => tracing::warn!(error = %e, "cannot adopt a connection"),
+                    }
+                });
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -28,14 +45,16 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
     }
 }
 
-async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream) {
+async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usize) {
     if let Err(e) = handshake(&mut stream, node_kind::OSD).await {
         tracing::warn!(error = %e, "handshake failed; closing connection");
         return;
     }
-    let (mut r, w) = stream.into_split();
+    let (r, w) = stream.into_split();
     let sender = FrameSender::new(w);
     let limits = Limits::default();
+    // Buffered: one receive call brings in every request that has arrived.
+    let mut r = tokio::io::BufReader::with_capacity(cairn_proto::stream::READ_BUFFER, r);
     loop {
         let frame = match read_frame(&mut r, &limits).await {
             Ok(f) => f,
@@ -46,6 +65,12 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream) {
                 break;
             }
         };
+        // While more requests are already buffered, replies and forwarded writes are held
+        // back and written together when the last one is handled.
+        let more = frame_buffered(r.buffer());
+        if more {
+            begin_batch();
+        }
         let msg = match frame.msg_type {
             OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
                 Ok(req) => {
@@ -98,8 +123,16 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream) {
                 break;
             }
         };
-        osd.dispatch(msg.0, msg.1);
+        osd.dispatch(msg.0, msg.1, shard);
+        if !more {
+            // Forwarded writes and replies go out first, then one WAL flush makes every
+            // write of the batch durable.
+            end_batch();
+            osd.sync_shard(shard);
+        }
     }
+    end_batch();
+    osd.sync_shard(shard);
     sender.close();
 }
 

@@ -1,15 +1,18 @@
-//! Shard threads: each owns the PGs that hash to it and runs their ops to completion, in
-//! arrival order, without locks shared with other shards.
+//! Shards: each is a thread running its own event loop, owning the PGs that hash to it and
+//! the connections assigned to it. An op for one of its PGs arriving on one of its
+//! connections runs to completion right there (no hand-off between threads); an op for
+//! another shard's PG is queued to that shard. The shard's state sits behind a mutex only
+//! that thread takes in practice (uncontended), never one shared between shards.
 
 use crate::daemon::Osd;
 use crate::op;
 use crate::pgstate::PgState;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{OpRequest, RepOp};
-use cairn_proto::stream::FrameSender;
+use cairn_proto::msg::osd::{OpReply, OpRequest, RepOp, RepReply};
+use cairn_proto::stream::{begin_batch, end_batch, FrameSender};
 use std::collections::HashMap;
-use std::sync::mpsc::Receiver;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// Work for a shard.
 pub enum ShardMsg {
@@ -37,31 +40,61 @@ pub fn shard_of(pg: PgId, n: usize) -> usize {
     (h % n.max(1) as u64) as usize
 }
 
+/// Something to do once the shard's submitted writes are durable.
+pub enum OnDurable {
+    /// This OSD's copy of in-flight write `tid` is durable.
+    Local { tid: u64 },
+    /// Acknowledge a replicated write to its primary.
+    Ack { to: FrameSender, req_id: u64 },
+}
+
 /// One shard's state.
 pub struct Shard {
     pub osd: Arc<Osd>,
+    /// This shard's index.
+    pub index: usize,
     pub pgs: HashMap<PgId, PgState>,
+    /// Writes submitted to the store, not yet known durable, with what to do then.
+    pub unsynced: Vec<OnDurable>,
+    /// Store sequence number of the last submitted write.
+    pub last_seq: u64,
+}
+
+/// How other threads reach a shard.
+pub struct ShardHandle {
+    pub tx: UnboundedSender<ShardMsg>,
+    pub state: Arc<Mutex<Shard>>,
+    pub rt: tokio::runtime::Handle,
+}
+
+/// Runs the messages queued to a shard, on its thread, until every sender is gone.
+pub async fn serve_queue(state: Arc<Mutex<Shard>>, mut rx: UnboundedReceiver<ShardMsg>) {
+    while let Some(msg) = rx.recv().await {
+        let mut shard = state.lock().unwrap_or_else(|p| p.into_inner());
+        shard.handle(msg);
+        if rx.is_empty() {
+            shard.sync();
+        }
+    }
 }
 
 impl Shard {
-    /// Runs until every sender is gone.
-    pub fn run(mut self, rx: Receiver<ShardMsg>) {
-        while let Ok(msg) = rx.recv() {
-            match msg {
-                ShardMsg::Op {
-                    reply,
-                    req_id,
-                    req,
-                    data,
-                } => op::handle_client_op(&mut self, reply, req_id, req, data),
-                ShardMsg::Rep {
-                    reply,
-                    req_id,
-                    op,
-                    data,
-                } => op::write::handle_rep(&mut self, reply, req_id, op, data),
-                ShardMsg::WriteDone(pg) => self.retry_parked(pg),
-            }
+    /// Runs one message to completion.
+    pub fn handle(&mut self, msg: ShardMsg) {
+        match msg {
+            ShardMsg::Op {
+                reply,
+                req_id,
+                req,
+                data,
+            } => op::handle_client_op(self, reply, req_id, req, data),
+            ShardMsg::Rep {
+                reply,
+                req_id,
+                op,
+                data,
+            } => op::write::handle_rep(self, reply, req_id, op, data),
+            ShardMsg::WriteDone(pg) => self.retry_parked(pg),
         }
     }
 
@@ -77,6 +110,45 @@ impl Shard {
             st.placement_epoch = map.epoch;
         }
         st
+    }
+
+    /// Remembers a write submitted to the store (sequence `seq`) and what to do when it is
+    /// durable.
+    pub fn after_sync(&mut self, seq: u64, then: OnDurable) {
+        self.last_seq = self.last_seq.max(seq);
+        self.unsynced.push(then);
+    }
+
+    /// Makes every submitted write durable (one WAL write and flush for all of them) and
+    /// completes them.
+    pub fn sync(&mut self) {
+        if self.unsynced.is_empty() {
+            return;
+        }
+        let done = std::mem::take(&mut self.unsynced);
+        let result = self.osd.store.sync_through(self.last_seq);
+        begin_batch();
+        for d in done {
+            match (&result, d) {
+                (Ok(_), OnDurable::Local { tid }) => {
+                    self.osd.inflight.member_done(tid, self.osd.id())
+                }
+                (Ok(_), OnDurable::Ack { to, req_id }) => {
+                    op::write::rep_reply(&to, req_id, &RepReply::Done)
+                }
+                (Err(e), OnDurable::Local { tid }) => {
+                    self.osd.inflight.fail(tid, &OpReply::Failed(e.to_string()))
+                }
+                (Err(e), OnDurable::Ack { to, req_id }) => {
+                    op::write::rep_reply(&to, req_id, &RepReply::Failed(e.to_string()))
+                }
+            }
+        }
+        end_batch();
+        if let Err(e) = result {
+            tracing::error!(error = %e, "WAL sync failed");
+            self.osd.note_store_error(&e);
+        }
     }
 
     fn retry_parked(&mut self, pg: PgId) {

@@ -3,6 +3,22 @@
 use crate::{body_crc, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, PROTOCOL_VERSION};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// Read buffer size for connections: large enough that one receive call brings in many
+/// small frames (fewer system calls at high queue depth); large data parts bypass it.
+pub const READ_BUFFER: usize = 128 << 10;
+
+/// Whether `buf` (bytes received and not yet consumed) starts with a whole frame, so reading
+/// it will not wait. A loop uses this to know that more requests are ready before it sends
+/// replies or syncs (batching).
+pub fn frame_buffered(buf: &[u8]) -> bool {
+    let Some(h) = buf.first_chunk::<HEADER_LEN>() else {
+        return false;
+    };
+    let c = u32::from_le_bytes([h[16], h[17], h[18], h[19]]) as u64;
+    let d = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as u64;
+    buf.len() as u64 >= HEADER_LEN as u64 + c + d
+}
+
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -150,7 +166,7 @@ impl FrameSender {
         if st.closed {
             return Err(SendClosed);
         }
-        if !st.queue.is_empty() {
+        if !st.queue.is_empty() || defer(self) {
             st.queue.extend_from_slice(&hdr);
             st.queue.extend_from_slice(control);
             st.queue.extend_from_slice(data);
@@ -170,6 +186,60 @@ impl FrameSender {
             self.inner.wake.notify_one();
         }
         Ok(())
+    }
+
+    /// Queues a frame for the drain task instead of writing it now. A sender with other
+    /// requests in flight uses this: every frame queued before the drain task next runs (on
+    /// the same event loop, after the tasks that are ready) goes out in one system call.
+    pub fn send_deferred(
+        &self,
+        msg_type: u16,
+        request_id: u64,
+        control: &[u8],
+        data: &[u8],
+    ) -> Result<(), SendClosed> {
+        let hdr = FrameHeader {
+            version: PROTOCOL_VERSION,
+            flags: 0,
+            msg_type,
+            request_id,
+            control_len: control.len() as u32,
+            data_len: data.len() as u32,
+            body_crc: body_crc(control, data),
+        }
+        .encode();
+        let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.closed {
+            return Err(SendClosed);
+        }
+        let was_empty = st.queue.is_empty();
+        st.queue.extend_from_slice(&hdr);
+        st.queue.extend_from_slice(control);
+        st.queue.extend_from_slice(data);
+        if was_empty {
+            self.inner.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Writes what is queued, as far as the socket takes it now; the drain task writes the
+    /// rest.
+    fn flush(&self) {
+        let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        while !st.closed && !st.queue.is_empty() {
+            match self.inner.stream.try_write(&st.queue) {
+                Ok(0) => st.closed = true,
+                Ok(n) => {
+                    st.queue.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => st.closed = true,
+            }
+        }
+        if !st.queue.is_empty() || st.closed {
+            self.inner.wake.notify_one();
+        }
     }
 
     /// Writes as much as the socket takes now; Err on a failed connection.
@@ -207,6 +277,47 @@ impl FrameSender {
             .closed = true;
         self.inner.wake.notify_one();
     }
+}
+
+thread_local! {
+    /// Senders with frames held back by the current batch on this thread (None: no batch).
+    static BATCH: std::cell::RefCell<Option<Vec<FrameSender>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Starts (or continues) a batch on this thread: frames sent until [`end_batch`] are queued
+/// and written together, one system call per connection instead of one per frame. Used by a
+/// loop that has more received frames waiting to be handled.
+pub fn begin_batch() {
+    BATCH.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.is_none() {
+            *b = Some(Vec::new());
+        }
+    });
+}
+
+/// Ends the batch on this thread and writes what it held back.
+pub fn end_batch() {
+    let held = BATCH.with(|b| b.borrow_mut().take());
+    for s in held.into_iter().flatten() {
+        s.flush();
+    }
+}
+
+/// Registers `s` with the current batch; false when there is none.
+fn defer(s: &FrameSender) -> bool {
+    BATCH.with(|b| match b.borrow_mut().as_mut() {
+        Some(list) => {
+            if !list
+                .iter()
+                .any(|x| std::sync::Arc::ptr_eq(&x.inner, &s.inner))
+            {
+                list.push(s.clone());
+            }
+            true
+        }
+        None => false,
+    })
 }
 
 fn remaining_slices<'a>(parts: &[&'a [u8]; 3], mut skip: usize) -> Vec<std::io::IoSlice<'a>> {
@@ -313,4 +424,25 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     tokio::time::timeout(std::time::Duration::from_secs(5), fut)
         .await
         .map_err(|_| HandshakeError::Timeout)?
+}
+
+/// [`handshake`] on a blocking socket (its read timeout bounds the wait).
+pub fn handshake_blocking(
+    s: &mut std::net::TcpStream,
+    kind: u8,
+) -> Result<(crate::Hello, u8), HandshakeError> {
+    use std::io::{Read, Write};
+    let ours = crate::Hello::ours(kind);
+    s.write_all(&ours.encode()?)?;
+    let mut head = [0u8; crate::hello::HELLO_LEN];
+    s.read_exact(&mut head)?;
+    let auth_len = u16::from_le_bytes([head[8], head[9]]) as usize;
+    let mut all = head.to_vec();
+    if auth_len <= crate::AUTH_MAX {
+        all.resize(crate::hello::HELLO_LEN + auth_len, 0);
+        s.read_exact(&mut all[crate::hello::HELLO_LEN..])?;
+    }
+    let (theirs, _) = crate::Hello::decode(&all)?;
+    let v = crate::negotiate(&ours, &theirs)?;
+    Ok((theirs, v))
 }

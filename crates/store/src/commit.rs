@@ -1,6 +1,7 @@
 //! The commit path, run to completion by the submitting thread:
 //! validate -> resolve into effects and apply them to the index -> encode one WAL record ->
 //! group-commit it (the first waiting thread writes and flushes everyone's records) -> return.
+//! `submit` + `sync_through` split the last step, so one thread can group its own commits.
 //! No data-device write or flush happens here.
 
 use crate::device::BLOCK_SIZE;
@@ -19,7 +20,44 @@ impl Store {
     /// Commits a transaction atomically; returns its sequence number once it is durable in
     /// the WAL. On error nothing of the transaction is applied.
     pub fn commit(&self, txn: &Transaction) -> Result<u64> {
-        commit(&self.sh, txn)
+        let (st, seq) = submit(&self.sh, txn)?;
+        wait_durable(&self.sh, st, seq)
+    }
+
+    /// Applies a transaction and queues its WAL record without waiting for it to be durable;
+    /// returns its sequence number. Its effects are visible to reads at once. A caller that
+    /// submits several transactions and then calls [`Store::sync_through`] with the last
+    /// sequence number makes them all durable with one WAL write and flush (a thread that
+    /// handles many requests in a row commits them as one group). On error nothing of the
+    /// transaction is applied.
+    pub fn submit(&self, txn: &Transaction) -> Result<u64> {
+        submit(&self.sh, txn).map(|(_, seq)| seq)
+    }
+
+    /// Waits until every transaction up to sequence `seq` is durable, writing the queued
+    /// records itself when no other thread is.
+    pub fn sync_through(&self, seq: u64) -> Result<u64> {
+        let sh = &self.sh;
+        let mut st = sh.lock();
+        // A number never handed out would never become durable: wait for the last one.
+        let seq = seq.min(st.next_seq.saturating_sub(1));
+        loop {
+            if st.durable_seq >= seq {
+                return Ok(seq);
+            }
+            if let Some(f) = &st.failed {
+                return Err(StoreError::Failed(f.clone()));
+            }
+            if !st.writing && !st.queue.is_empty() {
+                st = write_batch(sh, st);
+                continue;
+            }
+            // Another thread writes the batch starting right after the durable prefix; its
+            // writer wakes that batch's first sequence number when done. (Waiting on `seq`
+            // itself could miss the wake-up: `seq` may be neither in that batch nor the
+            // first record queued after it.)
+            st = wait(sh.seq_cv(st.durable_seq + 1), st);
+        }
     }
 }
 
@@ -396,8 +434,18 @@ pub(crate) fn account(st: &mut State, out: ApplyOut) {
     }
 }
 
-fn wait<'a>(cv: &std::sync::Condvar, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-    cv.wait(g).unwrap_or_else(|p| p.into_inner())
+fn wait<'a>(cv: &std::sync::Condvar, mut g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    g.cv_waiters += 1;
+    let mut g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+    g.cv_waiters -= 1;
+    g
+}
+
+/// Wakes the maintenance thread if it sleeps.
+pub(crate) fn wake_maint(sh: &Shared, st: &State) {
+    if st.maint_idle {
+        sh.maint_cv.notify_all();
+    }
 }
 
 /// Space left for new data blocks before the reserve.
@@ -411,7 +459,7 @@ pub(crate) fn available_blocks(sh: &Shared, st: &State) -> u64 {
         .saturating_sub(used)
 }
 
-fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
+fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State>, u64)> {
     let mut st = sh.lock();
     loop {
         if let Some(f) = &st.failed {
@@ -447,7 +495,7 @@ fn commit(sh: &Shared, txn: &Transaction) -> Result<u64> {
         } else {
             st.waits_for_checkpoint += 1;
         }
-        sh.maint_cv.notify_all();
+        wake_maint(sh, &st);
         st = wait(&sh.space_cv, st);
     }
 }
@@ -484,7 +532,7 @@ fn apply_and_log<'a>(
     mut st: MutexGuard<'a, State>,
     txn: &Transaction,
     est: u64,
-) -> Result<u64> {
+) -> Result<(MutexGuard<'a, State>, u64)> {
     let st_ref = &mut *st;
     // Only a transaction that may read a device while resolving can fail half-way; it gets a
     // copy-on-write snapshot to roll back to.
@@ -525,14 +573,14 @@ fn apply_and_log<'a>(
     st_ref.queue_bytes += rec.len() as u64;
     st_ref.queue.push(rec);
     wake_maint_if_needed(sh, st_ref);
-    wait_durable(sh, st, seq)
+    Ok((st, seq))
 }
 
 fn wake_maint_if_needed(sh: &Shared, st: &State) {
     let flush = st.pending_blocks * B >= sh.cfg.flush_batch_bytes;
     let ckpt = sh.wal_used(st) * 100 >= sh.wal.ring_size * sh.cfg.checkpoint_wal_percent as u64;
     if flush || ckpt {
-        sh.maint_cv.notify_all();
+        wake_maint(sh, st);
     }
 }
 
@@ -555,7 +603,10 @@ fn wait_durable<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, seq: u64) -> 
 
 /// Writes every queued record as one batch and flushes the WAL device (the group commit).
 /// Positions are reserved under the lock; sealing, writing and flushing happen outside it.
-fn write_batch<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+pub(crate) fn write_batch<'a>(
+    sh: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+) -> MutexGuard<'a, State> {
     let records = std::mem::take(&mut st.queue);
     let len: u64 = records.iter().map(|r| r.len() as u64).sum();
     st.queue_bytes = 0;
@@ -588,11 +639,14 @@ fn write_batch<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<
     }
     // Wake only the committers of this batch, and the first one queued meanwhile (it writes
     // the next batch): waking every waiter on every batch costs more than the batch itself.
-    for s in first_seq..=last_seq.min(first_seq + crate::store::SEQ_CVS as u64 - 1) {
-        sh.seq_cv(s).notify_all();
-    }
-    if !st.queue.is_empty() {
-        sh.seq_cv(last_seq + 1).notify_all();
+    // No one to wake (a thread that submits and syncs alone) costs nothing.
+    if st.cv_waiters > 0 {
+        for s in first_seq..=last_seq.min(first_seq + crate::store::SEQ_CVS as u64 - 1) {
+            sh.seq_cv(s).notify_all();
+        }
+        if !st.queue.is_empty() {
+            sh.seq_cv(last_seq + 1).notify_all();
+        }
     }
     if st.barrier {
         sh.durable_cv.notify_all(); // a checkpoint waits for the queue to drain

@@ -135,11 +135,13 @@ fn next_work(sh: &Shared) -> Work {
             };
         }
         let tick = cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
+        st.maint_idle = true;
         st = sh
             .maint_cv
             .wait_timeout(st, tick)
             .map(|(g, _)| g)
             .unwrap_or_else(|p| p.into_inner().0);
+        st.maint_idle = false;
     }
 }
 
@@ -316,7 +318,9 @@ fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
     // What is left is younger than what was written (roughly): restart its clock, or every
     // later round would count as overdue and flush a few blocks at a time.
     st.dirty_since = (!st.dirty.is_empty()).then(Instant::now);
-    sh.space_cv.notify_all();
+    if st.cv_waiters > 0 {
+        sh.space_cv.notify_all();
+    }
     Ok(total)
 }
 
@@ -484,12 +488,17 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
         let mut st = sh.lock();
         st.ckpt_wanted = false;
         st.barrier = true;
-        // Committers blocked by the barrier enqueue nothing; the ones already queued write
-        // their records themselves, so this drains.
+        // Committers blocked by the barrier enqueue nothing. Records queued by `submit`
+        // may have no thread waiting to write them, so the checkpoint writes what is queued
+        // itself when no one else is writing.
         while st.writing || !st.queue.is_empty() {
             if st.failed.is_some() {
                 st.barrier = false;
                 return Err(StoreError::Failed("WAL failed during checkpoint".into()));
+            }
+            if !st.writing {
+                st = crate::commit::write_batch(sh, st);
+                continue;
             }
             st = sh.durable_cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }

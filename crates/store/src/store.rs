@@ -109,6 +109,11 @@ pub struct ObjectStat {
 }
 
 pub(crate) struct State {
+    /// Threads waiting on `durable_cv`, `space_cv` or a `seq_cv`: notifications are skipped
+    /// when there are none (a condvar notify is a system call even with no waiter).
+    pub cv_waiters: u32,
+    /// The maintenance thread is asleep on `maint_cv` (only then is waking it worth a call).
+    pub maint_idle: bool,
     pub index: Index,
     pub segs: Segments,
     pub next_seq: u64,
@@ -398,6 +403,8 @@ impl Store {
             segs.ckpt_blocks(off, n, true);
         }
         let mut st = State {
+            cv_waiters: 0,
+            maint_idle: false,
             index,
             segs,
             next_seq: hdr.replay_seq,
@@ -616,7 +623,9 @@ impl Store {
             if let Some(f) = &st.failed {
                 return Err(StoreError::Failed(f.clone()));
             }
+            st.cv_waiters += 1;
             st = self.sh.space_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.cv_waiters -= 1;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! at the pool's durability level (`inflight.rs`). Replicas apply the same transaction.
 
 use super::{reply, txn};
-use crate::shard::Shard;
+use crate::shard::{OnDurable, Shard};
 use cairn_map::{ClusterMap, Durability, PgId};
 use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, RepOp, RepReply, REP, REP_REPLY};
 use cairn_proto::stream::FrameSender;
@@ -26,6 +26,7 @@ pub fn primary_write(
         pg: req.pg,
     };
     let me = osd.id();
+    let here = shard.index;
     let st = shard.pg(map, pg);
     let acting = st.placement.acting.clone();
     if acting.len() < pool.min_size as usize {
@@ -64,24 +65,31 @@ pub fn primary_write(
     };
     let control = cairn_proto::msg::encode(&rep);
     for &member in &acting[1..] {
-        if osd
-            .peers
-            .send(map, member, REP, w.tid, &control, &data)
-            .is_err()
-        {
+        let sent = osd.peers.send(
+            &osd.inflight,
+            here,
+            map,
+            member,
+            REP,
+            w.tid,
+            &control,
+            &data,
+        );
+        if sent.is_err() {
             osd.inflight.fail(w.tid, &OpReply::Retry);
         }
     }
     let memory = pool.durability == Durability::Memory;
-    if memory {
-        osd.inflight.member_done(w.tid, me);
-    }
-    match osd.store.commit(&t) {
-        Ok(_) => {
+    match osd.store.submit(&t) {
+        Ok(seq) => {
             st.coll_exists = true;
             st.last_version = version;
-            if !memory {
+            // Durability `memory`: held in memory now counts; `wal`: once the shard's next
+            // sync (end of the run of requests being handled) has flushed the WAL.
+            if memory {
                 osd.inflight.member_done(w.tid, me);
+            } else {
+                shard.after_sync(seq, OnDurable::Local { tid: w.tid });
             }
         }
         Err(e) => {
@@ -92,7 +100,8 @@ pub fn primary_write(
     }
 }
 
-fn rep_reply(to: &FrameSender, req_id: u64, r: &RepReply) {
+/// Sends a replica's answer to its primary.
+pub fn rep_reply(to: &FrameSender, req_id: u64, r: &RepReply) {
     let control = cairn_proto::msg::encode(r);
     let _ = to.send(REP_REPLY, req_id, &control, &[]);
 }
@@ -120,22 +129,19 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
         Ok(t) => t,
         Err(r) => return rep_reply(&to, req_id, &RepReply::Failed(format!("{r:?}"))),
     };
-    if memory {
-        rep_reply(&to, req_id, &RepReply::Done);
-    }
-    match osd.store.commit(&t) {
-        Ok(_) => {
+    match osd.store.submit(&t) {
+        Ok(seq) => {
             st.coll_exists = true;
             st.last_version = st.last_version.max(op.version);
-            if !memory {
+            if memory {
                 rep_reply(&to, req_id, &RepReply::Done);
+            } else {
+                shard.after_sync(seq, OnDurable::Ack { to, req_id });
             }
         }
         Err(e) => {
             tracing::error!(pg = %pg, error = %e, "replica commit failed");
-            if !memory {
-                rep_reply(&to, req_id, &RepReply::Failed(e.to_string()));
-            }
+            rep_reply(&to, req_id, &RepReply::Failed(e.to_string()));
             osd.note_store_error(&e);
         }
     }
