@@ -239,11 +239,36 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let mon = mon_client(conf)?;
     let (map, mons) = block_on(async { (mon.get_map().await, mon.status().await) })?;
     let map = map?;
+    let addrs: Vec<(u32, String)> = map
+        .osds
+        .values()
+        .filter(|o| o.up)
+        .map(|o| (o.id, o.addr.clone()))
+        .collect();
+    let usage = block_on(async {
+        let mut out = Vec::new();
+        for (id, addr) in addrs {
+            let r = cairn_client::osd_stats(&addr, std::time::Duration::from_secs(2)).await;
+            out.push((id, r));
+        }
+        out
+    })?;
+    let (mut used, mut capacity) = (0u64, 0u64);
+    let mut unreachable = Vec::new();
+    for (id, r) in &usage {
+        match r {
+            Ok(s) => {
+                used += s.used_bytes;
+                capacity += s.capacity_bytes;
+            }
+            Err(_) => unreachable.push(*id),
+        }
+    }
     let (osds, up, inn) = map.osd_counts();
     let pgs = pg_counts(&map);
     let health = if pgs.inactive > 0 {
         "HEALTH_ERR"
-    } else if pgs.degraded > 0 || up < osds {
+    } else if pgs.degraded > 0 || up < osds || !unreachable.is_empty() {
         "HEALTH_WARN"
     } else {
         "HEALTH_OK"
@@ -251,6 +276,9 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let mut problems = Vec::new();
     for o in map.osds.values().filter(|o| !o.up) {
         problems.push(format!("osd.{} is down", o.id));
+    }
+    for id in &unreachable {
+        problems.push(format!("osd.{id} is up in the map but does not answer"));
     }
     if pgs.inactive > 0 {
         problems.push(format!(
@@ -293,6 +321,8 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
             "mons": mons.as_ref().ok().map(|s| serde_json::json!({
                 "members": s.members.len(), "leader": s.leader, "term": s.term})),
             "osds": {"total": osds, "up": up, "in": inn},
+            "capacity": {"used_bytes": used, "total_bytes": capacity,
+                         "osds_reporting": usage.len() - unreachable.len()},
             "pgs": {"total": pgs.total, "active_clean": pgs.clean,
                     "active_degraded": pgs.degraded, "inactive": pgs.inactive},
             "pools": map.pools.values().map(pool_json).collect::<Vec<_>>(),
@@ -308,6 +338,12 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     println!("  map:    epoch {}", map.epoch);
     println!("  mon:    {mon_line}");
     println!("  osd:    {osds} osds: {up} up, {inn} in");
+    println!(
+        "  usage:  {} used of {} (object data, all replicas; {} of {up} up OSDs reporting)",
+        crate::size::human(used),
+        crate::size::human(capacity),
+        usage.len() - unreachable.len()
+    );
     println!(
         "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive",
         pgs.total, pgs.clean, pgs.degraded, pgs.inactive

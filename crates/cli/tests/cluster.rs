@@ -61,7 +61,7 @@ async fn workload(c: &Cluster, pool: u32, clients: u32, keys: u32, dur: Duration
                     rng ^= rng << 17;
                     let key = (rng % keys as u64) as u32;
                     let name = format!("reg-{key}");
-                    if rng & 1 == 0 {
+                    if (rng >> 40) & 1 == 0 {
                         seq += 1;
                         let value = ((ci as u64 * 2 + ti as u64 + 1) << 32) | seq;
                         let start = Instant::now();
@@ -164,6 +164,11 @@ fn replicated_reads_return_the_latest_acknowledged_write() {
     let st = c.status();
     assert_eq!(st["health"], "HEALTH_OK", "{st}");
     assert_eq!(st["osds"]["up"], 4);
+    // Usage: every OSD answers; 6 objects of 4 KiB in two pools of 2 and 3 replicas.
+    assert_eq!(st["capacity"]["osds_reporting"], 4, "{st}");
+    let used = st["capacity"]["used_bytes"].as_u64().expect("used");
+    assert!(used >= 5 * 6 * 4096, "used {used}: {st}");
+    assert!(st["capacity"]["total_bytes"].as_u64().expect("total") > used);
 }
 
 /// Writes a value per object until `stop`, remembering the last acknowledged value of each.

@@ -10,6 +10,9 @@ mod conn;
 mod error;
 mod ops;
 mod route;
+mod stats;
 
+pub use cairn_proto::msg::osd::OsdStats;
 pub use error::ClientError;
 pub use ops::{Client, ClientConfig, ObjectInfo};
+pub use stats::osd_stats;

@@ -168,4 +168,12 @@ impl Inflight {
             }
         }
     }
+
+    /// Writes in flight.
+    pub fn count(&self) -> usize {
+        self.table
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
+    }
 }

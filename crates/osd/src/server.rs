@@ -5,7 +5,9 @@ use crate::daemon::Osd;
 use crate::shard::ShardMsg;
 use cairn_map::PgId;
 use cairn_proto::msg::mon::ErrorReply;
-use cairn_proto::msg::osd::{OpRequest, RepOp, ERROR, OP, REP};
+use cairn_proto::msg::osd::{
+    OpRequest, OsdStats, RepOp, ERROR, OP, OSD_STATS, OSD_STATS_REPLY, REP,
+};
 use cairn_proto::stream::{
     begin_batch, end_batch, frame_buffered, handshake, node_kind, read_frame, FrameSender,
     ReadError,
@@ -72,6 +74,21 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
             begin_batch();
         }
         let msg = match frame.msg_type {
+            OSD_STATS => {
+                let st = osd.store.stats();
+                let reply = OsdStats {
+                    osd: osd.id(),
+                    used_bytes: st.live_bytes + st.pending_bytes,
+                    capacity_bytes: st.capacity_bytes,
+                    inflight: osd.inflight.count() as u64,
+                };
+                let control = cairn_proto::msg::encode(&reply);
+                let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);
+                if !more {
+                    end_batch();
+                }
+                continue;
+            }
             OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
                 Ok(req) => {
                     let pg = PgId {

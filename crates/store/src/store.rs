@@ -84,6 +84,8 @@ pub struct StoreStats {
     pub checkpoints: u64,
     pub segments_total: u32,
     pub segments_free: u32,
+    /// Bytes of the segment area (what data can occupy).
+    pub capacity_bytes: u64,
     pub segments_cleaned: u64,
     pub cleaned_bytes: u64,
     pub live_bytes: u64,
@@ -599,6 +601,7 @@ impl Store {
             commits: st.commits,
             checkpoints: st.checkpoints,
             segments_total: st.segs.count(),
+            capacity_bytes: self.sh.data_blocks * BLOCK_SIZE as u64,
             segments_free: st.segs.free_segments(),
             segments_cleaned: st.cleaned_segments,
             cleaned_bytes: st.cleaned_bytes,

@@ -14,6 +14,10 @@ pub const OP_REPLY: u16 = 201;
 pub const REP: u16 = 202;
 /// Replica -> primary: [`RepReply`].
 pub const REP_REPLY: u16 = 203;
+/// Request (empty control): the OSD's usage; reply: [`OSD_STATS_REPLY`].
+pub const OSD_STATS: u16 = 204;
+/// Reply: [`OsdStats`].
+pub const OSD_STATS_REPLY: u16 = 205;
 /// Reply to a malformed frame: [`crate::msg::mon::ErrorReply`]; the OSD then closes the
 /// connection.
 pub const ERROR: u16 = 209;
@@ -140,4 +144,16 @@ pub enum RepReply {
         epoch: u64,
     },
     Failed(String),
+}
+
+/// An OSD's usage, for `cairn status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdStats {
+    pub osd: u32,
+    /// Bytes of live object data.
+    pub used_bytes: u64,
+    /// Bytes data can occupy.
+    pub capacity_bytes: u64,
+    /// Writes in flight.
+    pub inflight: u64,
 }
