@@ -320,3 +320,77 @@ fn monitor_leader_killed_and_restarted() {
         }
     });
 }
+
+#[test]
+fn cli_pool_osd_and_object_commands() {
+    let c = Cluster::up("cli", 1, 2);
+    c.ok(&["pool", "create", "p", "--size", "2", "--pgs", "8"]);
+    let e = c.cairn(&["pool", "create", "p", "--size", "2"]);
+    assert!(!e.status.success());
+    assert!(
+        common::cluster::text(&e.stderr).contains("already exists"),
+        "{}",
+        common::cluster::text(&e.stderr)
+    );
+    let ls = c.ok(&["pool", "ls", "--json"]);
+    let pools: serde_json::Value = serde_json::from_str(&ls).expect("pool ls json");
+    assert_eq!(pools[0]["name"], "p");
+    assert_eq!(pools[0]["min_size"], 1);
+
+    // Objects through the CLI, including stdin/stdout.
+    let src = c.dir.join("src.bin");
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&src, &data).expect("write source");
+    let srcs = src.display().to_string();
+    c.ok(&["obj", "put", "p", "blob", &srcs]);
+    let out = c.dir.join("out.bin");
+    c.ok(&["obj", "get", "p", "blob", &out.display().to_string()]);
+    assert_eq!(std::fs::read(&out).expect("read back"), data);
+    assert!(c.ok(&["obj", "stat", "p", "blob"]).contains("100000 bytes"));
+    assert_eq!(c.ok(&["obj", "ls", "p"]).trim(), "blob");
+    c.ok(&["obj", "rm", "p", "blob"]);
+    let e = c.cairn(&["obj", "get", "p", "blob", "-"]);
+    let msg = common::cluster::text(&e.stderr);
+    assert!(
+        !e.status.success() && msg.contains("no object \"blob\" in pool p"),
+        "{msg}"
+    );
+    let e = c.cairn(&["obj", "ls", "nope"]);
+    assert!(common::cluster::text(&e.stderr).contains("no pool \"nope\""));
+
+    // Durability memory is shown as a problem; removing needs the flag.
+    c.ok(&["pool", "set", "p", "durability", "memory"]);
+    let st = c.status();
+    assert!(
+        st["problems"].to_string().contains("durability memory"),
+        "{st}"
+    );
+    // I/O goes on in memory mode (acknowledged once held in every member's memory).
+    c.ok(&["obj", "put", "p", "fast", &srcs]);
+    c.ok(&["obj", "get", "p", "fast", &out.display().to_string()]);
+    assert_eq!(std::fs::read(&out).expect("read back"), data);
+    let e = c.cairn(&["pool", "rm", "p"]);
+    assert!(!e.status.success());
+    c.ok(&["pool", "rm", "p", "--yes-i-really-mean-it"]);
+
+    // Out and in.
+    c.ok(&["osd", "out", "1"]);
+    let osds: serde_json::Value =
+        serde_json::from_str(&c.ok(&["osd", "ls", "--json"])).expect("json");
+    assert_eq!(osds[1]["in"], false);
+    c.ok(&["osd", "in", "1"]);
+    let e = c.cairn(&["osd", "out", "9"]);
+    assert!(common::cluster::text(&e.stderr).contains("no OSD 9"));
+    // A configuration that points nowhere is one clear line.
+    let bad = c.dir.join("bad.toml");
+    std::fs::write(&bad, "[cluster]\nfsid = \"00\"\nmons = [\"127.0.0.1:1\"]\n").expect("write");
+    let e = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["-c", &bad.display().to_string(), "status"])
+        .output()
+        .expect("run");
+    let msg = common::cluster::text(&e.stderr);
+    assert!(
+        !e.status.success() && msg.lines().count() == 1 && msg.contains("127.0.0.1:1"),
+        "{msg}"
+    );
+}

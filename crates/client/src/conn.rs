@@ -40,7 +40,7 @@ impl OsdConn {
         let mut stream = stream;
         handshake(&mut stream, node_kind::CLIENT)
             .await
-            .map_err(|e| ConnError(format!("{addr}: {e}")))?;
+            .map_err(|e| ConnError(format!("{addr}: handshake: {e}")))?;
         let (r, w) = stream.into_split();
         let waiters: Waiters = Arc::new(Mutex::new(Some(HashMap::new())));
         let conn = Arc::new(OsdConn {

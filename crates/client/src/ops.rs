@@ -191,7 +191,7 @@ impl Client {
     ) -> Result<OpReply, ClientError> {
         self.submit_data(what, pool, target, kind, data)
             .await
-            .map(|(r, _)| r)
+            .map(|(r, _, _)| r)
     }
 
     async fn submit_data(
@@ -201,10 +201,12 @@ impl Client {
         target: Target<'_>,
         kind: OpKind,
         data: &[u8],
-    ) -> Result<Answer, ClientError> {
+    ) -> Result<(OpReply, Vec<u8>, u32), ClientError> {
         let deadline = Instant::now() + self.inner.cfg.op_timeout;
         let mut pause = Duration::from_millis(2);
+        let mut attempts = 0u32;
         loop {
+            attempts += 1;
             let view = self.view();
             let route = match target {
                 Target::Object(name) => view.route_object(pool, name),
@@ -215,7 +217,7 @@ impl Client {
                     .map(|_| view.route_pg(PgId { pool, pg })),
             };
             let Some(route) = route else {
-                return Err(ClientError::NoSuchPool(format!("id {pool}")));
+                return Err(ClientError::NoSuchPool(self.pool_label(pool)));
             };
             let req = OpRequest {
                 epoch: view.map.epoch,
@@ -228,7 +230,7 @@ impl Client {
                 kind: kind.clone(),
             };
             let why = match self.attempt(route, &req, data).await {
-                Attempt::Done(a) => return Ok(a),
+                Attempt::Done((r, d)) => return Ok((r, d, attempts)),
                 Attempt::Again { min_epoch, why } => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
@@ -244,6 +246,27 @@ impl Client {
             };
             tracing::debug!(what, reason = %why, "retrying op");
             pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// A pool's name for messages ("id N" when the map no longer has it).
+    fn pool_label(&self, pool: u32) -> String {
+        self.map()
+            .pools
+            .get(&pool)
+            .map(|p| p.name.clone())
+            .unwrap_or_else(|| format!("id {pool}"))
+    }
+
+    fn final_version(&self, r: OpReply, pool: u32, name: &[u8]) -> Result<u64, ClientError> {
+        match r {
+            OpReply::Ok { version, .. } => Ok(version),
+            OpReply::NoSuchObject => Err(ClientError::NoSuchObject {
+                pool: self.pool_label(pool),
+                object: String::from_utf8_lossy(name).into_owned(),
+            }),
+            OpReply::NoSuchPool => Err(ClientError::NoSuchPool(self.pool_label(pool))),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -264,7 +287,7 @@ impl Client {
                 data,
             )
             .await?;
-        final_version(r, pool, name)
+        self.final_version(r, pool, name)
     }
 
     /// Replaces an object's contents with `data`.
@@ -277,7 +300,7 @@ impl Client {
         let r = self
             .submit("write", pool, Target::Object(name), OpKind::WriteFull, data)
             .await?;
-        final_version(r, pool, name)
+        self.final_version(r, pool, name)
     }
 
     /// Reads up to `len` bytes at `offset` (short at the end of the object).
@@ -288,7 +311,7 @@ impl Client {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, ClientError> {
-        let (r, data) = self
+        let (r, data, _) = self
             .submit_data(
                 "read",
                 pool,
@@ -297,15 +320,20 @@ impl Client {
                 &[],
             )
             .await?;
-        final_version(r, pool, name).map(|_| data)
+        self.final_version(r, pool, name).map(|_| data)
     }
 
     /// Removes an object.
     pub async fn remove(&self, pool: u32, name: &[u8]) -> Result<(), ClientError> {
-        let r = self
-            .submit("remove", pool, Target::Object(name), OpKind::Remove, &[])
+        let (r, _, attempts) = self
+            .submit_data("remove", pool, Target::Object(name), OpKind::Remove, &[])
             .await?;
-        final_version(r, pool, name).map(|_| ())
+        // A resent remove finding nothing: an earlier attempt removed it before its answer
+        // was lost.
+        if attempts > 1 && r == OpReply::NoSuchObject {
+            return Ok(());
+        }
+        self.final_version(r, pool, name).map(|_| ())
     }
 
     /// Size of an object.
@@ -315,7 +343,9 @@ impl Client {
             .await?;
         match r {
             OpReply::Ok { size, .. } => Ok(ObjectInfo { size }),
-            other => final_version(other, pool, name).map(|_| ObjectInfo { size: 0 }),
+            other => self
+                .final_version(other, pool, name)
+                .map(|_| ObjectInfo { size: 0 }),
         }
     }
 
@@ -326,7 +356,7 @@ impl Client {
             .pools
             .get(&pool)
             .map(|p| p.pg_count)
-            .ok_or_else(|| ClientError::NoSuchPool(format!("id {pool}")))?;
+            .ok_or_else(|| ClientError::NoSuchPool(self.pool_label(pool)))?;
         let mut out = Vec::new();
         for pg in 0..pg_count {
             let mut after = None;
@@ -362,17 +392,5 @@ fn unexpected(r: OpReply) -> ClientError {
         OpReply::Invalid(s) => ClientError::Invalid(s),
         OpReply::Failed(s) => ClientError::Failed(s),
         other => ClientError::Failed(format!("unexpected reply {other:?}")),
-    }
-}
-
-fn final_version(r: OpReply, pool: u32, name: &[u8]) -> Result<u64, ClientError> {
-    match r {
-        OpReply::Ok { version, .. } => Ok(version),
-        OpReply::NoSuchObject => Err(ClientError::NoSuchObject {
-            pool: pool.to_string(),
-            object: String::from_utf8_lossy(name).into_owned(),
-        }),
-        OpReply::NoSuchPool => Err(ClientError::NoSuchPool(format!("id {pool}"))),
-        other => Err(unexpected(other)),
     }
 }

@@ -10,12 +10,13 @@
 //! replication stream, one per election round), so connections are pooled per peer: an RPC
 //! takes an idle connection or opens one, and puts it back only after a complete exchange (a
 //! connection abandoned mid-exchange, e.g. on timeout, is closed, so a late reply can never be
-//! read as the answer to another request).
+//! read as the answer to another request). A new connection starts with the handshake (as a
+//! monitor, and the peer must answer as one) before its first frame.
 
 use crate::types::{BasicNode, MonRaft, NodeId, Raft};
 use cairn_proto::msg::mon::{ErrorReply, ERROR};
 use cairn_proto::msg::{decode, encode};
-use cairn_proto::stream::{read_frame, write_frame};
+use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
 use cairn_proto::{Frame, Limits};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
@@ -141,6 +142,12 @@ enum PeerError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("monitor {target} at {addr}: handshake: {reason}")]
+    Handshake {
+        target: NodeId,
+        addr: String,
+        reason: String,
+    },
     #[error("monitor {target}: {reason}")]
     Exchange { target: NodeId, reason: String },
     #[error("monitor {target} refused the request: {message}")]
@@ -180,7 +187,7 @@ impl Peer {
                     done => return done,
                 }
             }
-            let conn = TcpStream::connect(&self.node.addr)
+            let mut conn = TcpStream::connect(&self.node.addr)
                 .await
                 .map_err(|source| PeerError::Connect {
                     target: self.target,
@@ -189,11 +196,32 @@ impl Peer {
                 })?;
             // Small request/reply exchanges: do not let Nagle delay them.
             let _ = conn.set_nodelay(true);
+            self.handshake(&mut conn).await?;
             self.exchange(conn, msg_type, reply_type, &body).await
         };
         tokio::time::timeout(ttl, attempt)
             .await
             .unwrap_or(Err(PeerError::Timeout))
+    }
+
+    /// The handshake on a new connection (before its first frame); the peer must be a
+    /// monitor.
+    async fn handshake(&self, conn: &mut TcpStream) -> Result<(), PeerError> {
+        let failed = |reason: String| PeerError::Handshake {
+            target: self.target,
+            addr: self.node.addr.clone(),
+            reason,
+        };
+        let (hello, _version) = handshake(conn, node_kind::MON)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if hello.node_kind != node_kind::MON {
+            return Err(failed(format!(
+                "the peer is not a monitor (node kind {})",
+                hello.node_kind
+            )));
+        }
+        Ok(())
     }
 
     async fn exchange<Resp: DeserializeOwned>(
@@ -247,7 +275,9 @@ impl Peer {
                 tracing::warn!(target_mon = self.target, "{e}");
                 RPCError::Unreachable(Unreachable::new(&e))
             }
-            PeerError::Connect { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+            PeerError::Connect { .. } | PeerError::Handshake { .. } => {
+                RPCError::Unreachable(Unreachable::new(&e))
+            }
             PeerError::Exchange { .. } => RPCError::Network(NetworkError::new(&e)),
         }
     }

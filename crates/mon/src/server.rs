@@ -3,9 +3,12 @@
 //! commit, subscriptions) run in their own tasks while the reader keeps reading, and replies
 //! leave in whatever order they are ready, matched by request id.
 //!
-//! Anything malformed (bad frame, undecodable message, unknown or out-of-place message type)
-//! is answered with `ERROR` and the connection is closed: after a framing error the stream
-//! position cannot be trusted, and a peer sending garbage is not worth guessing about.
+//! Every connection starts with the handshake (`cairn_proto::Hello`; both sides send first).
+//! A peer whose first bytes are not a valid handshake is closed without a reply: it does not
+//! speak the framing. After the handshake, anything malformed (bad frame, undecodable
+//! message, unknown or out-of-place message type) is answered with `ERROR` and the connection
+//! is closed: after a framing error the stream position cannot be trusted, and a peer sending
+//! garbage is not worth guessing about.
 
 use crate::ctx::Ctx;
 use crate::raft_net;
@@ -15,7 +18,9 @@ use cairn_proto::msg::mon::{
     HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY, SUBSCRIBE,
 };
 use cairn_proto::msg::{decode, encode};
-use cairn_proto::stream::{encode_parts, read_frame, ReadError};
+use cairn_proto::stream::{
+    encode_parts, handshake, node_kind, read_frame, HandshakeError, ReadError,
+};
 use cairn_proto::Frame;
 use serde::Serialize;
 use std::future::Future;
@@ -82,7 +87,22 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
     let _ = wr.shutdown().await;
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
+async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
+    // No ERROR frame is possible on failure: the peer does not speak the framing (yet).
+    match handshake(&mut stream, node_kind::MON).await {
+        Ok((hello, version)) => {
+            tracing::trace!(%peer, kind = hello.node_kind, version, "handshake done");
+        }
+        // Connected and closed (or reset) without a word: a probe, or a peer that gave up.
+        Err(HandshakeError::Io(e)) => {
+            tracing::debug!(%peer, "connection closed before its handshake: {e}");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(%peer, "closing a connection whose handshake failed: {e}");
+            return;
+        }
+    }
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(OUTBOX);
     let writer = tokio::spawn(write_loop(wr, rx));

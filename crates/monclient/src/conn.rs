@@ -1,8 +1,9 @@
 //! One multiplexed connection to a monitor: many requests in flight, replies matched by
 //! request id. A reader task routes each reply to its waiter; a request whose caller gave up
-//! (deadline) is forgotten, so its late reply is dropped.
+//! (deadline) is forgotten, so its late reply is dropped. Every connection starts with the
+//! handshake (`cairn_proto::Hello`, as a client; the peer must answer as a monitor).
 
-use cairn_proto::stream::{encode_parts, read_frame, write_frame};
+use cairn_proto::stream::{encode_parts, handshake, node_kind, read_frame, write_frame};
 use cairn_proto::{Frame, Limits};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,6 +22,30 @@ pub(crate) fn limits() -> Limits {
         max_control: 256 << 20,
         max_data: 1 << 20,
     }
+}
+
+/// Connects and exchanges handshakes, both within `timeout`.
+async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("{addr}: {e}")),
+        Err(_) => return Err(format!("{addr}: connect timed out")),
+    };
+    let _ = stream.set_nodelay(true);
+    let hello =
+        match tokio::time::timeout_at(deadline, handshake(&mut stream, node_kind::CLIENT)).await {
+            Ok(Ok((hello, _version))) => hello,
+            Ok(Err(e)) => return Err(format!("{addr}: handshake: {e}")),
+            Err(_) => return Err(format!("{addr}: handshake: timed out")),
+        };
+    if hello.node_kind != node_kind::MON {
+        return Err(format!(
+            "{addr}: handshake: the peer is not a monitor (node kind {})",
+            hello.node_kind
+        ));
+    }
+    Ok(stream)
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Frame>>>>;
@@ -63,14 +88,9 @@ impl Drop for Forget<'_> {
 }
 
 impl Conn {
-    /// Connects (bounded by `timeout`).
+    /// Connects and handshakes (bounded by `timeout`).
     pub(crate) async fn open(addr: &str, timeout: Duration) -> Result<Conn, String> {
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("{addr}: {e}")),
-            Err(_) => return Err(format!("{addr}: connect timed out")),
-        };
-        let _ = stream.set_nodelay(true);
+        let stream = connect(addr, timeout).await?;
         let (rd, wr) = stream.into_split();
         let pending: Pending = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
@@ -158,7 +178,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    /// Connects and sends one request.
+    /// Connects, handshakes (bounded by `timeout`) and sends one request.
     pub(crate) async fn open(
         addr: &str,
         timeout: Duration,
@@ -166,12 +186,7 @@ impl Stream {
         rid: u64,
         control: &[u8],
     ) -> Result<Stream, String> {
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("{addr}: {e}")),
-            Err(_) => return Err(format!("{addr}: connect timed out")),
-        };
-        let _ = stream.set_nodelay(true);
+        let stream = connect(addr, timeout).await?;
         let (rd, mut wr) = stream.into_split();
         write_frame(&mut wr, msg_type, rid, control, &[])
             .await

@@ -2,9 +2,16 @@
 
 use super::*;
 use cairn_map::MapError;
-use cairn_proto::stream::{read_frame, write_frame};
+use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
 use cairn_proto::Limits;
-use tokio::net::TcpListener;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// The fake monitor's side of the handshake, checking that the client speaks it.
+async fn hello(s: &mut TcpStream) {
+    let (theirs, _) = handshake(s, node_kind::MON).await.expect("handshake");
+    assert_eq!(theirs.node_kind, node_kind::CLIENT);
+}
 
 /// A fake monitor answering every command with `reply`; returns its address.
 async fn fake(reply: CommandReply) -> String {
@@ -14,6 +21,7 @@ async fn fake(reply: CommandReply) -> String {
         while let Ok((mut s, _)) = l.accept().await {
             let reply = reply.clone();
             tokio::spawn(async move {
+                hello(&mut s).await;
                 while let Ok(f) = read_frame(&mut s, &Limits::default()).await {
                     let body = encode(&reply);
                     if write_frame(&mut s, COMMAND_REPLY, f.request_id, &body, &[])
@@ -87,6 +95,7 @@ async fn errors_say_what_happened() {
     let addr = l.local_addr().unwrap().to_string();
     tokio::spawn(async move {
         let (mut s, _) = l.accept().await.unwrap();
+        hello(&mut s).await;
         let f = read_frame(&mut s, &Limits::default()).await.unwrap();
         write_frame(&mut s, MAP, f.request_id, &[1, 2, 3], &[])
             .await
@@ -105,7 +114,8 @@ async fn a_monitor_that_never_answers_is_a_timeout() {
     let addr = l.local_addr().unwrap().to_string();
     tokio::spawn(async move {
         let mut held = Vec::new();
-        while let Ok((s, _)) = l.accept().await {
+        while let Ok((mut s, _)) = l.accept().await {
+            hello(&mut s).await;
             held.push(s);
         }
     });
@@ -113,4 +123,43 @@ async fn a_monitor_that_never_answers_is_a_timeout() {
     let t = std::time::Instant::now();
     assert_eq!(c.get_map().await, Err(MonClientError::Timeout));
     assert!(t.elapsed() < Duration::from_secs(1), "deadline honoured");
+}
+
+#[tokio::test]
+async fn a_peer_that_fails_the_handshake_is_unreachable_with_the_reason() {
+    // An old monitor (frames without a handshake), and an OSD (handshakes, but not as a
+    // monitor).
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let old = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut s, _)) = l.accept().await {
+            // Reads the client's handshake (so closing cannot reset the connection before
+            // the client reads), answers with a frame and keeps the connection open.
+            let mut theirs = [0u8; 16];
+            let _ = s.read_exact(&mut theirs).await;
+            let _ = write_frame(&mut s, MAP, 0, &[], &[]).await;
+            held.push(s);
+        }
+    });
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let osd = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let _ = handshake(&mut s, node_kind::OSD).await;
+                let _ = read_frame(&mut s, &Limits::default()).await;
+            });
+        }
+    });
+    for (addr, why) in [(old, "magic"), (osd, "not a monitor")] {
+        let c = MonClient::new(vec![addr.clone()]).with_timeout(Duration::from_millis(300));
+        match c.get_map().await {
+            Err(MonClientError::Unreachable { last_error, .. }) => assert!(
+                last_error.starts_with(&format!("{addr}: handshake: ")) && last_error.contains(why),
+                "{last_error}"
+            ),
+            other => panic!("{addr}: expected Unreachable, got {other:?}"),
+        }
+    }
 }

@@ -118,7 +118,7 @@ fn open(addr: &str) -> Result<tokio::net::TcpStream, String> {
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(CONNECT_TIMEOUT))
         .map_err(|e| e.to_string())?;
-    handshake_blocking(&mut s, node_kind::OSD).map_err(|e| e.to_string())?;
+    handshake_blocking(&mut s, node_kind::OSD).map_err(|e| format!("handshake: {e}"))?;
     s.set_read_timeout(None).map_err(|e| e.to_string())?;
     s.set_nonblocking(true).map_err(|e| e.to_string())?;
     tokio::net::TcpStream::from_std(s).map_err(|e| e.to_string())

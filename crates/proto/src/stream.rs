@@ -381,14 +381,15 @@ async fn drain_queue(
     }
 }
 
-/// Why a connection's handshake failed.
+/// Why a connection's handshake failed. Messages carry no "handshake" prefix: callers say
+/// where it failed ("{addr}: handshake: {e}").
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
-    #[error("handshake: {0}")]
+    #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Hello(#[from] crate::HelloError),
-    #[error("handshake timed out")]
+    #[error("timed out")]
     Timeout,
 }
 

@@ -100,9 +100,7 @@ async fn a_monitor_behind_the_kept_log_catches_up_from_a_snapshot() {
     .await;
     // A snapshot carries no history: asked for what followed its old epoch, the restarted
     // monitor can only send the full map (from the log it would send incrementals).
-    let mut s = tokio::net::TcpStream::connect(c.mons[lagger].addr())
-        .await
-        .expect("connect");
+    let mut s = raw_connect(&c.mons[lagger].addr()).await;
     let req = cairn_proto::msg::encode(&cairn_proto::msg::mon::GetMap { have: seen.epoch });
     cairn_proto::stream::write_frame(&mut s, cairn_proto::msg::mon::GET_MAP, 1, &req, &[])
         .await

@@ -43,6 +43,20 @@ pub async fn within<T>(what: &str, limit: Duration, f: impl Future<Output = T>) 
     }
 }
 
+/// A raw connection to a monitor, past the handshake (as a client): ready for frames.
+pub async fn raw_connect(addr: &str) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (theirs, _) = within(
+        "the monitor's handshake",
+        Duration::from_secs(5),
+        cairn_proto::stream::handshake(&mut s, cairn_proto::stream::node_kind::CLIENT),
+    )
+    .await
+    .expect("handshake");
+    assert_eq!(theirs.node_kind, cairn_proto::stream::node_kind::MON);
+    s
+}
+
 /// A unique scratch dir under the system temp dir, removed on drop.
 pub struct Scratch(pub PathBuf);
 

@@ -8,7 +8,6 @@ use cairn_proto::msg::{decode, encode};
 use cairn_proto::stream::{read_frame, write_frame};
 use cairn_proto::Limits;
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_see_every_epoch_and_follow_across_a_monitor_failure() {
@@ -19,9 +18,7 @@ async fn subscribers_see_every_epoch_and_follow_across_a_monitor_failure() {
     client.command(pool("first")).await.expect("command");
 
     // A raw subscription to a follower: a full map first, then every epoch in order.
-    let mut raw = TcpStream::connect(c.mons[follower].addr())
-        .await
-        .expect("connect");
+    let mut raw = raw_connect(&c.mons[follower].addr()).await;
     write_frame(
         &mut raw,
         SUBSCRIBE,

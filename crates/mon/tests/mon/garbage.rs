@@ -1,11 +1,13 @@
-//! Malformed input: the monitor answers ERROR and closes that connection, and keeps serving.
+//! Malformed input. Instead of a handshake: the monitor closes the connection without a word
+//! (the peer does not speak the framing). After a valid handshake: the monitor answers ERROR
+//! and closes the connection. Either way it keeps serving the others.
 
 use crate::common::*;
 use cairn_mon::raft_net::RAFT_VOTE;
 use cairn_proto::msg::decode;
 use cairn_proto::msg::mon::{ErrorReply, ERROR, GET_MAP, MAP, MON_STATUS, MON_STATUS_REPLY};
-use cairn_proto::stream::{read_frame, write_frame, ReadError};
-use cairn_proto::{Frame, Limits};
+use cairn_proto::stream::{node_kind, read_frame, write_frame, ReadError};
+use cairn_proto::{Frame, Hello, Limits};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -29,6 +31,48 @@ async fn until_closed(s: &mut TcpStream) -> Vec<Frame> {
     .await
 }
 
+/// Reads raw bytes until the monitor closes (or resets) the connection, well before the
+/// handshake timeout (5 s) would have closed it.
+async fn bytes_until_closed(s: &mut TcpStream) -> Vec<u8> {
+    within(
+        "the monitor closes the connection",
+        Duration::from_secs(2),
+        async {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return got,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// Asserts that the monitor sent nothing but (part of) its own handshake: no frame.
+fn only_the_monitors_hello(got: &[u8]) {
+    let hello = Hello::ours(node_kind::MON).encode().expect("hello");
+    assert!(
+        hello.starts_with(got),
+        "expected at most the monitor's handshake, got {} bytes: {got:02x?}",
+        got.len()
+    );
+}
+
+fn junk(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 fn error_message(f: &Frame) -> String {
     assert_eq!(f.msg_type, ERROR, "expected an ERROR frame");
     decode::<ErrorReply>("error", &f.control)
@@ -44,20 +88,34 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     client.get_map().await.expect("map");
 
     // A well-behaved connection that stays open throughout.
-    let mut good = TcpStream::connect(&addr).await.expect("connect");
+    let mut good = raw_connect(&addr).await;
 
-    // Random bytes: not a frame.
+    // Random bytes instead of a handshake: closed without a frame.
     let mut s = TcpStream::connect(&addr).await.expect("connect");
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let junk: Vec<u8> = (0..4096)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    let _ = s.write_all(&junk).await;
+    let _ = s.write_all(&junk(4096)).await;
+    only_the_monitors_hello(&bytes_until_closed(&mut s).await);
+
+    // A client that does not handshake (a valid frame first): the same.
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let _ = write_frame(&mut s, MON_STATUS, 1, &[], &[]).await;
+    only_the_monitors_hello(&bytes_until_closed(&mut s).await);
+
+    // A handshake with a bad checksum.
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let mut bad = Hello::ours(node_kind::CLIENT).encode().expect("hello");
+    bad[12] ^= 1;
+    let _ = s.write_all(&bad).await;
+    only_the_monitors_hello(&bytes_until_closed(&mut s).await);
+
+    // A connection closed halfway through its handshake.
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let hello = Hello::ours(node_kind::CLIENT).encode().expect("hello");
+    s.write_all(&hello[..7]).await.expect("send");
+    drop(s);
+
+    // After a valid handshake, random bytes: not a frame.
+    let mut s = raw_connect(&addr).await;
+    let _ = s.write_all(&junk(4096)).await;
     let frames = until_closed(&mut s).await;
     assert_eq!(frames.len(), 1, "one ERROR, then close");
     assert!(
@@ -67,7 +125,7 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     );
 
     // A valid frame whose control part is not a GetMap.
-    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let mut s = raw_connect(&addr).await;
     write_frame(&mut s, GET_MAP, 5, &[0xff; 11], &[])
         .await
         .expect("send");
@@ -78,7 +136,7 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
 
     // An unknown message type, and a peer message that is not one.
     for (t, body) in [(999u16, vec![]), (RAFT_VOTE, vec![1, 2, 3])] {
-        let mut s = TcpStream::connect(&addr).await.expect("connect");
+        let mut s = raw_connect(&addr).await;
         write_frame(&mut s, t, 6, &body, &[]).await.expect("send");
         let frames = until_closed(&mut s).await;
         assert_eq!(frames.len(), 1, "type {t}");
@@ -86,7 +144,7 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     }
 
     // A header announcing a huge body is refused from the header alone.
-    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let mut s = raw_connect(&addr).await;
     let hdr = cairn_proto::FrameHeader {
         version: cairn_proto::PROTOCOL_VERSION,
         flags: 0,
@@ -101,7 +159,7 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     assert!(error_message(&frames[0]).contains("limit"));
 
     // A connection closed halfway through a frame.
-    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let mut s = raw_connect(&addr).await;
     let mut buf = Vec::new();
     cairn_proto::stream::encode_parts(&mut buf, GET_MAP, 1, &[0; 40], &[]);
     s.write_all(&buf[..20]).await.expect("send");
@@ -120,6 +178,7 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     .expect("reply");
     assert_eq!(f.msg_type, MON_STATUS_REPLY);
     client.command(pool("still")).await.expect("command");
+    c.client().get_map().await.expect("a new client is served");
     write_frame(
         &mut good,
         GET_MAP,
