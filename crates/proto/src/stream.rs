@@ -60,6 +60,20 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     })
 }
 
+/// The sealed header of a frame made of these parts.
+fn frame_header(msg_type: u16, request_id: u64, control: &[u8], data: &[u8]) -> [u8; HEADER_LEN] {
+    FrameHeader {
+        version: PROTOCOL_VERSION,
+        flags: 0,
+        msg_type,
+        request_id,
+        control_len: control.len() as u32,
+        data_len: data.len() as u32,
+        body_crc: body_crc(control, data),
+    }
+    .encode()
+}
+
 /// Appends a frame made of its parts to `out` (for writers that batch several frames into
 /// one write).
 pub fn encode_parts(
@@ -69,16 +83,7 @@ pub fn encode_parts(
     control: &[u8],
     data: &[u8],
 ) {
-    let hdr = FrameHeader {
-        version: PROTOCOL_VERSION,
-        flags: 0,
-        msg_type,
-        request_id,
-        control_len: control.len() as u32,
-        data_len: data.len() as u32,
-        body_crc: body_crc(control, data),
-    };
-    out.extend_from_slice(&hdr.encode());
+    out.extend_from_slice(&frame_header(msg_type, request_id, control, data));
     out.extend_from_slice(control);
     out.extend_from_slice(data);
 }
@@ -152,16 +157,7 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
     ) -> Result<(), SendClosed> {
-        let hdr = FrameHeader {
-            version: PROTOCOL_VERSION,
-            flags: 0,
-            msg_type,
-            request_id,
-            control_len: control.len() as u32,
-            data_len: data.len() as u32,
-            body_crc: body_crc(control, data),
-        }
-        .encode();
+        let hdr = frame_header(msg_type, request_id, control, data);
         let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.closed {
             return Err(SendClosed);
@@ -198,16 +194,7 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
     ) -> Result<(), SendClosed> {
-        let hdr = FrameHeader {
-            version: PROTOCOL_VERSION,
-            flags: 0,
-            msg_type,
-            request_id,
-            control_len: control.len() as u32,
-            data_len: data.len() as u32,
-            body_crc: body_crc(control, data),
-        }
-        .encode();
+        let hdr = frame_header(msg_type, request_id, control, data);
         let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.closed {
             return Err(SendClosed);

@@ -37,27 +37,13 @@ impl Store {
     /// Waits until every transaction up to sequence `seq` is durable, writing the queued
     /// records itself when no other thread is.
     pub fn sync_through(&self, seq: u64) -> Result<u64> {
-        let sh = &self.sh;
-        let mut st = sh.lock();
+        let st = self.sh.lock();
         // A number never handed out would never become durable: wait for the last one.
         let seq = seq.min(st.next_seq.saturating_sub(1));
-        loop {
-            if st.durable_seq >= seq {
-                return Ok(seq);
-            }
-            if let Some(f) = &st.failed {
-                return Err(StoreError::Failed(f.clone()));
-            }
-            if !st.writing && !st.queue.is_empty() {
-                st = write_batch(sh, st);
-                continue;
-            }
-            // Another thread writes the batch starting right after the durable prefix; its
-            // writer wakes that batch's first sequence number when done. (Waiting on `seq`
-            // itself could miss the wake-up: `seq` may be neither in that batch nor the
-            // first record queued after it.)
-            st = wait(sh.seq_cv(st.durable_seq + 1), st);
-        }
+        // Wait on the batch after the durable prefix, not on `seq`: the records of a thread
+        // that submitted several may be neither in the batch being written nor the first
+        // queued after it, the only ones a writer wakes.
+        wait_until_durable(&self.sh, st, seq, |st| st.durable_seq + 1)
     }
 }
 
@@ -584,8 +570,20 @@ fn wake_maint_if_needed(sh: &Shared, st: &State) {
     }
 }
 
-/// Waits until record `seq` is durable, writing batches while no one else is.
-fn wait_durable<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, seq: u64) -> Result<u64> {
+/// Waits until record `seq` is durable, writing batches while no one else is. A committer
+/// waits on its own record's condvar (the writer of its batch wakes it).
+fn wait_durable<'a>(sh: &'a Shared, st: MutexGuard<'a, State>, seq: u64) -> Result<u64> {
+    wait_until_durable(sh, st, seq, move |_| seq)
+}
+
+/// Waits until `seq` is durable, writing queued batches itself when no one else writes, and
+/// sleeping on the condvar of the sequence number `wake_on` names.
+fn wait_until_durable<'a>(
+    sh: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+    seq: u64,
+    wake_on: impl Fn(&State) -> u64,
+) -> Result<u64> {
     loop {
         if st.durable_seq >= seq {
             return Ok(seq);
@@ -597,7 +595,8 @@ fn wait_durable<'a>(sh: &'a Shared, mut st: MutexGuard<'a, State>, seq: u64) -> 
             st = write_batch(sh, st);
             continue;
         }
-        st = wait(sh.seq_cv(seq), st);
+        let cv = sh.seq_cv(wake_on(&st));
+        st = wait(cv, st);
     }
 }
 

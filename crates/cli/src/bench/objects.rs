@@ -18,7 +18,8 @@ pub const LONG_ABOUT: &str = "\
 Benchmark object I/O against a running cluster (found with -c FILE or CAIRN_CONF).
 
 Creates its own pool (size 3 unless --size, durability wal unless --durability), fills a
-working set of --objects objects of 1 MiB, then runs for --seconds each:
+working set of --objects objects of 1 MiB, waits 3 s (so the OSDs write the fill to their
+data devices outside any measurement), then runs for --seconds each:
   write-4k-qd1   4 KiB writes at random aligned offsets, 1 in flight
   write-4k-qd32  the same, 32 in flight
   read-4k-qd1    4 KiB reads at random aligned offsets, 1 in flight
@@ -56,6 +57,8 @@ pub struct BenchObjectsArgs {
 }
 
 const OBJ_SIZE: u64 = 1 << 20;
+/// Pause after filling the working set (see `bench`).
+const SETTLE: Duration = Duration::from_secs(3);
 
 struct Spec {
     name: &'static str,
@@ -318,6 +321,9 @@ async fn bench(
         eprintln!("filling {} objects of 1 MiB...", a.objects);
     }
     fill(client, pool, a.objects).await?;
+    // The fill is set-up, not a workload: let the OSDs write it to their data devices before
+    // the first measurement instead of measuring that background work as part of it.
+    tokio::time::sleep(SETTLE).await;
     let mut out = Vec::new();
     for spec in WORKLOADS
         .iter()
