@@ -268,12 +268,23 @@ fn up(a: UpArgs) -> Result<()> {
     );
     println!("  config: {}", conf_abs.display());
     println!("  logs:   {}", dir.join("log").display());
+    // The hints name this very executable: `cairn` may not be on the PATH.
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|e| {
+            let cwd = std::env::current_dir().ok()?;
+            Some(match e.strip_prefix(&cwd) {
+                Ok(rel) => format!("./{}", rel.display()),
+                Err(_) => e.display().to_string(),
+            })
+        })
+        .unwrap_or_else(|| "cairn".to_string());
     println!("next:");
     println!("  export CAIRN_CONF={}", conf_abs.display());
-    println!("  cairn status");
-    println!("  cairn obj put default hello /etc/hostname && cairn obj get default hello -");
-    println!("  cairn bench objects --json");
-    println!("  cairn dev down --dir {}", dir.display());
+    println!("  {exe} status");
+    println!("  {exe} obj put default hello /etc/hostname && {exe} obj get default hello -");
+    println!("  {exe} bench objects --json");
+    println!("  {exe} dev down --dir {}", dir.display());
     Ok(())
 }
 
