@@ -1,14 +1,17 @@
 //! cairn-osd: an object storage daemon.
 //!
 //! The flow of a client write (see `op/write.rs`):
-//! connection reader (tokio) -> the shard thread that owns the PG (`shard.rs`) -> the primary
-//! sends the write to every replica (`peers.rs`) and commits it to the local store (WAL,
-//! run to completion) -> replicas commit and answer -> the last answer completes the write
-//! (`inflight.rs`) and replies to the client from whichever thread delivered it. Replica
-//! answers never wait behind client ops in a shard's queue.
+//! the connection's reader on its shard's event loop (`server.rs`) -> the shard that owns the
+//! PG (`shard.rs`; inline when it is the same shard, else queued to it) -> the primary assigns
+//! the PG version, sends the write to every replica (`peers.rs`) and submits it to the local
+//! store -> at the end of the run of requests already received, one WAL flush makes the shard's
+//! writes durable -> replicas do the same and answer -> the last answer completes the write
+//! (`inflight.rs`) and replies to the client on whichever thread read it. Replica answers are
+//! never queued behind client ops.
 //!
-//! A PG belongs to exactly one shard thread, so its ops are ordered without a lock and never
-//! wait behind another shard's PGs. The map arrives from the monitors (`mapwatch.rs`).
+//! A PG belongs to exactly one shard (a thread with its own event loop), so its ops are ordered
+//! without a lock shared between PGs and never wait behind another shard's PGs. The map
+//! arrives from the monitors (`mapwatch.rs`).
 
 mod config;
 mod daemon;
