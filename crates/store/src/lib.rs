@@ -14,6 +14,7 @@
 //!
 //! On-disk format: `docs/format/store.md`.
 
+mod cache;
 mod checkpoint;
 pub mod codec;
 mod commit;

@@ -368,7 +368,7 @@ fn write_runs(sh: &Shared, buf: &[u8], runs: &[(u64, u32)]) -> Result<()> {
     let mut done = 0usize;
     for &(off, n) in runs {
         let len = n as usize * BLOCK_SIZE;
-        sh.data.write(&buf[done..done + len], off)?;
+        sh.data.write_data(&buf[done..done + len], off)?;
         done += len;
     }
     Ok(())

@@ -46,6 +46,8 @@ impl IoCounters {
 /// The data devices of a store.
 pub struct Mirror {
     devs: Vec<Arc<dyn BlockDevice>>,
+    /// Read cache of data blocks (None when configured off).
+    pub cache: Option<crate::cache::BlockCache>,
     flushing: Vec<AtomicBool>,
     separation: bool,
     next: AtomicUsize,
@@ -54,10 +56,11 @@ pub struct Mirror {
 
 impl Mirror {
     /// One or two devices; `separation` enables read/flush separation.
-    pub fn new(devs: Vec<Arc<dyn BlockDevice>>, separation: bool) -> Self {
+    pub fn new(devs: Vec<Arc<dyn BlockDevice>>, separation: bool, cache_bytes: u64) -> Self {
         let flushing = devs.iter().map(|_| AtomicBool::new(false)).collect();
         Mirror {
             devs,
+            cache: (cache_bytes > 0).then(|| crate::cache::BlockCache::new(cache_bytes)),
             flushing,
             separation,
             next: AtomicUsize::new(0),
@@ -80,8 +83,20 @@ impl Mirror {
         self.devs[i].name()
     }
 
-    /// Writes `buf` at `off` on every device.
+    /// Writes object data blocks at `off` on every device and keeps them in the read cache.
+    pub fn write_data(&self, buf: &[u8], off: u64) -> Result<()> {
+        self.write(buf, off)?;
+        if let Some(c) = &self.cache {
+            c.insert(off, buf);
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` at `off` on every device (dropping cached blocks it overwrites first).
     pub fn write(&self, buf: &[u8], off: u64) -> Result<()> {
+        if let Some(c) = &self.cache {
+            c.invalidate(off, buf.len() as u64);
+        }
         for d in &self.devs {
             d.write_at(buf, off)
                 .map_err(|e| StoreError::io(d.name(), off, e))?;

@@ -39,6 +39,9 @@ pub struct StoreConfig {
     pub checkpoint_interval: Duration,
     /// Serve reads of a mirror from the device that is not flushing. Default true.
     pub read_flush_separation: bool,
+    /// Memory for the read cache of data blocks (blocks just flushed and blocks read from the
+    /// data devices); 0 turns it off. Default 128 MiB.
+    pub read_cache_bytes: u64,
     /// The cleaner starts when fewer segments than this are free. Default 8.
     pub clean_below_free_segments: u32,
     /// Cleaner copy rate while space is not critical, bytes per second. Default 64 MiB/s.
@@ -59,6 +62,7 @@ impl Default for StoreConfig {
             checkpoint_wal_percent: 50,
             checkpoint_interval: Duration::from_secs(30),
             read_flush_separation: true,
+            read_cache_bytes: 128 << 20,
             clean_below_free_segments: 8,
             clean_rate: 64 << 20,
             reserve_segments: 4,
@@ -86,6 +90,8 @@ pub struct StoreStats {
     pub segments_free: u32,
     /// Bytes of the segment area (what data can occupy).
     pub capacity_bytes: u64,
+    /// Bytes held by the read cache.
+    pub read_cache_bytes: u64,
     pub segments_cleaned: u64,
     pub cleaned_bytes: u64,
     pub live_bytes: u64,
@@ -382,7 +388,11 @@ impl Store {
                 reason: "its WAL header belongs to another store".into(),
             });
         }
-        let data = Mirror::new(devs.data.clone(), cfg.read_flush_separation);
+        let data = Mirror::new(
+            devs.data.clone(),
+            cfg.read_flush_separation,
+            cfg.read_cache_bytes,
+        );
         let mut segs = Segments::new(
             data_sb.segment_offset,
             data_sb.segment_size,
@@ -602,6 +612,12 @@ impl Store {
             checkpoints: st.checkpoints,
             segments_total: st.segs.count(),
             capacity_bytes: self.sh.data_blocks * BLOCK_SIZE as u64,
+            read_cache_bytes: self
+                .sh
+                .data
+                .cache
+                .as_ref()
+                .map_or(0, |c| c.len() as u64 * BLOCK),
             segments_free: st.segs.free_segments(),
             segments_cleaned: st.cleaned_segments,
             cleaned_bytes: st.cleaned_bytes,

@@ -2,7 +2,7 @@
 
 mod common;
 
-use cairn_store::{Devices, FileDevice, Store, StoreError, Transaction};
+use cairn_store::{Devices, FileDevice, Store, StoreConfig, StoreError, Transaction};
 use common::{small_cfg, MemDevs};
 use std::sync::Arc;
 
@@ -494,6 +494,7 @@ fn reads_go_to_the_mirror_device_that_is_not_flushing() {
     };
     let mut cfg = small_cfg();
     cfg.checkpoint_interval = Duration::from_secs(3600);
+    cfg.read_cache_bytes = 0; // this test is about which device reads go to
     Store::mkfs(&devs, &cfg).unwrap();
     let s = Arc::new(Store::open(&devs, cfg).unwrap());
     let mut t = Transaction::new();
@@ -533,10 +534,14 @@ fn reads_go_to_the_mirror_device_that_is_not_flushing() {
 #[test]
 fn a_failing_mirror_device_is_read_around_and_io_errors_stay_io_errors() {
     let devs = MemDevs::new(2, 8 << 20, Some(1 << 20));
-    Store::mkfs(&devs.devices(), &small_cfg()).unwrap();
+    let cfg = StoreConfig {
+        read_cache_bytes: 0, // this test is about device reads
+        ..small_cfg()
+    };
+    Store::mkfs(&devs.devices(), &cfg).unwrap();
     let power = cairn_store::fault::Power::new();
     let (fdevs, faults) = devs.faulty(&power);
-    let s = Store::open(&fdevs, small_cfg()).unwrap();
+    let s = Store::open(&fdevs, cfg).unwrap();
     let mut t = Transaction::new();
     t.create_collection(1).write(1, b"o", 0, &[4u8; 3 * 4096]);
     s.commit(&t).unwrap();
@@ -616,4 +621,40 @@ fn a_checkpoint_writes_records_submitted_without_a_waiter() {
     drop(s);
     let s = Store::open(&devs.devices(), small_cfg()).unwrap();
     assert_eq!(s.read(1, b"queued", 0, 4096).unwrap(), vec![5u8; 4096]);
+}
+
+#[test]
+fn flushed_data_is_read_from_the_cache_and_only_when_it_is_on() {
+    for cache in [0u64, 1 << 20] {
+        let devs = MemDevs::new(1, 8 << 20, Some(1 << 20));
+        let cfg = StoreConfig {
+            read_cache_bytes: cache,
+            ..small_cfg()
+        };
+        let s = devs.mkfs_open(cfg);
+        let mut t = Transaction::new();
+        t.create_collection(1).write(1, b"o", 0, &[3u8; 8 * 4096]);
+        s.commit(&t).unwrap();
+        s.checkpoint().unwrap(); // flushed: the index points at the data device
+        let before = s.stats().data_io.reads;
+        for _ in 0..3 {
+            assert_eq!(
+                s.read(1, b"o", 4096, 4 * 4096).unwrap(),
+                vec![3u8; 4 * 4096]
+            );
+        }
+        let device_reads = s.stats().data_io.reads - before;
+        if cache == 0 {
+            assert_eq!(
+                device_reads, 3,
+                "without a cache every read goes to the device"
+            );
+        } else {
+            assert_eq!(
+                device_reads, 0,
+                "blocks just flushed are served from the cache"
+            );
+            assert!(s.stats().read_cache_bytes >= 8 * 4096);
+        }
+    }
 }

@@ -18,8 +18,9 @@ pub const LONG_ABOUT: &str = "\
 Benchmark object I/O against a running cluster (found with -c FILE or CAIRN_CONF).
 
 Creates its own pool (size 3 unless --size, durability wal unless --durability), fills a
-working set of --objects objects of 1 MiB, waits 3 s (so the OSDs write the fill to their
-data devices outside any measurement), then runs for --seconds each:
+working set of --objects objects of 1 MiB, then runs for --seconds each, waiting 3 s before
+each (so the OSDs finish flushing what the fill or the previous workload wrote outside any
+measurement):
   write-4k-qd1   4 KiB writes at random aligned offsets, 1 in flight
   write-4k-qd32  the same, 32 in flight
   read-4k-qd1    4 KiB reads at random aligned offsets, 1 in flight
@@ -57,7 +58,7 @@ pub struct BenchObjectsArgs {
 }
 
 const OBJ_SIZE: u64 = 1 << 20;
-/// Pause after filling the working set (see `bench`).
+/// Pause after filling the working set and between workloads (see `bench`).
 const SETTLE: Duration = Duration::from_secs(3);
 
 struct Spec {
@@ -329,6 +330,11 @@ async fn bench(
         .iter()
         .filter(|s| a.only.as_deref().is_none_or(|o| s.name.contains(o)))
     {
+        // Each workload starts on quiet OSDs: the flushing and cleaning the previous one left
+        // behind is not measured as part of this one.
+        if !out.is_empty() {
+            tokio::time::sleep(SETTLE).await;
+        }
         let me = std::process::id() as i32;
         let (c0, m0) = (cpu_total(pids), cpu_seconds(me));
         let r = run_workload(client, pool, spec, a.objects, dur).await?;

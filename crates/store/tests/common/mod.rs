@@ -18,6 +18,8 @@ pub fn small_cfg() -> StoreConfig {
         clean_below_free_segments: 6,
         clean_rate: 0,
         reserve_segments: 4,
+        // Small, so eviction and invalidation by segment reuse happen in every test.
+        read_cache_bytes: 128 * 1024,
         ..StoreConfig::default()
     }
 }

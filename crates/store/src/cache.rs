@@ -1,0 +1,163 @@
+//! A read cache of data blocks, keyed by their place on the data devices.
+//!
+//! The store is log-structured: a block at a device offset never changes until its segment is
+//! reused, and every write to the devices passes through [`crate::mirror::Mirror`], which drops
+//! the cached blocks it overwrites. Blocks enter the cache when the flusher writes them (so data
+//! just written is read from memory after it leaves the in-memory pending set) and when a read
+//! fetched them from a device. Every hit is still verified against the index's crc by the
+//! caller, like a device read.
+//!
+//! A read that raced with a write to the same place must not put the old contents back: a
+//! generation counter, bumped by every invalidation, lets such a read skip the insert.
+
+use crate::device::BLOCK_SIZE;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+const B: u64 = BLOCK_SIZE as u64;
+
+/// Cached blocks with first-in-first-out eviction, bounded in blocks.
+pub struct BlockCache {
+    cap: usize,
+    generation: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    blocks: BTreeMap<u64, Box<[u8]>>,
+    order: VecDeque<u64>,
+}
+
+impl BlockCache {
+    /// A cache of at most `bytes` (rounded down to whole blocks; at least one block).
+    pub fn new(bytes: u64) -> BlockCache {
+        BlockCache {
+            cap: (bytes / B).max(1) as usize,
+            generation: AtomicU64::new(0),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The invalidation generation; pass it to [`BlockCache::insert_if_current`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Copies the blocks at `off..off + out.len()` into `out` when every one is cached and
+    /// `verify(i, block)` accepts it; false otherwise (`out` is then unspecified).
+    pub fn get_all(&self, off: u64, out: &mut [u8], verify: impl Fn(usize, &[u8]) -> bool) -> bool {
+        let inner = self.lock();
+        for (i, chunk) in out.chunks_mut(BLOCK_SIZE).enumerate() {
+            match inner.blocks.get(&(off + i as u64 * B)) {
+                Some(b) if verify(i, b) => chunk.copy_from_slice(b),
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Caches whole blocks of `data` at `off` (the caller holds them as written or verified).
+    pub fn insert(&self, off: u64, data: &[u8]) {
+        let mut inner = self.lock();
+        self.insert_locked(&mut inner, off, data);
+    }
+
+    /// [`BlockCache::insert`] unless something was invalidated since `generation` was read
+    /// (the data may then be older than a write that happened meanwhile). Invalidations bump
+    /// the generation under the same lock, so the check and the insert cannot be split.
+    pub fn insert_if_current(&self, generation: u64, off: u64, data: &[u8]) {
+        let mut inner = self.lock();
+        if self.generation.load(Ordering::Acquire) == generation {
+            self.insert_locked(&mut inner, off, data);
+        }
+    }
+
+    fn insert_locked(&self, inner: &mut Inner, off: u64, data: &[u8]) {
+        for (i, chunk) in data.chunks_exact(BLOCK_SIZE).enumerate() {
+            let at = off + i as u64 * B;
+            if inner.blocks.insert(at, chunk.into()).is_none() {
+                inner.order.push_back(at);
+            }
+        }
+        while inner.blocks.len() > self.cap {
+            match inner.order.pop_front() {
+                Some(old) => {
+                    inner.blocks.remove(&old);
+                }
+                None => break,
+            }
+        }
+        // Keys whose block was invalidated linger in `order`; keep it bounded too.
+        if inner.order.len() > 2 * self.cap {
+            let Inner { blocks, order } = inner;
+            order.retain(|k| blocks.contains_key(k));
+        }
+    }
+
+    /// Drops cached blocks overlapping `off..off + len` (before they are overwritten).
+    pub fn invalidate(&self, off: u64, len: u64) {
+        let mut inner = self.lock();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let start = off / B * B;
+        let keys: Vec<u64> = inner
+            .blocks
+            .range(start..off.saturating_add(len))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            inner.blocks.remove(&k);
+        }
+    }
+
+    /// Blocks cached.
+    pub fn len(&self) -> usize {
+        self.lock().blocks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(v: u8) -> Vec<u8> {
+        vec![v; BLOCK_SIZE]
+    }
+
+    #[test]
+    fn hits_misses_eviction_and_invalidation() {
+        let c = BlockCache::new(2 * B);
+        c.insert(0, &block(1));
+        c.insert(B, &block(2));
+        let mut out = vec![0u8; 2 * BLOCK_SIZE];
+        assert!(c.get_all(0, &mut out, |_, _| true));
+        assert_eq!(&out[BLOCK_SIZE..], &block(2)[..]);
+        assert!(
+            !c.get_all(0, &mut out, |i, _| i == 0),
+            "verify refuses block 1"
+        );
+        c.insert(2 * B, &block(3)); // evicts block 0 (first in)
+        assert_eq!(c.len(), 2);
+        assert!(!c.get_all(0, &mut out[..BLOCK_SIZE], |_, _| true));
+        c.invalidate(B + 100, 10);
+        assert!(!c.get_all(B, &mut out[..BLOCK_SIZE], |_, _| true));
+        assert!(c.get_all(2 * B, &mut out[..BLOCK_SIZE], |_, _| true));
+    }
+
+    #[test]
+    fn a_read_older_than_an_invalidation_is_not_cached() {
+        let c = BlockCache::new(16 * B);
+        let g = c.generation();
+        c.invalidate(0, B); // a write to the place the read fetched from
+        c.insert_if_current(g, 0, &block(9));
+        assert_eq!(c.len(), 0);
+        let g = c.generation();
+        c.insert_if_current(g, 0, &block(9));
+        assert_eq!(c.len(), 1);
+    }
+}
