@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 10 {
+    match which % 11 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -29,6 +29,7 @@ fuzz_target!(|data: &[u8]| {
         6 => roundtrip::<cairn_map::MapChange>("command", b),
         7 => roundtrip::<mon::Heartbeat>("heartbeat", b),
         8 => roundtrip::<mon::MonStatus>("mon status", b),
+        9 => roundtrip::<osd::OsdStats>("osd stats", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

@@ -47,12 +47,10 @@ pub struct RunArgs {
     /// Host name used as the failure domain (default: this machine's).
     #[arg(long)]
     pub host: Option<String>,
-    /// Shard threads (each owns a share of the PGs).
+    /// Shards: threads each running its own event loop that owns a share of the PGs and of
+    /// the connections.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
-    /// Network threads.
-    #[arg(long, default_value_t = 1)]
-    pub net_threads: usize,
 }
 
 pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
@@ -93,7 +91,6 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
         cfg.host = h;
     }
     cfg.shards = a.shards;
-    cfg.net_threads = a.net_threads;
     cairn_osd::run(cfg)?;
     Ok(())
 }

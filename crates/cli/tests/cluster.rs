@@ -394,3 +394,98 @@ fn cli_pool_osd_and_object_commands() {
         "{msg}"
     );
 }
+
+/// Sends raw frames to an OSD: what a buggy or hostile client could send.
+#[test]
+fn osd_refuses_malformed_input_and_keeps_serving() {
+    use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, ERROR, OP, OP_REPLY};
+    use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let c = Cluster::up("osdinput", 1, 2);
+    pool_create(&c, "p", 1, 1);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        let map = client.map();
+        let addr = |id: u32| map.osds[&id].addr.clone();
+        let limits = cairn_proto::Limits::default();
+        // No handshake: the OSD closes the connection.
+        let mut s = tokio::net::TcpStream::connect(addr(0))
+            .await
+            .expect("connect");
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").await.expect("send");
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(10), async {
+            // The OSD's own handshake may arrive first; then the connection ends.
+            let mut total = 0;
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return total,
+                    Ok(n) => total += n,
+                }
+            }
+        })
+        .await
+        .expect("the OSD keeps a connection that sent garbage open");
+        assert!(n <= 16, "the OSD answered garbage with {n} bytes");
+        // A valid handshake, then a malformed op: an ERROR frame, then close.
+        let mut s = tokio::net::TcpStream::connect(addr(0))
+            .await
+            .expect("connect");
+        handshake(&mut s, node_kind::CLIENT)
+            .await
+            .expect("handshake");
+        write_frame(&mut s, OP, 7, b"\xff\xff\xff", &[])
+            .await
+            .expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("error reply");
+        assert_eq!((f.msg_type, f.request_id), (ERROR, 7));
+        assert!(
+            read_frame(&mut s, &limits).await.is_err(),
+            "connection not closed"
+        );
+        // Well-formed but wrong: a PG out of range, and an op sent to the OSD that is not
+        // the PG's primary.
+        let name = b"x".to_vec();
+        let pg = map.object_pg(pool, &name).expect("pg");
+        let primary = map.pg_placement(pg).primary().expect("primary");
+        let other = if primary == 0 { 1 } else { 0 };
+        for (osd, pgnum, want) in [(primary, 10_000, "invalid"), (other, pg.pg, "not primary")] {
+            let mut s = tokio::net::TcpStream::connect(addr(osd))
+                .await
+                .expect("connect");
+            handshake(&mut s, node_kind::CLIENT)
+                .await
+                .expect("handshake");
+            let req = OpRequest {
+                epoch: map.epoch,
+                pool,
+                pg: pgnum,
+                object: name.clone(),
+                kind: OpKind::Write { offset: 0 },
+            };
+            let control = cairn_proto::msg::encode(&req);
+            write_frame(&mut s, OP, 1, &control, b"data")
+                .await
+                .expect("send");
+            let f = read_frame(&mut s, &limits).await.expect("reply");
+            assert_eq!(f.msg_type, OP_REPLY);
+            let r: OpReply = cairn_proto::msg::decode("reply", &f.control).expect("decode");
+            match (want, r) {
+                ("invalid", OpReply::Invalid(_)) | ("not primary", OpReply::NotPrimary { .. }) => {}
+                (want, r) => panic!("expected {want}, got {r:?}"),
+            }
+        }
+        // Nothing of it was written, and the OSDs still serve.
+        assert!(matches!(
+            client.read(pool, &name, 0, 4).await,
+            Err(cairn_client::ClientError::NoSuchObject { .. })
+        ));
+        client
+            .write_full(pool, &name, b"fine")
+            .await
+            .expect("write after garbage");
+        assert_eq!(client.read(pool, &name, 0, 4).await.expect("read"), b"fine");
+    });
+}

@@ -25,10 +25,9 @@ pub struct OsdConfig {
     pub host: String,
     /// Placement weight, 16.16 fixed point. Default 1.0.
     pub weight: u32,
-    /// Shard threads (each owns a share of the PGs). Default 1.
+    /// Shards: threads each running an event loop that owns a share of the PGs and of the
+    /// connections (network I/O runs on them too). Default 1.
     pub shards: usize,
-    /// Network threads. Default 1.
-    pub net_threads: usize,
     /// Interval between heartbeats to the monitors. Default 1 s.
     pub heartbeat_interval: Duration,
 }
@@ -47,7 +46,6 @@ impl OsdConfig {
             host: default_host(),
             weight: 0x10000,
             shards: 1,
-            net_threads: 1,
             heartbeat_interval: Duration::from_secs(1),
         }
     }

@@ -158,17 +158,15 @@ impl FrameSender {
         data: &[u8],
     ) -> Result<(), SendClosed> {
         let hdr = frame_header(msg_type, request_id, control, data);
+        let parts = [&hdr[..], control, data];
         let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.closed {
             return Err(SendClosed);
         }
         if !st.queue.is_empty() || defer(self) {
-            st.queue.extend_from_slice(&hdr);
-            st.queue.extend_from_slice(control);
-            st.queue.extend_from_slice(data);
+            queue_rest(&mut st.queue, &parts, 0);
             return Ok(());
         }
-        let parts = [&hdr[..], control, data];
         let total = HEADER_LEN + control.len() + data.len();
         let written = match self.write_now(&parts) {
             Ok(n) => n,
@@ -200,9 +198,7 @@ impl FrameSender {
             return Err(SendClosed);
         }
         let was_empty = st.queue.is_empty();
-        st.queue.extend_from_slice(&hdr);
-        st.queue.extend_from_slice(control);
-        st.queue.extend_from_slice(data);
+        queue_rest(&mut st.queue, &[&hdr[..], control, data], 0);
         if was_empty {
             self.inner.wake.notify_one();
         }

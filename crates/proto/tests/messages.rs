@@ -26,6 +26,7 @@ proptest! {
         roundtrip::<mon::CommandReply>("command reply", &b);
         roundtrip::<cairn_map::MapChange>("command", &b);
         roundtrip::<mon::MonStatus>("mon status", &b);
+        roundtrip::<osd::OsdStats>("osd stats", &b);
     }
 }
 

@@ -161,10 +161,10 @@ fn cpu_total(pids: &[i32]) -> f64 {
     pids.iter().map(|p| cpu_seconds(*p)).sum()
 }
 
-/// A deterministic pattern for block `b` of object `o`, stamped with a generation.
-fn pattern(o: u32, b: u64, gen: u64, len: usize) -> Vec<u8> {
+/// A deterministic pattern for block `b` of object `o`.
+fn pattern(o: u32, b: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
-    let seed = ((o as u64) << 40) ^ (b << 8) ^ gen;
+    let seed = ((o as u64) << 40) ^ (b << 8);
     for (i, c) in v.chunks_mut(8).enumerate() {
         let x = seed
             .wrapping_add(i as u64)
@@ -180,7 +180,7 @@ fn contents(o: u32, offset: u64, len: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(len);
     let first = offset / 4096;
     for b in first..first + (len as u64).div_ceil(4096) {
-        v.extend_from_slice(&pattern(o, b, 0, 4096));
+        v.extend_from_slice(&pattern(o, b, 4096));
     }
     v.truncate(len);
     v
