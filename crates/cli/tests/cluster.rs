@@ -264,6 +264,60 @@ fn killed_osd_is_marked_down_and_io_goes_on() {
     let st = c.status();
     assert_eq!(st["osds"]["up"], 3, "{st}");
     assert_eq!(st["health"], "HEALTH_WARN", "{st}");
+
+    rt.block_on(async {
+        // A pool whose PGs need both of their members: a write to a PG with osd.1 (down) in
+        // it is never acknowledged; the client keeps retrying until its deadline.
+        c.ok(&[
+            "pool",
+            "create",
+            "strict",
+            "--size",
+            "2",
+            "--min-size",
+            "2",
+            "--pgs",
+            "16",
+        ]);
+        let mut cfg = cairn_client::ClientConfig::new(c.mons());
+        cfg.op_timeout = Duration::from_secs(2);
+        let strict = cairn_client::Client::connect(cfg).await.expect("client");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let sp = loop {
+            if let Ok(p) = strict.pool_id("strict") {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "pool strict never appeared");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let map = strict.map();
+        let name = (0..10_000)
+            .map(|i| format!("s{i}"))
+            .find(|n| {
+                let pg = map.object_pg(sp, n.as_bytes()).expect("pg");
+                map.pg_placement(pg).up_set.contains(&1)
+            })
+            .expect("an object placed on osd.1");
+        match strict.write_full(sp, name.as_bytes(), &encode(1)).await {
+            Err(cairn_client::ClientError::Timeout { last, .. }) => {
+                assert!(last.contains("min_size"), "{last}")
+            }
+            other => panic!("a write below min_size was answered: {other:?}"),
+        }
+        assert!(
+            matches!(
+                strict.read(sp, name.as_bytes(), 0, 8).await,
+                Err(cairn_client::ClientError::NoSuchObject { .. })
+            ),
+            "the refused write left data behind"
+        );
+    });
+    let st = c.status();
+    assert_eq!(st["health"], "HEALTH_ERR", "{st}");
+    assert!(
+        st["pgs"]["inactive"].as_u64().expect("inactive") > 0,
+        "{st}"
+    );
 }
 
 #[test]
