@@ -1,0 +1,103 @@
+//! What the NBD server serves: a set of named block exports. The server knows nothing about
+//! Cairn; `cairn-volume` implements these traits over volumes, tests over memory.
+
+use std::future::Future;
+use std::sync::Arc;
+
+/// Why an export operation failed; mapped to the NBD error the client sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExportError {
+    /// The data could not be read or written (NBD_EIO).
+    #[error("i/o error: {0}")]
+    Io(String),
+    /// No space left (NBD_ENOSPC).
+    #[error("no space left: {0}")]
+    NoSpace(String),
+    /// The request is not valid for this export (NBD_EINVAL).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The export cannot do this (fast) (NBD_ENOTSUP), e.g. a FAST_ZERO it cannot honour.
+    #[error("not supported: {0}")]
+    NotSupported(String),
+}
+
+/// One run of an export's allocation map, for NBD_CMD_BLOCK_STATUS (base:allocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Length in bytes (> 0).
+    pub len: u32,
+    /// The range is not allocated (NBD_STATE_HOLE).
+    pub hole: bool,
+    /// The range reads as zeros (NBD_STATE_ZERO).
+    pub zero: bool,
+}
+
+/// One block device served by name.
+///
+/// Every method may be called concurrently from many connections; an implementation is safe for
+/// multi-conn when a write acknowledged on one connection is visible to reads on every other.
+pub trait Export: Send + Sync + 'static {
+    /// Size in bytes, fixed for the life of a connection.
+    fn size(&self) -> u64;
+
+    /// Whether writes acknowledged to one connection are seen by all others, and a FLUSH on any
+    /// connection covers writes acknowledged on all of them (NBD_FLAG_CAN_MULTI_CONN).
+    fn multi_conn(&self) -> bool;
+
+    /// Reads `len` bytes at `offset` (the server has checked the range is inside the export).
+    fn read(
+        &self,
+        offset: u64,
+        len: u32,
+    ) -> impl Future<Output = Result<Vec<u8>, ExportError>> + Send;
+
+    /// Writes `data` at `offset`. With `fua`, returns only once the data is durable.
+    fn write(
+        &self,
+        offset: u64,
+        data: Vec<u8>,
+        fua: bool,
+    ) -> impl Future<Output = Result<(), ExportError>> + Send;
+
+    /// Returns once every write acknowledged before the call is durable.
+    fn flush(&self) -> impl Future<Output = Result<(), ExportError>> + Send;
+
+    /// Discards a range: afterwards it reads as zeros or as its old contents (the export
+    /// chooses); space may be freed.
+    fn trim(&self, offset: u64, len: u32) -> impl Future<Output = Result<(), ExportError>> + Send;
+
+    /// Makes a range read as zeros. `may_punch` (no NBD_CMD_FLAG_NO_HOLE) lets the export free
+    /// the space; `fast` (NBD_CMD_FLAG_FAST_ZERO) asks it to fail with `NotSupported` rather than
+    /// do it slower than a write of zeros would be.
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        may_punch: bool,
+        fast: bool,
+        fua: bool,
+    ) -> impl Future<Output = Result<(), ExportError>> + Send;
+
+    /// The allocation map of `offset..offset+len`: extents in order, starting at `offset`,
+    /// covering at least one byte and at most `len` bytes.
+    fn block_status(
+        &self,
+        offset: u64,
+        len: u32,
+    ) -> impl Future<Output = Result<Vec<Extent>, ExportError>> + Send;
+}
+
+/// The set of exports a server offers, looked up by name at each connection's handshake.
+pub trait Exports: Send + Sync + 'static {
+    type Export: Export;
+
+    /// Names (and optional one-line descriptions) for NBD_OPT_LIST.
+    fn list(&self) -> impl Future<Output = Result<Vec<(String, String)>, ExportError>> + Send;
+
+    /// Opens an export by name; `Ok(None)` when there is none. The empty name is the default
+    /// export (if the implementation has one).
+    fn open(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Arc<Self::Export>>, ExportError>> + Send;
+}
