@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 11 {
+    match which % 12 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -30,6 +30,14 @@ fuzz_target!(|data: &[u8]| {
         7 => roundtrip::<mon::Heartbeat>("heartbeat", b),
         8 => roundtrip::<mon::MonStatus>("mon status", b),
         9 => roundtrip::<osd::OsdStats>("osd stats", b),
+        10 => {
+            if let Ok(batch) = decode::<osd::OpBatch>("op batch", b) {
+                // The check must not panic on any decoded batch, whatever the frame's size.
+                let _ = batch.check(b.len());
+                let again: osd::OpBatch = decode("op batch", &encode(&batch)).expect("re-decodes");
+                assert_eq!(batch, again);
+            }
+        }
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

@@ -49,7 +49,21 @@ pub struct UpArgs {
     /// Seconds to wait for the cluster to become healthy.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Address of the NBD server serving the `default` pool's volumes (port 0: any free port;
+    /// fixed when the cluster is created).
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    pub nbd: String,
+    /// Do not start the NBD server.
+    #[arg(long)]
+    pub no_nbd: bool,
+    /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
+    /// written).
+    #[arg(long, default_value = "10G", value_parser = crate::size::parse_size)]
+    pub volume_size: u64,
 }
+
+/// The volume `dev up` creates and serves as the default NBD export.
+pub const DEFAULT_VOLUME: &str = "disk0";
 
 #[derive(Args)]
 pub struct DownArgs {
@@ -69,6 +83,9 @@ struct DevState {
     osds: u32,
     osd_size: u64,
     wal_dir: Option<PathBuf>,
+    /// Where the NBD server listens (absent in clusters created before it existed).
+    #[serde(default)]
+    nbd: Option<String>,
 }
 
 pub fn run(cmd: DevCmd) -> Result<()> {
@@ -117,12 +134,17 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         .collect::<Result<Vec<_>>>()?;
     let shm = Path::new("/dev/shm");
     let wal_dir = shm.is_dir().then(|| shm.join(format!("cairn-{fsid}")));
+    let nbd = match a.nbd.strip_suffix(":0") {
+        Some(host) => format!("{host}:{}", free_port()?),
+        None => a.nbd.clone(),
+    };
     Ok(DevState {
         fsid,
         mons,
         osds: a.osds,
         osd_size: a.osd_size,
         wal_dir,
+        nbd: Some(nbd),
     })
 }
 
@@ -260,6 +282,13 @@ fn up(a: UpArgs) -> Result<()> {
         let c = pg_counts(&map);
         Ok((c.clean == c.total).then_some(()))
     })?;
+    let nbd = match (&state.nbd, a.no_nbd || a.no_pool) {
+        (Some(addr), false) => {
+            start_nbd(&dir, &state, addr, a.volume_size, timeout)?;
+            Some(addr.clone())
+        }
+        _ => None,
+    };
     let conf_abs = std::fs::canonicalize(&conf_path).unwrap_or(conf_path);
     println!(
         "cluster up: {} monitor(s), {} OSD(s), healthy",
@@ -284,7 +313,61 @@ fn up(a: UpArgs) -> Result<()> {
     println!("  {exe} status");
     println!("  {exe} obj put default hello /etc/hostname && {exe} obj get default hello -");
     println!("  {exe} bench objects --json");
+    if let Some(addr) = nbd {
+        println!("  nbdinfo nbd://{addr}/{DEFAULT_VOLUME}    # the volume served over NBD");
+        println!("  {exe} vol ls");
+    }
     println!("  {exe} dev down --dir {}", dir.display());
+    Ok(())
+}
+
+/// Creates the default volume if the pool has none and starts the NBD server serving it.
+fn start_nbd(dir: &Path, s: &DevState, addr: &str, size: u64, timeout: Duration) -> Result<()> {
+    // One runtime for the client's whole life: its connections are tasks of that runtime.
+    let created = block_on(async {
+        let cfg = cairn_client::ClientConfig::new(s.mons.clone());
+        let client = cairn_client::Client::connect(cfg).await?;
+        if !cairn_volume::list(&client, "default").await?.is_empty() {
+            return Ok(false);
+        }
+        let os = cairn_volume::DEFAULT_OBJECT_SIZE;
+        cairn_volume::create(&client, "default", DEFAULT_VOLUME, size, os).await?;
+        anyhow::Ok(true)
+    })??;
+    if created {
+        eprintln!(
+            "  created volume {DEFAULT_VOLUME} ({}, thin) in pool `default`",
+            crate::size::human(size)
+        );
+    }
+    let ours = read_pid(&dir.join("run").join("nbd.pid")).is_some_and(pid_alive);
+    if !ours && std::net::TcpStream::connect(addr).is_ok() {
+        bail!(
+            "cannot serve NBD on {addr}: another program listens there; stop it, or create the \
+             cluster with --nbd 127.0.0.1:0 (any free port), or run with --no-nbd"
+        );
+    }
+    let conf = dir.join("cairn.toml").display().to_string();
+    let args: Vec<String> = [
+        "-c",
+        &conf,
+        "nbd",
+        "serve",
+        "--pool",
+        "default",
+        "--listen",
+        addr,
+        "--default-export",
+        DEFAULT_VOLUME,
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    spawn(dir, "nbd", &args)?;
+    wait_for(&format!("the NBD server on {addr}"), timeout, || {
+        Ok(std::net::TcpStream::connect(addr).ok().map(|_| ()))
+    })?;
+    eprintln!("  serving pool `default`'s volumes over NBD on {addr}");
     Ok(())
 }
 

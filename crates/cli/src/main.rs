@@ -10,11 +10,13 @@ mod conf;
 mod dev;
 mod logging;
 mod mon_cmd;
+mod nbd_cmd;
 mod obj_cmd;
 mod osd_cmd;
 mod size;
 mod store_cmd;
 mod torture;
+mod vol_cmd;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -53,6 +55,12 @@ enum Cmd {
     /// Put, get, remove, list and stat objects.
     #[command(subcommand)]
     Obj(obj_cmd::ObjCmd),
+    /// Create, list, inspect, resize and remove block volumes.
+    #[command(subcommand)]
+    Vol(vol_cmd::VolCmd),
+    /// Serve volumes over NBD (QEMU, libnbd tools, the Linux nbd driver).
+    #[command(subcommand)]
+    Nbd(nbd_cmd::NbdCmd),
     /// Run a monitor daemon.
     Mon(mon_cmd::MonArgs),
     /// Format, inspect and verify a local object store (the store an OSD runs on).
@@ -71,11 +79,17 @@ enum BenchCmd {
     /// Benchmark object I/O against a running cluster (--help: workloads, baselines, JSON).
     #[command(long_about = bench::objects::LONG_ABOUT)]
     Objects(bench::objects::BenchObjectsArgs),
+    /// Benchmark block I/O over NBD with fio, against nbdkit memory (--help: workloads, JSON).
+    #[command(long_about = bench::nbd::LONG_ABOUT)]
+    Nbd(bench::nbd::BenchNbdArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let daemon = matches!(cli.cmd, Cmd::Mon(_) | Cmd::Osd(osd_cmd::OsdCmd::Run(_)));
+    let daemon = matches!(
+        cli.cmd,
+        Cmd::Mon(_) | Cmd::Osd(osd_cmd::OsdCmd::Run(_)) | Cmd::Nbd(_)
+    );
     let _log = logging::init(daemon);
     let conf = cli.conf.as_deref();
     let ok = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
@@ -85,10 +99,13 @@ fn main() -> ExitCode {
         Cmd::Pool(c) => ok(admin::pool(c, conf)),
         Cmd::Osd(c) => ok(osd_cmd::run(c, conf)),
         Cmd::Obj(c) => ok(obj_cmd::run(c, conf)),
+        Cmd::Vol(c) => ok(vol_cmd::run(c, conf)),
+        Cmd::Nbd(c) => ok(nbd_cmd::run(c, conf)),
         Cmd::Mon(a) => ok(mon_cmd::run(a)),
         Cmd::Store(c) => store_cmd::run(c),
         Cmd::Bench(BenchCmd::Store(a)) => ok(bench::run(a)),
         Cmd::Bench(BenchCmd::Objects(a)) => ok(bench::objects::run(a, conf)),
+        Cmd::Bench(BenchCmd::Nbd(a)) => ok(bench::nbd::run(a, conf)),
     };
     match r {
         Ok(code) => code,

@@ -452,7 +452,9 @@ fn cli_pool_osd_and_object_commands() {
 /// Sends raw frames to an OSD: what a buggy or hostile client could send.
 #[test]
 fn osd_refuses_malformed_input_and_keeps_serving() {
-    use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, ERROR, OP, OP_REPLY};
+    use cairn_proto::msg::osd::{
+        BatchedOp, OpBatch, OpKind, OpReply, OpRequest, ERROR, OP, OP_BATCH, OP_REPLY,
+    };
     use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let c = Cluster::up("osdinput", 1, 2);
@@ -531,6 +533,39 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
                 (want, r) => panic!("expected {want}, got {r:?}"),
             }
         }
+        // An op batch whose data lengths do not add up: ERROR, close, nothing written.
+        let batched = |id: u64, len: u32, object: &[u8]| BatchedOp {
+            request_id: id,
+            data_len: len,
+            req: OpRequest {
+                epoch: map.epoch,
+                pool,
+                pg: map.object_pg(pool, object).expect("pg").pg,
+                object: object.to_vec(),
+                kind: OpKind::Write { offset: 0 },
+            },
+        };
+        let mut s = tokio::net::TcpStream::connect(addr(primary))
+            .await
+            .expect("connect");
+        handshake(&mut s, node_kind::CLIENT)
+            .await
+            .expect("handshake");
+        let bad = OpBatch {
+            ops: vec![batched(1, 4, &name), batched(2, 9, &name)],
+        };
+        write_frame(
+            &mut s,
+            OP_BATCH,
+            3,
+            &cairn_proto::msg::encode(&bad),
+            b"datadata",
+        )
+        .await
+        .expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("error reply");
+        assert_eq!(f.msg_type, ERROR);
+        assert!(read_frame(&mut s, &limits).await.is_err(), "not closed");
         // Nothing of it was written, and the OSDs still serve.
         assert!(matches!(
             client.read(pool, &name, 0, 4).await,
@@ -541,5 +576,62 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             .await
             .expect("write after garbage");
         assert_eq!(client.read(pool, &name, 0, 4).await.expect("read"), b"fine");
+    });
+}
+
+/// Temporal merge: with many small ops in flight, the client sends them in batches (each op
+/// still answered on its own, every value written); with merging off it never does.
+#[test]
+fn temporal_merge_batches_small_ops_and_each_completes() {
+    let c = Cluster::up("merge", 1, 2);
+    pool_create(&c, "m", 2, 1);
+    let rt = runtime();
+    rt.block_on(async {
+        for threshold in [2usize, 0] {
+            let mut cfg = cairn_client::ClientConfig::new(c.mons());
+            cfg.merge_threshold = threshold;
+            let client = cairn_client::Client::connect(cfg).await.expect("client");
+            let pool = client.pool_id("m").expect("pool");
+            // 4 objects: many ops in flight on each OSD connection.
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..256u64 {
+                let client = client.clone();
+                tasks.spawn(async move {
+                    let name = format!("obj{}", i % 4).into_bytes();
+                    let block = vec![(i % 251) as u8; 4096];
+                    client
+                        .write(pool, &name, (i / 4) * 4096, &block)
+                        .await
+                        .expect("write");
+                });
+            }
+            while let Some(r) = tasks.join_next().await {
+                r.expect("task");
+            }
+            for i in 0..256u64 {
+                let name = format!("obj{}", i % 4).into_bytes();
+                let got = client
+                    .read(pool, &name, (i / 4) * 4096, 4096)
+                    .await
+                    .expect("read");
+                assert!(
+                    got == vec![(i % 251) as u8; 4096],
+                    "block {i} of threshold {threshold}"
+                );
+            }
+            let m = client.merge_stats();
+            if threshold == 0 {
+                assert_eq!(m.batches, 0, "merging is off");
+            } else {
+                assert!(
+                    m.batches > 0,
+                    "nothing merged with 256 writes in flight: {m:?}"
+                );
+                assert!(
+                    m.ops >= 2 * m.batches && m.ops <= 8 * m.batches,
+                    "batches of 2..=8 ops: {m:?}"
+                );
+            }
+        }
     });
 }

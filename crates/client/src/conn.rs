@@ -1,8 +1,14 @@
 //! One connection to an OSD: ops are written directly by the calling task; a reader task
 //! matches replies to waiting ops by request id.
+//!
+//! Temporal merge: while more than `merge_threshold` ops are in flight on the connection, a
+//! small op (<= 16 KiB) is not sent by itself but added to a pending batch; the batch leaves
+//! as one `OP_BATCH` message when it holds 8 ops or when the merge task next runs (after the
+//! tasks that are ready now, so ops issued in the same turn of the event loop travel
+//! together). Below the threshold nothing waits.
 
-use cairn_proto::msg::osd::{OpReply, OP, OP_REPLY};
-use cairn_proto::stream::{handshake, node_kind, read_frame, FrameSender};
+use cairn_proto::msg::osd::{BatchedOp, OpBatch, OpReply, OpRequest, OP, OP_BATCH, OP_REPLY};
+use cairn_proto::stream::{handshake, node_kind, read_frame, FrameSender, SendClosed};
 use cairn_proto::Limits;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +27,30 @@ pub struct OsdConn {
     sender: FrameSender,
     waiters: Waiters,
     next_id: AtomicU64,
+    merge: Arc<Merge>,
+}
+
+/// Most ops one merged message carries.
+pub const MERGE_MAX_OPS: usize = 8;
+/// Largest op (payload or read length) that is merged.
+pub const MERGE_MAX_BYTES: u64 = 16 << 10;
+
+/// How much temporal merge happened (over all of a client's connections).
+#[derive(Debug, Default)]
+pub struct MergeCounters {
+    /// `OP_BATCH` messages sent.
+    pub batches: AtomicU64,
+    /// Ops that travelled in them.
+    pub ops: AtomicU64,
+}
+
+/// The pending batch of small ops (temporal merge).
+struct Merge {
+    /// Merge when more ops than this are in flight; 0 turns merging off.
+    threshold: usize,
+    counters: Arc<MergeCounters>,
+    pending: Mutex<Vec<(BatchedOp, Vec<u8>)>>,
+    wake: tokio::sync::Notify,
 }
 
 /// The connection broke or could not be opened.
@@ -31,7 +61,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl OsdConn {
     /// Connects to the OSD at `addr`.
-    pub async fn connect(addr: &str) -> Result<Arc<OsdConn>, ConnError> {
+    pub async fn connect(
+        addr: &str,
+        merge_threshold: usize,
+        counters: Arc<MergeCounters>,
+    ) -> Result<Arc<OsdConn>, ConnError> {
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
             .await
             .map_err(|_| ConnError(format!("connecting to {addr} timed out")))?
@@ -43,13 +77,23 @@ impl OsdConn {
             .map_err(|e| ConnError(format!("{addr}: handshake: {e}")))?;
         let (r, w) = stream.into_split();
         let waiters: Waiters = Arc::new(Mutex::new(Some(HashMap::new())));
+        let merge = Arc::new(Merge {
+            threshold: merge_threshold,
+            counters,
+            pending: Mutex::new(Vec::new()),
+            wake: tokio::sync::Notify::new(),
+        });
         let conn = Arc::new(OsdConn {
             addr: addr.to_string(),
             sender: FrameSender::new(w),
             waiters: waiters.clone(),
             next_id: AtomicU64::new(1),
+            merge: merge.clone(),
         });
-        tokio::spawn(read_replies(r, waiters, conn.sender.clone()));
+        tokio::spawn(read_replies(r, waiters.clone(), conn.sender.clone()));
+        if merge_threshold > 0 {
+            tokio::spawn(send_merged(merge, conn.sender.clone(), waiters));
+        }
         Ok(conn)
     }
 
@@ -58,8 +102,13 @@ impl OsdConn {
         !self.sender.is_closed()
     }
 
-    /// Sends an op and waits for its answer.
-    pub async fn call(&self, control: &[u8], data: &[u8]) -> Result<Answer, ConnError> {
+    /// Sends an op and waits for its answer. `small` ops may be merged with others.
+    pub async fn call(
+        &self,
+        req: &OpRequest,
+        data: &[u8],
+        small: bool,
+    ) -> Result<Answer, ConnError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let in_flight = {
@@ -72,12 +121,20 @@ impl OsdConn {
                 None => return Err(ConnError(format!("connection to {} is closed", self.addr))),
             }
         };
-        // Alone on the connection: write now (lowest latency). With others in flight, let
-        // the ops issued in this turn of the event loop go out in one write.
-        let sent = if in_flight > 1 {
-            self.sender.send_deferred(OP, id, control, data)
+        let m = &self.merge;
+        let sent = if small && m.threshold > 0 && in_flight > m.threshold {
+            m.add(id, req, data, &self.sender, &self.waiters)
         } else {
-            self.sender.send(OP, id, control, data)
+            // Merged ops issued before this one leave first.
+            m.send_pending(&self.sender, &self.waiters);
+            let control = cairn_proto::msg::encode(req);
+            // Alone on the connection: write now (lowest latency). With others in flight,
+            // let the ops issued in this turn of the event loop go out in one write.
+            if in_flight > 1 {
+                self.sender.send_deferred(OP, id, &control, data)
+            } else {
+                self.sender.send(OP, id, &control, data)
+            }
         };
         if sent.is_err() {
             self.forget(id);
@@ -96,6 +153,99 @@ impl OsdConn {
         {
             map.remove(&id);
         }
+    }
+}
+
+impl Merge {
+    /// Adds an op to the pending batch; sends the batch at once when it is full.
+    fn add(
+        &self,
+        id: u64,
+        req: &OpRequest,
+        data: &[u8],
+        sender: &FrameSender,
+        waiters: &Waiters,
+    ) -> Result<(), SendClosed> {
+        let full = {
+            let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let op = BatchedOp {
+                request_id: id,
+                data_len: data.len() as u32,
+                req: req.clone(),
+            };
+            p.push((op, data.to_vec()));
+            if p.len() == 1 {
+                self.wake.notify_one();
+            }
+            (p.len() >= MERGE_MAX_OPS).then(|| std::mem::take(&mut *p))
+        };
+        match full {
+            Some(batch) => self.send(batch, sender, waiters),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends whatever is pending.
+    fn send_pending(&self, sender: &FrameSender, waiters: &Waiters) {
+        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+        let _ = self.send(batch, sender, waiters);
+    }
+
+    fn send(
+        &self,
+        batch: Vec<(BatchedOp, Vec<u8>)>,
+        sender: &FrameSender,
+        waiters: &Waiters,
+    ) -> Result<(), SendClosed> {
+        if batch.len() > 1 {
+            self.counters.batches.fetch_add(1, Ordering::Relaxed);
+            let n = batch.len() as u64;
+            self.counters.ops.fetch_add(n, Ordering::Relaxed);
+        }
+        send_batch(batch, sender, waiters)
+    }
+}
+
+/// Sends ops as one message (one op: a plain `OP`). On a closed connection their waiters are
+/// dropped, which fails their calls.
+fn send_batch(
+    batch: Vec<(BatchedOp, Vec<u8>)>,
+    sender: &FrameSender,
+    waiters: &Waiters,
+) -> Result<(), SendClosed> {
+    let r = match batch.len() {
+        0 => return Ok(()),
+        1 => {
+            let (op, data) = &batch[0];
+            let control = cairn_proto::msg::encode(&op.req);
+            sender.send(OP, op.request_id, &control, data)
+        }
+        _ => {
+            let data: Vec<u8> = batch.iter().flat_map(|(_, d)| d.iter().copied()).collect();
+            let ops: Vec<BatchedOp> = batch.iter().map(|(op, _)| op.clone()).collect();
+            let control = cairn_proto::msg::encode(&OpBatch { ops });
+            sender.send(OP_BATCH, 0, &control, &data)
+        }
+    };
+    if r.is_err() {
+        if let Some(map) = waiters.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            for (op, _) in &batch {
+                map.remove(&op.request_id);
+            }
+        }
+    }
+    r
+}
+
+/// Sends the pending batch each time it is woken: it runs after the tasks that are ready,
+/// so everything they add goes in the same message.
+async fn send_merged(merge: Arc<Merge>, sender: FrameSender, waiters: Waiters) {
+    loop {
+        merge.wake.notified().await;
+        if sender.is_closed() {
+            return;
+        }
+        merge.send_pending(&sender, &waiters);
     }
 }
 

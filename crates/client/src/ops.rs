@@ -1,6 +1,6 @@
 //! The client API: object ops with transparent retries across map changes and failures.
 
-use crate::conn::{Answer, ConnError, OsdConn};
+use crate::conn::{Answer, ConnError, MergeCounters, OsdConn, MERGE_MAX_BYTES};
 use crate::error::ClientError;
 use crate::route::{MapView, Route};
 use cairn_map::{ClusterMap, PgId};
@@ -19,7 +19,13 @@ pub struct ClientConfig {
     pub mons: Vec<String>,
     /// How long an op keeps retrying before it fails. Default 30 s.
     pub op_timeout: Duration,
+    /// Temporal merge: with more than this many ops in flight to one OSD, small ops
+    /// (<= 16 KiB) issued together travel as one message (at most 8). 0 turns it off.
+    pub merge_threshold: usize,
 }
+
+/// Default [`ClientConfig::merge_threshold`].
+pub const DEFAULT_MERGE_THRESHOLD: usize = 4;
 
 impl ClientConfig {
     /// Defaults for a cluster with these monitors.
@@ -27,6 +33,7 @@ impl ClientConfig {
         ClientConfig {
             mons,
             op_timeout: Duration::from_secs(30),
+            merge_threshold: DEFAULT_MERGE_THRESHOLD,
         }
     }
 }
@@ -49,6 +56,16 @@ struct Inner {
     view: Mutex<Arc<MapView>>,
     conns: Mutex<HashMap<u32, Arc<OsdConn>>>,
     cfg: ClientConfig,
+    merged: Arc<MergeCounters>,
+}
+
+/// How much temporal merge this client did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MergeStats {
+    /// Merged messages sent.
+    pub batches: u64,
+    /// Ops sent in them.
+    pub ops: u64,
 }
 
 /// What one attempt of an op led to.
@@ -78,8 +95,18 @@ impl Client {
                 view: Mutex::new(Arc::new(MapView::new(map))),
                 conns: Mutex::new(HashMap::new()),
                 cfg,
+                merged: Arc::default(),
             }),
         })
+    }
+
+    /// How many merged messages (and ops in them) this client has sent.
+    pub fn merge_stats(&self) -> MergeStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        MergeStats {
+            batches: self.inner.merged.batches.load(Relaxed),
+            ops: self.inner.merged.ops.load(Relaxed),
+        }
     }
 
     /// The monitor client this client uses.
@@ -126,7 +153,8 @@ impl Client {
         {
             return Ok(c.clone());
         }
-        let c = OsdConn::connect(addr).await?;
+        let threshold = self.inner.cfg.merge_threshold;
+        let c = OsdConn::connect(addr, threshold, self.inner.merged.clone()).await?;
         self.inner
             .conns
             .lock()
@@ -152,8 +180,11 @@ impl Client {
                 }
             }
         };
-        let control = cairn_proto::msg::encode(req);
-        match conn.call(&control, data).await {
+        let small = match req.kind {
+            OpKind::Read { len, .. } => len <= MERGE_MAX_BYTES,
+            _ => data.len() as u64 <= MERGE_MAX_BYTES,
+        };
+        match conn.call(req, data, small).await {
             Ok((OpReply::NotPrimary { epoch: theirs }, _)) => Attempt::Again {
                 min_epoch: theirs.max(epoch + 1),
                 why: format!("osd.{id} is not primary of pg {}", route.pg),
@@ -301,6 +332,41 @@ impl Client {
             .submit("write", pool, Target::Object(name), OpKind::WriteFull, data)
             .await?;
         self.final_version(r, pool, name)
+    }
+
+    /// Zeroes `len` bytes at `offset` of an object (whole blocks are freed). Does nothing to a
+    /// missing object or beyond its end: the object's size never changes.
+    pub async fn zero(
+        &self,
+        pool: u32,
+        name: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<(), ClientError> {
+        let r = self
+            .submit(
+                "zero",
+                pool,
+                Target::Object(name),
+                OpKind::Zero { offset, len },
+                &[],
+            )
+            .await?;
+        self.final_version(r, pool, name).map(|_| ())
+    }
+
+    /// Sets an object's size (creating it if absent), dropping or zero-extending the tail.
+    pub async fn truncate(&self, pool: u32, name: &[u8], size: u64) -> Result<(), ClientError> {
+        let r = self
+            .submit(
+                "truncate",
+                pool,
+                Target::Object(name),
+                OpKind::Truncate { size },
+                &[],
+            )
+            .await?;
+        self.final_version(r, pool, name).map(|_| ())
     }
 
     /// Reads up to `len` bytes at `offset` (short at the end of the object).

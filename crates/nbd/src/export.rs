@@ -89,6 +89,7 @@ pub trait Export: Send + Sync + 'static {
 
 /// The set of exports a server offers, looked up by name at each connection's handshake.
 pub trait Exports: Send + Sync + 'static {
+    /// The export type [`open`](Exports::open) hands out.
     type Export: Export;
 
     /// Names (and optional one-line descriptions) for NBD_OPT_LIST.

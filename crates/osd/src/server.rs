@@ -6,7 +6,7 @@ use crate::shard::ShardMsg;
 use cairn_map::PgId;
 use cairn_proto::msg::mon::ErrorReply;
 use cairn_proto::msg::osd::{
-    OpRequest, OsdStats, RepOp, ERROR, OP, OSD_STATS, OSD_STATS_REPLY, REP,
+    OpBatch, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OSD_STATS, OSD_STATS_REPLY, REP,
 };
 use cairn_proto::stream::{
     begin_batch, end_batch, frame_buffered, handshake, node_kind, read_frame, FrameSender,
@@ -89,6 +89,17 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                 }
                 continue;
             }
+            OP_BATCH => {
+                if let Err(why) = dispatch_batch(&osd, &sender, &frame.control, frame.data, shard) {
+                    refuse(&sender, frame.request_id, &why);
+                    break;
+                }
+                if !more {
+                    end_batch();
+                    osd.sync_shard(shard);
+                }
+                continue;
+            }
             OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
                 Ok(req) => {
                     let pg = PgId {
@@ -151,6 +162,38 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
     end_batch();
     osd.sync_shard(shard);
     sender.close();
+}
+
+/// Handles each op of an [`OpBatch`] as if it had come in its own frame (inside the caller's
+/// send batch, so their replies and forwarded writes go out together).
+fn dispatch_batch(
+    osd: &Arc<Osd>,
+    sender: &FrameSender,
+    control: &[u8],
+    data: Vec<u8>,
+    shard: usize,
+) -> Result<(), String> {
+    let batch =
+        cairn_proto::msg::decode::<OpBatch>("op batch", control).map_err(|e| e.to_string())?;
+    batch.check(data.len())?;
+    begin_batch();
+    let mut at = 0usize;
+    for op in batch.ops {
+        let end = at + op.data_len as usize;
+        let pg = PgId {
+            pool: op.req.pool,
+            pg: op.req.pg,
+        };
+        let msg = ShardMsg::Op {
+            reply: sender.clone(),
+            req_id: op.request_id,
+            req: op.req,
+            data: data[at..end].to_vec(),
+        };
+        osd.dispatch(pg, msg, shard);
+        at = end;
+    }
+    Ok(())
 }
 
 fn refuse(to: &FrameSender, req_id: u64, why: &str) {

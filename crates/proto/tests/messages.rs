@@ -27,6 +27,7 @@ proptest! {
         roundtrip::<cairn_map::MapChange>("command", &b);
         roundtrip::<mon::MonStatus>("mon status", &b);
         roundtrip::<osd::OsdStats>("osd stats", &b);
+        roundtrip::<osd::OpBatch>("op batch", &b);
     }
 }
 
@@ -52,4 +53,33 @@ fn a_huge_length_prefix_does_not_allocate_it() {
     let mut b = vec![7, 1, 3];
     b.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x7f]);
     assert!(decode::<osd::OpRequest>("op", &b).is_err());
+}
+
+#[test]
+fn an_op_batch_must_account_for_its_data() {
+    let op = |id, len| osd::BatchedOp {
+        request_id: id,
+        data_len: len,
+        req: osd::OpRequest {
+            epoch: 1,
+            pool: 1,
+            pg: 0,
+            object: b"o".to_vec(),
+            kind: osd::OpKind::Write { offset: 0 },
+        },
+    };
+    let b = osd::OpBatch {
+        ops: vec![op(1, 4096), op(2, 100)],
+    };
+    let again: osd::OpBatch = decode("op batch", &encode(&b)).expect("decodes");
+    assert_eq!(again, b);
+    assert!(b.check(4196).is_ok());
+    assert!(b.check(4195).unwrap_err().contains("add up"));
+    assert!(osd::OpBatch { ops: vec![] }.check(0).is_err());
+    let big = osd::OpBatch {
+        ops: (0..osd::MAX_BATCH_OPS as u64 + 1)
+            .map(|i| op(i, 0))
+            .collect(),
+    };
+    assert!(big.check(0).unwrap_err().contains("ops"));
 }

@@ -1,1 +1,22 @@
-//! Block volumes.
+//! cairn-volume: block volumes on the object core.
+//!
+//! A volume is a header object `vol.<name>` (size, object size, id; docs/format/volume.md)
+//! plus data objects `vdata.<id>.<objno>` of a fixed size (default 4 MiB), thin provisioned:
+//! a data object exists only once written. [`Volume`] does byte-range I/O over them; an open
+//! volume keeps a map of which objects exist so reads of holes never reach an OSD.
+//! [`VolumeExports`] serves a pool's volumes over NBD (`cairn-nbd`).
+
+mod admin;
+mod error;
+mod export;
+pub mod header;
+mod join;
+mod layout;
+mod objmap;
+mod volume;
+
+pub use admin::{create, info, list, remove, resize, VolumeEntry, VolumeInfo};
+pub use error::VolumeError;
+pub use export::{VolumeExport, VolumeExports};
+pub use header::{Header, DEFAULT_OBJECT_SIZE};
+pub use volume::{Allocation, Volume};

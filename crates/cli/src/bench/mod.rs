@@ -8,6 +8,7 @@
 
 mod echo;
 pub mod measure;
+pub mod nbd;
 pub mod objects;
 mod ops;
 pub mod report;

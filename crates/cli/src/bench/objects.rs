@@ -105,7 +105,7 @@ const WORKLOADS: [Spec; 5] = [
 
 /// Pids of the cluster's processes: from the `run/` directory beside the configuration
 /// (`cairn dev up`), else every `cairn mon` / `cairn osd run` process on the machine.
-fn cluster_pids(conf: &Path) -> Vec<i32> {
+pub(super) fn cluster_pids(conf: &Path) -> Vec<i32> {
     let run = conf.parent().map(|d| d.join("run"));
     let mut pids = Vec::new();
     if let Some(rd) = run.and_then(|r| std::fs::read_dir(r).ok()) {
@@ -142,7 +142,7 @@ fn cluster_pids(conf: &Path) -> Vec<i32> {
 }
 
 /// CPU seconds used so far by `pid` (user + system).
-fn cpu_seconds(pid: i32) -> f64 {
+pub(super) fn cpu_seconds(pid: i32) -> f64 {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
@@ -157,7 +157,7 @@ fn cpu_seconds(pid: i32) -> f64 {
     ticks as f64 / hz
 }
 
-fn cpu_total(pids: &[i32]) -> f64 {
+pub(super) fn cpu_total(pids: &[i32]) -> f64 {
     pids.iter().map(|p| cpu_seconds(*p)).sum()
 }
 

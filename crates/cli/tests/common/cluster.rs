@@ -38,6 +38,58 @@ impl Cluster {
         c
     }
 
+    /// Starts a cluster with the `default` pool (size min(3, osds)), a 1 GiB volume `disk0`
+    /// and the NBD server on a free port serving the pool's volumes.
+    pub fn up_with_nbd(name: &str, osds: u32) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("cairn-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = Cluster {
+            conf: dir.join("cairn.toml"),
+            dir,
+        };
+        let d = c.dir.display().to_string();
+        let n = osds.to_string();
+        let o = cairn(&[
+            "dev",
+            "up",
+            "--dir",
+            &d,
+            "--osds",
+            &n,
+            "--osd-size",
+            "2G",
+            "--nbd",
+            "127.0.0.1:0",
+            "--volume-size",
+            "1G",
+            "--timeout",
+            "60",
+        ]);
+        assert!(
+            o.status.success(),
+            "dev up failed:\n{}\n{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr),
+            c.logs()
+        );
+        c
+    }
+
+    /// Where the NBD server of an `up_with_nbd` cluster listens.
+    pub fn nbd_addr(&self) -> String {
+        let t = std::fs::read_to_string(self.dir.join("dev.toml")).expect("read dev.toml");
+        let v: toml::Value = toml::from_str(&t).expect("parse dev.toml");
+        v["nbd"]
+            .as_str()
+            .expect("nbd address in dev.toml")
+            .to_string()
+    }
+
+    /// `nbd://ADDR/VOLUME` of a volume served by this cluster.
+    pub fn nbd_uri(&self, volume: &str) -> String {
+        format!("nbd://{}/{volume}", self.nbd_addr())
+    }
+
     fn dev_up(&self, mons: u32, osds: u32) {
         let dir = self.dir.display().to_string();
         let o = cairn(&[

@@ -18,6 +18,9 @@ pub const REP_REPLY: u16 = 203;
 pub const OSD_STATS: u16 = 204;
 /// Reply: [`OsdStats`].
 pub const OSD_STATS_REPLY: u16 = 205;
+/// Request: [`OpBatch`] (+ the ops' data, concatenated): several small ops sent as one
+/// message (temporal merge); each is answered by its own [`OP_REPLY`] with its own request id.
+pub const OP_BATCH: u16 = 206;
 /// Reply to a malformed frame: [`crate::msg::mon::ErrorReply`]; the OSD then closes the
 /// connection.
 pub const ERROR: u16 = 209;
@@ -116,6 +119,45 @@ pub enum OpReply {
     Invalid(String),
     /// The OSD failed to store or read (device error, full): do not retry blindly.
     Failed(String),
+}
+
+/// Most ops one [`OpBatch`] may carry (clients send at most 8).
+pub const MAX_BATCH_OPS: usize = 64;
+
+/// Several ops in one message. The frame's data is the ops' data in order; `data_len` says
+/// where each one's ends. The frame's own request id is unused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpBatch {
+    pub ops: Vec<BatchedOp>,
+}
+
+/// One op of an [`OpBatch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchedOp {
+    /// The request id its [`OP_REPLY`] carries.
+    pub request_id: u64,
+    pub data_len: u32,
+    pub req: OpRequest,
+}
+
+impl OpBatch {
+    /// Checks the batch against its frame's data length: at most [`MAX_BATCH_OPS`] ops, at
+    /// least one, and data lengths that add up.
+    pub fn check(&self, data_len: usize) -> Result<(), String> {
+        if self.ops.is_empty() || self.ops.len() > MAX_BATCH_OPS {
+            return Err(format!(
+                "op batch of {} ops (1..={MAX_BATCH_OPS} allowed)",
+                self.ops.len()
+            ));
+        }
+        let sum: u64 = self.ops.iter().map(|o| u64::from(o.data_len)).sum();
+        if sum != data_len as u64 {
+            return Err(format!(
+                "op batch data lengths add up to {sum} bytes but the frame carries {data_len}"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A write forwarded by the primary to a replica.

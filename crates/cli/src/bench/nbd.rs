@@ -1,0 +1,338 @@
+//! `cairn bench nbd`: fio's nbd engine against a Cairn volume served by `cairn nbd serve`,
+//! each workload next to the same fio job against `nbdkit memory` (the protocol-overhead
+//! ceiling: an NBD server that keeps everything in RAM) run in the same invocation.
+
+use super::objects::{cluster_pids, cpu_seconds, cpu_total};
+use super::report::{round, Obj};
+use crate::admin::pg_counts;
+use anyhow::{bail, Context, Result};
+use cairn_client::{Client, ClientConfig};
+use cairn_map::{Durability, MapChange};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const LONG_ABOUT: &str = "\
+Benchmark block I/O over NBD against a running cluster (found with -c FILE or CAIRN_CONF),
+with fio's nbd engine (apt-get install fio nbdkit).
+
+Creates a pool (size 3 unless --size, durability wal) and a volume in it, starts its own
+`cairn nbd serve` for it and an `nbdkit memory` server of the same size, fills both with
+sequential 1 MiB writes, then runs each workload for --seconds against Cairn and then against
+nbdkit, waiting 3 s before each (so the OSDs finish flushing outside any measurement):
+  randwrite-4k-qd1     4 KiB random writes, 1 in flight
+  randwrite-4k-qd32    the same, 32 in flight (temporal merge on)
+  randwrite-4k-qd32-nomerge  the same against a server with temporal merge off
+  randread-4k-qd1      4 KiB random reads, 1 in flight
+  randread-4k-qd32     the same, 32 in flight
+  read-1m-qd8          1 MiB sequential reads, 8 in flight
+  write-1m-qd8         1 MiB sequential writes, 8 in flight
+The pool (and the volume) are removed at the end.
+
+JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {p50, p99},
+\"cpu_us_per_op\" (monitors, OSDs and the NBD server), \"baseline_iops\", \"baseline_mb_per_s\",
+\"baseline_lat_us\": {p50, p99}, \"ratio_to_baseline\" (IOPS), \"lat_p50_ratio_to_baseline\"}]}.";
+
+#[derive(Args)]
+pub struct BenchNbdArgs {
+    /// Print JSON only.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds per workload (and per baseline).
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Size of the volume (and of the nbdkit disk); all of it is filled first.
+    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    pub volume_size: u64,
+    /// Replicas of the bench pool.
+    #[arg(long, default_value_t = 3)]
+    pub size: u8,
+    /// Run only the workloads whose name contains this.
+    #[arg(long)]
+    pub only: Option<String>,
+}
+
+struct Spec {
+    name: &'static str,
+    rw: &'static str,
+    bs: usize,
+    qd: usize,
+    /// Against the server with temporal merge off.
+    no_merge: bool,
+}
+
+const fn spec(name: &'static str, rw: &'static str, bs: usize, qd: usize) -> Spec {
+    Spec {
+        name,
+        rw,
+        bs,
+        qd,
+        no_merge: false,
+    }
+}
+
+const WORKLOADS: [Spec; 7] = [
+    spec("randwrite-4k-qd1", "randwrite", 4096, 1),
+    spec("randwrite-4k-qd32", "randwrite", 4096, 32),
+    Spec {
+        no_merge: true,
+        ..spec("randwrite-4k-qd32-nomerge", "randwrite", 4096, 32)
+    },
+    spec("randread-4k-qd1", "randread", 4096, 1),
+    spec("randread-4k-qd32", "randread", 4096, 32),
+    spec("read-1m-qd8", "read", 1 << 20, 8),
+    spec("write-1m-qd8", "write", 1 << 20, 8),
+];
+
+const SETTLE: Duration = Duration::from_secs(3);
+const VOLUME: &str = "bench";
+
+/// Child processes killed when the bench ends, however it ends.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn wait_port(port: u16, what: &str, child: &mut Child) -> Result<()> {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(st) = child.try_wait()? {
+            bail!("{what} exited ({st}) before listening");
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("{what} did not listen on port {port} within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn require(tool: &str, package: &str) -> Result<()> {
+    match Command::new(tool).arg("--version").output() {
+        Ok(_) => Ok(()),
+        Err(_) => bail!("{tool} is not installed: apt-get install {package}"),
+    }
+}
+
+/// Starts `cairn nbd serve` for the bench pool on a free port.
+fn start_cairn_nbd(conf: &Path, pool: &str, merge: bool) -> Result<(Child, String)> {
+    let port = free_port()?;
+    let exe = std::env::current_exe().context("cannot find the cairn executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("-c")
+        .arg(conf)
+        .args(["nbd", "serve", "--pool", pool, "--listen"])
+        .arg(format!("127.0.0.1:{port}"));
+    if !merge {
+        cmd.args(["--merge-threshold", "0"]);
+    }
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start cairn nbd serve")?;
+    wait_port(port, "cairn nbd serve", &mut child)?;
+    Ok((child, format!("nbd://127.0.0.1:{port}/{VOLUME}")))
+}
+
+fn start_nbdkit(size: u64) -> Result<(Child, String)> {
+    let port = free_port()?;
+    let mut child = Command::new("nbdkit")
+        .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .arg("memory")
+        .arg(size.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start nbdkit")?;
+    wait_port(port, "nbdkit", &mut child)?;
+    Ok((child, format!("nbd://127.0.0.1:{port}")))
+}
+
+/// What one fio run measured.
+struct Fio {
+    iops: f64,
+    mb_per_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+    ops: u64,
+}
+
+fn fio(uri: &str, rw: &str, bs: usize, qd: usize, size: u64, seconds: Option<f64>) -> Result<Fio> {
+    let mut cmd = Command::new("fio");
+    cmd.args([
+        "--name=bench",
+        "--ioengine=nbd",
+        "--lat_percentiles=1",
+        "--clat_percentiles=0",
+        "--output-format=json",
+        "--randrepeat=0",
+        "--norandommap",
+    ])
+    .arg(format!("--uri={uri}"))
+    .arg(format!("--rw={rw}"))
+    .arg(format!("--bs={bs}"))
+    .arg(format!("--iodepth={qd}"))
+    .arg(format!("--size={size}"));
+    if let Some(s) = seconds {
+        cmd.args([
+            "--time_based",
+            &format!("--runtime={}ms", (s * 1000.0) as u64),
+        ]);
+    }
+    let out = cmd.output().context("cannot run fio")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "fio {rw} bs={bs} qd={qd} on {uri} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let start = stdout.find('{').unwrap_or(0);
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout[start..]).context("cannot parse fio's JSON output")?;
+    let dir = if rw.contains("read") { "read" } else { "write" };
+    let j = &v["jobs"][0][dir];
+    let pct = |p: &str| j["lat_ns"]["percentile"][p].as_f64().unwrap_or(0.0) / 1000.0;
+    Ok(Fio {
+        iops: j["iops"].as_f64().unwrap_or(0.0),
+        mb_per_s: j["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+        p50_us: round(pct("50.000000"), 1),
+        p99_us: round(pct("99.000000"), 1),
+        ops: j["total_ios"].as_u64().unwrap_or(0),
+    })
+}
+
+pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
+    require("fio", "fio")?;
+    require("nbdkit", "nbdkit")?;
+    let conf_path: PathBuf = crate::conf::locate(conf)?;
+    let cfg = crate::conf::load(Some(&conf_path))?;
+    let pids = cluster_pids(&conf_path);
+    if pids.is_empty() {
+        bail!("found no cluster processes to measure CPU of (is the cluster running on this machine?)");
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let pool = format!("bench-nbd-{}", std::process::id());
+    let client = rt.block_on(Client::connect(ClientConfig::new(cfg.cluster.mons.clone())))?;
+    let c = MapChange::PoolCreate {
+        name: pool.clone(),
+        size: a.size,
+        min_size: a.size.saturating_sub(1).max(1),
+        pg_count: 64,
+        durability: Durability::Wal,
+    };
+    rt.block_on(client.mon().command(c))?;
+    let result = rt
+        .block_on(prepare(&client, &pool, a.volume_size))
+        .and_then(|()| bench(&a, &conf_path, &pool, &pids));
+    let rm = MapChange::PoolRemove { name: pool.clone() };
+    let removed = rt.block_on(client.mon().command(rm));
+    let entries = result?;
+    removed.with_context(|| format!("cannot remove the bench pool {pool}"))?;
+    println!("{}", Obj::new().put_arr("workloads", &entries).render());
+    Ok(())
+}
+
+async fn prepare(client: &Client, pool: &str, size: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let map = client.map();
+        if map.pool_by_name(pool).is_some() && pg_counts(&map).inactive == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the bench pool did not become active within 30 s; check `cairn status`");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let os = cairn_volume::DEFAULT_OBJECT_SIZE;
+    cairn_volume::create(client, pool, VOLUME, size, os).await?;
+    Ok(())
+}
+
+fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<Obj>> {
+    let (merge_srv, cairn_uri) = start_cairn_nbd(conf, pool, true)?;
+    let (plain_srv, plain_uri) = start_cairn_nbd(conf, pool, false)?;
+    let (kit, kit_uri) = start_nbdkit(a.volume_size)?;
+    let servers = [merge_srv.id() as i32, plain_srv.id() as i32];
+    let kit_pid = kit.id() as i32;
+    let _children = Children(vec![merge_srv, plain_srv, kit]);
+    if !a.json {
+        eprintln!(
+            "filling the volume and the nbdkit disk ({} bytes each)...",
+            a.volume_size
+        );
+    }
+    fio(&cairn_uri, "write", 1 << 20, 8, a.volume_size, None)?;
+    fio(&kit_uri, "write", 1 << 20, 8, a.volume_size, None)?;
+    let mut out = Vec::new();
+    for s in WORKLOADS
+        .iter()
+        .filter(|s| a.only.as_deref().is_none_or(|o| s.name.contains(o)))
+    {
+        std::thread::sleep(SETTLE);
+        let uri = if s.no_merge { &plain_uri } else { &cairn_uri };
+        let measured: Vec<i32> = pids.iter().chain(&servers).copied().collect();
+        let c0 = cpu_total(&measured);
+        let r = fio(uri, s.rw, s.bs, s.qd, a.volume_size, Some(a.seconds))?;
+        let c1 = cpu_total(&measured);
+        let k0 = cpu_seconds(kit_pid);
+        let b = fio(&kit_uri, s.rw, s.bs, s.qd, a.volume_size, Some(a.seconds))?;
+        let k1 = cpu_seconds(kit_pid);
+        let per_op = |secs: f64, ops: u64| {
+            if ops > 0 {
+                round(secs * 1e6 / ops as f64, 1)
+            } else {
+                0.0
+            }
+        };
+        let ratio = |x: f64, y: f64| if y > 0.0 { x / y } else { 0.0 };
+        let o = Obj::new()
+            .put("name", s.name)
+            .put("qd", s.qd)
+            .put("block_bytes", s.bs)
+            .put("iops", round(r.iops, 1))
+            .put("mb_per_s", round(r.mb_per_s, 1))
+            .put_obj(
+                "lat_us",
+                Obj::new().put("p50", r.p50_us).put("p99", r.p99_us),
+            )
+            .put("cpu_us_per_op", per_op(c1 - c0, r.ops))
+            .put("baseline_iops", round(b.iops, 1))
+            .put("baseline_mb_per_s", round(b.mb_per_s, 1))
+            .put_obj(
+                "baseline_lat_us",
+                Obj::new().put("p50", b.p50_us).put("p99", b.p99_us),
+            )
+            .put("baseline_cpu_us_per_op", per_op(k1 - k0, b.ops))
+            .put("ratio_to_baseline", round(ratio(r.iops, b.iops), 4))
+            .put(
+                "lat_p50_ratio_to_baseline",
+                round(ratio(r.p50_us, b.p50_us), 3),
+            );
+        if !a.json {
+            eprintln!(
+                "{:<26} {:>8.0} IOPS {:>7.1} MB/s p50 {:>8.1} us p99 {:>8.1} us | nbdkit {:>8.0} IOPS p50 {:>7.1} us",
+                s.name, r.iops, r.mb_per_s, r.p50_us, r.p99_us, b.iops, b.p50_us
+            );
+        }
+        out.push(o);
+    }
+    Ok(out)
+}

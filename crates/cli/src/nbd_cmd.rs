@@ -1,0 +1,69 @@
+//! `cairn nbd serve`: serve a pool's volumes over NBD.
+
+use anyhow::{Context, Result};
+use cairn_client::{Client, ClientConfig};
+use cairn_volume::VolumeExports;
+use clap::{Args, Subcommand};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Subcommand)]
+pub enum NbdCmd {
+    /// Serve every volume of a pool as an NBD export named after it (runs until killed).
+    #[command(long_about = SERVE_ABOUT)]
+    Serve(ServeArgs),
+}
+
+const SERVE_ABOUT: &str = "Serve every volume of a pool as an NBD export named after it \
+(runs until killed).\n\n\
+Clients connect with the volume's name, e.g. `nbdinfo nbd://127.0.0.1/disk0`, \
+`qemu-img info nbd://127.0.0.1:10809/disk0`, or the Linux driver: \
+`nbd-client -N disk0 127.0.0.1 /dev/nbd0`. Volumes created while the server runs are served \
+too; a resized volume shows its new size on the next connection.\n\n\
+Writes are durable at the pool's durability level when acknowledged, so FLUSH and FUA cost \
+nothing. Several connections to one export are safe (multi-conn): serve each volume from one \
+`cairn nbd serve` only, since the server keeps the map of which parts of a volume exist.";
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Pool whose volumes are served.
+    #[arg(short, long, default_value = "default")]
+    pool: String,
+    /// Address to listen on (NBD's port is 10809). Anything but loopback exposes the volumes
+    /// to the network without authentication.
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    listen: String,
+    /// Volume served to clients that ask for the empty export name.
+    #[arg(long)]
+    default_export: Option<String>,
+    /// Temporal merge: with more than this many requests in flight to one OSD, small ones
+    /// (<= 16 KiB) issued together are sent as one message (at most 8). 0 turns it off.
+    #[arg(long, default_value_t = cairn_client::DEFAULT_MERGE_THRESHOLD)]
+    merge_threshold: usize,
+}
+
+pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
+    let NbdCmd::Serve(a) = cmd;
+    let mons = crate::conf::load(conf)?.cluster.mons;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&a.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", a.listen))?;
+        let mut cfg = ClientConfig::new(mons);
+        cfg.merge_threshold = a.merge_threshold;
+        let client = Client::connect(cfg).await?;
+        client.pool_id(&a.pool)?;
+        let exports = Arc::new(VolumeExports::new(client, &a.pool, a.default_export));
+        tracing::info!(listen = %a.listen, pool = %a.pool, "serving volumes over NBD");
+        eprintln!(
+            "serving the volumes of pool {} on nbd://{}",
+            a.pool, a.listen
+        );
+        cairn_nbd::serve(listener, exports, std::future::pending()).await;
+        Ok(())
+    })
+}

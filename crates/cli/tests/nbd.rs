@@ -1,0 +1,496 @@
+//! Block volumes served over NBD by a real cluster (`cairn dev up`), driven by clients no one
+//! here wrote: qemu-img, nbdinfo, nbdcopy, nbdsh, nbdfuse + the kernel's ext4 and loop
+//! driver, and fio's nbd engine (Debian packages qemu-utils, libnbd-bin, nbdfuse, fio,
+//! e2fsprogs).
+
+mod common;
+
+use common::cluster::{text, Cluster};
+use rand::{Rng, RngCore, SeedableRng};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+/// PATH with the system's directories first: nbdsh needs the system python3 (with libnbd's
+/// bindings, Debian package python3-libnbd), not one a version manager put first.
+fn system_path() -> String {
+    format!(
+        "/usr/bin:/usr/sbin:/bin:/sbin:{}",
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Runs a tool under a hang guard; a missing tool fails with the package to install.
+fn tool(secs: u32, cmd: &str, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .args(["-k", "5", &secs.to_string(), cmd])
+        .args(args)
+        .env("PATH", system_path())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run timeout {cmd}: {e}"))
+}
+
+fn package_of(cmd: &str) -> &'static str {
+    match cmd {
+        "qemu-img" => "qemu-utils",
+        "nbdinfo" | "nbdcopy" => "libnbd-bin",
+        "nbdsh" => "libnbd-bin python3-libnbd",
+        "nbdfuse" => "nbdfuse",
+        "fio" => "fio",
+        "mkfs.ext4" | "fsck.ext4" => "e2fsprogs",
+        _ => "?",
+    }
+}
+
+/// Runs a tool that must succeed; returns its stdout.
+fn tool_ok(c: &Cluster, secs: u32, cmd: &str, args: &[&str]) -> String {
+    let o = tool(secs, cmd, args);
+    if o.status.code() == Some(127) {
+        panic!(
+            "{cmd} is not installed: apt-get install {}",
+            package_of(cmd)
+        );
+    }
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?} failed ({}):\n{}\n{}\n{}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr),
+        c.logs()
+    );
+    text(&o.stdout)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("cairn-nbdtest-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create scratch dir");
+    d
+}
+
+/// Random bytes with zeroed stretches (so thin provisioning and hole skipping are exercised).
+fn image(len: usize, zero_ranges: &[(usize, usize)], seed: u64) -> Vec<u8> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut v = vec![0u8; len];
+    rng.fill_bytes(&mut v);
+    for &(start, end) in zero_ranges {
+        v[start..end].fill(0);
+    }
+    v
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn qemu_img_nbdcopy_and_nbdinfo_against_a_volume() {
+    let c = Cluster::up_with_nbd("nbd-qemu", 3);
+    let dir = scratch("qemu");
+    c.ok(&["vol", "create", "img", "--size", "256M"]);
+    let uri = c.nbd_uri("img");
+
+    // A fresh thin volume is one hole, and the default export is dev up's disk0 (1 GiB).
+    let info: serde_json::Value =
+        serde_json::from_str(&tool_ok(&c, 60, "nbdinfo", &["--json", &uri])).expect("json");
+    assert_eq!(
+        info["exports"][0]["export-size"],
+        256 * MIB as u64,
+        "{info}"
+    );
+    assert_eq!(info["exports"][0]["can_multi_conn"], true, "{info}");
+    let map = tool_ok(&c, 60, "nbdinfo", &["--map", &uri]);
+    assert!(map.contains("hole,zero") && !map.contains("data"), "{map}");
+    let default = format!("nbd://{}", c.nbd_addr());
+    let size = tool_ok(&c, 60, "nbdinfo", &["--size", &default]);
+    assert_eq!(size.trim(), (1u64 << 30).to_string());
+
+    // qemu-img convert a 256 MiB random image (with a 64 MiB zero stretch) in and compare.
+    let src = dir.join("src.raw");
+    let data = image(
+        256 * MIB,
+        &[(96 * MIB, 160 * MIB), (200 * MIB, 200 * MIB + 5000)],
+        1,
+    );
+    std::fs::write(&src, &data).expect("write image");
+    tool_ok(
+        &c,
+        300,
+        "qemu-img",
+        &["convert", "-n", "-f", "raw", "-O", "raw", &p(&src), &uri],
+    );
+    tool_ok(
+        &c,
+        300,
+        "qemu-img",
+        &["compare", "-f", "raw", "-F", "raw", &p(&src), &uri],
+    );
+    // The zero stretch was skipped: its objects do not exist and show as a hole.
+    let map = tool_ok(&c, 60, "nbdinfo", &["--map", "--json", &uri]);
+    let extents: serde_json::Value = serde_json::from_str(&map).expect("map json");
+    let hole = extents
+        .as_array()
+        .expect("extents")
+        .iter()
+        .find(|e| e["type"] == 3)
+        .unwrap_or_else(|| panic!("no hole in {map}"));
+    assert_eq!(hole["offset"], 96 * MIB as u64, "{map}");
+    assert_eq!(hole["length"], 64 * MIB as u64, "{map}");
+    let vinfo: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", "img", "--json"])).expect("info json");
+    assert_eq!(vinfo["allocated_objects"], 48, "{vinfo}");
+
+    // nbdcopy out of the volume, byte-identical.
+    let out = dir.join("out.raw");
+    tool_ok(&c, 300, "nbdcopy", &[&uri, &p(&out)]);
+    assert!(
+        std::fs::read(&out).expect("read copy") == data,
+        "nbdcopy out differs"
+    );
+
+    // nbdcopy into a second volume, then back out through qemu-img.
+    c.ok(&[
+        "vol",
+        "create",
+        "img2",
+        "--size",
+        "64M",
+        "--object-size",
+        "1M",
+    ]);
+    let uri2 = c.nbd_uri("img2");
+    let data2 = image(64 * MIB, &[(0, 3 * MIB)], 2);
+    let src2 = dir.join("src2.raw");
+    std::fs::write(&src2, &data2).expect("write image 2");
+    tool_ok(&c, 300, "nbdcopy", &[&p(&src2), &uri2]);
+    let out2 = dir.join("out2.raw");
+    tool_ok(
+        &c,
+        300,
+        "qemu-img",
+        &["convert", "-f", "raw", "-O", "raw", &uri2, &p(&out2)],
+    );
+    assert!(
+        std::fs::read(&out2).expect("read") == data2,
+        "round trip 2 differs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Unmounts what the ext4 test mounted, even when it fails half-way.
+struct Mounts {
+    loop_mnt: PathBuf,
+    fuse_mnt: PathBuf,
+    nbdfuse: Option<Child>,
+}
+
+impl Mounts {
+    fn umount_loop(&self) -> bool {
+        Command::new("umount")
+            .arg(&self.loop_mnt)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.loop_mnt).status();
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.fuse_mnt)
+            .status();
+        if let Some(mut ch) = self.nbdfuse.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = ch.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = ch.kill();
+            let _ = ch.wait();
+        }
+    }
+}
+
+fn mount_loop(c: &Cluster, file: &Path, at: &Path) {
+    let o = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(file)
+        .arg(at)
+        .output()
+        .expect("run mount");
+    assert!(
+        o.status.success(),
+        "mount -o loop failed (the test needs root and loop devices): {}\n{}",
+        text(&o.stderr),
+        c.logs()
+    );
+}
+
+/// A tree of files with random contents: (relative path, contents).
+fn file_tree(seed: u64) -> Vec<(String, Vec<u8>)> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..120)
+        .map(|i| {
+            let len = match i % 4 {
+                0 => rng.gen_range(0..100),
+                1 => rng.gen_range(1..64 << 10),
+                2 => rng.gen_range(64 << 10..1 << 20),
+                _ => 4096,
+            };
+            let mut data = vec![0u8; len];
+            rng.fill_bytes(&mut data);
+            (format!("d{}/s{}/f{i}", i % 5, i % 3), data)
+        })
+        .collect()
+}
+
+fn verify_tree(root: &Path, tree: &[(String, Vec<u8>)]) {
+    for (rel, data) in tree {
+        let got = std::fs::read(root.join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"));
+        assert!(got == *data, "{rel}: contents differ after remount");
+    }
+}
+
+#[test]
+fn ext4_on_nbdfuse_survives_unmount_fsck_and_remount() {
+    let c = Cluster::up_with_nbd("nbd-ext4", 3);
+    let dir = scratch("ext4");
+    c.ok(&["vol", "create", "fs", "--size", "512M"]);
+    let fuse_mnt = dir.join("fuse");
+    let loop_mnt = dir.join("mnt");
+    std::fs::create_dir_all(&fuse_mnt).expect("mkdir");
+    std::fs::create_dir_all(&loop_mnt).expect("mkdir");
+    let pidfile = dir.join("nbdfuse.pid");
+    let child = Command::new("nbdfuse")
+        .arg("-P")
+        .arg(&pidfile)
+        .arg(fuse_mnt.join("disk"))
+        .arg(c.nbd_uri("fs"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run nbdfuse ({e}): apt-get install nbdfuse"));
+    let mut m = Mounts {
+        loop_mnt: loop_mnt.clone(),
+        fuse_mnt: fuse_mnt.clone(),
+        nbdfuse: Some(child),
+    };
+    let start = Instant::now();
+    while !pidfile.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nbdfuse did not become ready\n{}",
+            c.logs()
+        );
+        if let Some(Ok(Some(st))) = m.nbdfuse.as_mut().map(|ch| ch.try_wait()) {
+            panic!("nbdfuse exited: {st}\n{}", c.logs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let disk = fuse_mnt.join("disk");
+    tool_ok(&c, 120, "mkfs.ext4", &["-q", "-F", &p(&disk)]);
+    mount_loop(&c, &disk, &loop_mnt);
+    let tree = file_tree(7);
+    for (rel, data) in &tree {
+        let path = loop_mnt.join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir in ext4");
+        std::fs::write(&path, data).expect("write in ext4");
+    }
+    assert!(m.umount_loop(), "umount failed\n{}", c.logs());
+    let fsck = tool(120, "fsck.ext4", &["-n", "-f", &p(&disk)]);
+    assert!(
+        fsck.status.success(),
+        "fsck.ext4 -n found problems:\n{}{}",
+        text(&fsck.stdout),
+        text(&fsck.stderr)
+    );
+    mount_loop(&c, &disk, &loop_mnt);
+    verify_tree(&loop_mnt, &tree);
+    assert!(m.umount_loop(), "second umount failed");
+    drop(m);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn fio_verify(c: &Cluster, uri: &str, name: &str, bs: &str, size: &str, iodepth: &str) {
+    let out = tool_ok(
+        c,
+        300,
+        "fio",
+        &[
+            &format!("--name={name}"),
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--rw=randwrite",
+            &format!("--bs={bs}"),
+            &format!("--size={size}"),
+            &format!("--iodepth={iodepth}"),
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--output-format=json",
+        ],
+    );
+    let json_start = out.find('{').unwrap_or(0);
+    let v: serde_json::Value = serde_json::from_str(&out[json_start..])
+        .unwrap_or_else(|e| panic!("fio json ({e}): {out}"));
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    let written = job["write"]["io_bytes"].as_u64().expect("io_bytes");
+    let verified = job["read"]["io_bytes"].as_u64().expect("read io_bytes");
+    assert!(
+        written > 0 && verified == written,
+        "{name}: wrote {written}, verified {verified}"
+    );
+}
+
+#[test]
+fn fio_verify_jobs_and_multi_conn_clients() {
+    let c = Cluster::up_with_nbd("nbd-fio", 3);
+    c.ok(&["vol", "create", "fio", "--size", "256M"]);
+    let uri = c.nbd_uri("fio");
+    fio_verify(&c, &uri, "rand4k", "4k", "32M", "16");
+    fio_verify(&c, &uri, "rand1m", "1M", "128M", "4");
+
+    // Two clients on one export, each seeing the other's flushed writes, at offsets that
+    // straddle data objects (4 MiB) and in never-written space.
+    let script = r#"
+import nbd, os
+uri = os.environ["URI"]
+a = nbd.NBD(); a.connect_uri(uri)
+b = nbd.NBD(); b.connect_uri(uri)
+assert a.can_multi_conn() and b.can_multi_conn()
+for i, off in enumerate([0, 4*1024*1024 - 1000, 200*1024*1024 + 17, 255*1024*1024]):
+    x = bytes([(i * 7 + j) % 251 for j in range(4096)])
+    a.pwrite(x, off); a.flush()
+    assert b.pread(4096, off) == x, "b does not see a's write at %d" % off
+    y = bytes([(i * 13 + j) % 241 for j in range(4096)])
+    b.pwrite(y, off, nbd.CMD_FLAG_FUA)
+    assert a.pread(4096, off) == y, "a does not see b's FUA write at %d" % off
+    b.zero(4096, off)
+    b.flush()
+    assert a.pread(4096, off) == bytes(4096), "a does not see b's zeroing at %d" % off
+print("ok")
+"#;
+    let o = Command::new("timeout")
+        .args(["-k", "5", "120", "nbdsh", "-c", script])
+        .env("URI", &uri)
+        .env("PATH", system_path())
+        .output()
+        .expect("run nbdsh (apt-get install libnbd-bin python3-libnbd)");
+    assert!(
+        o.status.success() && text(&o.stdout).contains("ok"),
+        "nbdsh multi-conn script failed:\n{}{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr),
+        c.logs()
+    );
+}
+
+#[test]
+fn vol_commands_create_list_resize_and_remove() {
+    let c = Cluster::up_with_nbd("nbd-vol", 3);
+    // dev up created disk0; names and sizes are checked.
+    let ls = c.ok(&["vol", "ls"]);
+    assert!(ls.contains("disk0") && ls.contains("1 GiB"), "{ls}");
+    c.ok(&[
+        "vol",
+        "create",
+        "v1",
+        "--size",
+        "20M",
+        "--object-size",
+        "1M",
+    ]);
+    for (args, want) in [
+        (
+            vec!["vol", "create", "v1", "--size", "1M"],
+            "already exists",
+        ),
+        (
+            vec!["vol", "create", "bad/name", "--size", "1M"],
+            "invalid volume name",
+        ),
+        (
+            vec!["vol", "create", "v2", "--size", "1000"],
+            "multiple of 512",
+        ),
+        (
+            vec!["vol", "create", "v2", "--size", "1M", "--object-size", "3M"],
+            "power of two",
+        ),
+        (vec!["vol", "info", "nope"], "no volume \"nope\""),
+        (vec!["vol", "ls", "--pool", "nopool"], "no pool"),
+        (
+            vec!["vol", "resize", "v1", "--size", "10M"],
+            "--allow-shrink",
+        ),
+    ] {
+        let o = c.cairn(&args);
+        let err = text(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "{args:?}: one-line error: {err}"
+        );
+    }
+
+    // Fill v1 through NBD, shrink it to 10.5 MiB, grow it back: the cut part reads as zeros.
+    let uri = c.nbd_uri("v1");
+    let dir = scratch("vol");
+    let data = image(20 * MIB, &[], 3);
+    let src = dir.join("v1.raw");
+    std::fs::write(&src, &data).expect("write");
+    tool_ok(&c, 120, "nbdcopy", &[&p(&src), &uri]);
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", "v1", "--json"])).expect("json");
+    assert_eq!(info["allocated_objects"], 20, "{info}");
+    let cut = 10 * MIB + MIB / 2;
+    c.ok(&[
+        "vol",
+        "resize",
+        "v1",
+        "--size",
+        &cut.to_string(),
+        "--allow-shrink",
+    ]);
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", "v1", "--json"])).expect("json");
+    assert_eq!(info["size"], cut as u64);
+    assert_eq!(info["allocated_objects"], 11, "{info}");
+    c.ok(&["vol", "resize", "v1", "--size", "20M"]);
+    let out = dir.join("back.raw");
+    tool_ok(&c, 120, "nbdcopy", &[&uri, &p(&out)]);
+    let back = std::fs::read(&out).expect("read");
+    assert_eq!(back.len(), 20 * MIB);
+    assert!(back[..cut] == data[..cut], "data before the cut changed");
+    assert!(
+        back[cut..].iter().all(|&b| b == 0),
+        "data beyond the cut came back"
+    );
+
+    // rm reports progress and leaves no object behind; the export is gone.
+    let o = c.cairn(&["vol", "rm", "v1"]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("removing data objects: 11/11 (100%)"), "{err}");
+    let objects = c.ok(&["obj", "ls", "default"]);
+    let id = info["id"].as_str().expect("id");
+    assert!(
+        !objects.contains(id) && !objects.contains("vol.v1"),
+        "{objects}"
+    );
+    let o = tool(30, "nbdinfo", &[&uri]);
+    assert!(
+        !o.status.success(),
+        "export of a removed volume still served"
+    );
+    let ls = c.ok(&["vol", "ls", "--json"]);
+    assert!(!ls.contains("\"v1\"") && ls.contains("\"disk0\""), "{ls}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

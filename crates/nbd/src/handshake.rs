@@ -1,0 +1,457 @@
+//! Option haggling (fixed newstyle) as a pure state machine. The async driver reads each
+//! option, asks [`Negotiation::admit`] whether to read or skip its data, feeds it to
+//! [`Negotiation::on_option`], writes [`Step::replies`] and acts on [`Step::outcome`]. Looking
+//! exports up is the driver's job (it is async): the machine asks for it with
+//! [`Outcome::NeedList`] / [`Outcome::NeedExport`] and is given the answer through
+//! [`Negotiation::on_list`] / [`Negotiation::on_export`]. The fuzzer drives the same machine
+//! with a fixed export list.
+
+use crate::command::{Session, MAX_PAYLOAD};
+use crate::option_data::{parse_info_request, parse_meta_request, parse_string, MAX_NAME_LEN};
+use crate::proto::*;
+
+/// Option data up to this size is read and parsed.
+pub const MAX_OPTION_LEN: u32 = 64 << 10;
+/// Option data above [`MAX_OPTION_LEN`] and up to this size is skipped and answered with
+/// NBD_REP_ERR_TOO_BIG; anything larger closes the connection (not worth reading).
+pub const MAX_DISCARD_LEN: u32 = 16 << 20;
+/// Options per connection before the server gives up on the client.
+pub const MAX_OPTIONS: u32 = 1000;
+/// Id of base:allocation in NBD_OPT_SET_META_CONTEXT replies and block status chunks.
+pub const BASE_ALLOCATION_ID: u32 = 1;
+/// Advertised block size constraints: any alignment works, 4 KiB is efficient, and READ/WRITE
+/// payloads are capped at [`MAX_PAYLOAD`].
+pub const BLOCK_SIZE_MIN: u32 = 1;
+/// See [`BLOCK_SIZE_MIN`].
+pub const BLOCK_SIZE_PREFERRED: u32 = 4096;
+
+/// Why the handshake ended without transmission.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandshakeError {
+    /// The client flags have bits this server does not know.
+    #[error("unknown client flags {0:#x}")]
+    BadClientFlags(u32),
+    /// More than [`MAX_OPTIONS`] options.
+    #[error("more than {MAX_OPTIONS} options")]
+    TooManyOptions,
+    /// Option data larger than [`MAX_DISCARD_LEN`].
+    #[error("option {opt} with {len} bytes of data")]
+    OptionTooLong {
+        /// The option.
+        opt: u32,
+        /// Its announced data length.
+        len: u32,
+    },
+    /// NBD_OPT_EXPORT_NAME with a name that is too long or not a valid string.
+    #[error("NBD_OPT_EXPORT_NAME with an invalid name")]
+    BadExportName,
+    /// NBD_OPT_EXPORT_NAME for an export that does not exist (no error reply is possible).
+    #[error("NBD_OPT_EXPORT_NAME for unknown export {0:?}")]
+    UnknownExport(String),
+    /// The driver called the machine out of turn (a bug, not the client's doing).
+    #[error("negotiation driven out of order: {0}")]
+    OutOfOrder(&'static str),
+}
+
+/// What the driver should do after writing [`Step::replies`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Read the next option.
+    Continue,
+    /// The client aborted (NBD_OPT_ABORT, acknowledged): close.
+    Abort,
+    /// Close the connection now (hard disconnect).
+    Close(HandshakeError),
+    /// Call [`Exports::list`](crate::Exports::list), then [`Negotiation::on_list`].
+    NeedList,
+    /// Open the export, then call [`Negotiation::on_export`]; `description` says whether its
+    /// description (from the export list) is wanted.
+    NeedExport {
+        /// Export name.
+        name: String,
+        /// NBD_INFO_DESCRIPTION was requested.
+        description: bool,
+    },
+    /// Enter transmission with the opened export.
+    Go(Session),
+}
+
+/// Bytes to send, then what to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// Option replies (or the NBD_OPT_EXPORT_NAME reply) to write, in order.
+    pub replies: Vec<u8>,
+    /// What the driver does once they are written.
+    pub outcome: Outcome,
+}
+
+/// What the driver learned about an export it opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportInfo {
+    /// Size in bytes.
+    pub size: u64,
+    /// [`Export::multi_conn`](crate::Export::multi_conn).
+    pub multi_conn: bool,
+    /// Description from the export list, if asked for and found.
+    pub description: Option<String>,
+}
+
+/// Whether the client admitted an option's data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admit {
+    /// Read the data and call [`Negotiation::on_option`].
+    Read,
+    /// Skip the data and call [`Negotiation::on_discarded`].
+    Discard,
+    /// Close the connection.
+    Close(HandshakeError),
+}
+
+/// A lookup the machine is waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pending {
+    List,
+    Export {
+        opt: u32,
+        name: String,
+        want_name: bool,
+        want_description: bool,
+    },
+}
+
+/// The option-haggling state of one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiation {
+    no_zeroes: bool,
+    structured: bool,
+    /// Export for which base:allocation was selected by the last NBD_OPT_SET_META_CONTEXT.
+    meta_export: Option<String>,
+    options: u32,
+    pending: Option<Pending>,
+}
+
+impl Step {
+    fn new(replies: Vec<u8>, outcome: Outcome) -> Step {
+        Step { replies, outcome }
+    }
+
+    fn reply(opt: u32, kind: u32, data: &[u8]) -> Step {
+        let mut replies = Vec::new();
+        put_option_reply(&mut replies, opt, kind, data);
+        Step::new(replies, Outcome::Continue)
+    }
+
+    fn error(opt: u32, kind: u32, message: &str) -> Step {
+        let mut replies = Vec::new();
+        put_option_error(&mut replies, opt, kind, message);
+        Step::new(replies, Outcome::Continue)
+    }
+
+    fn close(e: HandshakeError) -> Step {
+        Step::new(Vec::new(), Outcome::Close(e))
+    }
+}
+
+/// Transmission flags for an export: everything the server implements, DF only with structured
+/// replies (the protocol requires that), multi-conn only if the export allows it.
+pub fn transmission_flags(structured: bool, multi_conn: bool) -> u16 {
+    let mut f = FLAG_HAS_FLAGS
+        | FLAG_SEND_FLUSH
+        | FLAG_SEND_FUA
+        | FLAG_SEND_TRIM
+        | FLAG_SEND_WRITE_ZEROES
+        | FLAG_SEND_CACHE
+        | FLAG_SEND_FAST_ZERO;
+    if structured {
+        f |= FLAG_SEND_DF;
+    }
+    if multi_conn {
+        f |= FLAG_CAN_MULTI_CONN;
+    }
+    f
+}
+
+impl Negotiation {
+    /// Starts haggling once the client flags are read; unknown flags close the connection.
+    /// A client without NBD_FLAG_C_FIXED_NEWSTYLE is served anyway (the protocol allows it):
+    /// such a client only ever sends NBD_OPT_EXPORT_NAME, which is answered the same way.
+    pub fn new(client_flags: u32) -> Result<Negotiation, HandshakeError> {
+        if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+            return Err(HandshakeError::BadClientFlags(client_flags));
+        }
+        Ok(Negotiation {
+            no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
+            structured: false,
+            meta_export: None,
+            options: 0,
+            pending: None,
+        })
+    }
+
+    /// Counts an option and decides, from its announced length, whether to read its data.
+    pub fn admit(&mut self, opt: u32, len: u32) -> Admit {
+        self.options = self.options.saturating_add(1);
+        if self.options > MAX_OPTIONS {
+            Admit::Close(HandshakeError::TooManyOptions)
+        } else if len > MAX_DISCARD_LEN {
+            Admit::Close(HandshakeError::OptionTooLong { opt, len })
+        } else if len > MAX_OPTION_LEN {
+            Admit::Discard
+        } else {
+            Admit::Read
+        }
+    }
+
+    /// Answers an option whose data was too large to read.
+    pub fn on_discarded(&mut self, opt: u32) -> Step {
+        if opt == OPT_EXPORT_NAME {
+            // No error reply exists for NBD_OPT_EXPORT_NAME.
+            return Step::close(HandshakeError::BadExportName);
+        }
+        Step::error(opt, REP_ERR_TOO_BIG, "option data too large")
+    }
+
+    /// Handles one option with its data.
+    pub fn on_option(&mut self, opt: u32, data: &[u8]) -> Step {
+        if self.pending.is_some() {
+            return Step::close(HandshakeError::OutOfOrder(
+                "option while a lookup is pending",
+            ));
+        }
+        match opt {
+            OPT_EXPORT_NAME => self.export_name(data),
+            OPT_ABORT => {
+                let mut replies = Vec::new();
+                put_option_reply(&mut replies, opt, REP_ACK, &[]);
+                Step::new(replies, Outcome::Abort)
+            }
+            OPT_LIST if !data.is_empty() => {
+                Step::error(opt, REP_ERR_INVALID, "NBD_OPT_LIST takes no data")
+            }
+            OPT_LIST => {
+                self.pending = Some(Pending::List);
+                Step::new(Vec::new(), Outcome::NeedList)
+            }
+            OPT_STARTTLS => Step::error(opt, REP_ERR_POLICY, "TLS is not supported by this server"),
+            OPT_INFO | OPT_GO => self.info(opt, data),
+            OPT_STRUCTURED_REPLY if !data.is_empty() => Step::error(
+                opt,
+                REP_ERR_INVALID,
+                "NBD_OPT_STRUCTURED_REPLY takes no data",
+            ),
+            OPT_STRUCTURED_REPLY => {
+                self.structured = true;
+                Step::reply(opt, REP_ACK, &[])
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, data),
+            OPT_EXTENDED_HEADERS => {
+                Step::error(opt, REP_ERR_UNSUP, "extended headers are not implemented")
+            }
+            _ => Step::error(opt, REP_ERR_UNSUP, "unknown option"),
+        }
+    }
+
+    fn export_name(&mut self, data: &[u8]) -> Step {
+        match parse_string(data) {
+            Ok(name) => self.need_export(OPT_EXPORT_NAME, name, false, false),
+            Err(_) => Step::close(HandshakeError::BadExportName),
+        }
+    }
+
+    fn info(&mut self, opt: u32, data: &[u8]) -> Step {
+        let req = match parse_info_request(data) {
+            Ok(r) => r,
+            Err(e) => return Step::error(opt, REP_ERR_INVALID, &e.to_string()),
+        };
+        let want_name = req.items.contains(&INFO_NAME);
+        let description = req.items.contains(&INFO_DESCRIPTION);
+        self.need_export(opt, req.name, want_name, description)
+    }
+
+    fn need_export(&mut self, opt: u32, name: String, want_name: bool, description: bool) -> Step {
+        self.pending = Some(Pending::Export {
+            opt,
+            name: name.clone(),
+            want_name,
+            want_description: description,
+        });
+        Step::new(Vec::new(), Outcome::NeedExport { name, description })
+    }
+
+    /// Continues NBD_OPT_LIST with the export list (or the reason it could not be had).
+    pub fn on_list(&mut self, list: Result<Vec<(String, String)>, String>) -> Step {
+        if self.pending.take() != Some(Pending::List) {
+            return Step::close(HandshakeError::OutOfOrder("export list not asked for"));
+        }
+        let list = match list {
+            Ok(l) => l,
+            Err(e) => {
+                return Step::error(
+                    OPT_LIST,
+                    REP_ERR_PLATFORM,
+                    &format!("cannot list exports: {e}"),
+                )
+            }
+        };
+        let mut replies = Vec::new();
+        for (name, description) in &list {
+            if name.len() > MAX_NAME_LEN {
+                continue; // Not a name a client could ask for.
+            }
+            let description = clip(description);
+            let mut data = Vec::with_capacity(4 + name.len() + description.len());
+            data.extend_from_slice(&(name.len() as u32).to_be_bytes());
+            data.extend_from_slice(name.as_bytes());
+            data.extend_from_slice(description.as_bytes());
+            put_option_reply(&mut replies, OPT_LIST, REP_SERVER, &data);
+        }
+        put_option_reply(&mut replies, OPT_LIST, REP_ACK, &[]);
+        Step::new(replies, Outcome::Continue)
+    }
+
+    /// Continues NBD_OPT_EXPORT_NAME/INFO/GO with the looked-up export: `Ok(None)` when there
+    /// is no such export, `Err` when the lookup itself failed.
+    pub fn on_export(&mut self, found: Result<Option<ExportInfo>, String>) -> Step {
+        let Some(Pending::Export {
+            opt,
+            name,
+            want_name,
+            want_description,
+        }) = self.pending.take()
+        else {
+            return Step::close(HandshakeError::OutOfOrder("export not asked for"));
+        };
+        let info = match (opt, found) {
+            (_, Ok(Some(info))) => info,
+            (OPT_EXPORT_NAME, _) => return Step::close(HandshakeError::UnknownExport(name)),
+            (_, Ok(None)) => {
+                return Step::error(opt, REP_ERR_UNKNOWN, &format!("no export named {name:?}"))
+            }
+            (_, Err(e)) => {
+                return Step::error(
+                    opt,
+                    REP_ERR_UNKNOWN,
+                    &format!("cannot open export {name:?}: {e}"),
+                )
+            }
+        };
+        let session = self.session(name, &info);
+        if opt == OPT_EXPORT_NAME {
+            let replies = export_name_reply(session.size, session.flags, self.no_zeroes);
+            return Step::new(replies, Outcome::Go(session));
+        }
+        let mut replies = Vec::new();
+        put_info_replies(
+            &mut replies,
+            opt,
+            &session,
+            want_name,
+            info.description.as_deref().filter(|_| want_description),
+        );
+        put_option_reply(&mut replies, opt, REP_ACK, &[]);
+        let outcome = if opt == OPT_GO {
+            Outcome::Go(session)
+        } else {
+            Outcome::Continue
+        };
+        Step::new(replies, outcome)
+    }
+
+    fn session(&self, export: String, info: &ExportInfo) -> Session {
+        let meta_context = (self.structured
+            && self.meta_export.as_deref() == Some(export.as_str()))
+        .then_some(BASE_ALLOCATION_ID);
+        Session {
+            flags: transmission_flags(self.structured, info.multi_conn),
+            size: info.size,
+            structured: self.structured,
+            meta_context,
+            export,
+        }
+    }
+
+    /// NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT. Only base:allocation exists, for
+    /// every export, so the export name is not looked up: a selection for another name than
+    /// the one finally opened simply selects nothing.
+    fn meta_context(&mut self, opt: u32, data: &[u8]) -> Step {
+        let set = opt == OPT_SET_META_CONTEXT;
+        if set {
+            // A SET replaces the previous selection even when it fails.
+            self.meta_export = None;
+        }
+        if !self.structured {
+            return Step::error(opt, REP_ERR_INVALID, "negotiate structured replies first");
+        }
+        let req = match parse_meta_request(data) {
+            Ok(r) => r,
+            Err(e) => return Step::error(opt, REP_ERR_INVALID, &e.to_string()),
+        };
+        let selected = if set {
+            // "base:" is a wildcard for listing only; SET must name the context.
+            req.queries.iter().any(|q| q == BASE_ALLOCATION)
+        } else {
+            req.queries.is_empty()
+                || req
+                    .queries
+                    .iter()
+                    .any(|q| q == "base:" || q == BASE_ALLOCATION)
+        };
+        let mut replies = Vec::new();
+        if selected {
+            // LIST replies carry a reserved id of 0.
+            let id = if set { BASE_ALLOCATION_ID } else { 0 };
+            let mut d = id.to_be_bytes().to_vec();
+            d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+            put_option_reply(&mut replies, opt, REP_META_CONTEXT, &d);
+            if set {
+                self.meta_export = Some(req.export);
+            }
+        }
+        put_option_reply(&mut replies, opt, REP_ACK, &[]);
+        Step::new(replies, Outcome::Continue)
+    }
+}
+
+/// NBD_INFO_EXPORT (always), NBD_INFO_BLOCK_SIZE (always: the server has a maximum payload the
+/// client should know even if it did not ask), NAME and DESCRIPTION when asked for.
+fn put_info_replies(
+    out: &mut Vec<u8>,
+    opt: u32,
+    s: &Session,
+    want_name: bool,
+    description: Option<&str>,
+) {
+    let mut export = INFO_EXPORT.to_be_bytes().to_vec();
+    export.extend_from_slice(&s.size.to_be_bytes());
+    export.extend_from_slice(&s.flags.to_be_bytes());
+    put_option_reply(out, opt, REP_INFO, &export);
+
+    let mut bs = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+    for v in [BLOCK_SIZE_MIN, BLOCK_SIZE_PREFERRED, MAX_PAYLOAD] {
+        bs.extend_from_slice(&v.to_be_bytes());
+    }
+    put_option_reply(out, opt, REP_INFO, &bs);
+
+    if want_name {
+        let mut n = INFO_NAME.to_be_bytes().to_vec();
+        n.extend_from_slice(s.export.as_bytes());
+        put_option_reply(out, opt, REP_INFO, &n);
+    }
+    if let Some(d) = description {
+        let mut n = INFO_DESCRIPTION.to_be_bytes().to_vec();
+        n.extend_from_slice(clip(d).as_bytes());
+        put_option_reply(out, opt, REP_INFO, &n);
+    }
+}
+
+/// Cuts a string to the protocol's 4096-byte limit on a character boundary.
+fn clip(s: &str) -> &str {
+    let mut end = s.len().min(MAX_NAME_LEN);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests;

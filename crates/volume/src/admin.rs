@@ -1,0 +1,213 @@
+//! Volume management: create, list, inspect, resize and remove volumes.
+
+use crate::error::VolumeError;
+use crate::header::{self, data_object, Header};
+use crate::join::join_all;
+use crate::volume::read_header;
+use cairn_client::{Client, ClientError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Data objects removed at once by `rm` and `resize`.
+const REMOVE_PARALLEL: usize = 32;
+
+/// A volume as `ls` shows it.
+#[derive(Debug, Clone)]
+pub struct VolumeEntry {
+    pub name: String,
+    /// The header, or why it could not be read.
+    pub header: Result<Header, String>,
+}
+
+/// What `info` shows.
+#[derive(Debug, Clone)]
+pub struct VolumeInfo {
+    pub name: String,
+    pub header: Header,
+    /// Data objects that exist (thin provisioning: only written ones).
+    pub allocated_objects: u64,
+}
+
+/// Creates a volume of `size` bytes with data objects of `object_size` bytes.
+///
+/// Not safe against two creators of the same name at the same instant (the header is checked
+/// then written); `cairn vol create` is an operator action, not a race.
+pub async fn create(
+    client: &Client,
+    pool_name: &str,
+    name: &str,
+    size: u64,
+    object_size: u32,
+) -> Result<Header, VolumeError> {
+    header::check_name(name)?;
+    header::check_size(size)?;
+    header::check_object_size(object_size)?;
+    let pool = client.pool_id(pool_name)?;
+    let obj = header::header_object(name);
+    match client.stat(pool, &obj).await {
+        Ok(_) => {
+            return Err(VolumeError::Exists {
+                pool: pool_name.to_string(),
+                name: name.to_string(),
+            })
+        }
+        Err(ClientError::NoSuchObject { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let h = Header {
+        id: rand::random(),
+        size,
+        object_size,
+        features: 0,
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    client.write_full(pool, &obj, &h.encode()).await?;
+    Ok(h)
+}
+
+/// All volumes of a pool, sorted by name.
+pub async fn list(client: &Client, pool_name: &str) -> Result<Vec<VolumeEntry>, VolumeError> {
+    let pool = client.pool_id(pool_name)?;
+    let mut names: Vec<String> = client
+        .list(pool)
+        .await?
+        .iter()
+        .filter_map(|o| header::volume_of_header(o).map(str::to_string))
+        .collect();
+    names.sort();
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let header = match read_header(client, pool, pool_name, &name).await {
+            Ok(h) => Ok(h),
+            Err(VolumeError::BadHeader { why, .. }) => Err(why),
+            Err(VolumeError::NoSuchVolume { .. }) => continue, // removed meanwhile
+            Err(e) => return Err(e),
+        };
+        out.push(VolumeEntry { name, header });
+    }
+    Ok(out)
+}
+
+/// A volume's header and how much of it is allocated.
+pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<VolumeInfo, VolumeError> {
+    header::check_name(name)?;
+    let pool = client.pool_id(pool_name)?;
+    let h = read_header(client, pool, pool_name, name).await?;
+    let allocated = data_objects(client, pool, h.id).await?.len() as u64;
+    Ok(VolumeInfo {
+        name: name.to_string(),
+        header: h,
+        allocated_objects: allocated,
+    })
+}
+
+/// Changes a volume's size. Shrinking first removes the data beyond the new end (so a later
+/// grow never shows old data), then records the size; an interrupted shrink leaves the old
+/// size and can simply be run again.
+pub async fn resize(
+    client: &Client,
+    pool_name: &str,
+    name: &str,
+    new_size: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Header, VolumeError> {
+    header::check_name(name)?;
+    header::check_size(new_size)?;
+    let pool = client.pool_id(pool_name)?;
+    let mut h = read_header(client, pool, pool_name, name).await?;
+    if new_size < h.size {
+        let os = u64::from(h.object_size);
+        let first_gone = new_size.div_ceil(os);
+        let doomed: Vec<u64> = data_objects(client, pool, h.id)
+            .await?
+            .into_iter()
+            .filter(|&n| n >= first_gone)
+            .collect();
+        remove_objects(client, pool, name, h.id, &doomed, progress).await?;
+        if !new_size.is_multiple_of(os) {
+            let boundary = data_object(h.id, new_size / os);
+            match client.stat(pool, &boundary).await {
+                Ok(info) if info.size > new_size % os => {
+                    client.truncate(pool, &boundary, new_size % os).await?
+                }
+                Ok(_) | Err(ClientError::NoSuchObject { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    h.size = new_size;
+    client
+        .write_full(pool, &header::header_object(name), &h.encode())
+        .await?;
+    Ok(h)
+}
+
+/// Removes a volume: its data objects (reporting progress as `(done, total)`), then its
+/// header. An interrupted remove leaves the volume listed; run it again to finish.
+pub async fn remove(
+    client: &Client,
+    pool_name: &str,
+    name: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(), VolumeError> {
+    header::check_name(name)?;
+    let pool = client.pool_id(pool_name)?;
+    let h = read_header(client, pool, pool_name, name).await?;
+    let objects = data_objects(client, pool, h.id).await?;
+    remove_objects(client, pool, name, h.id, &objects, progress).await?;
+    match client.remove(pool, &header::header_object(name)).await {
+        Ok(()) | Err(ClientError::NoSuchObject { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn remove_objects(
+    client: &Client,
+    pool: u32,
+    name: &str,
+    id: u64,
+    objnos: &[u64],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(), VolumeError> {
+    let total = objnos.len() as u64;
+    let mut done = 0;
+    progress(done, total);
+    for chunk in objnos.chunks(REMOVE_PARALLEL) {
+        let removes = chunk.iter().map(|&n| async move {
+            let obj = data_object(id, n);
+            match client.remove(pool, &obj).await {
+                Ok(()) | Err(ClientError::NoSuchObject { .. }) => Ok(()),
+                Err(source) => Err(VolumeError::Object {
+                    name: name.to_string(),
+                    op: "remove",
+                    object: String::from_utf8_lossy(&obj).into_owned(),
+                    source,
+                }),
+            }
+        });
+        join_all(removes.collect())
+            .await
+            .into_iter()
+            .collect::<Result<(), _>>()?;
+        done += chunk.len() as u64;
+        progress(done, total);
+    }
+    Ok(())
+}
+
+/// The object numbers of volume `id`'s existing data objects, sorted.
+pub(crate) async fn data_objects(
+    client: &Client,
+    pool: u32,
+    id: u64,
+) -> Result<Vec<u64>, VolumeError> {
+    let mut v: Vec<u64> = client
+        .list(pool)
+        .await?
+        .iter()
+        .filter_map(|o| header::objno_of(id, o))
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}

@@ -1,0 +1,35 @@
+//! Errors of volume operations.
+
+use cairn_client::ClientError;
+
+/// Why a volume operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum VolumeError {
+    #[error("no volume {name:?} in pool {pool}: `cairn vol ls` lists the volumes")]
+    NoSuchVolume { pool: String, name: String },
+    #[error("volume {name:?} already exists in pool {pool}")]
+    Exists { pool: String, name: String },
+    #[error("invalid volume name {name:?}: {why}")]
+    BadName { name: String, why: &'static str },
+    #[error("invalid {what}: {why}")]
+    BadArgument { what: &'static str, why: String },
+    #[error("volume {name:?}: header object is damaged ({why}); the volume's data objects are untouched")]
+    BadHeader { name: String, why: String },
+    #[error("volume {name:?}: range {offset}+{len} is beyond its size {size}")]
+    OutOfRange {
+        name: String,
+        offset: u64,
+        len: u64,
+        size: u64,
+    },
+    #[error("volume {name:?}: {op} of data object {object}: {source}")]
+    Object {
+        name: String,
+        op: &'static str,
+        object: String,
+        source: ClientError,
+    },
+    #[error("{0}")]
+    Client(#[from] ClientError),
+}

@@ -1,0 +1,193 @@
+//! Volumes as NBD exports: the `cairn-nbd` traits over [`Volume`].
+
+use crate::admin;
+use crate::error::VolumeError;
+use crate::volume::{read_header, Volume};
+use cairn_client::{Client, ClientError};
+use cairn_nbd::{Export, ExportError, Exports, Extent};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Every volume of one pool, each served under its own name.
+pub struct VolumeExports {
+    client: Client,
+    pool: String,
+    default: Option<String>,
+    /// One open volume per name, shared by all its connections (one object map per volume).
+    open: tokio::sync::Mutex<HashMap<String, Arc<Volume>>>,
+}
+
+impl VolumeExports {
+    /// Serves the volumes of `pool`; the empty export name means `default`, if given.
+    pub fn new(client: Client, pool: &str, default: Option<String>) -> VolumeExports {
+        VolumeExports {
+            client,
+            pool: pool.to_string(),
+            default,
+            open: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// One connection's view of a volume: its size is fixed at the handshake, as NBD requires.
+pub struct VolumeExport {
+    volume: Arc<Volume>,
+    size: u64,
+}
+
+impl Exports for VolumeExports {
+    type Export = VolumeExport;
+
+    async fn list(&self) -> Result<Vec<(String, String)>, ExportError> {
+        let vols = admin::list(&self.client, &self.pool)
+            .await
+            .map_err(export_error)?;
+        Ok(vols
+            .into_iter()
+            .map(|v| {
+                let desc = match v.header {
+                    Ok(h) => format!("{} bytes", h.size),
+                    Err(why) => format!("damaged header: {why}"),
+                };
+                (v.name, desc)
+            })
+            .collect())
+    }
+
+    async fn open(&self, name: &str) -> Result<Option<Arc<VolumeExport>>, ExportError> {
+        let name = match (name, &self.default) {
+            ("", Some(d)) => d.as_str(),
+            ("", None) => return Ok(None),
+            (n, _) => n,
+        };
+        if crate::header::check_name(name).is_err() {
+            return Ok(None);
+        }
+        let pool = self.client.pool_id(&self.pool).map_err(client_error)?;
+        // Re-read the header on every connection: a resize shows on the next connection, and
+        // a volume removed and re-created under the same name is a different volume.
+        let header = match read_header(&self.client, pool, &self.pool, name).await {
+            Ok(h) => h,
+            Err(VolumeError::NoSuchVolume { .. }) => return Ok(None),
+            Err(e) => return Err(export_error(e)),
+        };
+        let mut open = self.open.lock().await;
+        let volume = match open.get(name) {
+            Some(v) if v.header().id == header.id => {
+                v.set_size(header.size);
+                v.clone()
+            }
+            _ => {
+                let v = Volume::open(self.client.clone(), &self.pool, name)
+                    .await
+                    .map_err(export_error)?;
+                let v = Arc::new(v);
+                open.insert(name.to_string(), v.clone());
+                v
+            }
+        };
+        let size = volume.size();
+        Ok(Some(Arc::new(VolumeExport { volume, size })))
+    }
+}
+
+impl VolumeExport {
+    fn check(&self, offset: u64, len: u64) -> Result<(), ExportError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(ExportError::Invalid(format!(
+                "range {offset}+{len} is beyond the export's size {}",
+                self.size
+            ))),
+        }
+    }
+}
+
+impl Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Safe: all connections of this process share one `Volume`, every acknowledged write is
+    /// already durable and reads go to the PG primary, which serves only acknowledged data.
+    fn multi_conn(&self) -> bool {
+        true
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>, ExportError> {
+        self.check(offset, len.into())?;
+        self.volume
+            .read(offset, len.into())
+            .await
+            .map_err(export_error)
+    }
+
+    async fn write(&self, offset: u64, data: Vec<u8>, _fua: bool) -> Result<(), ExportError> {
+        // FUA needs nothing more: a write is durable at the pool's level when acknowledged.
+        self.check(offset, data.len() as u64)?;
+        self.volume.write(offset, &data).await.map_err(export_error)
+    }
+
+    async fn flush(&self) -> Result<(), ExportError> {
+        self.volume.flush().await.map_err(export_error)
+    }
+
+    async fn trim(&self, offset: u64, len: u32) -> Result<(), ExportError> {
+        self.check(offset, len.into())?;
+        self.volume
+            .zero(offset, len.into(), true)
+            .await
+            .map_err(export_error)
+    }
+
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        may_punch: bool,
+        _fast: bool,
+        _fua: bool,
+    ) -> Result<(), ExportError> {
+        self.check(offset, len.into())?;
+        // Every way of zeroing is fast here (remove, in-place zero, or a one-byte sparse
+        // write), so FAST_ZERO never has to fail.
+        self.volume
+            .zero(offset, len.into(), may_punch)
+            .await
+            .map_err(export_error)
+    }
+
+    async fn block_status(&self, offset: u64, len: u32) -> Result<Vec<Extent>, ExportError> {
+        self.check(offset, len.into())?;
+        Ok(self
+            .volume
+            .allocation(offset, len.into())
+            .into_iter()
+            .map(|a| Extent {
+                // Runs are at most `len` long, so they fit.
+                len: u32::try_from(a.len).unwrap_or(u32::MAX),
+                hole: !a.allocated,
+                zero: !a.allocated,
+            })
+            .collect())
+    }
+}
+
+fn client_error(e: ClientError) -> ExportError {
+    export_error(VolumeError::Client(e))
+}
+
+/// The NBD error a client sees, with the full story in the server's log.
+fn export_error(e: VolumeError) -> ExportError {
+    tracing::warn!(error = %e, "volume i/o failed");
+    let full = |e: &ClientError| matches!(e, ClientError::Failed(s) if s.contains("no space"));
+    match &e {
+        VolumeError::OutOfRange { .. } | VolumeError::BadArgument { .. } => {
+            ExportError::Invalid(e.to_string())
+        }
+        VolumeError::Object { source, .. } | VolumeError::Client(source) if full(source) => {
+            ExportError::NoSpace(e.to_string())
+        }
+        _ => ExportError::Io(e.to_string()),
+    }
+}

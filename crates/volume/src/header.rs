@@ -1,0 +1,256 @@
+//! The volume header object: what a volume is (size, object size, id), versioned and
+//! checksummed (docs/format/volume.md), and the names of a volume's objects.
+
+use crate::error::VolumeError;
+
+const MAGIC: &[u8; 8] = b"CAIRNVOL";
+/// Header format version this code writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+/// Encoded header length (version 1).
+pub const HEADER_LEN: usize = 52;
+/// Default data object size: 4 MiB.
+pub const DEFAULT_OBJECT_SIZE: u32 = 4 << 20;
+/// Smallest and largest data object sizes (powers of two).
+pub const MIN_OBJECT_SIZE: u32 = 64 << 10;
+pub const MAX_OBJECT_SIZE: u32 = 64 << 20;
+/// Largest volume: 1 PiB (keeps object numbers and NBD offsets far from overflow).
+pub const MAX_VOLUME_SIZE: u64 = 1 << 50;
+/// Longest volume name.
+pub const MAX_NAME: usize = 128;
+
+/// Prefix of header object names: `vol.<name>`.
+pub const HEADER_PREFIX: &str = "vol.";
+/// Prefix of data object names: `vdata.<id:016x>.<objno:016x>`.
+pub const DATA_PREFIX: &str = "vdata.";
+
+/// A volume's identity and geometry, as stored in its header object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Random id naming the data objects, so a removed and re-created volume never sees the
+    /// old volume's leftovers.
+    pub id: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Data object size in bytes (power of two).
+    pub object_size: u32,
+    /// Feature bits; none are defined in version 1 (must be 0).
+    pub features: u64,
+    /// Creation time, seconds since the Unix epoch.
+    pub created: u64,
+}
+
+impl Header {
+    /// The on-disk bytes (docs/format/volume.md).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(HEADER_LEN);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&self.object_size.to_le_bytes());
+        b.extend_from_slice(&self.size.to_le_bytes());
+        b.extend_from_slice(&self.id.to_le_bytes());
+        b.extend_from_slice(&self.features.to_le_bytes());
+        b.extend_from_slice(&self.created.to_le_bytes());
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses and checks header bytes; the error says what is wrong.
+    pub fn decode(b: &[u8]) -> Result<Header, String> {
+        if b.len() != HEADER_LEN {
+            return Err(format!("{} bytes, expected {HEADER_LEN}", b.len()));
+        }
+        if &b[0..8] != MAGIC {
+            return Err("not a volume header (bad magic)".into());
+        }
+        let crc = u32_at(b, HEADER_LEN - 4);
+        if crc32c::crc32c(&b[..HEADER_LEN - 4]) != crc {
+            return Err("checksum mismatch".into());
+        }
+        let version = u16::from_le_bytes([b[8], b[9]]);
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {version}; this cairn reads version {FORMAT_VERSION}"
+            ));
+        }
+        if b[10..12] != [0, 0] {
+            return Err("reserved bytes are not zero".into());
+        }
+        let h = Header {
+            object_size: u32_at(b, 12),
+            size: u64_at(b, 16),
+            id: u64_at(b, 24),
+            features: u64_at(b, 32),
+            created: u64_at(b, 40),
+        };
+        if h.features != 0 {
+            return Err(format!("unknown feature bits {:#x}", h.features));
+        }
+        check_object_size(h.object_size).map_err(|e| e.to_string())?;
+        check_size(h.size).map_err(|e| e.to_string())?;
+        Ok(h)
+    }
+
+    /// How many data objects cover the volume.
+    pub fn object_count(&self) -> u64 {
+        self.size.div_ceil(u64::from(self.object_size))
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Checks a volume name: 1..=128 bytes of `A-Z a-z 0-9 . _ -`, not starting with `.` or `-`.
+pub fn check_name(name: &str) -> Result<(), VolumeError> {
+    let bad = |why| {
+        Err(VolumeError::BadName {
+            name: name.to_string(),
+            why,
+        })
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_NAME {
+        return bad("longer than 128 bytes");
+    }
+    if name.starts_with('.') || name.starts_with('-') {
+        return bad("starts with '.' or '-'");
+    }
+    if !name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+    {
+        return bad("only letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+/// Checks a data object size.
+pub fn check_object_size(object_size: u32) -> Result<(), VolumeError> {
+    if !object_size.is_power_of_two() || !(MIN_OBJECT_SIZE..=MAX_OBJECT_SIZE).contains(&object_size)
+    {
+        return Err(VolumeError::BadArgument {
+            what: "object size",
+            why: format!(
+                "{object_size} bytes; must be a power of two from {} KiB to {} MiB",
+                MIN_OBJECT_SIZE >> 10,
+                MAX_OBJECT_SIZE >> 20
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Checks a volume size.
+pub fn check_size(size: u64) -> Result<(), VolumeError> {
+    if size == 0 || size > MAX_VOLUME_SIZE || !size.is_multiple_of(512) {
+        return Err(VolumeError::BadArgument {
+            what: "volume size",
+            why: format!("{size} bytes; must be a multiple of 512 from 512 bytes to 1 PiB"),
+        });
+    }
+    Ok(())
+}
+
+/// Name of a volume's header object.
+pub fn header_object(name: &str) -> Vec<u8> {
+    format!("{HEADER_PREFIX}{name}").into_bytes()
+}
+
+/// The volume name of a header object name, if it is one.
+pub fn volume_of_header(object: &[u8]) -> Option<&str> {
+    let s = std::str::from_utf8(object).ok()?;
+    let name = s.strip_prefix(HEADER_PREFIX)?;
+    check_name(name).ok().map(|_| name)
+}
+
+/// Prefix shared by all data objects of volume `id`.
+pub fn data_prefix(id: u64) -> String {
+    format!("{DATA_PREFIX}{id:016x}.")
+}
+
+/// Name of data object `objno` of volume `id`.
+pub fn data_object(id: u64, objno: u64) -> Vec<u8> {
+    format!("{DATA_PREFIX}{id:016x}.{objno:016x}").into_bytes()
+}
+
+/// The object number of a data object of volume `id`, if `object` is one.
+pub fn objno_of(id: u64, object: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(object).ok()?;
+    let hex = s.strip_prefix(&data_prefix(id))?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Header {
+        Header {
+            id: 0x1234_5678_9abc_def0,
+            size: 10 << 30,
+            object_size: DEFAULT_OBJECT_SIZE,
+            features: 0,
+            created: 1_800_000_000,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let h = sample();
+        let b = h.encode();
+        assert_eq!(b.len(), HEADER_LEN);
+        assert_eq!(Header::decode(&b), Ok(h));
+    }
+
+    #[test]
+    fn refuses_damage() {
+        let b = sample().encode();
+        for i in 0..b.len() {
+            let mut d = b.clone();
+            d[i] ^= 0x40;
+            assert!(Header::decode(&d).is_err(), "flip at byte {i} accepted");
+        }
+        assert!(Header::decode(&b[..HEADER_LEN - 1]).is_err());
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(Header::decode(&longer).is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert!(check_name("vm-disk_1.img").is_ok());
+        for bad in ["", ".hidden", "-x", "a/b", "a b", &"x".repeat(129)] {
+            assert!(check_name(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(volume_of_header(b"vol.disk0"), Some("disk0"));
+        assert_eq!(volume_of_header(b"vol."), None);
+        assert_eq!(volume_of_header(b"other"), None);
+        let n = data_object(7, 0x2a);
+        assert_eq!(objno_of(7, &n), Some(0x2a));
+        assert_eq!(objno_of(8, &n), None);
+        assert_eq!(objno_of(7, b"vdata.0000000000000007.xyz"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = Header::decode(&b);
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! An open volume: byte-range I/O split over its data objects.
+
+use crate::error::VolumeError;
+use crate::header::{self, data_object, Header, HEADER_LEN};
+use crate::join::join_all;
+use crate::layout::{pieces, Piece};
+use crate::objmap::ObjectMap;
+use cairn_client::{Client, ClientError};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Objects zeroed or removed at once by one request.
+const ZERO_PARALLEL: usize = 32;
+
+/// One run of a volume's allocation map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    pub len: u64,
+    /// Whether data objects back the range (it may still read as zeros).
+    pub allocated: bool,
+}
+
+/// An open volume. Share it (in an `Arc`) between all users in one process: its object map is
+/// exact only while this process is the volume's one writer.
+pub struct Volume {
+    client: Client,
+    pool: u32,
+    pool_name: String,
+    name: String,
+    header: Header,
+    size: AtomicU64,
+    map: ObjectMap,
+}
+
+impl Volume {
+    /// Opens a volume: reads its header and lists its data objects.
+    pub async fn open(client: Client, pool_name: &str, name: &str) -> Result<Volume, VolumeError> {
+        header::check_name(name)?;
+        let pool = client.pool_id(pool_name)?;
+        let header = read_header(&client, pool, pool_name, name).await?;
+        let existing = crate::admin::data_objects(&client, pool, header.id).await?;
+        Ok(Volume {
+            client,
+            pool,
+            pool_name: pool_name.to_string(),
+            name: name.to_string(),
+            header,
+            size: AtomicU64::new(header.size),
+            map: ObjectMap::new(existing),
+        })
+    }
+
+    /// The volume's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The header read at open (its size may have changed since: see [`Volume::size`]).
+    pub fn header(&self) -> Header {
+        self.header
+    }
+
+    /// Current size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Relaxed)
+    }
+
+    /// Takes a new size from a re-read header (after `cairn vol resize`).
+    pub fn set_size(&self, size: u64) {
+        self.size.store(size, Ordering::Relaxed);
+    }
+
+    /// How many data objects exist.
+    pub fn allocated_objects(&self) -> usize {
+        self.map.len()
+    }
+
+    fn object_size(&self) -> u64 {
+        u64::from(self.header.object_size)
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
+        let size = self.size();
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(VolumeError::OutOfRange {
+                name: self.name.clone(),
+                offset,
+                len,
+                size,
+            }),
+        }
+    }
+
+    fn object_error(&self, op: &'static str, objno: u64, source: ClientError) -> VolumeError {
+        VolumeError::Object {
+            name: self.name.clone(),
+            op,
+            object: String::from_utf8_lossy(&data_object(self.header.id, objno)).into_owned(),
+            source,
+        }
+    }
+
+    /// Reads `len` bytes at `offset`; never-written ranges read as zeros.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
+        self.check_range(offset, len)?;
+        let ps = pieces(self.object_size(), offset, len);
+        let mut out = vec![0u8; len as usize];
+        if let [p] = ps[..] {
+            if let Some(d) = self.read_piece(p).await? {
+                out[..d.len()].copy_from_slice(&d);
+            }
+            return Ok(out);
+        }
+        let reads = join_all(ps.iter().map(|&p| self.read_piece(p)).collect()).await;
+        for (p, r) in ps.iter().zip(reads) {
+            if let Some(d) = r? {
+                let at = p.at as usize;
+                out[at..at + d.len()].copy_from_slice(&d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The piece's bytes as stored (short where the object is), or `None` for a hole.
+    async fn read_piece(&self, p: Piece) -> Result<Option<Vec<u8>>, VolumeError> {
+        if !self.map.may_exist(p.objno) {
+            return Ok(None);
+        }
+        let name = data_object(self.header.id, p.objno);
+        match self.client.read(self.pool, &name, p.offset, p.len).await {
+            Ok(mut d) => {
+                d.truncate(p.len as usize);
+                Ok(Some(d))
+            }
+            Err(ClientError::NoSuchObject { .. }) => Ok(None),
+            Err(e) => Err(self.object_error("read", p.objno, e)),
+        }
+    }
+
+    /// Writes `data` at `offset`. Durable at the pool's durability level when it returns.
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<(), VolumeError> {
+        self.check_range(offset, data.len() as u64)?;
+        let ps = pieces(self.object_size(), offset, data.len() as u64);
+        let write = |p: Piece| async move {
+            self.map.writing(p.objno);
+            let name = data_object(self.header.id, p.objno);
+            let slice = &data[p.at as usize..(p.at + p.len) as usize];
+            self.client
+                .write(self.pool, &name, p.offset, slice)
+                .await
+                .map(|_| ())
+                .map_err(|e| self.object_error("write", p.objno, e))
+        };
+        if let [p] = ps[..] {
+            return write(p).await;
+        }
+        join_all(ps.into_iter().map(write).collect())
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Makes a range read as zeros. With `punch`, whole data objects in it are removed (the
+    /// space is freed); without, every object in the range is kept or created (allocated).
+    pub async fn zero(&self, offset: u64, len: u64, punch: bool) -> Result<(), VolumeError> {
+        self.check_range(offset, len)?;
+        // Bounded concurrency: a discard of a whole disk spans thousands of objects.
+        for chunk in pieces(self.object_size(), offset, len).chunks(ZERO_PARALLEL) {
+            let results = join_all(chunk.iter().map(|&p| self.zero_piece(p, punch)).collect());
+            results.await.into_iter().collect::<Result<(), _>>()?;
+        }
+        Ok(())
+    }
+
+    async fn zero_piece(&self, p: Piece, punch: bool) -> Result<(), VolumeError> {
+        let name = data_object(self.header.id, p.objno);
+        if punch && p.is_whole_object(self.object_size(), self.size()) {
+            if !self.map.may_exist(p.objno) {
+                return Ok(());
+            }
+            let token = self.map.removing(p.objno);
+            return match self.client.remove(self.pool, &name).await {
+                Ok(()) | Err(ClientError::NoSuchObject { .. }) => {
+                    self.map.removed(token);
+                    Ok(())
+                }
+                Err(e) => {
+                    self.map.remove_failed(token);
+                    Err(self.object_error("remove", p.objno, e))
+                }
+            };
+        }
+        if self.map.may_exist(p.objno) {
+            return self
+                .client
+                .zero(self.pool, &name, p.offset, p.len)
+                .await
+                .map_err(|e| self.object_error("zero", p.objno, e));
+        }
+        if punch {
+            return Ok(()); // a hole already reads as zeros
+        }
+        // Allocating zeros where nothing exists: one zero byte at the range's end creates the
+        // object, sparse, reading as zeros up to there (no buffer of the range's size; a
+        // truncate instead could race a concurrent write to another part of the object).
+        self.map.writing(p.objno);
+        self.client
+            .write(self.pool, &name, p.offset + p.len - 1, &[0])
+            .await
+            .map(|_| ())
+            .map_err(|e| self.object_error("write", p.objno, e))
+    }
+
+    /// Returns once every write acknowledged before the call is durable at the pool's
+    /// durability level. Writes are durable at that level when acknowledged, so there is
+    /// nothing to wait for.
+    pub async fn flush(&self) -> Result<(), VolumeError> {
+        Ok(())
+    }
+
+    /// The allocation map of `offset..offset+len` at data object granularity, in order,
+    /// adjacent runs of the same kind merged.
+    pub fn allocation(&self, offset: u64, len: u64) -> Vec<Allocation> {
+        let mut out: Vec<Allocation> = Vec::new();
+        let os = self.object_size();
+        if len == 0 {
+            return out;
+        }
+        let existing = self
+            .map
+            .existing_in(offset / os, (offset + len).div_ceil(os));
+        for p in pieces(os, offset, len) {
+            let allocated = existing.binary_search(&p.objno).is_ok();
+            match out.last_mut() {
+                Some(last) if last.allocated == allocated => last.len += p.len,
+                _ => out.push(Allocation {
+                    len: p.len,
+                    allocated,
+                }),
+            }
+        }
+        out
+    }
+
+    /// The pool this volume lives in.
+    pub fn pool_name(&self) -> &str {
+        &self.pool_name
+    }
+}
+
+/// Reads and checks a volume's header.
+pub(crate) async fn read_header(
+    client: &Client,
+    pool: u32,
+    pool_name: &str,
+    name: &str,
+) -> Result<Header, VolumeError> {
+    let obj = header::header_object(name);
+    match client.read(pool, &obj, 0, HEADER_LEN as u64 + 1).await {
+        Ok(b) => Header::decode(&b).map_err(|why| VolumeError::BadHeader {
+            name: name.to_string(),
+            why,
+        }),
+        Err(ClientError::NoSuchObject { .. }) => Err(VolumeError::NoSuchVolume {
+            pool: pool_name.to_string(),
+            name: name.to_string(),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,141 @@
+//! NBD option haggling: the `Negotiation` state machine driven by an arbitrary sequence of
+//! options (and arbitrary lookup outcomes) against a small fixed export list. Every reply must
+//! be a well-formed option reply for the option asked; an entered transmission phase must
+//! describe the export that was looked up.
+#![no_main]
+
+use cairn_nbd::handshake::{Admit, ExportInfo, Negotiation, Outcome, MAX_DISCARD_LEN};
+use cairn_nbd::proto::*;
+use libfuzzer_sys::fuzz_target;
+
+const EXPORTS: [(&str, &str, u64); 3] = [
+    ("disk", "main disk", 1 << 20),
+    ("tiny", "", 512),
+    ("é", "ünïcode", 0),
+];
+
+/// The lookup the server would do: "" is the default export, "boom" fails.
+fn lookup(name: &str) -> Result<Option<ExportInfo>, String> {
+    if name == "boom" {
+        return Err("backend failure".into());
+    }
+    let name = if name.is_empty() { "disk" } else { name };
+    Ok(EXPORTS.iter().find(|e| e.0 == name).map(|e| ExportInfo {
+        size: e.2,
+        multi_conn: e.1.is_empty(),
+        description: Some(e.1.to_string()),
+    }))
+}
+
+/// Bytes consumed front to back; runs out as zeros.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        let Some((&b, rest)) = self.0.split_first() else {
+            return 0;
+        };
+        self.0 = rest;
+        b
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.byte(), self.byte()])
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_be_bytes([self.byte(), self.byte(), self.byte(), self.byte()])
+    }
+    fn take(&mut self, n: usize) -> &[u8] {
+        let (a, b) = self.0.split_at(n.min(self.0.len()));
+        self.0 = b;
+        a
+    }
+}
+
+/// Checks that `bytes` is a sequence of option replies to `opt`.
+fn check_replies(opt: u32, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        assert!(bytes.len() >= 20);
+        assert_eq!(&bytes[0..8], &OPTION_REPLY_MAGIC.to_be_bytes());
+        assert_eq!(
+            u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
+            opt
+        );
+        let len = u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize;
+        assert!(len <= 4 + 4096 + 4096, "reply of {len} bytes");
+        bytes = &bytes[20 + len..];
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut input = Input(data);
+    let Ok(mut n) = Negotiation::new(u32::from(input.byte() & 7)) else {
+        return;
+    };
+    while !input.0.is_empty() {
+        let b = input.byte();
+        // Mostly the defined options (0..=15), sometimes any 32-bit value.
+        let opt = if b >= 0xf0 {
+            input.u32()
+        } else {
+            u32::from(b % 16)
+        };
+        // Mostly short data; sometimes a claimed length past the limits.
+        let claimed = match input.byte() {
+            0xff => input.u32(),
+            0xfe => MAX_DISCARD_LEN,
+            _ => u32::from(input.u16() % 512),
+        };
+        let step = match n.admit(opt, claimed) {
+            Admit::Read => {
+                let body = input.take(claimed as usize).to_vec();
+                n.on_option(opt, &body)
+            }
+            Admit::Discard => n.on_discarded(opt),
+            Admit::Close(_) => return,
+        };
+        let mut step = step;
+        let mut looked_up: Option<Result<Option<ExportInfo>, String>> = None;
+        loop {
+            step = match step.outcome {
+                Outcome::NeedList => {
+                    check_replies(opt, &step.replies);
+                    let list = EXPORTS
+                        .iter()
+                        .map(|e| (e.0.to_string(), e.1.to_string()))
+                        .collect();
+                    n.on_list(if input.byte() == 0xff {
+                        Err("down".into())
+                    } else {
+                        Ok(list)
+                    })
+                }
+                Outcome::NeedExport { name, .. } => {
+                    assert!(step.replies.is_empty());
+                    let found = lookup(&name);
+                    looked_up = Some(found.clone());
+                    n.on_export(found)
+                }
+                _ => break,
+            };
+        }
+        match step.outcome {
+            Outcome::Go(session) => {
+                let Some(Ok(Some(info))) = looked_up else {
+                    panic!("Go without an export")
+                };
+                assert_eq!(session.size, info.size);
+                assert!(session.meta_context.is_none() || session.structured);
+                assert_eq!(session.flags & FLAG_SEND_DF != 0, session.structured);
+                if opt == OPT_EXPORT_NAME {
+                    assert!(step.replies.len() == 10 || step.replies.len() == 134);
+                } else {
+                    check_replies(opt, &step.replies);
+                }
+                return;
+            }
+            Outcome::Continue => check_replies(opt, &step.replies),
+            Outcome::Abort | Outcome::Close(_) => return,
+            Outcome::NeedList | Outcome::NeedExport { .. } => unreachable!(),
+        }
+    }
+});
