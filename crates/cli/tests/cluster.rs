@@ -592,6 +592,13 @@ fn temporal_merge_batches_small_ops_and_each_completes() {
             cfg.merge_threshold = threshold;
             let client = cairn_client::Client::connect(cfg).await.expect("client");
             let pool = client.pool_id("m").expect("pool");
+            for o in 0..4 {
+                let name = format!("obj{o}").into_bytes();
+                client
+                    .write(pool, &name, 0, &[0])
+                    .await
+                    .expect("warm-up write");
+            }
             // 4 objects: many ops in flight on each OSD connection.
             let mut tasks = tokio::task::JoinSet::new();
             for i in 0..256u64 {

@@ -242,6 +242,9 @@ fn send_batch(
 async fn send_merged(merge: Arc<Merge>, sender: FrameSender, waiters: Waiters) {
     loop {
         merge.wake.notified().await;
+        // Woken by the first op of a batch: let every task that is ready run first (on a
+        // multi-threaded runtime the woken task would otherwise run right after that op's).
+        tokio::task::yield_now().await;
         if sender.is_closed() {
             return;
         }

@@ -55,6 +55,9 @@ struct Inner {
     maps: watch::Receiver<Arc<ClusterMap>>,
     view: Mutex<Arc<MapView>>,
     conns: Mutex<HashMap<u32, Arc<OsdConn>>>,
+    /// One connection attempt per OSD at a time: ops that find no connection wait for it
+    /// instead of each opening their own.
+    connecting: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
     cfg: ClientConfig,
     merged: Arc<MergeCounters>,
 }
@@ -94,6 +97,7 @@ impl Client {
                 maps,
                 view: Mutex::new(Arc::new(MapView::new(map))),
                 conns: Mutex::new(HashMap::new()),
+                connecting: Mutex::new(HashMap::new()),
                 cfg,
                 merged: Arc::default(),
             }),
@@ -142,16 +146,31 @@ impl Client {
         let _ = tokio::time::timeout(max_wait, rx.wait_for(|m| m.epoch >= epoch)).await;
     }
 
-    async fn conn(&self, id: u32, addr: &str) -> Result<Arc<OsdConn>, ConnError> {
-        if let Some(c) = self
-            .inner
+    fn open_conn(&self, id: u32, addr: &str) -> Option<Arc<OsdConn>> {
+        self.inner
             .conns
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&id)
             .filter(|c| c.addr == addr && c.is_open())
-        {
-            return Ok(c.clone());
+            .cloned()
+    }
+
+    async fn conn(&self, id: u32, addr: &str) -> Result<Arc<OsdConn>, ConnError> {
+        if let Some(c) = self.open_conn(id, addr) {
+            return Ok(c);
+        }
+        let lock = self
+            .inner
+            .connecting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_default()
+            .clone();
+        let _connecting = lock.lock().await;
+        if let Some(c) = self.open_conn(id, addr) {
+            return Ok(c); // another op connected meanwhile
         }
         let threshold = self.inner.cfg.merge_threshold;
         let c = OsdConn::connect(addr, threshold, self.inner.merged.clone()).await?;
