@@ -221,7 +221,11 @@ fn send_batch(
             sender.send(OP, op.request_id, &control, data)
         }
         _ => {
-            let data: Vec<u8> = batch.iter().flat_map(|(_, d)| d.iter().copied()).collect();
+            let total = batch.iter().map(|(_, d)| d.len()).sum();
+            let mut data = Vec::with_capacity(total);
+            for (_, d) in &batch {
+                data.extend_from_slice(d);
+            }
             let ops: Vec<BatchedOp> = batch.iter().map(|(op, _)| op.clone()).collect();
             let control = cairn_proto::msg::encode(&OpBatch { ops });
             sender.send(OP_BATCH, 0, &control, &data)
