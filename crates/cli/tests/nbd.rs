@@ -361,7 +361,7 @@ fn fio_verify_jobs_and_multi_conn_clients() {
     let script = r#"
 import nbd, os
 uri = os.environ["URI"]
-a = nbd.NBD(); a.connect_uri(uri)
+a = nbd.NBD(); a.add_meta_context("base:allocation"); a.connect_uri(uri)
 b = nbd.NBD(); b.connect_uri(uri)
 assert a.can_multi_conn() and b.can_multi_conn()
 for i, off in enumerate([0, 4*1024*1024 - 1000, 200*1024*1024 + 17, 255*1024*1024]):
@@ -374,6 +374,22 @@ for i, off in enumerate([0, 4*1024*1024 - 1000, 200*1024*1024 + 17, 255*1024*102
     b.zero(4096, off)
     b.flush()
     assert a.pread(4096, off) == bytes(4096), "a does not see b's zeroing at %d" % off
+# A trim of whole data objects removes them: block status then reports a hole there, and
+# the range reads as zeros; the neighbouring object written too stays data.
+MiB = 1024 * 1024
+a.pwrite(b"\x5a" * (8 * MiB), 8 * MiB); a.flush()
+b.trim(4 * MiB, 8 * MiB)
+def status(off, length):
+    got = []
+    def cb(ctx, o, entries, err):
+        got.extend(zip(entries[0::2], entries[1::2]))
+    a.block_status(length, off, cb)
+    return got
+st = status(8 * MiB, 8 * MiB)
+assert st[0] == (4 * MiB, 3), "trimmed object not a hole: %r" % st
+assert st[1][1] == 0, "untouched object not data: %r" % st
+assert a.pread(4096, 10 * MiB) == bytes(4096)
+assert a.pread(4096, 12 * MiB) == b"\x5a" * 4096
 print("ok")
 "#;
     let o = Command::new("timeout")
