@@ -12,6 +12,7 @@ pub mod nbd;
 pub mod objects;
 mod ops;
 pub mod report;
+mod target;
 
 use crate::size::{human, parse_size};
 use anyhow::{anyhow, bail, Context, Result};

@@ -2,14 +2,15 @@
 //! each workload next to the same fio job against `nbdkit memory` (the protocol-overhead
 //! ceiling: an NBD server that keeps everything in RAM) run in the same invocation.
 
-use super::objects::{cluster_pids, cpu_seconds, cpu_total};
+use super::objects::{cpu_seconds, cpu_total};
 use super::report::{round, Obj};
+use super::target::Target;
 use crate::admin::pg_counts;
 use anyhow::{bail, Context, Result};
-use cairn_client::{Client, ClientConfig};
-use cairn_map::{Durability, MapChange};
+use cairn_client::Client;
+use cairn_map::Durability;
 use clap::Args;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -219,32 +220,12 @@ fn fio(uri: &str, rw: &str, bs: usize, qd: usize, size: u64, seconds: Option<f64
 pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     require("fio", "fio")?;
     require("nbdkit", "nbdkit")?;
-    let conf_path: PathBuf = crate::conf::locate(conf)?;
-    let cfg = crate::conf::load(Some(&conf_path))?;
-    let pids = cluster_pids(&conf_path);
-    if pids.is_empty() {
-        bail!("found no cluster processes to measure CPU of (is the cluster running on this machine?)");
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let t = Target::connect(conf)?;
     let pool = format!("bench-nbd-{}", std::process::id());
-    let client = rt.block_on(Client::connect(ClientConfig::new(cfg.cluster.mons.clone())))?;
-    let c = MapChange::PoolCreate {
-        name: pool.clone(),
-        size: a.size,
-        min_size: a.size.saturating_sub(1).max(1),
-        pg_count: 64,
-        durability: Durability::Wal,
-    };
-    rt.block_on(client.mon().command(c))?;
-    let result = rt
-        .block_on(prepare(&client, &pool, a.volume_size))
-        .and_then(|()| bench(&a, &conf_path, &pool, &pids));
-    let rm = MapChange::PoolRemove { name: pool.clone() };
-    let removed = rt.block_on(client.mon().command(rm));
-    let entries = result?;
-    removed.with_context(|| format!("cannot remove the bench pool {pool}"))?;
+    let entries = t.with_pool(&pool, a.size, Durability::Wal, || {
+        t.block_on(prepare(&t.client, &pool, a.volume_size))?;
+        bench(&a, &t.conf, &pool, &t.pids)
+    })?;
     println!("{}", Obj::new().put_arr("workloads", &entries).render());
     Ok(())
 }

@@ -5,13 +5,14 @@
 use super::echo;
 use super::measure::new_hist;
 use super::report::{lat, q, round, Obj};
+use super::target::Target;
 use crate::admin::pg_counts;
 use anyhow::{bail, Context, Result};
-use cairn_client::{Client, ClientConfig};
-use cairn_map::{Durability, MapChange};
+use cairn_client::Client;
+use cairn_map::Durability;
 use clap::Args;
 use hdrhistogram::Histogram;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub const LONG_ABOUT: &str = "\
@@ -264,35 +265,14 @@ async fn fill(client: &Client, pool: u32, objects: u32) -> Result<()> {
 }
 
 pub fn run(a: BenchObjectsArgs, conf: Option<&Path>) -> Result<()> {
-    let conf_path: PathBuf = crate::conf::locate(conf)?;
-    let cfg = crate::conf::load(Some(&conf_path))?;
     let durability = Durability::parse(&a.durability)
         .with_context(|| format!("--durability {:?}: use wal or memory", a.durability))?;
     let dur = Duration::from_secs_f64(a.seconds.max(0.1));
-    let pids = cluster_pids(&conf_path);
-    if pids.is_empty() {
-        bail!("found no cluster processes to measure CPU of (is the cluster running on this machine?)");
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let t = Target::connect(conf)?;
     let pool_name = format!("bench-{}", std::process::id());
-    let client = rt.block_on(Client::connect(ClientConfig::new(cfg.cluster.mons.clone())))?;
-    let c = MapChange::PoolCreate {
-        name: pool_name.clone(),
-        size: a.size,
-        min_size: a.size.saturating_sub(1).max(1),
-        pg_count: 64,
-        durability,
-    };
-    rt.block_on(client.mon().command(c))?;
-    let result = rt.block_on(bench(&client, &pool_name, &a, dur, &pids));
-    let rm = MapChange::PoolRemove {
-        name: pool_name.clone(),
-    };
-    let removed = rt.block_on(client.mon().command(rm));
-    let entries = result?;
-    removed.with_context(|| format!("cannot remove the bench pool {pool_name}"))?;
+    let entries = t.with_pool(&pool_name, a.size, durability, || {
+        t.block_on(bench(&t.client, &pool_name, &a, dur, &t.pids))
+    })?;
     println!("{}", Obj::new().put_arr("workloads", &entries).render());
     Ok(())
 }

@@ -49,7 +49,7 @@ impl Cluster {
         };
         let d = c.dir.display().to_string();
         let n = osds.to_string();
-        let o = cairn(&[
+        c.run_dev_up(&[
             "dev",
             "up",
             "--dir",
@@ -65,14 +65,19 @@ impl Cluster {
             "--timeout",
             "60",
         ]);
+        c
+    }
+
+    /// Runs `cairn dev up ARGS` for this cluster; it must succeed.
+    fn run_dev_up(&self, args: &[&str]) {
+        let o = cairn(args);
         assert!(
             o.status.success(),
             "dev up failed:\n{}\n{}\n{}",
             text(&o.stdout),
             text(&o.stderr),
-            c.logs()
+            self.logs()
         );
-        c
     }
 
     /// Where the NBD server of an `up_with_nbd` cluster listens.
@@ -92,28 +97,22 @@ impl Cluster {
 
     fn dev_up(&self, mons: u32, osds: u32) {
         let dir = self.dir.display().to_string();
-        let o = cairn(&[
+        let (m, n) = (mons.to_string(), osds.to_string());
+        self.run_dev_up(&[
             "dev",
             "up",
             "--dir",
             &dir,
             "--mons",
-            &mons.to_string(),
+            &m,
             "--osds",
-            &osds.to_string(),
+            &n,
             "--osd-size",
             "1G",
             "--no-pool",
             "--timeout",
             "60",
         ]);
-        assert!(
-            o.status.success(),
-            "dev up failed:\n{}\n{}\n{}",
-            text(&o.stdout),
-            text(&o.stderr),
-            self.logs()
-        );
     }
 
     /// Starts whatever process of the cluster is not running (after a kill).
