@@ -20,6 +20,7 @@ mod inflight;
 mod mapwatch;
 mod op;
 mod peers;
+pub mod pglog;
 mod pgstate;
 mod server;
 mod shard;

@@ -1,16 +1,19 @@
 //! The store transaction of a write: the same on the primary and on every replica, so all
 //! members hold the same object and PG version.
 
+use crate::pglog::{self, LogEntry, LogOp};
 use crate::pgstate::{coll_of, VERSION_KEY};
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{OpKind, OpReply};
 use cairn_store::{limits, Transaction};
 
-/// Builds the transaction applying `kind` to `object` as PG version `version`.
+/// Builds the transaction applying `kind` to `object` as PG version `version`, assigned by a
+/// primary at map `epoch`, with its PG log entry.
 pub fn build(
     pg: PgId,
     create_coll: bool,
     version: u64,
+    epoch: u64,
     object: &[u8],
     kind: &OpKind,
     data: &[u8],
@@ -47,6 +50,17 @@ pub fn build(
         }
     }
     t.kv_set(coll, VERSION_KEY, &version.to_le_bytes());
+    let op = match kind {
+        OpKind::Remove => LogOp::Remove,
+        _ => LogOp::Modify,
+    };
+    let entry = LogEntry {
+        version,
+        epoch,
+        object: object.to_vec(),
+        op,
+    };
+    pglog::append(&mut t, coll, &entry);
     Ok(t)
 }
 

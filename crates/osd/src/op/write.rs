@@ -46,7 +46,15 @@ pub fn primary_write(
         return reply(&to, req_id, &OpReply::NoSuchObject, &[]);
     }
     let version = st.last_version + 1;
-    let t = match txn::build(pg, !st.coll_exists, version, &req.object, &req.kind, &data) {
+    let t = match txn::build(
+        pg,
+        !st.coll_exists,
+        version,
+        map.epoch,
+        &req.object,
+        &req.kind,
+        &data,
+    ) {
         Ok(t) => t,
         Err(r) => return reply(&to, req_id, &r, &[]),
     };
@@ -125,7 +133,15 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
     }
     let memory = pool.is_some_and(|p| p.durability == Durability::Memory);
     let st = shard.pg(&map, pg);
-    let t = match txn::build(pg, !st.coll_exists, op.version, &op.object, &op.kind, &data) {
+    let t = match txn::build(
+        pg,
+        !st.coll_exists,
+        op.version,
+        op.epoch,
+        &op.object,
+        &op.kind,
+        &data,
+    ) {
         Ok(t) => t,
         Err(r) => return rep_reply(&to, req_id, &RepReply::Failed(format!("{r:?}"))),
     };
