@@ -25,6 +25,8 @@ pub struct Osd {
     pub inflight: Arc<Inflight>,
     pub peers: Peers,
     shards: OnceLock<Vec<ShardHandle>>,
+    /// Objects copied by recovery (to or from this OSD) since it started.
+    pub recovered_objects: AtomicU64,
 }
 
 impl Osd {
@@ -87,6 +89,22 @@ impl Osd {
     pub fn sync_shard(&self, i: usize) {
         if let Some(s) = self.shards().get(i) {
             s.state.lock().unwrap_or_else(|p| p.into_inner()).sync();
+        }
+    }
+
+    /// Runs `f` on the state of the shard owning `pg` (from a task on that shard's thread,
+    /// between the messages it handles).
+    pub fn with_pg_shard<R>(&self, pg: PgId, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
+        let shards = self.shards();
+        let s = shards.get(shard_of(pg, shards.len()))?;
+        let mut guard = s.state.lock().unwrap_or_else(|p| p.into_inner());
+        Some(f(&mut guard))
+    }
+
+    /// Queues a message to every shard.
+    pub fn queue_all(&self, msg: impl Fn() -> ShardMsg) {
+        for s in self.shards() {
+            let _ = s.tx.send(msg());
         }
     }
 
@@ -216,6 +234,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         peers: Peers::new(),
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
+        recovered_objects: AtomicU64::new(0),
     });
     let weak = Arc::downgrade(&osd);
     osd.inflight.set_done_hook(Box::new(move |pg| {
@@ -240,6 +259,8 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
     }
     let rt0 = handles[0].rt.clone();
     let _ = osd.shards.set(handles);
+    // The PGs this OSD leads in the map it booted with peer now (later maps do it in mapwatch).
+    osd.queue_all(|| ShardMsg::MapChanged);
     tracing::info!(osd = boot.id, %addr, up_from = boot.up_from, "OSD serving");
     println!("osd.{} serving on {addr}", boot.id);
     let osd2 = osd.clone();

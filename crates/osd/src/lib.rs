@@ -19,6 +19,7 @@ mod error;
 mod inflight;
 mod mapwatch;
 mod op;
+mod peering;
 mod peers;
 pub mod pglog;
 mod pgstate;

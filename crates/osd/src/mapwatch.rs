@@ -121,6 +121,8 @@ fn install(osd: &Osd, map: Arc<ClusterMap>) {
     // resends them to the PG's new acting set.
     osd.inflight
         .fail_waiting_on(|m| !map.osds.get(&m).is_some_and(|o| o.up), &OpReply::Retry);
+    // PGs whose acting set changed peer now, not at their next client op.
+    osd.queue_all(|| crate::shard::ShardMsg::MapChanged);
 }
 
 async fn heartbeats(osd: Arc<Osd>, mon: MonClient, every: Duration) {

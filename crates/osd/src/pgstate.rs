@@ -25,6 +25,14 @@ pub struct ParkedRead {
     pub req: OpRequest,
 }
 
+/// A client op waiting for its PG to finish peering.
+pub struct WaitingOp {
+    pub reply: FrameSender,
+    pub req_id: u64,
+    pub req: OpRequest,
+    pub data: Vec<u8>,
+}
+
 /// Per-PG state owned by one shard.
 pub struct PgState {
     /// Placement cached for `placement_epoch`.
@@ -36,6 +44,12 @@ pub struct PgState {
     /// Last write per object still possibly in flight.
     pub writes: HashMap<Vec<u8>, Arc<InflightWrite>>,
     pub parked: Vec<ParkedRead>,
+    /// The interval (acting members and their lives) this OSD, as primary, last peered.
+    pub peered: Option<crate::peering::Interval>,
+    /// A peering task runs.
+    pub peering: bool,
+    /// Client ops waiting for peering.
+    pub waiting: Vec<WaitingOp>,
 }
 
 /// Writes remembered before completed ones are swept.
@@ -67,6 +81,9 @@ impl PgState {
             last_version,
             writes: HashMap::new(),
             parked: Vec::new(),
+            peered: None,
+            peering: false,
+            waiting: Vec::new(),
         }
     }
 

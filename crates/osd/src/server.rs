@@ -8,11 +8,15 @@ use cairn_proto::msg::mon::ErrorReply;
 use cairn_proto::msg::osd::{
     OpBatch, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OSD_STATS, OSD_STATS_REPLY, REP,
 };
+use cairn_proto::msg::peering::{
+    PgList, PgPull, PgPush, PgQuery, PG_LIST, PG_PULL, PG_PUSH, PG_QUERY,
+};
 use cairn_proto::stream::{
     begin_batch, end_batch, frame_buffered, handshake, node_kind, read_frame, FrameSender,
     ReadError,
 };
 use cairn_proto::Limits;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
@@ -81,6 +85,7 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                     used_bytes: st.live_bytes + st.pending_bytes,
                     capacity_bytes: st.capacity_bytes,
                     inflight: osd.inflight.count() as u64,
+                    recovered_objects: osd.recovered_objects.load(Ordering::Relaxed),
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);
@@ -100,6 +105,22 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                 }
                 continue;
             }
+            t @ (PG_QUERY | PG_PULL | PG_PUSH | PG_LIST) => match peering_pg(t, &frame.control) {
+                Ok(pg) => (
+                    pg,
+                    ShardMsg::Peer {
+                        reply: sender.clone(),
+                        req_id: frame.request_id,
+                        msg_type: t,
+                        control: frame.control,
+                        data: frame.data,
+                    },
+                ),
+                Err(e) => {
+                    refuse(&sender, frame.request_id, &e);
+                    break;
+                }
+            },
             OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
                 Ok(req) => {
                     let pg = PgId {
@@ -194,6 +215,20 @@ fn dispatch_batch(
         at = end;
     }
     Ok(())
+}
+
+/// The PG a peering request is about (the request is decoded again on its shard).
+fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
+    use cairn_proto::msg::decode;
+    let e = |e: cairn_proto::msg::MsgError| e.to_string();
+    let (pool, pg) = match msg_type {
+        PG_QUERY => decode::<PgQuery>("pg query", control).map(|q| (q.pool, q.pg)),
+        PG_PULL => decode::<PgPull>("pg pull", control).map(|q| (q.pool, q.pg)),
+        PG_PUSH => decode::<PgPush>("pg push", control).map(|q| (q.pool, q.pg)),
+        _ => decode::<PgList>("pg list", control).map(|q| (q.pool, q.pg)),
+    }
+    .map_err(e)?;
+    Ok(PgId { pool, pg })
 }
 
 fn refuse(to: &FrameSender, req_id: u64, why: &str) {

@@ -32,6 +32,24 @@ pub enum ShardMsg {
     },
     /// A write with parked reads completed in this PG.
     WriteDone(PgId),
+    /// A peering or recovery request from a primary.
+    Peer {
+        reply: FrameSender,
+        req_id: u64,
+        msg_type: u16,
+        control: Vec<u8>,
+        data: Vec<u8>,
+    },
+    /// Peering of `pg` for `interval` ended.
+    PeeringDone {
+        pg: PgId,
+        interval: crate::peering::Interval,
+        result: Result<(), String>,
+    },
+    /// Try peering `pg` again.
+    Repeer(PgId),
+    /// The map changed: peer the PGs whose acting set changed.
+    MapChanged,
 }
 
 /// The shard index of a PG among `n` shards.
@@ -95,6 +113,35 @@ impl Shard {
                 data,
             } => op::write::handle_rep(self, reply, req_id, op, data),
             ShardMsg::WriteDone(pg) => self.retry_parked(pg),
+            ShardMsg::Peer {
+                reply,
+                req_id,
+                msg_type,
+                control,
+                data,
+            } => {
+                let r = crate::peering::member::handle(
+                    self,
+                    reply.clone(),
+                    req_id,
+                    msg_type,
+                    &control,
+                    data,
+                );
+                if let Err(why) = r {
+                    tracing::warn!(msg_type, error = %why, "refusing a peering request");
+                    let done = cairn_proto::msg::peering::PgDone::Failed(why);
+                    let control = cairn_proto::msg::encode(&done);
+                    let _ = reply.send(cairn_proto::msg::peering::PG_DONE, req_id, &control, &[]);
+                }
+            }
+            ShardMsg::PeeringDone {
+                pg,
+                interval,
+                result,
+            } => crate::peering::done(self, pg, interval, result),
+            ShardMsg::Repeer(pg) => crate::peering::repeer(self, pg),
+            ShardMsg::MapChanged => crate::peering::on_map(self),
         }
     }
 

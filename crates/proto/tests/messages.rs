@@ -1,7 +1,7 @@
 //! Message decoders on arbitrary bytes: never a panic, and whatever decodes re-encodes to an
 //! equal message; real messages round-trip.
 
-use cairn_proto::msg::{decode, encode, mon, osd};
+use cairn_proto::msg::{decode, encode, mon, osd, peering};
 use proptest::prelude::*;
 
 fn roundtrip<T>(what: &'static str, b: &[u8])
@@ -28,6 +28,14 @@ proptest! {
         roundtrip::<mon::MonStatus>("mon status", &b);
         roundtrip::<osd::OsdStats>("osd stats", &b);
         roundtrip::<osd::OpBatch>("op batch", &b);
+        roundtrip::<peering::PgQuery>("pg query", &b);
+        roundtrip::<peering::PgInfo>("pg info", &b);
+        roundtrip::<peering::PgPull>("pg pull", &b);
+        roundtrip::<peering::PgObject>("pg object", &b);
+        roundtrip::<peering::PgPush>("pg push", &b);
+        roundtrip::<peering::PgDone>("pg done", &b);
+        roundtrip::<peering::PgList>("pg list", &b);
+        roundtrip::<peering::PgNames>("pg names", &b);
     }
 }
 

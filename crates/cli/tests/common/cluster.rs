@@ -221,6 +221,8 @@ pub fn alive(pid: i32) -> bool {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let dir = self.dir.display().to_string();
-        let _ = cairn(&["dev", "down", "--dir", &dir, "--purge"]);
+        if std::env::var_os("CAIRN_TEST_KEEP").is_none() {
+            let _ = cairn(&["dev", "down", "--dir", &dir, "--purge"]);
+        }
     }
 }

@@ -30,6 +30,19 @@ pub fn handle_client_op(
         reply(&to, req_id, &r, &[]);
         return;
     }
+    let pg = PgId {
+        pool: req.pool,
+        pg: req.pg,
+    };
+    if !crate::peering::ready(shard, &map, pg) {
+        shard.pg(&map, pg).waiting.push(crate::pgstate::WaitingOp {
+            reply: to,
+            req_id,
+            req,
+            data,
+        });
+        return;
+    }
     if req.kind.is_write() {
         write::primary_write(shard, &map, to, req_id, req, data);
     } else {

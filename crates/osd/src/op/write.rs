@@ -133,6 +133,11 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
     }
     let memory = pool.is_some_and(|p| p.durability == Durability::Memory);
     let st = shard.pg(&map, pg);
+    if op.version <= st.last_version {
+        // A write from before the last recovery of this PG (or a duplicate): applying it
+        // would take the PG back; the primary's client resends it as a new version.
+        return rep_reply(&to, req_id, &RepReply::Stale { epoch: map.epoch });
+    }
     let t = match txn::build(
         pg,
         !st.coll_exists,

@@ -198,4 +198,6 @@ pub struct OsdStats {
     pub capacity_bytes: u64,
     /// Writes in flight.
     pub inflight: u64,
+    /// Objects this OSD copied to (or from) other members by recovery since it started.
+    pub recovered_objects: u64,
 }

@@ -1,0 +1,235 @@
+//! A member's side of peering and recovery, run on the shard owning the PG: answer queries
+//! and pulls from the store, apply pushes durably before answering. The primary applies its
+//! own recovery with the same functions.
+
+use crate::pglog::{self, LogEntry};
+use crate::pgstate::{coll_of, VERSION_KEY};
+use crate::shard::Shard;
+use cairn_map::PgId;
+use cairn_proto::msg::peering::{
+    PgDone, PgInfo, PgList, PgNames, PgObject, PgPull, PgPush, PgQuery, PushKind, MAX_NAMES,
+    PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY, RECOVERY_CHUNK,
+};
+use cairn_proto::stream::FrameSender;
+use cairn_store::{Store, Transaction};
+
+/// Answers one peering request (the caller checked the message type is one of ours).
+pub fn handle(
+    shard: &mut Shard,
+    to: FrameSender,
+    req_id: u64,
+    msg_type: u16,
+    control: &[u8],
+    data: Vec<u8>,
+) -> Result<(), String> {
+    let store = &shard.osd.store;
+    match msg_type {
+        PG_QUERY => {
+            let q: PgQuery = decode("pg query", control)?;
+            let (info, entries) = info(store, pg_id(q.pool, q.pg), q.since)?;
+            send(
+                &to,
+                PG_INFO,
+                req_id,
+                &info,
+                &cairn_proto::msg::encode(&entries),
+            );
+        }
+        PG_PULL => {
+            let p: PgPull = decode("pg pull", control)?;
+            let (obj, bytes) = pull(store, pg_id(p.pool, p.pg), &p.object, p.offset, p.len)?;
+            send(&to, PG_OBJECT, req_id, &obj, &bytes);
+        }
+        PG_LIST => {
+            let l: PgList = decode("pg list", control)?;
+            let names = list(store, pg_id(l.pool, l.pg), l.after.as_deref())?;
+            send(&to, PG_NAMES, req_id, &names, &[]);
+        }
+        PG_PUSH => {
+            let p: PgPush = decode("pg push", control)?;
+            let pg = pg_id(p.pool, p.pg);
+            let map = shard.osd.map();
+            let r = if map.epoch >= p.epoch
+                && shard.pg(&map, pg).placement.primary() != Some(p.primary)
+            {
+                PgDone::Stale { epoch: map.epoch }
+            } else {
+                match apply(shard, pg, &p.kind, &data) {
+                    Ok(()) => PgDone::Done,
+                    Err(e) => PgDone::Failed(e),
+                }
+            };
+            send(&to, PG_DONE, req_id, &r, &[]);
+        }
+        other => return Err(format!("message type {other} is not a peering request")),
+    }
+    Ok(())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(what: &'static str, b: &[u8]) -> Result<T, String> {
+    cairn_proto::msg::decode(what, b).map_err(|e| e.to_string())
+}
+
+fn send<T: serde::Serialize>(to: &FrameSender, t: u16, id: u64, msg: &T, data: &[u8]) {
+    let _ = to.send(t, id, &cairn_proto::msg::encode(msg), data);
+}
+
+pub fn pg_id(pool: u32, pg: u32) -> PgId {
+    PgId { pool, pg }
+}
+
+/// The PG's last version as stored (0 when it has nothing).
+pub fn last_version(store: &Store, pg: PgId) -> u64 {
+    store
+        .kv_get(coll_of(pg), VERSION_KEY)
+        .ok()
+        .flatten()
+        .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+        .map(u64::from_le_bytes)
+        .unwrap_or(0)
+}
+
+/// This OSD's info of `pg` and its log entries after `since`.
+pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry>), String> {
+    let coll = coll_of(pg);
+    if !store.collection_exists(coll) {
+        let empty = PgInfo {
+            last_version: 0,
+            last_epoch: 0,
+            tail: None,
+        };
+        return Ok((empty, Vec::new()));
+    }
+    let entries = pglog::read_after(store, coll, since, pglog::LOG_KEEP as usize)
+        .map_err(|e| e.to_string())?;
+    let last = pglog::read_after(store, coll, last_version(store, pg).saturating_sub(1), 1)
+        .map_err(|e| e.to_string())?;
+    let info = PgInfo {
+        last_version: last_version(store, pg),
+        last_epoch: last.first().map_or(0, |e| e.epoch),
+        tail: pglog::tail(store, coll).map_err(|e| e.to_string())?,
+    };
+    Ok((info, entries))
+}
+
+/// Bytes `offset..offset+len` of an object, with whether it exists and its size.
+pub fn pull(
+    store: &Store,
+    pg: PgId,
+    object: &[u8],
+    offset: u64,
+    len: u64,
+) -> Result<(PgObject, Vec<u8>), String> {
+    let coll = coll_of(pg);
+    match store.stat(coll, object) {
+        Ok(st) => {
+            let n = len.min(RECOVERY_CHUNK);
+            let bytes = store
+                .read(coll, object, offset, n)
+                .map_err(|e| e.to_string())?;
+            let obj = PgObject {
+                exists: true,
+                size: st.size,
+            };
+            Ok((obj, bytes))
+        }
+        Err(_) => Ok((
+            PgObject {
+                exists: false,
+                size: 0,
+            },
+            Vec::new(),
+        )),
+    }
+}
+
+/// Object names of the PG after `after`.
+pub fn list(store: &Store, pg: PgId, after: Option<&[u8]>) -> Result<PgNames, String> {
+    let coll = coll_of(pg);
+    if !store.collection_exists(coll) {
+        return Ok(PgNames {
+            names: Vec::new(),
+            more: false,
+        });
+    }
+    let mut names = store
+        .list_objects(coll, after, MAX_NAMES as usize + 1)
+        .map_err(|e| e.to_string())?;
+    let more = names.len() > MAX_NAMES as usize;
+    names.truncate(MAX_NAMES as usize);
+    Ok(PgNames { names, more })
+}
+
+/// Applies one push to this OSD's copy of `pg`, durably.
+pub fn apply(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Result<(), String> {
+    let coll = coll_of(pg);
+    let osd = shard.osd.clone();
+    let store = &osd.store;
+    let mut t = Transaction::new();
+    if !store.collection_exists(coll) {
+        t.create_collection(coll);
+    }
+    let mut new_last = None;
+    match kind {
+        PushKind::Reset => {
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let names = list(store, pg, after.as_deref())?;
+                for n in &names.names {
+                    t.remove(coll, n);
+                }
+                after = names.names.last().cloned();
+                if !names.more {
+                    break;
+                }
+            }
+            t.kv_rm_range(
+                coll,
+                pglog::LOG_PREFIX,
+                &[pglog::LOG_PREFIX, &[0xff; 9][..]].concat(),
+            );
+            t.kv_set(coll, VERSION_KEY, &0u64.to_le_bytes());
+            new_last = Some(0);
+        }
+        PushKind::Object {
+            object,
+            offset,
+            size,
+        } => {
+            if *offset == 0 {
+                t.touch(coll, object);
+                t.truncate(coll, object, 0);
+            }
+            t.write(coll, object, *offset, data);
+            if *offset == 0 {
+                t.truncate(coll, object, *size);
+            }
+        }
+        PushKind::Remove { object } => {
+            if store.stat(coll, object).is_ok() {
+                t.remove(coll, object);
+            }
+        }
+        PushKind::Log { last_version } => {
+            let entries: Vec<LogEntry> =
+                cairn_proto::msg::decode("pg log entries", data).map_err(|e| e.to_string())?;
+            // Entries past the new end are divergent (never acknowledged): drop them.
+            let past = pglog::key(last_version.saturating_add(1));
+            t.kv_rm_range(coll, &past, &[pglog::LOG_PREFIX, &[0xff; 9][..]].concat());
+            for e in &entries {
+                pglog::append(&mut t, coll, e);
+            }
+            t.kv_set(coll, VERSION_KEY, &last_version.to_le_bytes());
+            new_last = Some(*last_version);
+        }
+    }
+    let seq = store.submit(&t).map_err(|e| e.to_string())?;
+    store.sync_through(seq).map_err(|e| e.to_string())?;
+    let map = shard.osd.map();
+    let st = shard.pg(&map, pg);
+    st.coll_exists = true;
+    if let Some(v) = new_last {
+        st.last_version = v;
+    }
+    Ok(())
+}

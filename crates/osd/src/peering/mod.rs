@@ -1,0 +1,141 @@
+//! Peering: before a primary serves a PG for an acting set (members and their lives), it
+//! brings every member to the authoritative history (`primary.rs`), copying only the objects
+//! the PG log says changed (delta recovery) or everything when a member's log is too old
+//! (backfill). Client ops on the PG wait meanwhile; other PGs are not affected.
+//!
+//! Limits of this version: the authority is chosen among the current acting members only (no
+//! record of past intervals), so a PG whose every member of its last active interval is gone
+//! can come back with an older history; recovery runs before the PG serves again (I/O waits
+//! for a backfill to finish); recovery is not throttled.
+
+pub mod member;
+mod primary;
+mod rpc;
+
+use crate::shard::{Shard, ShardMsg};
+use cairn_map::{ClusterMap, PgId};
+use std::time::Duration;
+
+/// The acting set with each member's life: a member that restarted makes a new interval.
+pub type Interval = Vec<(u32, u64)>;
+
+/// Delay before peering is tried again after it failed.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+fn interval(map: &ClusterMap, acting: &[u32]) -> Interval {
+    acting
+        .iter()
+        .map(|id| (*id, map.osds.get(id).map_or(0, |o| o.up_from)))
+        .collect()
+}
+
+/// Whether `pg` (of which this OSD is primary) is peered for its current acting set; if not,
+/// starts peering (once) and returns false.
+pub fn ready(shard: &mut Shard, map: &ClusterMap, pg: PgId) -> bool {
+    let st = shard.pg(map, pg);
+    let iv = interval(map, &st.placement.acting);
+    if st.peered.as_ref() == Some(&iv) {
+        return true;
+    }
+    if !st.peering {
+        start(shard, map, pg);
+    }
+    false
+}
+
+fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
+    let osd = shard.osd.clone();
+    let st = shard.pg(map, pg);
+    if st.placement.primary() != Some(osd.id()) {
+        return;
+    }
+    let acting = st.placement.acting.clone();
+    let iv = interval(map, &acting);
+    st.peering = true;
+    let Some(rt) = osd.shard_runtime(shard.index) else {
+        return;
+    };
+    rt.spawn(async move {
+        let result = primary::peer(osd.clone(), pg, acting).await;
+        osd.queue(
+            pg,
+            ShardMsg::PeeringDone {
+                pg,
+                interval: iv,
+                result,
+            },
+        );
+    });
+}
+
+/// Takes a peering result: the PG goes active (its waiting ops run) if the acting set is
+/// still the one peered, else peering starts over.
+pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: Result<(), String>) {
+    let map = shard.osd.map();
+    let osd = shard.osd.clone();
+    let st = shard.pg(&map, pg);
+    st.peering = false;
+    match result {
+        Ok(()) if interval(&map, &st.placement.acting) == iv => {
+            st.peered = Some(iv);
+            st.last_version = member::last_version(&osd.store, pg);
+            st.coll_exists = osd.store.collection_exists(crate::pgstate::coll_of(pg));
+            tracing::info!(pg = %pg, version = st.last_version, "PG active");
+            let waiting = std::mem::take(&mut st.waiting);
+            for w in waiting {
+                crate::op::handle_client_op(shard, w.reply, w.req_id, w.req, w.data);
+            }
+        }
+        Ok(()) => start(shard, &map, pg),
+        Err(e) => {
+            tracing::warn!(pg = %pg, error = %e, "peering failed; retrying");
+            if let Some(rt) = osd.shard_runtime(shard.index) {
+                rt.spawn(async move {
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    osd.queue(pg, ShardMsg::Repeer(pg));
+                });
+            }
+        }
+    }
+}
+
+/// Starts peering `pg` again if it is still not peered (after a failure).
+pub fn repeer(shard: &mut Shard, pg: PgId) {
+    let map = shard.osd.map();
+    if !ready(shard, &map, pg) {
+        tracing::debug!(pg = %pg, "peering again");
+    }
+}
+
+/// After a map change: peers every PG this shard holds data of and is primary of, so that
+/// members are recovered without waiting for client I/O.
+pub fn on_map(shard: &mut Shard) {
+    let map = shard.osd.map();
+    let me = shard.osd.id();
+    let n = shard.osd.shard_count();
+    let mut pgs: Vec<PgId> = shard
+        .osd
+        .store
+        .list_collections()
+        .into_iter()
+        .map(|c| PgId {
+            pool: (c >> 32) as u32,
+            pg: c as u32,
+        })
+        .collect();
+    pgs.extend(shard.pgs.keys().copied());
+    pgs.sort_unstable_by_key(|p| (p.pool, p.pg));
+    pgs.dedup();
+    for pg in pgs {
+        let known = map.pools.get(&pg.pool).is_some_and(|p| pg.pg < p.pg_count);
+        if !known || crate::shard::shard_of(pg, n) != shard.index {
+            continue;
+        }
+        if shard.pg(&map, pg).placement.primary() == Some(me) {
+            ready(shard, &map, pg);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

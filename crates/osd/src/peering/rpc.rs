@@ -1,0 +1,71 @@
+//! Request/response with one member during peering and recovery: a connection of its own
+//! (peering is rare; client writes keep their connections), one request at a time.
+
+use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
+use cairn_proto::{Frame, Limits};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// How long one request may take before the member is treated as unreachable.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Rpc {
+    addr: String,
+    stream: TcpStream,
+    next_id: u64,
+}
+
+impl Rpc {
+    /// Connects to a member and shakes hands.
+    pub async fn connect(addr: &str) -> Result<Rpc, String> {
+        let connect = async {
+            let mut s = TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+            let _ = s.set_nodelay(true);
+            handshake(&mut s, node_kind::OSD)
+                .await
+                .map_err(|e| format!("{addr}: handshake: {e}"))?;
+            Ok::<_, String>(s)
+        };
+        let stream = tokio::time::timeout(CALL_TIMEOUT, connect)
+            .await
+            .map_err(|_| format!("connecting to {addr} timed out"))??;
+        Ok(Rpc {
+            addr: addr.to_string(),
+            stream,
+            next_id: 1,
+        })
+    }
+
+    /// Sends a request and waits for its reply, which must be of type `want`.
+    pub async fn call(
+        &mut self,
+        msg_type: u16,
+        want: u16,
+        control: &[u8],
+        data: &[u8],
+    ) -> Result<Frame, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let addr = self.addr.clone();
+        let exchange = async {
+            write_frame(&mut self.stream, msg_type, id, control, data)
+                .await
+                .map_err(|e| format!("{addr}: send: {e}"))?;
+            let f = read_frame(&mut self.stream, &Limits::default())
+                .await
+                .map_err(|e| format!("{addr}: {e}"))?;
+            if f.msg_type != want || f.request_id != id {
+                return Err(format!(
+                    "{addr}: unexpected reply type {} (id {}) to request type {msg_type}",
+                    f.msg_type, f.request_id
+                ));
+            }
+            Ok(f)
+        };
+        tokio::time::timeout(CALL_TIMEOUT, exchange)
+            .await
+            .map_err(|_| format!("{}: no reply within {CALL_TIMEOUT:?}", self.addr))?
+    }
+}

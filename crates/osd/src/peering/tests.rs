@@ -1,0 +1,89 @@
+use super::primary::{plan, Plan};
+use crate::pglog::{LogEntry, LogOp};
+use cairn_proto::msg::peering::PgInfo;
+
+fn e(version: u64, epoch: u64, object: &str) -> LogEntry {
+    LogEntry {
+        version,
+        epoch,
+        object: object.as_bytes().to_vec(),
+        op: LogOp::Modify,
+    }
+}
+
+fn info(entries: &[LogEntry]) -> PgInfo {
+    PgInfo {
+        last_version: entries.last().map_or(0, |e| e.version),
+        last_epoch: entries.last().map_or(0, |e| e.epoch),
+        tail: entries.first().map(|e| e.version),
+    }
+}
+
+fn objects(names: &[&str]) -> std::collections::BTreeSet<Vec<u8>> {
+    names.iter().map(|n| n.as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn a_member_behind_gets_only_the_objects_changed_since() {
+    let auth = vec![e(1, 3, "a"), e(2, 3, "b"), e(3, 4, "c"), e(4, 4, "a")];
+    let behind = auth[..2].to_vec();
+    assert_eq!(
+        plan((&info(&auth), &auth), (&info(&behind), &behind)),
+        Plan::Delta {
+            common: 2,
+            objects: objects(&["a", "c"])
+        }
+    );
+    assert_eq!(
+        plan((&info(&auth), &auth), (&info(&auth), &auth)),
+        Plan::UpToDate
+    );
+}
+
+#[test]
+fn divergent_entries_are_rolled_back_by_copying_their_objects() {
+    // The member wrote version 3 at epoch 4 (never acknowledged); the authority's version 3
+    // came from a later primary at epoch 5.
+    let auth = vec![e(1, 3, "a"), e(2, 3, "b"), e(3, 5, "c")];
+    let member = vec![e(1, 3, "a"), e(2, 3, "b"), e(3, 4, "x")];
+    assert_eq!(
+        plan((&info(&auth), &auth), (&info(&member), &member)),
+        Plan::Delta {
+            common: 2,
+            objects: objects(&["c", "x"])
+        }
+    );
+}
+
+#[test]
+fn an_empty_member_gets_everything_by_log_or_backfill() {
+    let auth = vec![e(1, 3, "a"), e(2, 3, "b")];
+    let empty = PgInfo {
+        last_version: 0,
+        last_epoch: 0,
+        tail: None,
+    };
+    assert_eq!(
+        plan((&info(&auth), &auth), (&empty, &[])),
+        Plan::Delta {
+            common: 0,
+            objects: objects(&["a", "b"])
+        }
+    );
+    // The authority's log was trimmed: version 1 is gone, so only a full copy is complete.
+    let trimmed = auth[1..].to_vec();
+    assert_eq!(
+        plan((&info(&trimmed), &trimmed), (&empty, &[])),
+        Plan::Backfill
+    );
+}
+
+#[test]
+fn a_member_whose_log_does_not_meet_the_authority_is_backfilled() {
+    let auth: Vec<LogEntry> = (100..110).map(|v| e(v, 9, "n")).collect();
+    let old = vec![e(5, 2, "m"), e(6, 2, "m")];
+    assert_eq!(
+        plan((&info(&auth), &auth), (&info(&old), &old)),
+        Plan::Backfill
+    );
+}

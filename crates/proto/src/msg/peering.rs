@@ -1,0 +1,129 @@
+//! Peering and recovery between OSDs: the primary of a PG asks the members of its acting set
+//! for their PG info and log, then copies objects to (or from) the members that are behind.
+//! Every request is answered on the same connection with the same request id.
+
+use serde::{Deserialize, Serialize};
+
+/// Primary -> member: [`PgQuery`]; reply [`PG_INFO`].
+pub const PG_QUERY: u16 = 220;
+/// Reply: [`PgInfo`]; data: the member's log entries after the query's `since`, encoded as
+/// a postcard list of the OSD's PG log entries (docs/format/pglog.md).
+pub const PG_INFO: u16 = 221;
+/// Primary -> member: [`PgPull`]; reply [`PG_OBJECT`].
+pub const PG_PULL: u16 = 222;
+/// Reply: [`PgObject`]; data: the requested bytes of the object.
+pub const PG_OBJECT: u16 = 223;
+/// Primary -> member: [`PgPush`] (+ object bytes); reply [`PG_DONE`].
+pub const PG_PUSH: u16 = 224;
+/// Reply to a push: [`PgDone`].
+pub const PG_DONE: u16 = 225;
+
+/// Primary -> member: [`PgList`]; reply [`PG_NAMES`].
+pub const PG_LIST: u16 = 226;
+/// Reply: [`PgNames`].
+pub const PG_NAMES: u16 = 227;
+
+/// Most names one [`PgNames`] carries.
+pub const MAX_NAMES: u32 = 1024;
+
+/// Largest object chunk one pull or push carries.
+pub const RECOVERY_CHUNK: u64 = 4 << 20;
+
+/// What the primary asks a member about one PG.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgQuery {
+    /// The primary's map epoch.
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    /// Send the log entries with versions after this one.
+    pub since: u64,
+}
+
+/// A member's state of one PG.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgInfo {
+    /// The member's last version (0: it holds nothing of the PG).
+    pub last_version: u64,
+    /// The epoch of its last log entry (0 when its log is empty).
+    pub last_epoch: u64,
+    /// The oldest version in its log (`None`: empty log).
+    pub tail: Option<u64>,
+}
+
+/// Asks for bytes of one object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgPull {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub object: Vec<u8>,
+    pub offset: u64,
+    /// At most [`RECOVERY_CHUNK`].
+    pub len: u64,
+}
+
+/// An object's state as the member holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgObject {
+    pub exists: bool,
+    /// Its size (0 when absent).
+    pub size: u64,
+}
+
+/// What a push does on the member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PushKind {
+    /// Backfill starts: remove every object and log entry of the PG.
+    Reset,
+    /// Bytes of an object at `offset`; `size` is its whole size. The first chunk (offset 0)
+    /// replaces whatever the member had.
+    Object {
+        object: Vec<u8>,
+        offset: u64,
+        size: u64,
+    },
+    /// The object does not exist: remove it.
+    Remove { object: Vec<u8> },
+    /// Recovery is done: adopt these log entries (the frame's data, encoded like
+    /// [`PG_INFO`]'s) and this last version.
+    Log { last_version: u64 },
+}
+
+/// One push of recovery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgPush {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    /// The pushing primary (members refuse one their map does not know as the PG's primary).
+    pub primary: u32,
+    pub kind: PushKind,
+}
+
+/// The answer to a push (or a refused query or pull).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PgDone {
+    Done,
+    /// The member's map says the sender is not the primary at `epoch`.
+    Stale {
+        epoch: u64,
+    },
+    Failed(String),
+}
+
+/// Asks for a PG's object names after `after` (backfill).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgList {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub after: Option<Vec<u8>>,
+}
+
+/// Object names in byte order, at most [`MAX_NAMES`]; `more` when the PG has more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgNames {
+    pub names: Vec<Vec<u8>>,
+    pub more: bool,
+}
