@@ -139,3 +139,192 @@ fn an_osd_back_from_down_is_recovered_by_log_and_serves_no_stale_data() {
         }
     });
 }
+
+/// Writers of unique values to `objects` objects, remembering the last acknowledged
+/// generation of each and the longest time without any acknowledgement.
+struct Load {
+    acked: std::sync::Arc<std::sync::Mutex<Vec<Option<u32>>>>,
+    longest_stall: std::sync::Arc<std::sync::Mutex<Duration>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(client: &cairn_client::Client, pool: u32, objects: u32, writers: u32) -> Load {
+        use std::sync::{atomic::AtomicBool, Arc, Mutex};
+        let acked = Arc::new(Mutex::new(vec![None; objects as usize]));
+        let last_ack = Arc::new(Mutex::new(Instant::now()));
+        let longest_stall = Arc::new(Mutex::new(Duration::ZERO));
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..writers)
+            .map(|w| {
+                let (client, acked, stop) = (client.clone(), acked.clone(), stop.clone());
+                let (last_ack, longest) = (last_ack.clone(), longest_stall.clone());
+                tokio::spawn(async move {
+                    let mut generation = 1;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        for o in (w..objects).step_by(writers as usize) {
+                            let v = value(o, generation);
+                            if client.write_full(pool, &name(o), &v).await.is_ok() {
+                                acked.lock().expect("lock")[o as usize] = Some(generation);
+                                let mut l = last_ack.lock().expect("lock");
+                                let mut s = longest.lock().expect("lock");
+                                *s = (*s).max(l.elapsed());
+                                *l = Instant::now();
+                            }
+                        }
+                        generation += 1;
+                    }
+                })
+            })
+            .collect();
+        Load {
+            acked,
+            longest_stall,
+            stop,
+            tasks,
+        }
+    }
+
+    async fn stop(self) -> (Vec<Option<u32>>, Duration) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.expect("writer");
+        }
+        let acked = self.acked.lock().expect("lock").clone();
+        let stall = *self.longest_stall.lock().expect("lock");
+        (acked, stall)
+    }
+}
+
+/// Every acknowledged object reads back with its last acknowledged value.
+async fn verify(client: &cairn_client::Client, pool: u32, acked: &[Option<u32>]) {
+    for (o, g) in acked.iter().enumerate() {
+        if let Some(g) = g {
+            let got = client
+                .read(pool, &name(o as u32), 0, 1 << 20)
+                .await
+                .unwrap_or_else(|e| panic!("object {o}: {e}"));
+            assert!(
+                got == value(o as u32, *g),
+                "object {o}: lost its acknowledged value {g}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_primary_killed_under_load_loses_nothing_and_comes_back_current() {
+    let c = Cluster::up("recovery-primary", 1, 3);
+    c.ok(&[
+        "pool",
+        "create",
+        "p",
+        "--size",
+        "3",
+        "--min-size",
+        "1",
+        "--pgs",
+        "16",
+    ]);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        let map = client.map();
+        let pg = map.object_pg(pool, &name(0)).expect("pg");
+        let primary = map.pg_placement(pg).primary().expect("primary");
+        let load = Load::start(&client, pool, 24, 4);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        c.kill9(&format!("osd.{primary}"));
+        wait_osd(&client, primary, false).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        c.restart_missing(1, 3);
+        wait_osd(&client, primary, true).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (acked, stall) = load.stop().await;
+        assert!(
+            stall < Duration::from_secs(10),
+            "writes stalled {stall:?} (at most 10 s)"
+        );
+        assert!(
+            acked.iter().all(|a| a.is_some()),
+            "some object never written"
+        );
+        verify(&client, pool, &acked).await;
+        // The restarted primary alone (the others killed) serves every latest value.
+        let others: Vec<u32> = (0..3).filter(|o| *o != primary).collect();
+        for o in &others {
+            c.kill9(&format!("osd.{o}"));
+        }
+        for o in &others {
+            wait_osd(&client, *o, false).await;
+        }
+        verify(&client, pool, &acked).await;
+    });
+}
+
+#[test]
+fn with_two_of_three_down_writes_stop_and_resume_when_one_returns() {
+    let c = Cluster::up("recovery-minsize", 1, 3);
+    c.ok(&[
+        "pool",
+        "create",
+        "p",
+        "--size",
+        "3",
+        "--min-size",
+        "2",
+        "--pgs",
+        "16",
+    ]);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        // osd.0 goes down first and misses what is written while osd.1 and osd.2 serve.
+        let load = Load::start(&client, pool, 24, 4);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c.kill9("osd.0");
+        wait_osd(&client, 0, false).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (acked, _) = load.stop().await;
+        c.kill9("osd.1");
+        wait_osd(&client, 1, false).await;
+        // One member left of three, min_size 2: no write is acknowledged.
+        let mut cfg = cairn_client::ClientConfig::new(c.mons());
+        cfg.op_timeout = Duration::from_secs(2);
+        let short = cairn_client::Client::connect(cfg).await.expect("client");
+        let mut attempts = tokio::task::JoinSet::new();
+        for o in 0..24u32 {
+            let short = short.clone();
+            attempts.spawn(async move {
+                let r = short
+                    .write_full(pool, &name(o), b"must not be acknowledged")
+                    .await;
+                (o, r.is_ok())
+            });
+        }
+        while let Some(r) = attempts.join_next().await {
+            let (o, acknowledged) = r.expect("task");
+            assert!(
+                !acknowledged,
+                "object {o}: a write was acknowledged below min_size"
+            );
+        }
+        // The stale osd.0 returns: PGs have 2 members again; osd.0 is recovered first.
+        c.restart_missing(1, 3);
+        wait_osd(&client, 0, true).await;
+        verify(&client, pool, &acked).await;
+        let start = Instant::now();
+        client
+            .write_full(pool, &name(0), &value(0, 999))
+            .await
+            .expect("writes resume");
+        assert!(start.elapsed() < Duration::from_secs(10));
+        // osd.1 returns too; everything is still there.
+        let mut acked = acked;
+        acked[0] = Some(999);
+        verify(&client, pool, &acked).await;
+    });
+}

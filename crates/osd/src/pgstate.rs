@@ -46,8 +46,8 @@ pub struct PgState {
     pub parked: Vec<ParkedRead>,
     /// The interval (acting members and their lives) this OSD, as primary, last peered.
     pub peered: Option<crate::peering::Interval>,
-    /// A peering task runs.
-    pub peering: bool,
+    /// The peering task running, and the interval it peers.
+    pub peering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
     /// Client ops waiting for peering.
     pub waiting: Vec<WaitingOp>,
 }
@@ -82,7 +82,7 @@ impl PgState {
             writes: HashMap::new(),
             parked: Vec::new(),
             peered: None,
-            peering: false,
+            peering: None,
             waiting: Vec::new(),
         }
     }

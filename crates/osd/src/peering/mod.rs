@@ -37,7 +37,7 @@ pub fn ready(shard: &mut Shard, map: &ClusterMap, pg: PgId) -> bool {
     if st.peered.as_ref() == Some(&iv) {
         return true;
     }
-    if !st.peering {
+    if st.peering.is_none() {
         start(shard, map, pg);
     }
     false
@@ -45,27 +45,26 @@ pub fn ready(shard: &mut Shard, map: &ClusterMap, pg: PgId) -> bool {
 
 fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
     let osd = shard.osd.clone();
+    let Some(rt) = osd.shard_runtime(shard.index) else {
+        return;
+    };
     let st = shard.pg(map, pg);
     if st.placement.primary() != Some(osd.id()) {
         return;
     }
     let acting = st.placement.acting.clone();
     let iv = interval(map, &acting);
-    st.peering = true;
-    let Some(rt) = osd.shard_runtime(shard.index) else {
-        return;
-    };
-    rt.spawn(async move {
+    let task_iv = iv.clone();
+    let task = rt.spawn(async move {
         let result = primary::peer(osd.clone(), pg, acting).await;
-        osd.queue(
+        let msg = ShardMsg::PeeringDone {
             pg,
-            ShardMsg::PeeringDone {
-                pg,
-                interval: iv,
-                result,
-            },
-        );
+            interval: task_iv,
+            result,
+        };
+        osd.queue(pg, msg);
     });
+    st.peering = Some((iv, task.abort_handle()));
 }
 
 /// Takes a peering result: the PG goes active (its waiting ops run) if the acting set is
@@ -74,19 +73,22 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: Result<(), String
     let map = shard.osd.map();
     let osd = shard.osd.clone();
     let st = shard.pg(&map, pg);
-    st.peering = false;
+    match &st.peering {
+        Some((running, _)) if *running == iv => st.peering = None,
+        // A result of a peering task that was cancelled (a newer one may run).
+        _ => return,
+    }
     match result {
         Ok(()) if interval(&map, &st.placement.acting) == iv => {
             st.peered = Some(iv);
             st.last_version = member::last_version(&osd.store, pg);
             st.coll_exists = osd.store.collection_exists(crate::pgstate::coll_of(pg));
             tracing::info!(pg = %pg, version = st.last_version, "PG active");
-            let waiting = std::mem::take(&mut st.waiting);
-            for w in waiting {
-                crate::op::handle_client_op(shard, w.reply, w.req_id, w.req, w.data);
-            }
+            replay_waiting(shard, pg);
         }
-        Ok(()) => start(shard, &map, pg),
+        // The acting set changed meanwhile: the waiting ops peer again (or learn that this
+        // OSD is no longer primary).
+        Ok(()) => replay_waiting(shard, pg),
         Err(e) => {
             tracing::warn!(pg = %pg, error = %e, "peering failed; retrying");
             if let Some(rt) = osd.shard_runtime(shard.index) {
@@ -99,11 +101,27 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: Result<(), String
     }
 }
 
+/// Runs the ops waiting for `pg` again: each is served, answered `NotPrimary`, or waits for
+/// the (re)started peering.
+fn replay_waiting(shard: &mut Shard, pg: PgId) {
+    let waiting = match shard.pgs.get_mut(&pg) {
+        Some(st) => std::mem::take(&mut st.waiting),
+        None => return,
+    };
+    for w in waiting {
+        crate::op::handle_client_op(shard, w.reply, w.req_id, w.req, w.data);
+    }
+}
+
 /// Starts peering `pg` again if it is still not peered (after a failure).
 pub fn repeer(shard: &mut Shard, pg: PgId) {
     let map = shard.osd.map();
-    if !ready(shard, &map, pg) {
-        tracing::debug!(pg = %pg, "peering again");
+    if shard.pg(&map, pg).waiting.is_empty() {
+        if !ready(shard, &map, pg) {
+            tracing::debug!(pg = %pg, "peering again");
+        }
+    } else {
+        replay_waiting(shard, pg);
     }
 }
 
@@ -131,7 +149,18 @@ pub fn on_map(shard: &mut Shard) {
         if !known || crate::shard::shard_of(pg, n) != shard.index {
             continue;
         }
-        if shard.pg(&map, pg).placement.primary() == Some(me) {
+        let st = shard.pg(&map, pg);
+        // A peering task for an interval that has ended would wait on members that are gone.
+        let current = interval(&map, &st.placement.acting);
+        if let Some((running, task)) = &st.peering {
+            if *running != current {
+                task.abort();
+                st.peering = None;
+            }
+        }
+        if !st.waiting.is_empty() && st.peering.is_none() {
+            replay_waiting(shard, pg);
+        } else if st.placement.primary() == Some(me) {
             ready(shard, &map, pg);
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// How long one request may take before the member is treated as unreachable.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Rpc {
     addr: String,
