@@ -34,7 +34,7 @@ pub struct UpArgs {
     /// Directory of the cluster.
     #[arg(long, default_value = DEFAULT_DIR)]
     pub dir: PathBuf,
-    /// OSDs to run.
+    /// OSDs to run. On an existing cluster, a larger number adds OSDs.
     #[arg(long, default_value_t = 3)]
     pub osds: u32,
     /// Monitors to run (1, 3 or 5).
@@ -223,8 +223,15 @@ fn up(a: UpArgs) -> Result<()> {
             .with_context(|| format!("cannot create {}", dir.join(sub).display()))?;
     }
     let state = match load_state(&dir)? {
-        Some(s) => {
+        Some(mut s) => {
             eprintln!("restarting the cluster in {}", dir.display());
+            // More OSDs than the cluster has: add them (data moves to them by placement).
+            if a.osds > s.osds {
+                eprintln!("  adding {} OSD(s)", a.osds - s.osds);
+                s.osds = a.osds;
+                std::fs::write(dir.join("dev.toml"), toml::to_string(&s)?)
+                    .context("cannot write dev.toml")?;
+            }
             s
         }
         None => {

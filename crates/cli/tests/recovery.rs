@@ -328,3 +328,79 @@ fn with_two_of_three_down_writes_stop_and_resume_when_one_returns() {
         verify(&client, pool, &acked).await;
     });
 }
+
+#[test]
+fn an_added_osd_takes_its_share_and_all_data_verifies() {
+    let c = Cluster::up("recovery-add", 1, 3);
+    c.ok(&[
+        "pool",
+        "create",
+        "p",
+        "--size",
+        "3",
+        "--min-size",
+        "2",
+        "--pgs",
+        "32",
+    ]);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        let objects = 96u32;
+        for o in 0..objects {
+            client
+                .write_full(pool, &name(o), &value(o, 0))
+                .await
+                .expect("write");
+        }
+        let before = recovered(&client).await;
+        let map_before = client.map();
+        // Writers keep going while osd.3 joins.
+        let load = Load::start(&client, pool, 16, 2);
+        c.restart_missing(1, 4);
+        wait_osd(&client, 3, true).await;
+        let map = client.mon().get_map().await.expect("map");
+        let moved = (0..32)
+            .filter(|&pg| {
+                let id = cairn_map::PgId { pool, pg };
+                map.pg_placement(id).acting.contains(&3)
+                    && !map_before.pg_placement(id).acting.contains(&3)
+            })
+            .count();
+        assert!(moved > 0, "no PG moved to the new OSD");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (acked, stall) = load.stop().await;
+        assert!(stall < Duration::from_secs(10), "writes stalled {stall:?}");
+        // Every PG that gained osd.3 copied its objects there before serving again.
+        let start = Instant::now();
+        while recovered(&client).await == before {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "nothing was copied"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut latest: Vec<Option<u32>> = vec![Some(0); objects as usize];
+        for (o, a) in acked.iter().enumerate() {
+            if a.is_some() {
+                latest[o] = *a;
+            }
+        }
+        verify(&client, pool, &latest).await;
+        // The old OSDs that left a PG are not needed for it: stop one that lost PGs to
+        // osd.3 and read everything again (min_size 2 of the 3 members still holds).
+        let gone = (0..3u32)
+            .find(|&osd| {
+                (0..32).any(|pg| {
+                    let id = cairn_map::PgId { pool, pg };
+                    map_before.pg_placement(id).acting.contains(&osd)
+                        && !map.pg_placement(id).acting.contains(&osd)
+                })
+            })
+            .expect("an OSD gave a PG to osd.3");
+        c.kill9(&format!("osd.{gone}"));
+        wait_osd(&client, gone, false).await;
+        verify(&client, pool, &latest).await;
+    });
+}

@@ -238,6 +238,22 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), Strin
         epoch: map.epoch,
     };
     let mut members = Vec::with_capacity(acting.len());
+    // OSDs that are up but not acting may hold the PG's newest data (the previous owners
+    // after a rebalance): they are asked too, and may be the authority, but are not changed.
+    let strays: Vec<u32> = map
+        .osds
+        .values()
+        .filter(|o| o.up && !acting.contains(&o.id))
+        .map(|o| o.id)
+        .collect();
+    let mut stray_members = Vec::new();
+    for id in strays {
+        match query(&map, pg, id).await {
+            Ok(m) if m.info.last_version > 0 => stray_members.push(m),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(pg = %pg, osd = id, error = %e, "stray not asked"),
+        }
+    }
     for id in acting {
         if id == me {
             let (info, entries) = member::info(&osd.store, pg, 0)?;
@@ -249,29 +265,10 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), Strin
             });
             continue;
         }
-        let addr = map
-            .osds
-            .get(&id)
-            .map(|o| o.addr.clone())
-            .ok_or_else(|| format!("osd.{id} is not in the map"))?;
-        let mut rpc = Rpc::connect(&addr).await?;
-        let q = PgQuery {
-            epoch: map.epoch,
-            pool: pg.pool,
-            pg: pg.pg,
-            since: 0,
-        };
-        let f = rpc.call(PG_QUERY, PG_INFO, &encode(&q), &[]).await?;
-        let info: PgInfo = decode("pg info", &f.control).map_err(|e| e.to_string())?;
-        let entries: Vec<LogEntry> =
-            decode("pg log entries", &f.data).map_err(|e| e.to_string())?;
-        members.push(Member {
-            id,
-            rpc: Some(rpc),
-            info,
-            entries,
-        });
+        members.push(query(&map, pg, id).await?);
     }
+    let acting_count = members.len();
+    members.extend(stray_members);
     let Some(auth_i) = (0..members.len()).max_by_key(|&i| members[i].head()) else {
         return Ok(());
     };
@@ -298,7 +295,10 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), Strin
         )
         .await?;
     }
-    for m in members.iter_mut().filter(|m| m.rpc.is_some()) {
+    for m in members[..acting_count]
+        .iter_mut()
+        .filter(|m| m.rpc.is_some())
+    {
         let p = plan((&auth_info, &auth_entries), (&m.info, &m.entries));
         if p == Plan::UpToDate {
             continue;
@@ -316,6 +316,31 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+/// Asks member `id` for its info and whole log of `pg`.
+async fn query(map: &cairn_map::ClusterMap, pg: PgId, id: u32) -> Result<Member, String> {
+    let addr = map
+        .osds
+        .get(&id)
+        .map(|o| o.addr.clone())
+        .ok_or_else(|| format!("osd.{id} is not in the map"))?;
+    let mut rpc = Rpc::connect(&addr).await?;
+    let q = PgQuery {
+        epoch: map.epoch,
+        pool: pg.pool,
+        pg: pg.pg,
+        since: 0,
+    };
+    let f = rpc.call(PG_QUERY, PG_INFO, &encode(&q), &[]).await?;
+    let info: PgInfo = decode("pg info", &f.control).map_err(|e| e.to_string())?;
+    let entries: Vec<LogEntry> = decode("pg log entries", &f.data).map_err(|e| e.to_string())?;
+    Ok(Member {
+        id,
+        rpc: Some(rpc),
+        info,
+        entries,
+    })
 }
 
 /// A plan for the log: its kind and how many objects.
