@@ -2,7 +2,7 @@
 //! first byte picks the message type. A decoded message must re-encode to the same bytes.
 #![no_main]
 
-use cairn_proto::msg::{decode, encode, mon, osd};
+use cairn_proto::msg::{decode, encode, mon, osd, peering};
 use libfuzzer_sys::fuzz_target;
 
 fn roundtrip<T>(what: &'static str, b: &[u8])
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 12 {
+    match which % 20 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -38,6 +38,14 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(batch, again);
             }
         }
+        11 => roundtrip::<peering::PgQuery>("pg query", b),
+        12 => roundtrip::<peering::PgInfo>("pg info", b),
+        13 => roundtrip::<peering::PgPull>("pg pull", b),
+        14 => roundtrip::<peering::PgObject>("pg object", b),
+        15 => roundtrip::<peering::PgPush>("pg push", b),
+        16 => roundtrip::<peering::PgDone>("pg done", b),
+        17 => roundtrip::<peering::PgList>("pg list", b),
+        18 => roundtrip::<peering::PgNames>("pg names", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

@@ -404,3 +404,39 @@ fn an_added_osd_takes_its_share_and_all_data_verifies() {
         verify(&client, pool, &latest).await;
     });
 }
+
+#[test]
+fn a_hung_osd_is_marked_down_and_rejoins_without_serving_stale_data() {
+    let c = Cluster::up("recovery-sigstop", 1, 3);
+    c.ok(&["pool", "create", "p", "--size", "3", "--min-size", "1", "--pgs", "16"]);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        let map = client.map();
+        let pg = map.object_pg(pool, &name(0)).expect("pg");
+        let hung = map.pg_placement(pg).primary().expect("primary");
+        let load = Load::start(&client, pool, 24, 4);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Hung, not dead: its connections stay open, it just stops answering.
+        c.signal(&format!("osd.{hung}"), libc::SIGSTOP);
+        wait_osd(&client, hung, false).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        c.signal(&format!("osd.{hung}"), libc::SIGCONT);
+        // It learns it was marked down, boots again, and is recovered by its PGs' primaries.
+        wait_osd(&client, hung, true).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (acked, stall) = load.stop().await;
+        assert!(stall < Duration::from_secs(10), "writes stalled {stall:?}");
+        verify(&client, pool, &acked).await;
+        // It alone (the others killed) serves every latest value.
+        let others: Vec<u32> = (0..3).filter(|o| *o != hung).collect();
+        for o in &others {
+            c.kill9(&format!("osd.{o}"));
+        }
+        for o in &others {
+            wait_osd(&client, *o, false).await;
+        }
+        verify(&client, pool, &acked).await;
+    });
+}
