@@ -56,6 +56,10 @@ pub struct UpArgs {
     /// Do not start the NBD server.
     #[arg(long)]
     pub no_nbd: bool,
+    /// Seconds a down OSD waits before the monitors mark it out and its PGs are recovered on
+    /// other OSDs (fixed when the cluster is created).
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    pub down_out_interval: u64,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written).
     #[arg(long, default_value = "10G", value_parser = crate::size::parse_size)]
@@ -86,6 +90,9 @@ struct DevState {
     /// Where the NBD server listens (absent in clusters created before it existed).
     #[serde(default)]
     nbd: Option<String>,
+    /// The monitors' down-out interval in seconds (absent: their default).
+    #[serde(default)]
+    down_out_interval: Option<u64>,
 }
 
 pub fn run(cmd: DevCmd) -> Result<()> {
@@ -145,6 +152,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         osd_size: a.osd_size,
         wal_dir,
         nbd: Some(nbd),
+        down_out_interval: Some(a.down_out_interval),
     })
 }
 
@@ -394,6 +402,10 @@ fn start_mons(dir: &Path, s: &DevState) -> Result<()> {
         for (j, m) in s.mons.iter().enumerate() {
             args.push("--member".into());
             args.push(format!("{j}={m}"));
+        }
+        if let Some(secs) = s.down_out_interval {
+            args.push("--down-out-interval".into());
+            args.push(secs.to_string());
         }
         spawn(dir, &format!("mon.{i}"), &args)?;
     }

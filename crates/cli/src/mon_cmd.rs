@@ -37,6 +37,10 @@ pub struct MonArgs {
     /// heartbeat at least 3 times per grace period.
     #[arg(long, default_value_t = 4000, value_name = "MS")]
     pub osd_grace_ms: u64,
+    /// Mark an OSD out after it has been down this many seconds: its PGs move to other OSDs
+    /// and are recovered there.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    pub down_out_interval: u64,
 }
 
 fn parse_member(s: &str) -> Result<(u64, String), String> {
@@ -125,6 +129,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     };
     let mut cfg = MonConfig::new(args.id, members, args.dir.clone(), fsid);
     cfg.osd_grace = Duration::from_millis(args.osd_grace_ms);
+    cfg.down_out_interval = Duration::from_secs(args.down_out_interval);
     cfg.validate()?;
     Ok(cfg)
 }

@@ -408,7 +408,17 @@ fn an_added_osd_takes_its_share_and_all_data_verifies() {
 #[test]
 fn a_hung_osd_is_marked_down_and_rejoins_without_serving_stale_data() {
     let c = Cluster::up("recovery-sigstop", 1, 3);
-    c.ok(&["pool", "create", "p", "--size", "3", "--min-size", "1", "--pgs", "16"]);
+    c.ok(&[
+        "pool",
+        "create",
+        "p",
+        "--size",
+        "3",
+        "--min-size",
+        "1",
+        "--pgs",
+        "16",
+    ]);
     let rt = runtime();
     rt.block_on(async {
         let client = c.client().await;
@@ -438,5 +448,73 @@ fn a_hung_osd_is_marked_down_and_rejoins_without_serving_stale_data() {
             wait_osd(&client, *o, false).await;
         }
         verify(&client, pool, &acked).await;
+    });
+}
+
+#[test]
+fn an_osd_lost_for_good_is_marked_out_and_its_data_rebuilt_elsewhere() {
+    let c = Cluster::up_with("recovery-wiped", 1, 4, &["--down-out-interval", "2"]);
+    c.ok(&[
+        "pool",
+        "create",
+        "p",
+        "--size",
+        "3",
+        "--min-size",
+        "1",
+        "--pgs",
+        "32",
+    ]);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        let objects = 64u32;
+        for o in 0..objects {
+            client
+                .write_full(pool, &name(o), &value(o, 0))
+                .await
+                .expect("write");
+        }
+        let before = recovered(&client).await;
+        // osd.3 dies and its disk is lost.
+        c.kill9("osd.3");
+        let dev: toml::Value =
+            toml::from_str(&std::fs::read_to_string(c.dir.join("dev.toml")).expect("dev.toml"))
+                .expect("parse dev.toml");
+        std::fs::remove_dir_all(c.dir.join("osd.3")).expect("wipe osd.3");
+        if let Some(w) = dev.get("wal_dir").and_then(|w| w.as_str()) {
+            let _ = std::fs::remove_file(std::path::Path::new(w).join("osd.3.wal"));
+        }
+        // Down after the grace, out after the down-out interval.
+        let start = Instant::now();
+        loop {
+            let map = client.mon().get_map().await.expect("map");
+            if map.osds.get(&3).is_some_and(|o| !o.up && !o.in_) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "osd.3 not marked out within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Every PG is on osd.0..2 again; the ones that lost osd.3 are rebuilt.
+        let start = Instant::now();
+        while recovered(&client).await == before {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "nothing was rebuilt"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let latest = vec![Some(0); objects as usize];
+        verify(&client, pool, &latest).await;
+        // osd.2 alone holds every object: those it had, and those rebuilt on it.
+        c.kill9("osd.0");
+        c.kill9("osd.1");
+        wait_osd(&client, 0, false).await;
+        wait_osd(&client, 1, false).await;
+        verify(&client, pool, &latest).await;
     });
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 /// Default time without a heartbeat after which the leader marks an OSD down.
 pub const DEFAULT_OSD_GRACE: Duration = Duration::from_secs(4);
+/// Default time an OSD stays down before it is marked out: 10 minutes.
+pub const DEFAULT_DOWN_OUT_INTERVAL: Duration = Duration::from_secs(600);
 /// Default election timeout range in milliseconds. A leader is replaced this long after it
 /// stops sending heartbeats (which it does every third of the minimum).
 pub const DEFAULT_ELECTION_TIMEOUT_MS: (u64, u64) = (300, 600);
@@ -31,6 +33,9 @@ pub struct MonConfig {
     pub fsid: [u8; 16],
     /// Time without a heartbeat after which the leader marks an OSD down.
     pub osd_grace: Duration,
+    /// Mark an OSD out after it has been down this long (its PGs move and are recovered
+    /// elsewhere).
+    pub down_out_interval: Duration,
     /// Raft election timeout range (min, max) in milliseconds.
     pub election_timeout_ms: (u64, u64),
     /// How long a command waits to be committed before the reply is `Unavailable`.
@@ -50,6 +55,7 @@ impl MonConfig {
             dir,
             fsid,
             osd_grace: DEFAULT_OSD_GRACE,
+            down_out_interval: DEFAULT_DOWN_OUT_INTERVAL,
             election_timeout_ms: DEFAULT_ELECTION_TIMEOUT_MS,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             snapshot_logs: DEFAULT_SNAPSHOT_LOGS,

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 /// Last heartbeat per OSD, as seen by the leader.
 pub(crate) struct FailureDetector {
     grace: Duration,
+    /// How long an OSD stays down before it is marked out (its data re-replicated elsewhere).
+    down_out: Duration,
     inner: Mutex<Inner>,
 }
 
@@ -23,12 +25,15 @@ struct Inner {
     term: Option<u64>,
     /// OSD id -> (the life it was seen in, when it was last heard from or its grace began).
     seen: HashMap<u32, (u64, Instant)>,
+    /// Down and in OSD id -> (its last life, when this leader first saw it down).
+    down_since: HashMap<u32, (u64, Instant)>,
 }
 
 impl FailureDetector {
-    pub(crate) fn new(grace: Duration) -> Self {
+    pub(crate) fn new(grace: Duration, down_out: Duration) -> Self {
         FailureDetector {
             grace,
+            down_out,
             inner: Mutex::default(),
         }
     }
@@ -55,6 +60,7 @@ impl FailureDetector {
         if inner.term != term {
             inner.term = term;
             inner.seen.clear();
+            inner.down_since.clear();
         }
     }
 
@@ -88,6 +94,34 @@ impl FailureDetector {
         }
         down
     }
+
+    /// The `OsdOut` changes due at `now`: every OSD down and in for the down-out interval
+    /// (counted from when this leader first saw it down, so a new leader never marks out
+    /// early). Reported once per interval, like `due`.
+    pub(crate) fn due_out(&self, map: &ClusterMap, now: Instant) -> Vec<MapChange> {
+        let mut inner = self.lock();
+        if inner.term.is_none() {
+            return Vec::new();
+        }
+        inner
+            .down_since
+            .retain(|id, _| map.osds.get(id).is_some_and(|o| !o.up && o.in_));
+        let mut out = Vec::new();
+        for o in map.osds.values().filter(|o| !o.up && o.in_) {
+            match inner.down_since.get_mut(&o.id) {
+                Some((life, at)) if *life == o.up_from => {
+                    if now.saturating_duration_since(*at) >= self.down_out {
+                        *at = now;
+                        out.push(MapChange::OsdOut { id: o.id });
+                    }
+                }
+                _ => {
+                    inner.down_since.insert(o.id, (o.up_from, now));
+                }
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -109,7 +143,7 @@ mod tests {
     #[test]
     fn silent_osds_are_due_after_the_grace_only_while_leading() {
         let grace = Duration::from_secs(4);
-        let d = FailureDetector::new(grace);
+        let d = FailureDetector::new(grace, Duration::from_secs(600));
         let m = map_with_osd();
         let t0 = Instant::now();
         assert!(d.due(&m, t0 + grace * 2).is_empty(), "not leader");
@@ -132,9 +166,40 @@ mod tests {
     }
 
     #[test]
+    fn down_osds_are_marked_out_after_the_interval_only_while_leading() {
+        let out_after = Duration::from_secs(10);
+        let d = FailureDetector::new(Duration::from_secs(1), out_after);
+        let mut m = map_with_osd();
+        let up_from = m.osds[&0].up_from;
+        m.apply(&MapChange::OsdDown { id: 0, up_from })
+            .expect("down");
+        let t0 = Instant::now();
+        assert!(d.due_out(&m, t0 + out_after * 2).is_empty(), "not leader");
+        d.set_leader_term(Some(1));
+        assert!(d.due_out(&m, t0).is_empty(), "the interval starts now");
+        assert!(d.due_out(&m, t0 + out_after / 2).is_empty());
+        assert_eq!(
+            d.due_out(&m, t0 + out_after),
+            vec![MapChange::OsdOut { id: 0 }]
+        );
+        assert!(
+            d.due_out(&m, t0 + out_after).is_empty(),
+            "not repeated at once"
+        );
+        d.set_leader_term(Some(2));
+        assert!(
+            d.due_out(&m, t0 + out_after * 2).is_empty(),
+            "new term, new interval"
+        );
+        // Back up (or marked out meanwhile): forgotten.
+        m.apply(&MapChange::OsdOut { id: 0 }).expect("out");
+        assert!(d.due_out(&m, t0 + out_after * 9).is_empty());
+    }
+
+    #[test]
     fn a_heartbeat_of_a_previous_life_does_not_count() {
         let grace = Duration::from_secs(1);
-        let d = FailureDetector::new(grace);
+        let d = FailureDetector::new(grace, Duration::from_secs(600));
         let m = map_with_osd();
         let t0 = Instant::now();
         d.set_leader_term(Some(1));

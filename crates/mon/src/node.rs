@@ -67,7 +67,7 @@ pub async fn run(
         metrics: raft.metrics(),
         raft: raft.clone(),
         view,
-        failure: FailureDetector::new(cfg.osd_grace),
+        failure: FailureDetector::new(cfg.osd_grace, cfg.down_out_interval),
         command_timeout: cfg.command_timeout,
     });
     let mut background = JoinSet::new();
@@ -212,9 +212,19 @@ async fn failure_ticker(ctx: Arc<Ctx>) {
         while proposals.try_join_next().is_some() {}
         ctx.failure.set_leader_term(ctx.leading_term());
         let now = Instant::now();
-        let due = ctx.view.with_map(|m| ctx.failure.due(m, now));
-        for change in due {
-            tracing::warn!(?change, "marking an OSD down: no heartbeat for {grace:?}");
+        let (due, due_out) = ctx
+            .view
+            .with_map(|m| (ctx.failure.due(m, now), ctx.failure.due_out(m, now)));
+        for change in &due_out {
+            tracing::warn!(
+                ?change,
+                "marking an OSD out: down for the down-out interval"
+            );
+        }
+        for change in due.into_iter().chain(due_out) {
+            if matches!(change, cairn_map::MapChange::OsdDown { .. }) {
+                tracing::warn!(?change, "marking an OSD down: no heartbeat for {grace:?}");
+            }
             let ctx = ctx.clone();
             proposals.spawn(async move {
                 let reply = ctx.command(change).await;

@@ -26,16 +26,39 @@ fn cairn(args: &[&str]) -> Output {
 }
 
 impl Cluster {
-    /// Starts `mons` monitors and `osds` OSDs; no pool.
-    pub fn up(name: &str, mons: u32, osds: u32) -> Cluster {
+    /// Starts `mons` monitors and `osds` OSDs, no pool, with extra `dev up` arguments.
+    pub fn up_with(name: &str, mons: u32, osds: u32, extra: &[&str]) -> Cluster {
         let dir = std::env::temp_dir().join(format!("cairn-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let c = Cluster {
             conf: dir.join("cairn.toml"),
             dir,
         };
-        c.dev_up(mons, osds);
+        let d = c.dir.display().to_string();
+        let (m, n) = (mons.to_string(), osds.to_string());
+        let mut args = vec![
+            "dev",
+            "up",
+            "--dir",
+            &d,
+            "--mons",
+            &m,
+            "--osds",
+            &n,
+            "--osd-size",
+            "1G",
+            "--no-pool",
+            "--timeout",
+            "60",
+        ];
+        args.extend_from_slice(extra);
+        c.run_dev_up(&args);
         c
+    }
+
+    /// Starts `mons` monitors and `osds` OSDs; no pool.
+    pub fn up(name: &str, mons: u32, osds: u32) -> Cluster {
+        Cluster::up_with(name, mons, osds, &[])
     }
 
     /// Starts a cluster with the `default` pool (size min(3, osds)), a 1 GiB volume `disk0`
