@@ -25,6 +25,34 @@ fn name(object: u32) -> Vec<u8> {
     format!("obj-{object}").into_bytes()
 }
 
+/// Creates pool `p` (size 3, this min_size and PG count) and returns a client and its id.
+async fn pool(c: &Cluster, min_size: u8, pgs: u32) -> (cairn_client::Client, u32) {
+    c.ok(&[
+        "pool",
+        "create",
+        "p",
+        "--size",
+        "3",
+        "--min-size",
+        &min_size.to_string(),
+        "--pgs",
+        &pgs.to_string(),
+    ]);
+    let client = c.client().await;
+    let id = client.pool_id("p").expect("pool");
+    (client, id)
+}
+
+/// Writes generation 0 of objects `0..n`.
+async fn fill(client: &cairn_client::Client, pool: u32, n: u32) {
+    for o in 0..n {
+        client
+            .write_full(pool, &name(o), &value(o, 0))
+            .await
+            .expect("first write");
+    }
+}
+
 /// Waits until `osd` is marked down (`want_up` false) or up again in the map.
 async fn wait_osd(client: &cairn_client::Client, osd: u32, want_up: bool) {
     let start = Instant::now();
@@ -58,29 +86,12 @@ async fn recovered(client: &cairn_client::Client) -> u64 {
 fn an_osd_back_from_down_is_recovered_by_log_and_serves_no_stale_data() {
     let c = Cluster::up("recovery-delta", 1, 3);
     // min_size 1: at the end, the returning OSD alone must serve everything.
-    c.ok(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "1",
-        "--pgs",
-        "16",
-    ]);
     let rt = runtime();
     rt.block_on(async {
-        let client = c.client().await;
-        let pool = client.pool_id("p").expect("pool");
+        let (client, pool) = pool(&c, 1, 16).await;
         let objects = 120u32;
         let mut latest: Vec<Option<u32>> = vec![Some(0); objects as usize];
-        for o in 0..objects {
-            client
-                .write_full(pool, &name(o), &value(o, 0))
-                .await
-                .expect("first write");
-        }
+        fill(&client, pool, objects).await;
         // osd.2 goes down; meanwhile 20 objects change, 5 are removed, 6 are new.
         c.kill9("osd.2");
         wait_osd(&client, 2, false).await;
@@ -125,10 +136,7 @@ fn an_osd_back_from_down_is_recovered_by_log_and_serves_no_stale_data() {
             "recovery must move only the objects that changed"
         );
         // The other two OSDs die: osd.2 alone serves every object's latest value.
-        c.kill9("osd.0");
-        c.kill9("osd.1");
-        wait_osd(&client, 0, false).await;
-        wait_osd(&client, 1, false).await;
+        only_osd_left(&c, &client, 2).await;
         for (o, want) in latest.iter().enumerate() {
             let got = client.read(pool, &name(o as u32), 0, 1 << 20).await;
             match (want, got) {
@@ -197,6 +205,17 @@ impl Load {
     }
 }
 
+/// Kills every OSD of a 3-OSD cluster but `keep` and waits until they are marked down.
+async fn only_osd_left(c: &Cluster, client: &cairn_client::Client, keep: u32) {
+    let others: Vec<u32> = (0..3).filter(|o| *o != keep).collect();
+    for o in &others {
+        c.kill9(&format!("osd.{o}"));
+    }
+    for o in &others {
+        wait_osd(client, *o, false).await;
+    }
+}
+
 /// Every acknowledged object reads back with its last acknowledged value.
 async fn verify(client: &cairn_client::Client, pool: u32, acked: &[Option<u32>]) {
     for (o, g) in acked.iter().enumerate() {
@@ -216,21 +235,9 @@ async fn verify(client: &cairn_client::Client, pool: u32, acked: &[Option<u32>])
 #[test]
 fn a_primary_killed_under_load_loses_nothing_and_comes_back_current() {
     let c = Cluster::up("recovery-primary", 1, 3);
-    c.ok(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "1",
-        "--pgs",
-        "16",
-    ]);
     let rt = runtime();
     rt.block_on(async {
-        let client = c.client().await;
-        let pool = client.pool_id("p").expect("pool");
+        let (client, pool) = pool(&c, 1, 16).await;
         let map = client.map();
         let pg = map.object_pg(pool, &name(0)).expect("pg");
         let primary = map.pg_placement(pg).primary().expect("primary");
@@ -253,13 +260,7 @@ fn a_primary_killed_under_load_loses_nothing_and_comes_back_current() {
         );
         verify(&client, pool, &acked).await;
         // The restarted primary alone (the others killed) serves every latest value.
-        let others: Vec<u32> = (0..3).filter(|o| *o != primary).collect();
-        for o in &others {
-            c.kill9(&format!("osd.{o}"));
-        }
-        for o in &others {
-            wait_osd(&client, *o, false).await;
-        }
+        only_osd_left(&c, &client, primary).await;
         verify(&client, pool, &acked).await;
     });
 }
@@ -267,21 +268,9 @@ fn a_primary_killed_under_load_loses_nothing_and_comes_back_current() {
 #[test]
 fn with_two_of_three_down_writes_stop_and_resume_when_one_returns() {
     let c = Cluster::up("recovery-minsize", 1, 3);
-    c.ok(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "2",
-        "--pgs",
-        "16",
-    ]);
     let rt = runtime();
     rt.block_on(async {
-        let client = c.client().await;
-        let pool = client.pool_id("p").expect("pool");
+        let (client, pool) = pool(&c, 2, 16).await;
         // osd.0 goes down first and misses what is written while osd.1 and osd.2 serve.
         let load = Load::start(&client, pool, 24, 4);
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -332,28 +321,11 @@ fn with_two_of_three_down_writes_stop_and_resume_when_one_returns() {
 #[test]
 fn an_added_osd_takes_its_share_and_all_data_verifies() {
     let c = Cluster::up("recovery-add", 1, 3);
-    c.ok(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "2",
-        "--pgs",
-        "32",
-    ]);
     let rt = runtime();
     rt.block_on(async {
-        let client = c.client().await;
-        let pool = client.pool_id("p").expect("pool");
+        let (client, pool) = pool(&c, 2, 32).await;
         let objects = 96u32;
-        for o in 0..objects {
-            client
-                .write_full(pool, &name(o), &value(o, 0))
-                .await
-                .expect("write");
-        }
+        fill(&client, pool, objects).await;
         let before = recovered(&client).await;
         let map_before = client.map();
         // Writers keep going while osd.3 joins.
@@ -408,21 +380,9 @@ fn an_added_osd_takes_its_share_and_all_data_verifies() {
 #[test]
 fn a_hung_osd_is_marked_down_and_rejoins_without_serving_stale_data() {
     let c = Cluster::up("recovery-sigstop", 1, 3);
-    c.ok(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "1",
-        "--pgs",
-        "16",
-    ]);
     let rt = runtime();
     rt.block_on(async {
-        let client = c.client().await;
-        let pool = client.pool_id("p").expect("pool");
+        let (client, pool) = pool(&c, 1, 16).await;
         let map = client.map();
         let pg = map.object_pg(pool, &name(0)).expect("pg");
         let hung = map.pg_placement(pg).primary().expect("primary");
@@ -440,13 +400,7 @@ fn a_hung_osd_is_marked_down_and_rejoins_without_serving_stale_data() {
         assert!(stall < Duration::from_secs(10), "writes stalled {stall:?}");
         verify(&client, pool, &acked).await;
         // It alone (the others killed) serves every latest value.
-        let others: Vec<u32> = (0..3).filter(|o| *o != hung).collect();
-        for o in &others {
-            c.kill9(&format!("osd.{o}"));
-        }
-        for o in &others {
-            wait_osd(&client, *o, false).await;
-        }
+        only_osd_left(&c, &client, hung).await;
         verify(&client, pool, &acked).await;
     });
 }
@@ -454,28 +408,11 @@ fn a_hung_osd_is_marked_down_and_rejoins_without_serving_stale_data() {
 #[test]
 fn an_osd_lost_for_good_is_marked_out_and_its_data_rebuilt_elsewhere() {
     let c = Cluster::up_with("recovery-wiped", 1, 4, &["--down-out-interval", "2"]);
-    c.ok(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "1",
-        "--pgs",
-        "32",
-    ]);
     let rt = runtime();
     rt.block_on(async {
-        let client = c.client().await;
-        let pool = client.pool_id("p").expect("pool");
+        let (client, pool) = pool(&c, 1, 32).await;
         let objects = 64u32;
-        for o in 0..objects {
-            client
-                .write_full(pool, &name(o), &value(o, 0))
-                .await
-                .expect("write");
-        }
+        fill(&client, pool, objects).await;
         let before = recovered(&client).await;
         // osd.3 dies and its disk is lost.
         c.kill9("osd.3");
@@ -511,10 +448,7 @@ fn an_osd_lost_for_good_is_marked_out_and_its_data_rebuilt_elsewhere() {
         let latest = vec![Some(0); objects as usize];
         verify(&client, pool, &latest).await;
         // osd.2 alone holds every object: those it had, and those rebuilt on it.
-        c.kill9("osd.0");
-        c.kill9("osd.1");
-        wait_osd(&client, 0, false).await;
-        wait_osd(&client, 1, false).await;
+        only_osd_left(&c, &client, 2).await;
         verify(&client, pool, &latest).await;
     });
 }

@@ -34,25 +34,7 @@ impl Cluster {
             conf: dir.join("cairn.toml"),
             dir,
         };
-        let d = c.dir.display().to_string();
-        let (m, n) = (mons.to_string(), osds.to_string());
-        let mut args = vec![
-            "dev",
-            "up",
-            "--dir",
-            &d,
-            "--mons",
-            &m,
-            "--osds",
-            &n,
-            "--osd-size",
-            "1G",
-            "--no-pool",
-            "--timeout",
-            "60",
-        ];
-        args.extend_from_slice(extra);
-        c.run_dev_up(&args);
+        c.dev_up_with(mons, osds, extra);
         c
     }
 
@@ -119,13 +101,18 @@ impl Cluster {
     }
 
     fn dev_up(&self, mons: u32, osds: u32) {
-        let dir = self.dir.display().to_string();
+        self.dev_up_with(mons, osds, &[]);
+    }
+
+    /// `cairn dev up` of this cluster (1 GiB OSDs, no pool) with extra arguments.
+    fn dev_up_with(&self, mons: u32, osds: u32, extra: &[&str]) {
+        let d = self.dir.display().to_string();
         let (m, n) = (mons.to_string(), osds.to_string());
-        self.run_dev_up(&[
+        let mut args = vec![
             "dev",
             "up",
             "--dir",
-            &dir,
+            &d,
             "--mons",
             &m,
             "--osds",
@@ -135,7 +122,9 @@ impl Cluster {
             "--no-pool",
             "--timeout",
             "60",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        self.run_dev_up(&args);
     }
 
     /// Starts whatever process of the cluster is not running (after a kill).
