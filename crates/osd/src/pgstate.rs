@@ -46,6 +46,8 @@ pub struct PgState {
     pub parked: Vec<ParkedRead>,
     /// The interval (acting members and their lives) this OSD, as primary, last peered.
     pub peered: Option<crate::peering::Interval>,
+    /// The map epoch at which `peered` was last found current (saves the check per op).
+    pub active_epoch: u64,
     /// The peering task running, and the interval it peers.
     pub peering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
     /// Client ops waiting for peering.
@@ -82,6 +84,7 @@ impl PgState {
             writes: HashMap::new(),
             parked: Vec::new(),
             peered: None,
+            active_epoch: 0,
             peering: None,
             waiting: Vec::new(),
         }

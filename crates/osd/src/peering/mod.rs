@@ -33,8 +33,12 @@ fn interval(map: &ClusterMap, acting: &[u32]) -> Interval {
 /// starts peering (once) and returns false.
 pub fn ready(shard: &mut Shard, map: &ClusterMap, pg: PgId) -> bool {
     let st = shard.pg(map, pg);
+    if st.active_epoch == map.epoch && st.peered.is_some() {
+        return true;
+    }
     let iv = interval(map, &st.placement.acting);
     if st.peered.as_ref() == Some(&iv) {
+        st.active_epoch = map.epoch;
         return true;
     }
     if st.peering.is_none() {
