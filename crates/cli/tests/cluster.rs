@@ -566,6 +566,49 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let f = read_frame(&mut s, &limits).await.expect("error reply");
         assert_eq!(f.msg_type, ERROR);
         assert!(read_frame(&mut s, &limits).await.is_err(), "not closed");
+        // Peering requests: garbage -> ERROR and close; a push to a PG that does not exist
+        // (claiming a future epoch) is refused and creates nothing.
+        use cairn_proto::msg::peering::{PgDone, PgPush, PushKind, PG_DONE, PG_PUSH, PG_QUERY};
+        let mut s = tokio::net::TcpStream::connect(addr(primary))
+            .await
+            .expect("connect");
+        handshake(&mut s, node_kind::OSD).await.expect("handshake");
+        write_frame(&mut s, PG_QUERY, 5, b"\xff\xff", &[])
+            .await
+            .expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("error reply");
+        assert_eq!(f.msg_type, ERROR);
+        let mut s = tokio::net::TcpStream::connect(addr(primary))
+            .await
+            .expect("connect");
+        handshake(&mut s, node_kind::OSD).await.expect("handshake");
+        let push = PgPush {
+            epoch: map.epoch + 1000,
+            pool: 999,
+            pg: 0,
+            primary: 0,
+            kind: PushKind::Object {
+                object: b"intruder".to_vec(),
+                offset: 0,
+                size: 4,
+            },
+        };
+        write_frame(
+            &mut s,
+            PG_PUSH,
+            6,
+            &cairn_proto::msg::encode(&push),
+            b"evil",
+        )
+        .await
+        .expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("push reply");
+        assert_eq!(f.msg_type, PG_DONE);
+        let r: PgDone = cairn_proto::msg::decode("pg done", &f.control).expect("decode");
+        assert!(
+            matches!(r, PgDone::Failed(ref why) if why.contains("does not exist")),
+            "{r:?}"
+        );
         // Nothing of it was written, and the OSDs still serve.
         assert!(matches!(
             client.read(pool, &name, 0, 4).await,

@@ -49,6 +49,7 @@ pub fn handle(
             let p: PgPush = decode("pg push", control)?;
             let pg = pg_id(p.pool, p.pg);
             let map = shard.osd.map();
+            check_pg(&map, pg)?;
             let r = if map.epoch >= p.epoch
                 && shard.pg(&map, pg).placement.primary() != Some(p.primary)
             {
@@ -64,6 +65,14 @@ pub fn handle(
         other => return Err(format!("message type {other} is not a peering request")),
     }
     Ok(())
+}
+
+/// Refuses a PG this OSD's map does not have (a push must never create one).
+fn check_pg(map: &cairn_map::ClusterMap, pg: PgId) -> Result<(), String> {
+    match map.pools.get(&pg.pool) {
+        Some(p) if pg.pg < p.pg_count => Ok(()),
+        _ => Err(format!("pg {pg} does not exist in map epoch {}", map.epoch)),
+    }
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &'static str, b: &[u8]) -> Result<T, String> {

@@ -3,10 +3,10 @@
 //! the PG log says changed (delta recovery) or everything when a member's log is too old
 //! (backfill). Client ops on the PG wait meanwhile; other PGs are not affected.
 //!
-//! Limits of this version: the authority is chosen among the current acting members only (no
-//! record of past intervals), so a PG whose every member of its last active interval is gone
-//! can come back with an older history; recovery runs before the PG serves again (I/O waits
-//! for a backfill to finish); recovery is not throttled.
+//! Limits of this version: the authority is chosen among the OSDs up now (acting members and
+//! any other up OSD holding the PG; no record of past intervals), so a PG whose every member
+//! of its last active interval is gone can come back with an older history; recovery runs
+//! before the PG serves again (I/O waits for a backfill to finish); it is not throttled.
 
 pub mod member;
 mod primary;
