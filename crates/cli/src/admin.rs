@@ -254,12 +254,15 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         out
     })?;
     let (mut used, mut capacity) = (0u64, 0u64);
+    let (mut peering, mut recovered) = (0u64, 0u64);
     let mut unreachable = Vec::new();
     for (id, r) in &usage {
         match r {
             Ok(s) => {
                 used += s.used_bytes;
                 capacity += s.capacity_bytes;
+                peering += s.peering_pgs;
+                recovered += s.recovered_objects;
             }
             Err(_) => unreachable.push(*id),
         }
@@ -268,7 +271,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let pgs = pg_counts(&map);
     let health = if pgs.inactive > 0 {
         "HEALTH_ERR"
-    } else if pgs.degraded > 0 || up < osds || !unreachable.is_empty() {
+    } else if pgs.degraded > 0 || up < osds || !unreachable.is_empty() || peering > 0 {
         "HEALTH_WARN"
     } else {
         "HEALTH_OK"
@@ -284,6 +287,11 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         problems.push(format!(
             "{} pgs inactive (fewer than min_size OSDs up): writes to them wait",
             pgs.inactive
+        ));
+    }
+    if peering > 0 {
+        problems.push(format!(
+            "{peering} pgs peering or recovering: I/O to them waits until they are active"
         ));
     }
     if pgs.degraded > 0 {
@@ -324,7 +332,9 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
             "capacity": {"used_bytes": used, "total_bytes": capacity,
                          "osds_reporting": usage.len() - unreachable.len()},
             "pgs": {"total": pgs.total, "active_clean": pgs.clean,
-                    "active_degraded": pgs.degraded, "inactive": pgs.inactive},
+                    "active_degraded": pgs.degraded, "inactive": pgs.inactive,
+                    "peering": peering},
+            "recovery": {"objects_recovered": recovered},
             "pools": map.pools.values().map(pool_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -345,9 +355,10 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         usage.len() - unreachable.len()
     );
     println!(
-        "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive",
+        "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive; {peering} peering",
         pgs.total, pgs.clean, pgs.degraded, pgs.inactive
     );
+    println!("  recovery: {recovered} objects recovered since the OSDs started");
     for p in map.pools.values() {
         println!(
             "  pool {}: size {} min_size {} pgs {} durability {}",

@@ -135,6 +135,13 @@ fn an_osd_back_from_down_is_recovered_by_log_and_serves_no_stale_data() {
             changed,
             "recovery must move only the objects that changed"
         );
+        // `cairn status` shows it: objects recovered, no PG left peering.
+        let st = c.status();
+        assert!(
+            st["recovery"]["objects_recovered"].as_u64() >= Some(changed),
+            "{st}"
+        );
+        assert_eq!(st["pgs"]["peering"], 0, "{st}");
         // The other two OSDs die: osd.2 alone serves every object's latest value.
         only_osd_left(&c, &client, 2).await;
         for (o, want) in latest.iter().enumerate() {

@@ -101,6 +101,17 @@ impl Osd {
         Some(f(&mut guard))
     }
 
+    /// PGs this OSD leads whose peering (or recovery) is under way.
+    pub fn peering_pgs(&self) -> u64 {
+        self.shards()
+            .iter()
+            .map(|s| {
+                let shard = s.state.lock().unwrap_or_else(|p| p.into_inner());
+                shard.pgs.values().filter(|st| st.peering.is_some()).count() as u64
+            })
+            .sum()
+    }
+
     /// Queues a message to every shard.
     pub fn queue_all(&self, msg: impl Fn() -> ShardMsg) {
         for s in self.shards() {

@@ -86,6 +86,7 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                     capacity_bytes: st.capacity_bytes,
                     inflight: osd.inflight.count() as u64,
                     recovered_objects: osd.recovered_objects.load(Ordering::Relaxed),
+                    peering_pgs: osd.peering_pgs(),
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);

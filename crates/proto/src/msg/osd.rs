@@ -200,4 +200,6 @@ pub struct OsdStats {
     pub inflight: u64,
     /// Objects this OSD copied to (or from) other members by recovery since it started.
     pub recovered_objects: u64,
+    /// PGs this OSD leads that are peering or recovering (their I/O waits).
+    pub peering_pgs: u64,
 }
