@@ -3,18 +3,10 @@
 
 mod common;
 
-use common::cluster::Cluster;
+use common::cluster::{runtime, Cluster};
 use common::history::{check, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 const BLOCK: usize = 4096;
 

@@ -4,16 +4,8 @@
 
 mod common;
 
-use common::cluster::Cluster;
+use common::cluster::{runtime, Cluster};
 use std::time::{Duration, Instant};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 fn value(object: u32, generation: u32) -> Vec<u8> {
     format!("object {object} generation {generation} ")

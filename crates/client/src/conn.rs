@@ -49,7 +49,7 @@ struct Merge {
     /// Merge when more ops than this are in flight; 0 turns merging off.
     threshold: usize,
     counters: Arc<MergeCounters>,
-    pending: Mutex<Vec<(BatchedOp, Vec<u8>)>>,
+    pending: Mutex<Pending>,
     wake: tokio::sync::Notify,
 }
 
@@ -80,7 +80,7 @@ impl OsdConn {
         let merge = Arc::new(Merge {
             threshold: merge_threshold,
             counters,
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::default(),
             wake: tokio::sync::Notify::new(),
         });
         let conn = Arc::new(OsdConn {
@@ -156,7 +156,18 @@ impl OsdConn {
     }
 }
 
+/// Ops waiting to be merged, their data already laid out as the merged message's.
+#[derive(Default)]
+struct Pending {
+    batch: OpBatch,
+    data: Vec<u8>,
+}
+
 impl Merge {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Adds an op to the pending batch; sends the batch at once when it is full.
     fn add(
         &self,
@@ -167,73 +178,57 @@ impl Merge {
         waiters: &Waiters,
     ) -> Result<(), SendClosed> {
         let full = {
-            let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            let op = BatchedOp {
+            let mut p = self.lock();
+            p.batch.ops.push(BatchedOp {
                 request_id: id,
                 data_len: data.len() as u32,
                 req: req.clone(),
-            };
-            p.push((op, data.to_vec()));
-            if p.len() == 1 {
+            });
+            p.data.extend_from_slice(data);
+            if p.batch.ops.len() == 1 {
                 self.wake.notify_one();
             }
-            (p.len() >= MERGE_MAX_OPS).then(|| std::mem::take(&mut *p))
+            (p.batch.ops.len() >= MERGE_MAX_OPS).then(|| std::mem::take(&mut *p))
         };
         match full {
-            Some(batch) => self.send(batch, sender, waiters),
+            Some(p) => self.send(p, sender, waiters),
             None => Ok(()),
         }
     }
 
     /// Sends whatever is pending.
     fn send_pending(&self, sender: &FrameSender, waiters: &Waiters) {
-        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
-        let _ = self.send(batch, sender, waiters);
+        let p = std::mem::take(&mut *self.lock());
+        let _ = self.send(p, sender, waiters);
     }
 
-    fn send(
-        &self,
-        batch: Vec<(BatchedOp, Vec<u8>)>,
-        sender: &FrameSender,
-        waiters: &Waiters,
-    ) -> Result<(), SendClosed> {
-        if batch.len() > 1 {
+    fn send(&self, p: Pending, sender: &FrameSender, waiters: &Waiters) -> Result<(), SendClosed> {
+        let n = p.batch.ops.len() as u64;
+        if n > 1 {
             self.counters.batches.fetch_add(1, Ordering::Relaxed);
-            let n = batch.len() as u64;
             self.counters.ops.fetch_add(n, Ordering::Relaxed);
         }
-        send_batch(batch, sender, waiters)
+        send_batch(p, sender, waiters)
     }
 }
 
 /// Sends ops as one message (one op: a plain `OP`). On a closed connection their waiters are
 /// dropped, which fails their calls.
-fn send_batch(
-    batch: Vec<(BatchedOp, Vec<u8>)>,
-    sender: &FrameSender,
-    waiters: &Waiters,
-) -> Result<(), SendClosed> {
-    let r = match batch.len() {
-        0 => return Ok(()),
-        1 => {
-            let (op, data) = &batch[0];
+fn send_batch(p: Pending, sender: &FrameSender, waiters: &Waiters) -> Result<(), SendClosed> {
+    let r = match p.batch.ops.as_slice() {
+        [] => return Ok(()),
+        [op] => {
             let control = cairn_proto::msg::encode(&op.req);
-            sender.send(OP, op.request_id, &control, data)
+            sender.send(OP, op.request_id, &control, &p.data)
         }
         _ => {
-            let total = batch.iter().map(|(_, d)| d.len()).sum();
-            let mut data = Vec::with_capacity(total);
-            for (_, d) in &batch {
-                data.extend_from_slice(d);
-            }
-            let ops: Vec<BatchedOp> = batch.iter().map(|(op, _)| op.clone()).collect();
-            let control = cairn_proto::msg::encode(&OpBatch { ops });
-            sender.send(OP_BATCH, 0, &control, &data)
+            let control = cairn_proto::msg::encode(&p.batch);
+            sender.send(OP_BATCH, 0, &control, &p.data)
         }
     };
     if r.is_err() {
         if let Some(map) = waiters.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            for (op, _) in &batch {
+            for op in &p.batch.ops {
                 map.remove(&op.request_id);
             }
         }

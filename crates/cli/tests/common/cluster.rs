@@ -220,6 +220,15 @@ impl Cluster {
     }
 }
 
+/// A 2-thread runtime for a test's clients.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// Whether a process exists and is not a zombie.
 pub fn alive(pid: i32) -> bool {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

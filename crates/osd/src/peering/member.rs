@@ -111,10 +111,11 @@ pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry
     }
     let entries = pglog::read_after(store, coll, since, pglog::LOG_KEEP as usize)
         .map_err(|e| e.to_string())?;
-    let last = pglog::read_after(store, coll, last_version(store, pg).saturating_sub(1), 1)
-        .map_err(|e| e.to_string())?;
+    let last_v = last_version(store, pg);
+    let last =
+        pglog::read_after(store, coll, last_v.saturating_sub(1), 1).map_err(|e| e.to_string())?;
     let info = PgInfo {
-        last_version: last_version(store, pg),
+        last_version: last_v,
         last_epoch: last.first().map_or(0, |e| e.epoch),
         tail: pglog::tail(store, coll).map_err(|e| e.to_string())?,
     };

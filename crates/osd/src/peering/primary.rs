@@ -62,7 +62,8 @@ pub fn plan(auth: (&PgInfo, &[LogEntry]), m: (&PgInfo, &[LogEntry])) -> Plan {
         None => return Plan::Backfill,
     };
     // The authority's log must hold every entry after the common point.
-    let covered = ai.last_version == common || ai.tail.is_some_and(|t| t <= common + 1);
+    let covered =
+        ai.last_version == common || ai.tail.is_some_and(|t| t <= common.saturating_add(1));
     if !covered {
         return Plan::Backfill;
     }

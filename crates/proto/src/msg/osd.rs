@@ -126,7 +126,7 @@ pub const MAX_BATCH_OPS: usize = 64;
 
 /// Several ops in one message. The frame's data is the ops' data in order; `data_len` says
 /// where each one's ends. The frame's own request id is unused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpBatch {
     pub ops: Vec<BatchedOp>,
 }
