@@ -2,7 +2,7 @@
 //! first byte picks the message type. A decoded message must re-encode to the same bytes.
 #![no_main]
 
-use cairn_proto::msg::{decode, encode, mon, osd, peering};
+use cairn_proto::msg::{decode, encode, mon, osd, peering, scrub};
 use libfuzzer_sys::fuzz_target;
 
 fn roundtrip<T>(what: &'static str, b: &[u8])
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 20 {
+    match which % 24 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -46,6 +46,10 @@ fuzz_target!(|data: &[u8]| {
         16 => roundtrip::<peering::PgDone>("pg done", b),
         17 => roundtrip::<peering::PgList>("pg list", b),
         18 => roundtrip::<peering::PgNames>("pg names", b),
+        19 => roundtrip::<scrub::PgScrub>("pg scrub", b),
+        20 => roundtrip::<scrub::PgScrubMap>("pg scrub map", b),
+        21 => roundtrip::<scrub::ScrubPg>("scrub pg", b),
+        22 => roundtrip::<scrub::ScrubReport>("scrub report", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

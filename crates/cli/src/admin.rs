@@ -255,6 +255,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     })?;
     let (mut used, mut capacity) = (0u64, 0u64);
     let (mut peering, mut recovered) = (0u64, 0u64);
+    let (mut scrub_bad, mut scrub_repaired) = (0u64, 0u64);
     let mut unreachable = Vec::new();
     for (id, r) in &usage {
         match r {
@@ -263,13 +264,15 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
                 capacity += s.capacity_bytes;
                 peering += s.peering_pgs;
                 recovered += s.recovered_objects;
+                scrub_bad += s.scrub_unrepaired;
+                scrub_repaired += s.scrub_repaired;
             }
             Err(_) => unreachable.push(*id),
         }
     }
     let (osds, up, inn) = map.osd_counts();
     let pgs = pg_counts(&map);
-    let health = if pgs.inactive > 0 {
+    let health = if pgs.inactive > 0 || scrub_bad > 0 {
         "HEALTH_ERR"
     } else if pgs.degraded > 0 || up < osds || !unreachable.is_empty() || peering > 0 {
         "HEALTH_WARN"
@@ -287,6 +290,12 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         problems.push(format!(
             "{} pgs inactive (fewer than min_size OSDs up): writes to them wait",
             pgs.inactive
+        ));
+    }
+    if scrub_bad > 0 {
+        problems.push(format!(
+            "{scrub_bad} object copies found inconsistent by scrub and not repaired \
+             (see the OSD logs; `cairn pg scrub` repairs what has a good copy)"
         ));
     }
     if peering > 0 {
@@ -335,6 +344,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
                     "active_degraded": pgs.degraded, "inactive": pgs.inactive,
                     "peering": peering},
             "recovery": {"objects_recovered": recovered},
+            "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
             "pools": map.pools.values().map(pool_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -359,6 +369,9 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         pgs.total, pgs.clean, pgs.degraded, pgs.inactive
     );
     println!("  recovery: {recovered} objects recovered since the OSDs started");
+    println!(
+        "  scrub:  {scrub_repaired} object copies repaired since the OSDs started, {scrub_bad} left inconsistent"
+    );
     for p in map.pools.values() {
         println!(
             "  pool {}: size {} min_size {} pgs {} durability {}",

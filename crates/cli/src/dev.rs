@@ -60,6 +60,10 @@ pub struct UpArgs {
     /// other OSDs (fixed when the cluster is created).
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pub down_out_interval: u64,
+    /// Seconds between two scrubs of each PG by its primary (0: only `cairn pg scrub`);
+    /// fixed when the cluster is created.
+    #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECS")]
+    pub scrub_interval: u64,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written).
     #[arg(long, default_value = "10G", value_parser = crate::size::parse_size)]
@@ -93,6 +97,9 @@ struct DevState {
     /// The monitors' down-out interval in seconds (absent: their default).
     #[serde(default)]
     down_out_interval: Option<u64>,
+    /// The OSDs' scrub interval in seconds (absent: their default).
+    #[serde(default)]
+    scrub_interval: Option<u64>,
 }
 
 pub fn run(cmd: DevCmd) -> Result<()> {
@@ -153,6 +160,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         wal_dir,
         nbd: Some(nbd),
         down_out_interval: Some(a.down_out_interval),
+        scrub_interval: Some(a.scrub_interval),
     })
 }
 
@@ -424,6 +432,10 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
             "--data-size".into(),
             s.osd_size.to_string(),
         ];
+        if let Some(secs) = s.scrub_interval {
+            args.push("--scrub-interval".into());
+            args.push(secs.to_string());
+        }
         for m in &s.mons {
             args.push("--mon".into());
             args.push(m.clone());

@@ -13,6 +13,8 @@ mod mon_cmd;
 mod nbd_cmd;
 mod obj_cmd;
 mod osd_cmd;
+mod pg_cmd;
+mod progress;
 mod size;
 mod store_cmd;
 mod torture;
@@ -29,7 +31,8 @@ use std::process::ExitCode;
     about = "Cairn: a scale-out storage cluster for flash",
     long_about = "Cairn: a scale-out storage cluster for flash.\n\n\
         Exit status: 0 on success, 1 on an error (printed on one line to stderr), \
-        2 on a usage error, 3 when `store scrub` found damaged data."
+        2 on a usage error, 3 when `store scrub` found damaged data or `pg scrub` left \
+        inconsistent copies."
 )]
 struct Cli {
     /// Cluster configuration file (default: $CAIRN_CONF, else ./cairn-dev/cairn.toml).
@@ -52,6 +55,9 @@ enum Cmd {
     /// Run an OSD daemon; list OSDs; mark them out or in.
     #[command(subcommand)]
     Osd(osd_cmd::OsdCmd),
+    /// Placement groups: scrub (compare and repair object copies).
+    #[command(subcommand)]
+    Pg(pg_cmd::PgCmd),
     /// Put, get, remove, list and stat objects.
     #[command(subcommand)]
     Obj(obj_cmd::ObjCmd),
@@ -98,6 +104,7 @@ fn main() -> ExitCode {
         Cmd::Status(j) => ok(admin::status(conf, j.json)),
         Cmd::Pool(c) => ok(admin::pool(c, conf)),
         Cmd::Osd(c) => ok(osd_cmd::run(c, conf)),
+        Cmd::Pg(c) => pg_cmd::run(c, conf),
         Cmd::Obj(c) => ok(obj_cmd::run(c, conf)),
         Cmd::Vol(c) => ok(vol_cmd::run(c, conf)),
         Cmd::Nbd(c) => ok(nbd_cmd::run(c, conf)),

@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// the connections.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
+    /// Seconds between two scrubs of each PG this OSD leads (compare every object's copies
+    /// across the PG's OSDs and repair wrong ones); 0 = only on demand (`cairn pg scrub`).
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    pub scrub_interval: u64,
 }
 
 pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
@@ -91,6 +95,8 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
         cfg.host = h;
     }
     cfg.shards = a.shards;
+    cfg.scrub_interval =
+        (a.scrub_interval > 0).then(|| std::time::Duration::from_secs(a.scrub_interval));
     cairn_osd::run(cfg)?;
     Ok(())
 }

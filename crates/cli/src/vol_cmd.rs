@@ -103,7 +103,7 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
                 pool,
             } => resize(&client, &pool.pool, &name, size, allow_shrink).await?,
             VolCmd::Rm { name, pool } => {
-                let mut progress = Progress::new("removing data objects");
+                let mut progress = crate::progress::Progress::new("removing data objects");
                 cairn_volume::remove(&client, &pool.pool, &name, &mut |d, t| progress.show(d, t))
                     .await?;
                 progress.finish();
@@ -196,7 +196,7 @@ async fn resize(
             human(cur)
         );
     }
-    let mut progress = Progress::new("removing data beyond the new end");
+    let mut progress = crate::progress::Progress::new("removing data beyond the new end");
     cairn_volume::resize(client, pool, name, size, &mut |d, t| progress.show(d, t)).await?;
     progress.finish();
     eprintln!(
@@ -205,40 +205,4 @@ async fn resize(
         human(size)
     );
     Ok(())
-}
-
-/// Progress of a long operation on stderr, at most a few lines per second.
-struct Progress {
-    what: &'static str,
-    last: Option<std::time::Instant>,
-    shown: bool,
-}
-
-impl Progress {
-    fn new(what: &'static str) -> Progress {
-        Progress {
-            what,
-            last: None,
-            shown: false,
-        }
-    }
-
-    fn show(&mut self, done: u64, total: u64) {
-        let now = std::time::Instant::now();
-        let due = self
-            .last
-            .is_none_or(|t| now.duration_since(t).as_millis() >= 250);
-        if total == 0 || !(due || done == total) {
-            return;
-        }
-        self.last = Some(now);
-        self.shown = true;
-        eprint!("\r{}: {done}/{total} ({}%)", self.what, done * 100 / total);
-    }
-
-    fn finish(&self) {
-        if self.shown {
-            eprintln!();
-        }
-    }
 }

@@ -601,6 +601,55 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             matches!(r, PgDone::Failed(ref why) if why.contains("does not exist")),
             "{r:?}"
         );
+        // Scrub requests: garbage -> ERROR; a map of a PG that does not exist, or of more
+        // names than allowed, is refused; so is a scrub of a PG that does not exist.
+        use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG};
+        write_frame(&mut s, PG_SCRUB, 7, b"\x01", &[])
+            .await
+            .expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("error reply");
+        assert_eq!(f.msg_type, ERROR);
+        for (pool, names, want) in [
+            (999, Vec::new(), "does not exist"),
+            (pool, vec![b"x".to_vec(); 1000], "at most 256"),
+        ] {
+            let mut s = tokio::net::TcpStream::connect(addr(primary))
+                .await
+                .expect("connect");
+            handshake(&mut s, node_kind::OSD).await.expect("handshake");
+            let q = PgScrub {
+                epoch: map.epoch,
+                pool,
+                pg: 0,
+                after: None,
+                names,
+            };
+            write_frame(&mut s, PG_SCRUB, 8, &cairn_proto::msg::encode(&q), &[])
+                .await
+                .expect("send");
+            let f = read_frame(&mut s, &limits).await.expect("scrub reply");
+            let r: PgDone = cairn_proto::msg::decode("pg done", &f.control).expect("decode");
+            assert!(
+                matches!(r, PgDone::Failed(ref why) if why.contains(want)),
+                "{r:?}"
+            );
+        }
+        let mut s = tokio::net::TcpStream::connect(addr(primary))
+            .await
+            .expect("connect");
+        handshake(&mut s, node_kind::CLIENT)
+            .await
+            .expect("handshake");
+        let q = ScrubPg {
+            pool: 999,
+            pg: 0,
+            repair: true,
+        };
+        write_frame(&mut s, SCRUB_PG, 9, &cairn_proto::msg::encode(&q), &[])
+            .await
+            .expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("error reply");
+        assert_eq!(f.msg_type, ERROR);
         // Nothing of it was written, and the OSDs still serve.
         assert!(matches!(
             client.read(pool, &name, 0, 4).await,

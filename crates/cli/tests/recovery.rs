@@ -451,3 +451,211 @@ fn an_osd_lost_for_good_is_marked_out_and_its_data_rebuilt_elsewhere() {
         verify(&client, pool, &latest).await;
     });
 }
+
+/// Block `b` of the scrub test's object `o`: 4 KiB no other block has.
+fn scrub_block(o: u32, b: u32) -> Vec<u8> {
+    let mut v = format!("scrub test object {o} block {b} ")
+        .repeat(200)
+        .into_bytes();
+    v.truncate(4096);
+    v
+}
+
+/// Offsets (4 KiB aligned) in the file at `path` whose block equals `block`.
+fn find_block(path: &std::path::Path, block: &[u8]) -> Vec<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).expect("open data file");
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut at, mut found) = (0u64, Vec::new());
+    loop {
+        let n = f.read(&mut buf).expect("read data file");
+        if n == 0 {
+            return found;
+        }
+        for (i, chunk) in buf[..n].chunks_exact(4096).enumerate() {
+            if chunk == block {
+                found.push(at + (i * 4096) as u64);
+            }
+        }
+        at += n as u64;
+    }
+}
+
+/// Writes the scrub test's objects `0..n` (16 distinct blocks each).
+async fn fill_blocks(client: &cairn_client::Client, pool: u32, n: u32) {
+    for o in 0..n {
+        let data: Vec<u8> = (0..16).flat_map(|b| scrub_block(o, b)).collect();
+        client
+            .write_full(pool, &name(o), &data)
+            .await
+            .expect("write");
+    }
+}
+
+/// Flips bytes of a block of `obj-0` in the data file (not the WAL) of the PG's first
+/// replica once its store has written it there: silent corruption on the device. Returns
+/// the PG, its primary and the damaged replica.
+async fn corrupt_replica_block(
+    c: &Cluster,
+    client: &cairn_client::Client,
+    pool: u32,
+) -> (cairn_map::PgId, u32, u32) {
+    use std::os::unix::fs::FileExt;
+    let map = client.map();
+    let pg = map.object_pg(pool, &name(0)).expect("pg");
+    let acting = map.pg_placement(pg).acting;
+    let (primary, victim) = (acting[0], acting[1]);
+    let file = c.dir.join(format!("osd.{victim}")).join("data.img");
+    let block = scrub_block(0, 5);
+    let start = Instant::now();
+    let spots = loop {
+        let spots = find_block(&file, &block);
+        if !spots.is_empty() {
+            break spots;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the block never reached osd.{victim}'s data file"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .expect("open for writing");
+    for off in &spots {
+        f.write_all_at(b"CORRUPTED BY THE TEST", off + 100)
+            .expect("corrupt");
+    }
+    f.sync_all().expect("sync");
+    (pg, primary, victim)
+}
+
+#[test]
+fn a_corrupted_replica_block_is_found_by_scrub_and_repaired() {
+    let c = Cluster::up("recovery-scrub", 1, 3);
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, pool) = pool(&c, 2, 8).await;
+        let objects = 24u32;
+        fill_blocks(&client, pool, objects).await;
+        let (pg, primary, victim) = corrupt_replica_block(&c, &client, pool).await;
+        let pgid = pg.to_string();
+
+        // Report only: the damaged copy is named, nothing is repaired, exit status 3.
+        let out = c.cairn(&["pg", "scrub", "--no-repair", &pgid]);
+        let text = common::cluster::text(&out.stdout);
+        assert_eq!(out.status.code(), Some(3), "{text}\n{}", c.logs());
+        let line = format!("pg {pgid}: object obj-0 on osd.{victim}: damaged");
+        assert!(text.contains(&line), "{text}");
+        assert!(text.contains("NOT repaired"), "{text}");
+        assert!(text.contains("1 inconsistent copies, 0 repaired"), "{text}");
+        let st = c.status();
+        assert_eq!(st["health"], "HEALTH_ERR", "{st}");
+        assert_eq!(st["scrub"]["unrepaired"], 1, "{st}");
+
+        // Repair: the primary's copy is written over the damaged one.
+        let out = c.cairn(&["pg", "scrub", &pgid]);
+        let text = common::cluster::text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}\n{}", c.logs());
+        assert!(text.contains(&line), "{text}");
+        assert!(text.contains("(repaired)"), "{text}");
+        let st = c.status();
+        assert_eq!(st["scrub"]["unrepaired"], 0, "{st}");
+        assert_eq!(st["scrub"]["repaired"], 1, "{st}");
+
+        // The whole pool now agrees, every object compared.
+        let out = c.cairn(&["pg", "scrub", "--json", "-p", "p"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            common::cluster::text(&out.stdout)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["inconsistent"], 0, "{v}");
+        assert_eq!(v["objects"], objects, "{v}");
+        assert_eq!(v["pgs_scrubbed"], 8, "{v}");
+
+        // The repaired replica itself serves the object once the primary is gone.
+        c.kill9(&format!("osd.{primary}"));
+        wait_osd(&client, primary, false).await;
+        let want: Vec<u8> = (0..16).flat_map(|b| scrub_block(0, b)).collect();
+        let start = Instant::now();
+        loop {
+            match client.read(pool, &name(0), 0, want.len() as u64).await {
+                Ok(got) => {
+                    assert!(got == want, "osd.{victim} served wrong bytes");
+                    break;
+                }
+                Err(e) => assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "read failed: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(client.map().pg_placement(pg).primary(), Some(victim));
+    });
+}
+
+#[test]
+fn periodic_scrub_repairs_a_corrupted_block_by_itself() {
+    let c = Cluster::up_with("recovery-scrub-periodic", 1, 3, &["--scrub-interval", "2"]);
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, pool) = pool(&c, 2, 4).await;
+        fill_blocks(&client, pool, 8).await;
+        corrupt_replica_block(&c, &client, pool).await;
+        let start = Instant::now();
+        loop {
+            let st = c.status();
+            if st["scrub"]["repaired"].as_u64() >= Some(1) {
+                assert_eq!(st["scrub"]["unrepaired"], 0, "{st}");
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no periodic scrub repaired the block: {st}\n{}",
+                c.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let out = c.cairn(&["pg", "scrub", "--no-repair", "-p", "p"]);
+        let text = common::cluster::text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(text.contains("0 inconsistent copies"), "{text}");
+    });
+}
+
+#[test]
+fn scrub_under_write_load_finds_nothing_and_loses_nothing() {
+    let c = Cluster::up("recovery-scrub-load", 1, 3);
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, pool) = pool(&c, 2, 4).await;
+        // Few objects, many writers: every scrub range is written while it is compared.
+        let load = Load::start(&client, pool, 12, 6);
+        let mut compared = 0;
+        for _ in 0..4 {
+            let out =
+                tokio::task::block_in_place(|| c.cairn(&["pg", "scrub", "--json", "-p", "p"]));
+            let text = common::cluster::text(&out.stdout);
+            assert_eq!(out.status.code(), Some(0), "{text}\n{}", c.logs());
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            // Copies caught between two writes must not look inconsistent (nor be
+            // "repaired" over a newer write).
+            assert_eq!(v["inconsistent"], 0, "{v}");
+            assert_eq!(v["repaired"], 0, "{v}");
+            compared += v["objects"].as_u64().unwrap_or(0);
+        }
+        let (acked, _) = load.stop().await;
+        assert!(compared > 0, "no object was ever compared");
+        verify(&client, pool, &acked).await;
+        let out = c.cairn(&["pg", "scrub", "--json", "-p", "p"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["inconsistent"], 0, "{v}");
+        assert_eq!(v["objects"], 12, "{v}");
+        assert_eq!(v["busy"], 0, "{v}");
+    });
+}

@@ -1,34 +1,71 @@
-//! Asking one OSD for its usage (for `cairn status`).
+//! Administrative requests to one OSD: its usage (for `cairn status`), scrubbing a PG.
 
 use crate::error::ClientError;
 use cairn_proto::msg::osd::{OsdStats, OSD_STATS, OSD_STATS_REPLY};
+use cairn_proto::msg::scrub::{ScrubPg, ScrubReport, SCRUB_PG, SCRUB_REPORT};
 use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
 use cairn_proto::Limits;
 use std::time::Duration;
 
 /// The usage of the OSD at `addr`, within `timeout`.
 pub async fn osd_stats(addr: &str, timeout: Duration) -> Result<OsdStats, ClientError> {
-    let fail = |why: String| ClientError::Failed(format!("osd at {addr}: {why}"));
-    let ask = async {
+    let f = ask(addr, OSD_STATS, &[], OSD_STATS_REPLY, timeout).await?;
+    cairn_proto::msg::decode::<OsdStats>("osd stats", &f).map_err(|e| fail(addr, e.to_string()))
+}
+
+/// Asks the OSD at `addr` (the PG's primary) to scrub one PG, and waits up to `timeout`
+/// for its report.
+pub async fn scrub_pg(
+    addr: &str,
+    req: &ScrubPg,
+    timeout: Duration,
+) -> Result<ScrubReport, ClientError> {
+    let control = cairn_proto::msg::encode(req);
+    let f = ask(addr, SCRUB_PG, &control, SCRUB_REPORT, timeout).await?;
+    cairn_proto::msg::decode::<ScrubReport>("scrub report", &f)
+        .map_err(|e| fail(addr, e.to_string()))
+}
+
+fn fail(addr: &str, why: String) -> ClientError {
+    ClientError::Failed(format!("osd at {addr}: {why}"))
+}
+
+/// Sends one request on a connection of its own; returns the reply's control part.
+async fn ask(
+    addr: &str,
+    msg_type: u16,
+    control: &[u8],
+    want: u16,
+    timeout: Duration,
+) -> Result<Vec<u8>, ClientError> {
+    let exchange = async {
         let mut s = tokio::net::TcpStream::connect(addr)
             .await
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(addr, e.to_string()))?;
         handshake(&mut s, node_kind::CLIENT)
             .await
-            .map_err(|e| fail(e.to_string()))?;
-        write_frame(&mut s, OSD_STATS, 1, &[], &[])
+            .map_err(|e| fail(addr, e.to_string()))?;
+        write_frame(&mut s, msg_type, 1, control, &[])
             .await
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(addr, e.to_string()))?;
         let f = read_frame(&mut s, &Limits::default())
             .await
-            .map_err(|e| fail(e.to_string()))?;
-        if f.msg_type != OSD_STATS_REPLY {
-            return Err(fail(format!("unexpected reply type {}", f.msg_type)));
+            .map_err(|e| fail(addr, e.to_string()))?;
+        if f.msg_type == cairn_proto::msg::osd::ERROR {
+            let why = cairn_proto::msg::decode::<cairn_proto::msg::mon::ErrorReply>(
+                "error reply",
+                &f.control,
+            )
+            .map(|e| e.message)
+            .unwrap_or_else(|e| e.to_string());
+            return Err(fail(addr, why));
         }
-        cairn_proto::msg::decode::<OsdStats>("osd stats", &f.control)
-            .map_err(|e| fail(e.to_string()))
+        if f.msg_type != want {
+            return Err(fail(addr, format!("unexpected reply type {}", f.msg_type)));
+        }
+        Ok(f.control)
     };
-    tokio::time::timeout(timeout, ask)
+    tokio::time::timeout(timeout, exchange)
         .await
-        .map_err(|_| fail("no answer".into()))?
+        .map_err(|_| fail(addr, format!("no answer within {timeout:?}")))?
 }

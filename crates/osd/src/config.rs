@@ -30,7 +30,13 @@ pub struct OsdConfig {
     pub shards: usize,
     /// Interval between heartbeats to the monitors. Default 1 s.
     pub heartbeat_interval: Duration,
+    /// How often each PG this OSD leads is scrubbed (and repaired); `None`: never by itself.
+    /// Default 7 days.
+    pub scrub_interval: Option<Duration>,
 }
+
+/// Default time between two scrubs of one PG.
+pub const DEFAULT_SCRUB_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl OsdConfig {
     /// Defaults for an OSD in `dir` talking to `mons`.
@@ -47,6 +53,7 @@ impl OsdConfig {
             weight: 0x10000,
             shards: 1,
             heartbeat_interval: Duration::from_secs(1),
+            scrub_interval: Some(DEFAULT_SCRUB_INTERVAL),
         }
     }
 

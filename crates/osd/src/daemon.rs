@@ -27,6 +27,8 @@ pub struct Osd {
     shards: OnceLock<Vec<ShardHandle>>,
     /// Objects copied by recovery (to or from this OSD) since it started.
     pub recovered_objects: AtomicU64,
+    /// What this OSD's scrubs found.
+    pub scrub: crate::scrub::ScrubStats,
 }
 
 impl Osd {
@@ -246,6 +248,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
         recovered_objects: AtomicU64::new(0),
+        scrub: crate::scrub::ScrubStats::default(),
     });
     let weak = Arc::downgrade(&osd);
     osd.inflight.set_done_hook(Box::new(move |pg| {
@@ -284,6 +287,9 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             Err(e) => tracing::error!(error = %e, "cannot serve on the listener"),
         }
     });
+    if let Some(every) = cfg.scrub_interval {
+        rt0.spawn(crate::scrub::periodic(osd.clone(), every));
+    }
     rt0.spawn(crate::mapwatch::watch(osd, mon, cfg, store_id, addr));
     for t in threads {
         let _ = t.join();

@@ -23,6 +23,7 @@ mod peering;
 mod peers;
 pub mod pglog;
 mod pgstate;
+mod scrub;
 mod server;
 mod shard;
 

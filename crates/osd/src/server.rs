@@ -11,6 +11,7 @@ use cairn_proto::msg::osd::{
 use cairn_proto::msg::peering::{
     PgList, PgPull, PgPush, PgQuery, PG_LIST, PG_PULL, PG_PUSH, PG_QUERY,
 };
+use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG, SCRUB_REPORT};
 use cairn_proto::stream::{
     begin_batch, end_batch, frame_buffered, handshake, node_kind, read_frame, FrameSender,
     ReadError,
@@ -80,6 +81,7 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
         let msg = match frame.msg_type {
             OSD_STATS => {
                 let st = osd.store.stats();
+                let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
                 let reply = OsdStats {
                     osd: osd.id(),
                     used_bytes: st.live_bytes + st.pending_bytes,
@@ -87,6 +89,9 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                     inflight: osd.inflight.count() as u64,
                     recovered_objects: osd.recovered_objects.load(Ordering::Relaxed),
                     peering_pgs: osd.peering_pgs(),
+                    scrub_unrepaired,
+                    scrub_repaired,
+                    scrubbed_pgs,
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);
@@ -106,22 +111,37 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                 }
                 continue;
             }
-            t @ (PG_QUERY | PG_PULL | PG_PUSH | PG_LIST) => match peering_pg(t, &frame.control) {
-                Ok(pg) => (
-                    pg,
-                    ShardMsg::Peer {
-                        reply: sender.clone(),
-                        req_id: frame.request_id,
-                        msg_type: t,
-                        control: frame.control,
-                        data: frame.data,
-                    },
-                ),
-                Err(e) => {
-                    refuse(&sender, frame.request_id, &e);
-                    break;
+            SCRUB_PG => {
+                match cairn_proto::msg::decode::<ScrubPg>("scrub pg", &frame.control) {
+                    Ok(req) => start_scrub(&osd, &sender, frame.request_id, req),
+                    Err(e) => {
+                        refuse(&sender, frame.request_id, &e.to_string());
+                        break;
+                    }
                 }
-            },
+                if !more {
+                    end_batch();
+                }
+                continue;
+            }
+            t @ (PG_QUERY | PG_PULL | PG_PUSH | PG_LIST | PG_SCRUB) => {
+                match peering_pg(t, &frame.control) {
+                    Ok(pg) => (
+                        pg,
+                        ShardMsg::Peer {
+                            reply: sender.clone(),
+                            req_id: frame.request_id,
+                            msg_type: t,
+                            control: frame.control,
+                            data: frame.data,
+                        },
+                    ),
+                    Err(e) => {
+                        refuse(&sender, frame.request_id, &e);
+                        break;
+                    }
+                }
+            }
             OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
                 Ok(req) => {
                     let pg = PgId {
@@ -218,6 +238,28 @@ fn dispatch_batch(
     Ok(())
 }
 
+/// Scrubs a PG in the background and answers with its report when done.
+fn start_scrub(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: ScrubPg) {
+    let pg = PgId {
+        pool: req.pool,
+        pg: req.pg,
+    };
+    let map = osd.map();
+    if map.pools.get(&pg.pool).is_none_or(|p| pg.pg >= p.pg_count) {
+        refuse(
+            to,
+            req_id,
+            &format!("pg {pg} does not exist in map epoch {}", map.epoch),
+        );
+        return;
+    }
+    let (osd, to) = (osd.clone(), to.clone());
+    tokio::spawn(async move {
+        let rep = crate::scrub::scrub_pg(osd, pg, req.repair).await;
+        let _ = to.send(SCRUB_REPORT, req_id, &cairn_proto::msg::encode(&rep), &[]);
+    });
+}
+
 /// The PG a peering request is about (the request is decoded again on its shard).
 fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
     use cairn_proto::msg::decode;
@@ -226,6 +268,7 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
         PG_QUERY => decode::<PgQuery>("pg query", control).map(|q| (q.pool, q.pg)),
         PG_PULL => decode::<PgPull>("pg pull", control).map(|q| (q.pool, q.pg)),
         PG_PUSH => decode::<PgPush>("pg push", control).map(|q| (q.pool, q.pg)),
+        PG_SCRUB => decode::<PgScrub>("pg scrub", control).map(|q| (q.pool, q.pg)),
         _ => decode::<PgList>("pg list", control).map(|q| (q.pool, q.pg)),
     }
     .map_err(e)?;

@@ -2,7 +2,7 @@
 //!
 //! Control parts are encoded with postcard (a compact, documented serde format); bulk data
 //! (object bytes) travels in the frame's raw data part and is never re-encoded. Message type
-//! ranges: 1..=99 monitor protocol, 100..=199 monitor-to-monitor (Raft), 200..=299 OSD ops (220..=229 peering and recovery).
+//! ranges: 1..=99 monitor protocol, 100..=199 monitor-to-monitor (Raft), 200..=299 OSD ops (220..=229 peering and recovery, 228..=231 scrub).
 
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -39,3 +39,4 @@ pub fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T
 pub mod mon;
 pub mod osd;
 pub mod peering;
+pub mod scrub;

@@ -8,13 +8,15 @@ use crate::txn::CollId;
 
 const B: u64 = BLOCK_SIZE as u64;
 
-/// Reads `len` bytes at `offset` of an object (shorter past its end).
+/// Reads `len` bytes at `offset` of an object (shorter past its end). `cached`: whether the
+/// read cache may answer (a scrub must see what the device holds).
 pub(crate) fn read(
     sh: &Shared,
     coll: CollId,
     obj: &[u8],
     offset: u64,
     len: u64,
+    cached: bool,
 ) -> Result<Vec<u8>> {
     // A block can move (cleaner) between planning and reading; a mismatch on the old
     // location is then retried once with a fresh plan before it counts as corruption.
@@ -33,7 +35,7 @@ pub(crate) fn read(
         let (first, extents) = plan;
         let last = end.div_ceil(B);
         let mut buf = vec![0u8; ((last - first) * B) as usize];
-        match fill(sh, coll, obj, first, &extents, &mut buf) {
+        match fill(sh, coll, obj, first, &extents, &mut buf, cached) {
             Ok(()) => {
                 let s = (start - first * B) as usize;
                 buf.truncate(s + (end - start) as usize);
@@ -54,13 +56,17 @@ fn fill(
     first: u64,
     extents: &[(u64, Extent)],
     buf: &mut [u8],
+    cached: bool,
 ) -> Result<()> {
     for (blk, e) in extents {
         let at = ((blk - first) * B) as usize;
         let n = e.nblocks as usize * BLOCK_SIZE;
         match &e.loc {
             Loc::Mem(m) => buf[at..at + n].copy_from_slice(&m.buf[m.off..m.off + n]),
-            Loc::Disk(off) => read_disk(sh, coll, obj, *blk, e, *off, &mut buf[at..at + n])?,
+            Loc::Disk(off) => {
+                let out = &mut buf[at..at + n];
+                read_disk(sh, coll, obj, *blk, e, *off, out, cached)?
+            }
         }
     }
     Ok(())
@@ -68,6 +74,7 @@ fn fill(
 
 /// Reads an on-disk extent from the preferred device; a block that does not verify, or the
 /// whole extent when that device fails, is read from whichever copy verifies.
+#[allow(clippy::too_many_arguments)]
 fn read_disk(
     sh: &Shared,
     coll: CollId,
@@ -76,8 +83,9 @@ fn read_disk(
     e: &Extent,
     off: u64,
     out: &mut [u8],
+    cached: bool,
 ) -> Result<()> {
-    let cache = sh.data.cache.as_ref();
+    let cache = sh.data.cache.as_ref().filter(|_| cached);
     if let Some(c) = cache {
         // Hits are verified like device reads: a stale block can never be returned.
         if c.get_all(off, out, |i, b| {

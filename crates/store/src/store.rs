@@ -510,7 +510,19 @@ impl Store {
 
     /// Reads up to `len` bytes at `offset`; the result is shorter past the end of the object.
     pub fn read(&self, coll: CollId, obj: &[u8], offset: u64, len: u64) -> Result<Vec<u8>> {
-        crate::read::read(&self.sh, coll, obj, offset, len)
+        crate::read::read(&self.sh, coll, obj, offset, len, true)
+    }
+
+    /// Like [`Store::read`], but every block comes from a device and is verified there,
+    /// never from the read cache (scrub: the cache may hold a good copy of a damaged block).
+    pub fn read_uncached(
+        &self,
+        coll: CollId,
+        obj: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        crate::read::read(&self.sh, coll, obj, offset, len, false)
     }
 
     /// Size and allocation of an object.

@@ -10,6 +10,7 @@ use cairn_proto::msg::peering::{
     PgDone, PgInfo, PgList, PgNames, PgObject, PgPull, PgPush, PgQuery, PushKind, MAX_NAMES,
     PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY, RECOVERY_CHUNK,
 };
+use cairn_proto::msg::scrub::{PgScrub, PG_SCRUB, PG_SCRUB_MAP};
 use cairn_proto::stream::FrameSender;
 use cairn_store::{Store, Transaction};
 
@@ -55,12 +56,16 @@ pub fn handle(
             {
                 PgDone::Stale { epoch: map.epoch }
             } else {
-                match apply(shard, pg, &p.kind, &data) {
-                    Ok(()) => PgDone::Done,
-                    Err(e) => PgDone::Failed(e),
-                }
+                apply(shard, pg, &p.kind, &data)
             };
             send(&to, PG_DONE, req_id, &r, &[]);
+        }
+        PG_SCRUB => {
+            let q: PgScrub = decode("pg scrub", control)?;
+            let pg = pg_id(q.pool, q.pg);
+            check_pg(&shard.osd.map(), pg)?;
+            let m = crate::scrub::map::build(store, pg, &q)?;
+            send(&to, PG_SCRUB_MAP, req_id, &m, &[]);
         }
         other => return Err(format!("message type {other} is not a peering request")),
     }
@@ -131,6 +136,8 @@ pub fn pull(
     len: u64,
 ) -> Result<(PgObject, Vec<u8>), String> {
     let coll = coll_of(pg);
+    // Read before the object: the bytes are at least as new as this version.
+    let version = last_version(store, pg);
     match store.stat(coll, object) {
         Ok(st) => {
             let n = len.min(RECOVERY_CHUNK);
@@ -140,6 +147,7 @@ pub fn pull(
             let obj = PgObject {
                 exists: true,
                 size: st.size,
+                version,
             };
             Ok((obj, bytes))
         }
@@ -147,6 +155,7 @@ pub fn pull(
             PgObject {
                 exists: false,
                 size: 0,
+                version,
             },
             Vec::new(),
         )),
@@ -171,7 +180,41 @@ pub fn list(store: &Store, pg: PgId, after: Option<&[u8]>) -> Result<PgNames, St
 }
 
 /// Applies one push to this OSD's copy of `pg`, durably.
-pub fn apply(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Result<(), String> {
+pub fn apply(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> PgDone {
+    let r = match kind {
+        PushKind::Repair { object, since, .. } | PushKind::RepairRemove { object, since } => {
+            match changed_since(&shard.osd.store, pg, object, *since) {
+                Ok(true) => return PgDone::Busy,
+                Ok(false) => apply_store(shard, pg, kind, data),
+                Err(e) => Err(e),
+            }
+        }
+        _ => apply_store(shard, pg, kind, data),
+    };
+    match r {
+        Ok(()) => PgDone::Done,
+        Err(e) => PgDone::Failed(e),
+    }
+}
+
+/// Whether a log entry after `since` touched `object` (also when the log no longer reaches
+/// back to `since`: it cannot tell).
+fn changed_since(store: &Store, pg: PgId, object: &[u8], since: u64) -> Result<bool, String> {
+    let coll = coll_of(pg);
+    let last = last_version(store, pg);
+    if last <= since {
+        return Ok(false);
+    }
+    let tail = pglog::tail(store, coll).map_err(|e| e.to_string())?;
+    if tail.is_none_or(|t| t > since.saturating_add(1)) {
+        return Ok(true);
+    }
+    let entries = pglog::read_after(store, coll, since, pglog::LOG_KEEP as usize)
+        .map_err(|e| e.to_string())?;
+    Ok(entries.iter().any(|e| e.object == object))
+}
+
+fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Result<(), String> {
     let coll = coll_of(pg);
     let osd = shard.osd.clone();
     let store = &osd.store;
@@ -231,6 +274,21 @@ pub fn apply(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Resul
             }
             t.kv_set(coll, VERSION_KEY, &last_version.to_le_bytes());
             new_last = Some(*last_version);
+        }
+        PushKind::Repair {
+            object,
+            offset,
+            size,
+            ..
+        } => {
+            t.touch(coll, object);
+            t.write(coll, object, *offset, data);
+            t.truncate(coll, object, *size);
+        }
+        PushKind::RepairRemove { object, .. } => {
+            if store.stat(coll, object).is_ok() {
+                t.remove(coll, object);
+            }
         }
     }
     let seq = store.submit(&t).map_err(|e| e.to_string())?;

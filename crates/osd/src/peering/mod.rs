@@ -9,8 +9,8 @@
 //! before the PG serves again (I/O waits for a backfill to finish); it is not throttled.
 
 pub mod member;
-mod primary;
-mod rpc;
+pub(crate) mod primary;
+pub(crate) mod rpc;
 
 use crate::shard::{Shard, ShardMsg};
 use cairn_map::{ClusterMap, PgId};

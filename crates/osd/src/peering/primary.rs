@@ -77,19 +77,20 @@ pub fn plan(auth: (&PgInfo, &[LogEntry]), m: (&PgInfo, &[LogEntry])) -> Plan {
 }
 
 /// Where object bytes come from or go to: this OSD's store or a member over its connection.
-enum End<'a> {
+pub(crate) enum End<'a> {
     Local,
     Remote(&'a mut Rpc),
 }
 
-struct Ctx {
-    osd: Arc<Osd>,
-    pg: PgId,
-    epoch: u64,
+/// Moves object bytes between this OSD (a PG's primary) and the PG's members.
+pub(crate) struct Ctx {
+    pub osd: Arc<Osd>,
+    pub pg: PgId,
+    pub epoch: u64,
 }
 
 impl Ctx {
-    async fn read(
+    pub async fn read(
         &self,
         src: &mut End<'_>,
         object: &[u8],
@@ -114,12 +115,29 @@ impl Ctx {
     }
 
     async fn push(&self, dst: &mut End<'_>, kind: PushKind, data: &[u8]) -> Result<(), String> {
+        match self.push_reply(dst, kind, data).await? {
+            PgDone::Done => Ok(()),
+            PgDone::Stale { epoch } => Err(format!(
+                "the member's map (epoch {epoch}) no longer has this OSD as primary"
+            )),
+            PgDone::Failed(why) => Err(why),
+            PgDone::Busy => Err("the member refused: the object changed meanwhile".into()),
+        }
+    }
+
+    /// Applies one push to `dst` and returns its answer.
+    pub async fn push_reply(
+        &self,
+        dst: &mut End<'_>,
+        kind: PushKind,
+        data: &[u8],
+    ) -> Result<PgDone, String> {
         match dst {
             End::Local => {
                 let pg = self.pg;
                 self.osd
                     .with_pg_shard(pg, |shard| member::apply(shard, pg, &kind, data))
-                    .unwrap_or_else(|| Err("no shard".into()))
+                    .ok_or_else(|| "no shard".to_string())
             }
             End::Remote(rpc) => {
                 let p = PgPush {
@@ -130,13 +148,7 @@ impl Ctx {
                     kind,
                 };
                 let f = rpc.call(PG_PUSH, PG_DONE, &encode(&p), data).await?;
-                match decode::<PgDone>("pg done", &f.control).map_err(|e| e.to_string())? {
-                    PgDone::Done => Ok(()),
-                    PgDone::Stale { epoch } => Err(format!(
-                        "the member's map (epoch {epoch}) no longer has this OSD as primary"
-                    )),
-                    PgDone::Failed(why) => Err(why),
-                }
+                decode::<PgDone>("pg done", &f.control).map_err(|e| e.to_string())
             }
         }
     }

@@ -202,4 +202,11 @@ pub struct OsdStats {
     pub recovered_objects: u64,
     /// PGs this OSD leads that are peering or recovering (their I/O waits).
     pub peering_pgs: u64,
+    /// Object copies the latest scrub of each PG this OSD leads found wrong and could not
+    /// repair.
+    pub scrub_unrepaired: u64,
+    /// Object copies scrubs repaired since the OSD started.
+    pub scrub_repaired: u64,
+    /// Scrubs completed since the OSD started.
+    pub scrubbed_pgs: u64,
 }

@@ -69,6 +69,9 @@ pub struct PgObject {
     pub exists: bool,
     /// Its size (0 when absent).
     pub size: u64,
+    /// The member's PG version when it read these bytes (scrub repair: a copy is only
+    /// installed where the object has not changed since).
+    pub version: u64,
 }
 
 /// What a push does on the member.
@@ -88,6 +91,18 @@ pub enum PushKind {
     /// Recovery is done: adopt these log entries (the frame's data, encoded like
     /// [`PG_INFO`]'s) and this last version.
     Log { last_version: u64 },
+    /// Scrub repair: write these bytes at `offset` and make the object `size` bytes long,
+    /// unless a log entry after version `since` touched the object (then [`PgDone::Busy`]).
+    /// Unlike [`PushKind::Object`] it never empties the object first, so a repair stopped
+    /// half way leaves every byte either as it was or repaired.
+    Repair {
+        object: Vec<u8>,
+        offset: u64,
+        size: u64,
+        since: u64,
+    },
+    /// Scrub repair: the object must not exist (same condition as [`PushKind::Repair`]).
+    RepairRemove { object: Vec<u8>, since: u64 },
 }
 
 /// One push of recovery.
@@ -110,6 +125,8 @@ pub enum PgDone {
         epoch: u64,
     },
     Failed(String),
+    /// A repair was refused: the object changed after the repair's `since` version.
+    Busy,
 }
 
 /// Asks for a PG's object names after `after` (backfill).

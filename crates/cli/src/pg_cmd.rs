@@ -1,0 +1,261 @@
+//! `cairn pg`: operations on placement groups (scrub).
+
+use crate::admin::{block_on, mon_client};
+use anyhow::{bail, Context, Result};
+use cairn_map::{ClusterMap, PgId};
+use cairn_proto::msg::scrub::{ScrubPg, ScrubReport};
+use clap::{Args, Subcommand};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum PgCmd {
+    /// Compare every object's copies across each PG's OSDs and repair the wrong ones.
+    ///
+    /// Each PG's primary asks its members for a digest (size, CRC-32C of the bytes read from
+    /// the device, attributes) of every object, compares them, and copies the authoritative
+    /// copy (the primary's, or the majority of the undamaged ones when the primary's is
+    /// damaged) over the wrong ones. Client I/O goes on meanwhile. OSDs also scrub by
+    /// themselves (`cairn osd run --scrub-interval`).
+    ///
+    /// Exit status: 0 when every copy agreed or was repaired, 3 when wrong copies remain,
+    /// 1 when a PG could not be scrubbed.
+    Scrub(ScrubArgs),
+}
+
+#[derive(Args)]
+pub struct ScrubArgs {
+    /// PGs to scrub, as POOL_ID.PG (PG in hexadecimal, as `cairn` prints them), e.g. 1.1f.
+    /// Default: every PG of --pool, or of every pool.
+    pub pgs: Vec<String>,
+    /// Scrub every PG of this pool.
+    #[arg(long, short = 'p')]
+    pub pool: Option<String>,
+    /// Only report what is wrong; do not repair.
+    #[arg(long)]
+    pub no_repair: bool,
+    /// Seconds to wait for one PG's scrub.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Print one JSON object (the report of every PG) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(cmd: PgCmd, conf: Option<&Path>) -> Result<ExitCode> {
+    match cmd {
+        PgCmd::Scrub(a) => scrub(a, conf),
+    }
+}
+
+fn scrub(a: ScrubArgs, conf: Option<&Path>) -> Result<ExitCode> {
+    let mon = mon_client(conf)?;
+    let map = block_on(mon.get_map())??;
+    let pgs = select(&map, &a)?;
+    let timeout = Duration::from_secs(a.timeout.max(1));
+    let mut progress = crate::progress::Progress::new("scrubbing pgs");
+    let mut reports = Vec::with_capacity(pgs.len());
+    for (i, pg) in pgs.iter().enumerate() {
+        progress.show(i as u64, pgs.len() as u64);
+        // A PG's primary can change while a scrub runs; one retry with a fresh map.
+        let mut rep = scrub_one(&map, *pg, !a.no_repair, timeout);
+        if rep.error.is_some() {
+            let map = block_on(mon.get_map())??;
+            std::thread::sleep(Duration::from_millis(500));
+            rep = scrub_one(&map, *pg, !a.no_repair, timeout);
+        }
+        reports.push(rep);
+    }
+    progress.show(pgs.len() as u64, pgs.len() as u64);
+    progress.finish();
+    let t = Totals::of(&reports);
+    if a.json {
+        let v = serde_json::json!({
+            "pgs": reports.iter().map(report_json).collect::<Vec<_>>(),
+            "pgs_scrubbed": t.scrubbed, "pgs_failed": t.failed, "objects": t.objects,
+            "bytes": t.bytes, "inconsistent": t.inconsistent, "repaired": t.repaired,
+            "busy": t.busy,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_text(&reports, &t);
+    }
+    Ok(if t.failed > 0 {
+        ExitCode::from(1)
+    } else if t.inconsistent > t.repaired {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The PGs the arguments name, in order.
+fn select(map: &ClusterMap, a: &ScrubArgs) -> Result<Vec<PgId>> {
+    if !a.pgs.is_empty() {
+        if a.pool.is_some() {
+            bail!("give either PG ids or --pool, not both");
+        }
+        return a.pgs.iter().map(|s| parse_pg(map, s)).collect();
+    }
+    let pools: Vec<&cairn_map::Pool> = match &a.pool {
+        Some(name) => vec![map
+            .pool_by_name(name)
+            .with_context(|| format!("no pool named `{name}` (see `cairn pool ls`)"))?],
+        None => map.pools.values().collect(),
+    };
+    Ok(pools
+        .into_iter()
+        .flat_map(|p| (0..p.pg_count).map(move |pg| PgId { pool: p.id, pg }))
+        .collect())
+}
+
+fn parse_pg(map: &ClusterMap, s: &str) -> Result<PgId> {
+    let bad = || format!("`{s}` is not a PG id: expected POOL_ID.PG with PG in hex, e.g. 1.1f");
+    let (pool, pg) = s.split_once('.').with_context(bad)?;
+    let pool: u32 = pool.parse().ok().with_context(bad)?;
+    let pg = u32::from_str_radix(pg, 16).ok().with_context(bad)?;
+    let Some(p) = map.pools.get(&pool) else {
+        bail!("pg {s}: no pool with id {pool} (see `cairn pool ls`)");
+    };
+    if pg >= p.pg_count {
+        bail!(
+            "pg {s}: pool {} has {} pgs (0..{:x})",
+            p.name,
+            p.pg_count,
+            p.pg_count - 1
+        );
+    }
+    Ok(PgId { pool, pg })
+}
+
+/// Scrubs one PG through its primary; a failure to reach it is reported in the result.
+fn scrub_one(map: &ClusterMap, pg: PgId, repair: bool, timeout: Duration) -> ScrubReport {
+    let mut rep = ScrubReport {
+        pool: pg.pool,
+        pg: pg.pg,
+        ..ScrubReport::default()
+    };
+    let placement = map.pg_placement(pg);
+    let Some(addr) = placement
+        .primary()
+        .and_then(|p| map.osds.get(&p))
+        .map(|o| o.addr.clone())
+    else {
+        rep.error = Some("no OSD of the PG is up".into());
+        return rep;
+    };
+    let req = ScrubPg {
+        pool: pg.pool,
+        pg: pg.pg,
+        repair,
+    };
+    match block_on(cairn_client::scrub_pg(&addr, &req, timeout)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            rep.error = Some(e.to_string());
+            rep
+        }
+        Err(e) => {
+            rep.error = Some(e.to_string());
+            rep
+        }
+    }
+}
+
+#[derive(Default)]
+struct Totals {
+    scrubbed: u64,
+    failed: u64,
+    objects: u64,
+    bytes: u64,
+    inconsistent: u64,
+    repaired: u64,
+    busy: u64,
+}
+
+impl Totals {
+    fn of(reports: &[ScrubReport]) -> Totals {
+        let mut t = Totals::default();
+        for r in reports {
+            if r.error.is_some() {
+                t.failed += 1;
+            } else {
+                t.scrubbed += 1;
+            }
+            t.objects += r.objects;
+            t.bytes += r.bytes;
+            t.inconsistent += r.inconsistent;
+            t.repaired += r.repaired;
+            t.busy += r.busy;
+        }
+        t
+    }
+}
+
+fn pg_name(r: &ScrubReport) -> String {
+    PgId {
+        pool: r.pool,
+        pg: r.pg,
+    }
+    .to_string()
+}
+
+fn print_text(reports: &[ScrubReport], t: &Totals) {
+    for r in reports {
+        let pg = pg_name(r);
+        for f in &r.findings {
+            println!(
+                "pg {pg}: object {} on osd.{}: {} ({})",
+                String::from_utf8_lossy(&f.object),
+                f.osd,
+                f.detail,
+                if f.repaired {
+                    "repaired"
+                } else {
+                    "NOT repaired"
+                }
+            );
+        }
+        let unlisted = r.inconsistent.saturating_sub(r.findings.len() as u64);
+        if unlisted > 0 {
+            println!("pg {pg}: {unlisted} more inconsistent copies (see the primary's log)");
+        }
+        if let Some(e) = &r.error {
+            println!("pg {pg}: scrub failed: {e}");
+        }
+    }
+    println!(
+        "scrubbed {} pgs ({} failed): {} objects, {}; {} inconsistent copies, {} repaired{}",
+        t.scrubbed,
+        t.failed,
+        t.objects,
+        crate::size::human(t.bytes),
+        t.inconsistent,
+        t.repaired,
+        if t.busy > 0 {
+            format!("; {} objects not compared (written throughout)", t.busy)
+        } else {
+            String::new()
+        }
+    );
+}
+
+fn report_json(r: &ScrubReport) -> serde_json::Value {
+    serde_json::json!({
+        "pg": pg_name(r),
+        "acting": r.acting,
+        "objects": r.objects,
+        "bytes": r.bytes,
+        "inconsistent": r.inconsistent,
+        "repaired": r.repaired,
+        "busy": r.busy,
+        "error": r.error,
+        "findings": r.findings.iter().map(|f| serde_json::json!({
+            "object": String::from_utf8_lossy(&f.object),
+            "osd": f.osd,
+            "detail": f.detail,
+            "repaired": f.repaired,
+        })).collect::<Vec<_>>(),
+    })
+}
