@@ -256,6 +256,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let (mut used, mut capacity) = (0u64, 0u64);
     let (mut peering, mut recovered) = (0u64, 0u64);
     let (mut scrub_bad, mut scrub_repaired) = (0u64, 0u64);
+    let (mut degraded, mut rec_bps, mut rec_ops) = (0u64, 0u64, 0u64);
     let mut unreachable = Vec::new();
     for (id, r) in &usage {
         match r {
@@ -265,6 +266,9 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
                 peering += s.peering_pgs;
                 recovered += s.recovered_objects;
                 scrub_bad += s.scrub_unrepaired;
+                degraded += s.recovery_pending_objects;
+                rec_bps += s.recovery_bytes_per_sec;
+                rec_ops += s.recovery_objects_per_sec;
                 scrub_repaired += s.scrub_repaired;
             }
             Err(_) => unreachable.push(*id),
@@ -274,11 +278,17 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let pgs = pg_counts(&map);
     let health = if pgs.inactive > 0 || scrub_bad > 0 {
         "HEALTH_ERR"
-    } else if pgs.degraded > 0 || up < osds || !unreachable.is_empty() || peering > 0 {
+    } else if pgs.degraded > 0
+        || up < osds
+        || !unreachable.is_empty()
+        || peering > 0
+        || degraded > 0
+    {
         "HEALTH_WARN"
     } else {
         "HEALTH_OK"
     };
+    let seconds_left = (degraded > 0 && rec_ops > 0).then(|| degraded.div_ceil(rec_ops));
     let mut problems = Vec::new();
     for o in map.osds.values().filter(|o| !o.up) {
         problems.push(format!("osd.{} is down", o.id));
@@ -343,7 +353,9 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
             "pgs": {"total": pgs.total, "active_clean": pgs.clean,
                     "active_degraded": pgs.degraded, "inactive": pgs.inactive,
                     "peering": peering},
-            "recovery": {"objects_recovered": recovered},
+            "recovery": {"objects_recovered": recovered, "objects_degraded": degraded,
+                         "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
+                         "seconds_left": seconds_left},
             "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
             "pools": map.pools.values().map(pool_json).collect::<Vec<_>>(),
         });
@@ -368,7 +380,16 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive; {peering} peering",
         pgs.total, pgs.clean, pgs.degraded, pgs.inactive
     );
-    println!("  recovery: {recovered} objects recovered since the OSDs started");
+    if degraded > 0 {
+        println!(
+            "  recovery: {degraded} objects degraded (being recovered), {}/s, {rec_ops} objects/s, {}",
+            crate::size::human(rec_bps),
+            seconds_left.map_or("time left unknown yet".to_string(), |s| format!(
+                "about {s} s left"
+            ))
+        );
+    }
+    println!("  recovered: {recovered} objects since the OSDs started");
     println!(
         "  scrub:  {scrub_repaired} object copies repaired since the OSDs started, {scrub_bad} left inconsistent"
     );

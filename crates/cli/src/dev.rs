@@ -164,7 +164,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
     })
 }
 
-fn pid_alive(pid: i32) -> bool {
+pub(crate) fn pid_alive(pid: i32) -> bool {
     // Signal 0 checks existence; a zombie child of ours is not "alive".
     let exists = unsafe { libc::kill(pid, 0) } == 0;
     exists

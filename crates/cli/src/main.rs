@@ -88,6 +88,9 @@ enum BenchCmd {
     /// Benchmark block I/O over NBD with fio, against nbdkit memory (--help: workloads, JSON).
     #[command(long_about = bench::nbd::LONG_ABOUT)]
     Nbd(bench::nbd::BenchNbdArgs),
+    /// Benchmark healing after kill -9 of an OSD on a cluster of its own (--help: scenarios).
+    #[command(long_about = bench::recovery::LONG_ABOUT)]
+    Recovery(bench::recovery::BenchRecoveryArgs),
 }
 
 fn main() -> ExitCode {
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Store(a)) => ok(bench::run(a)),
         Cmd::Bench(BenchCmd::Objects(a)) => ok(bench::objects::run(a, conf)),
         Cmd::Bench(BenchCmd::Nbd(a)) => ok(bench::nbd::run(a, conf)),
+        Cmd::Bench(BenchCmd::Recovery(a)) => ok(bench::recovery::run(a)),
     };
     match r {
         Ok(code) => code,

@@ -55,6 +55,17 @@ pub struct RunArgs {
     /// across the PG's OSDs and repair wrong ones); 0 = only on demand (`cairn pg scrub`).
     #[arg(long, default_value_t = 7 * 24 * 3600)]
     pub scrub_interval: u64,
+    /// Fraction of the time recovery and backfill may take while clients send I/O to this
+    /// OSD (recovery pauses for the rest); 1 = recover at full speed.
+    #[arg(long, default_value_t = 0.5, value_parser = parse_share)]
+    pub recovery_share: f64,
+}
+
+fn parse_share(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a fraction in (0, 1]")),
+    }
 }
 
 pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
@@ -97,6 +108,7 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.shards = a.shards;
     cfg.scrub_interval =
         (a.scrub_interval > 0).then(|| std::time::Duration::from_secs(a.scrub_interval));
+    cfg.recovery_share = a.recovery_share;
     cairn_osd::run(cfg)?;
     Ok(())
 }

@@ -134,6 +134,7 @@ fn an_osd_back_from_down_is_recovered_by_log_and_serves_no_stale_data() {
             "{st}"
         );
         assert_eq!(st["pgs"]["peering"], 0, "{st}");
+        assert_eq!(st["recovery"]["objects_degraded"], 0, "{st}");
         // The other two OSDs die: osd.2 alone serves every object's latest value.
         only_osd_left(&c, &client, 2).await;
         for (o, want) in latest.iter().enumerate() {
@@ -657,5 +658,103 @@ fn scrub_under_write_load_finds_nothing_and_loses_nothing() {
         assert_eq!(v["inconsistent"], 0, "{v}");
         assert_eq!(v["objects"], 12, "{v}");
         assert_eq!(v["busy"], 0, "{v}");
+    });
+}
+
+/// Recovery bytes so far, summed over the OSDs that answer.
+async fn recovery_bytes(client: &cairn_client::Client) -> u64 {
+    let map = client.map();
+    let mut total = 0;
+    for o in map.osds.values().filter(|o| o.up) {
+        if let Ok(s) = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await {
+            total += s.recovery_bytes;
+        }
+    }
+    total
+}
+
+#[test]
+fn small_writes_to_large_objects_recover_only_the_bytes_they_changed() {
+    let c = Cluster::up("recovery-ranges", 1, 3);
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, pool) = pool(&c, 1, 8).await;
+        let (objects, size) = (16u32, 1usize << 20);
+        // The model: what every object must hold.
+        let mut model: Vec<Vec<u8>> = (0..objects)
+            .map(|o| (0..size).map(|i| (i as u32 * 7 + o * 13) as u8).collect())
+            .collect();
+        for o in 0..objects {
+            client
+                .write_full(pool, &name(o), &model[o as usize])
+                .await
+                .expect("fill");
+        }
+        c.kill9("osd.2");
+        wait_osd(&client, 2, false).await;
+        let before = (recovered(&client).await, recovery_bytes(&client).await);
+        // While osd.2 is down: three 4 KiB writes into each of 8 objects, a 8 KiB zero in
+        // one, a shrink of another and a write past the end of a third.
+        let mut changed = 0u64;
+        for o in 0..8u32 {
+            for k in 0..3u64 {
+                let off = (k * 300_000 + u64::from(o) * 4096) as usize;
+                let block = vec![0xA0 + o as u8 + k as u8; 4096];
+                client
+                    .write(pool, &name(o), off as u64, &block)
+                    .await
+                    .expect("small write");
+                model[o as usize][off..off + 4096].copy_from_slice(&block);
+                changed += 4096;
+            }
+        }
+        client
+            .zero(pool, &name(8), 40_960, 8192)
+            .await
+            .expect("zero");
+        model[8][40_960..40_960 + 8192].fill(0);
+        changed += 8192;
+        client
+            .truncate(pool, &name(9), 100_000)
+            .await
+            .expect("shrink");
+        model[9].truncate(100_000);
+        let tail = vec![0x5A; 4096];
+        client
+            .write(pool, &name(10), size as u64 + 8192, &tail)
+            .await
+            .expect("write past the end");
+        model[10].resize(size + 8192, 0);
+        model[10].extend_from_slice(&tail);
+        // The zeros between the old end and the write come from the new size, not a copy.
+        changed += 4096;
+        c.restart_missing(1, 3);
+        wait_osd(&client, 2, true).await;
+        let touched = 11;
+        let start = Instant::now();
+        while recovered(&client).await - before.0 < touched {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "recovery did not finish\n{}",
+                c.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let moved = recovery_bytes(&client).await - before.1;
+        // Exactly the bytes written or zeroed; whole-object copies would have moved 11 MiB.
+        assert_eq!(
+            moved, changed,
+            "recovery moved {moved} bytes for {changed} changed"
+        );
+        // osd.2 alone serves every object exactly as the model says.
+        only_osd_left(&c, &client, 2).await;
+        for (o, want) in model.iter().enumerate() {
+            let got = client
+                .read(pool, &name(o as u32), 0, 2 << 20)
+                .await
+                .expect("read from osd.2");
+            assert!(got == *want, "object {o} differs on osd.2");
+        }
     });
 }

@@ -33,6 +33,9 @@ pub struct OsdConfig {
     /// How often each PG this OSD leads is scrubbed (and repaired); `None`: never by itself.
     /// Default 7 days.
     pub scrub_interval: Option<Duration>,
+    /// Fraction of the time recovery may take while clients send ops to this OSD (it pauses
+    /// for the rest); 1 = never paused. Default 0.5.
+    pub recovery_share: f64,
 }
 
 /// Default time between two scrubs of one PG.
@@ -54,6 +57,7 @@ impl OsdConfig {
             shards: 1,
             heartbeat_interval: Duration::from_secs(1),
             scrub_interval: Some(DEFAULT_SCRUB_INTERVAL),
+            recovery_share: 0.5,
         }
     }
 

@@ -25,8 +25,8 @@ pub struct Osd {
     pub inflight: Arc<Inflight>,
     pub peers: Peers,
     shards: OnceLock<Vec<ShardHandle>>,
-    /// Objects copied by recovery (to or from this OSD) since it started.
-    pub recovered_objects: AtomicU64,
+    /// Recovery progress and pacing.
+    pub recovery: crate::recovery::Recovery,
     /// What this OSD's scrubs found.
     pub scrub: crate::scrub::ScrubStats,
 }
@@ -247,7 +247,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         peers: Peers::new(),
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
-        recovered_objects: AtomicU64::new(0),
+        recovery: crate::recovery::Recovery::new(cfg.recovery_share),
         scrub: crate::scrub::ScrubStats::default(),
     });
     let weak = Arc::downgrade(&osd);
@@ -285,6 +285,14 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         {
             Ok(l) => crate::server::serve(osd2, l).await,
             Err(e) => tracing::error!(error = %e, "cannot serve on the listener"),
+        }
+    });
+    let ticking = osd.clone();
+    rt0.spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            ticking.recovery.tick();
         }
     });
     if let Some(every) = cfg.scrub_interval {

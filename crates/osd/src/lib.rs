@@ -23,6 +23,7 @@ mod peering;
 mod peers;
 pub mod pglog;
 mod pgstate;
+mod recovery;
 mod scrub;
 mod server;
 mod shard;

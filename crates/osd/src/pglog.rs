@@ -14,18 +14,24 @@ use serde::{Deserialize, Serialize};
 pub const LOG_PREFIX: &[u8] = b"log.";
 /// Entries kept per PG.
 pub const LOG_KEEP: u64 = 4096;
-/// Format version of an encoded entry (its first byte).
-pub const ENTRY_FORMAT: u8 = 1;
+/// Format version of an encoded entry (its first byte). Format 1 entries (no ranges) are
+/// still read.
+pub const ENTRY_FORMAT: u8 = 2;
 /// Largest encoded entry: an object name is at most 1 KiB.
 pub const MAX_ENTRY: usize = 2048;
 
 /// What a write did to its object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LogOp {
-    /// The object was written, zeroed or truncated (it exists afterwards).
+    /// The object was replaced as a whole (write-full), or changed in a way format 1 did not
+    /// describe: any byte may differ. It exists afterwards.
     Modify,
     /// The object was removed.
     Remove,
+    /// `len` bytes at `offset` were written or zeroed (format 2); it exists afterwards.
+    Range { offset: u64, len: u64 },
+    /// The object was truncated or extended to `size` bytes (format 2); it exists afterwards.
+    Resize { size: u64 },
 }
 
 /// One write of a PG.
@@ -76,9 +82,9 @@ pub fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry, LogError> {
         )));
     }
     let (&format, body) = value.split_first().ok_or_else(|| damaged("empty".into()))?;
-    if format != ENTRY_FORMAT {
+    if !(1..=ENTRY_FORMAT).contains(&format) {
         return Err(damaged(format!(
-            "format {format}; this OSD reads {ENTRY_FORMAT}"
+            "format {format}; this OSD reads 1 to {ENTRY_FORMAT}"
         )));
     }
     let e: LogEntry =
@@ -140,10 +146,14 @@ mod tests {
             version,
             epoch: 7 + version / 1000,
             object: format!("obj{}", version % 13).into_bytes(),
-            op: if version.is_multiple_of(5) {
-                LogOp::Remove
-            } else {
-                LogOp::Modify
+            op: match version % 4 {
+                0 => LogOp::Remove,
+                1 => LogOp::Modify,
+                2 => LogOp::Range {
+                    offset: version * 4096,
+                    len: 512,
+                },
+                _ => LogOp::Resize { size: version },
             },
         }
     }
@@ -160,6 +170,9 @@ mod tests {
         let mut bad = b.clone();
         bad[0] = 9;
         assert!(decode(&key(42), &bad).is_err(), "unknown format");
+        let mut old = b.clone();
+        old[0] = 1;
+        assert_eq!(decode(&key(42), &old).expect("format 1 is read"), e);
         assert!(decode(&key(42), &b[..b.len() - 1]).is_err(), "truncated");
         assert!(decode(&key(42), &[]).is_err());
         assert!(decode(&key(42), &vec![1u8; MAX_ENTRY + 1]).is_err());

@@ -82,12 +82,17 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
             OSD_STATS => {
                 let st = osd.store.stats();
                 let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
+                let progress = osd.recovery.progress();
                 let reply = OsdStats {
                     osd: osd.id(),
                     used_bytes: st.live_bytes + st.pending_bytes,
                     capacity_bytes: st.capacity_bytes,
                     inflight: osd.inflight.count() as u64,
-                    recovered_objects: osd.recovered_objects.load(Ordering::Relaxed),
+                    recovered_objects: osd.recovery.objects.load(Ordering::Relaxed),
+                    recovery_bytes: osd.recovery.bytes.load(Ordering::Relaxed),
+                    recovery_pending_objects: progress.pending_objects,
+                    recovery_bytes_per_sec: progress.bytes_per_sec,
+                    recovery_objects_per_sec: progress.objects_per_sec,
                     peering_pgs: osd.peering_pgs(),
                     scrub_unrepaired,
                     scrub_repaired,

@@ -11,6 +11,7 @@ pub mod measure;
 pub mod nbd;
 pub mod objects;
 mod ops;
+pub mod recovery;
 pub mod report;
 mod target;
 

@@ -25,6 +25,7 @@ pub fn handle_client_op(
     req: OpRequest,
     data: Vec<u8>,
 ) {
+    shard.osd.recovery.note_client_op();
     let map = shard.osd.map();
     if let Err(r) = check(shard, &map, &req) {
         reply(&to, req_id, &r, &[]);

@@ -50,8 +50,15 @@ pub fn build(
         }
     }
     t.kv_set(coll, VERSION_KEY, &version.to_le_bytes());
-    let op = match kind {
+    // Ranges let recovery copy only the bytes a write changed (4 KiB of a 4 MiB object).
+    let op = match *kind {
         OpKind::Remove => LogOp::Remove,
+        OpKind::Write { offset } => LogOp::Range {
+            offset,
+            len: data.len() as u64,
+        },
+        OpKind::Zero { offset, len } => LogOp::Range { offset, len },
+        OpKind::Truncate { size } => LogOp::Resize { size },
         _ => LogOp::Modify,
     };
     let entry = LogEntry {

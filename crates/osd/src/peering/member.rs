@@ -280,9 +280,16 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
             offset,
             size,
             ..
+        }
+        | PushKind::Patch {
+            object,
+            offset,
+            size,
         } => {
             t.touch(coll, object);
-            t.write(coll, object, *offset, data);
+            if !data.is_empty() {
+                t.write(coll, object, *offset, data);
+            }
             t.truncate(coll, object, *size);
         }
         PushKind::RepairRemove { object, .. } => {

@@ -8,6 +8,7 @@
 //! of its last active interval is gone can come back with an older history; recovery runs
 //! before the PG serves again (I/O waits for a backfill to finish); it is not throttled.
 
+mod dirty;
 pub mod member;
 pub(crate) mod primary;
 pub(crate) mod rpc;

@@ -2,6 +2,7 @@
 //! bring every member (itself first) up to it, object by object. Runs as a task on the PG's
 //! shard; client ops on the PG wait until it is done.
 
+use super::dirty::Dirty;
 use super::member;
 use super::rpc::Rpc;
 use crate::daemon::Osd;
@@ -12,7 +13,7 @@ use cairn_proto::msg::peering::{
     PG_LIST, PG_NAMES, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY, RECOVERY_CHUNK,
 };
 use cairn_proto::msg::{decode, encode};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -35,10 +36,11 @@ impl Member {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Plan {
     UpToDate,
-    /// The objects changed after `common`, the last version it shares with the authority.
+    /// The objects changed after `common`, the last version it shares with the authority,
+    /// with what changed in each.
     Delta {
         common: u64,
-        objects: BTreeSet<Vec<u8>>,
+        objects: BTreeMap<Vec<u8>, Dirty>,
     },
     /// Its log does not meet the authority's: copy everything.
     Backfill,
@@ -67,12 +69,12 @@ pub fn plan(auth: (&PgInfo, &[LogEntry]), m: (&PgInfo, &[LogEntry])) -> Plan {
     if !covered {
         return Plan::Backfill;
     }
-    let objects = ae
-        .iter()
-        .chain(me.iter())
-        .filter(|e| e.version > common)
-        .map(|e| e.object.clone())
-        .collect();
+    // Entries only the member has (never acknowledged) changed bytes the authority's copy
+    // must restore: their ranges count too.
+    let mut objects: BTreeMap<Vec<u8>, Dirty> = BTreeMap::new();
+    for e in ae.iter().chain(me.iter()).filter(|e| e.version > common) {
+        objects.entry(e.object.clone()).or_default().add(&e.op);
+    }
     Plan::Delta { common, objects }
 }
 
@@ -96,8 +98,19 @@ impl Ctx {
         object: &[u8],
         offset: u64,
     ) -> Result<(PgObject, Vec<u8>), String> {
+        self.read_len(src, object, offset, RECOVERY_CHUNK).await
+    }
+
+    /// Up to `len` bytes (at most [`RECOVERY_CHUNK`]) of an object at `offset`.
+    async fn read_len(
+        &self,
+        src: &mut End<'_>,
+        object: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<(PgObject, Vec<u8>), String> {
         match src {
-            End::Local => member::pull(&self.osd.store, self.pg, object, offset, RECOVERY_CHUNK),
+            End::Local => member::pull(&self.osd.store, self.pg, object, offset, len),
             End::Remote(rpc) => {
                 let p = PgPull {
                     epoch: self.epoch,
@@ -105,7 +118,7 @@ impl Ctx {
                     pg: self.pg.pg,
                     object: object.to_vec(),
                     offset,
-                    len: RECOVERY_CHUNK,
+                    len: len.min(RECOVERY_CHUNK),
                 };
                 let f = rpc.call(PG_PULL, PG_OBJECT, &encode(&p), &[]).await?;
                 let o: PgObject = decode("pg object", &f.control).map_err(|e| e.to_string())?;
@@ -132,6 +145,10 @@ impl Ctx {
         kind: PushKind,
         data: &[u8],
     ) -> Result<PgDone, String> {
+        if !matches!(kind, PushKind::Log { .. }) {
+            let rec = &self.osd.recovery;
+            rec.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
         match dst {
             End::Local => {
                 let pg = self.pg;
@@ -183,6 +200,42 @@ impl Ctx {
         }
     }
 
+    /// Copies the bytes of `object` in `ranges` from `src` to `dst` and gives it the
+    /// source's size (the rest of the destination's copy is already the same).
+    async fn patch(
+        &self,
+        src: &mut End<'_>,
+        dst: &mut End<'_>,
+        object: &[u8],
+        ranges: &[(u64, u64)],
+    ) -> Result<(), String> {
+        let (o, _) = self.read_len(src, object, 0, 0).await?;
+        let patch = |offset| PushKind::Patch {
+            object: object.to_vec(),
+            offset,
+            size: o.size,
+        };
+        if !o.exists {
+            let kind = PushKind::Remove {
+                object: object.to_vec(),
+            };
+            return self.push(dst, kind, &[]).await;
+        }
+        self.push(dst, patch(0), &[]).await?;
+        for &(start, end) in ranges {
+            let (mut at, end) = (start, end.min(o.size));
+            while at < end {
+                let (_, bytes) = self.read_len(src, object, at, end - at).await?;
+                if bytes.is_empty() {
+                    break;
+                }
+                self.push(dst, patch(at), &bytes).await?;
+                at += bytes.len() as u64;
+            }
+        }
+        Ok(())
+    }
+
     async fn names(&self, src: &mut End<'_>) -> Result<Vec<Vec<u8>>, String> {
         let mut out = Vec::new();
         let mut after: Option<Vec<u8>> = None;
@@ -223,15 +276,21 @@ impl Ctx {
             Plan::Backfill => {
                 let names = self.names(src).await?;
                 self.push(dst, PushKind::Reset, &[]).await?;
-                (0, names)
+                (0, names.into_iter().map(|n| (n, Dirty::Whole)).collect())
             }
         };
-        for o in &objects {
-            self.copy(src, dst, o).await?;
+        let objects: Vec<(Vec<u8>, Dirty)> = objects;
+        let rec = &self.osd.recovery;
+        let mut pending = rec.plan(objects.len() as u64);
+        for (o, dirty) in &objects {
+            let step = rec.step();
+            match dirty {
+                Dirty::Whole => self.copy(src, dst, o).await?,
+                Dirty::Ranges(r) => self.patch(src, dst, o, r).await?,
+            }
+            pending.done_one();
+            rec.pace(step).await;
         }
-        self.osd
-            .recovered_objects
-            .fetch_add(objects.len() as u64, Ordering::Relaxed);
         let entries: Vec<&LogEntry> = auth_entries.iter().filter(|e| e.version > common).collect();
         let kind = PushKind::Log {
             last_version: auth.last_version,

@@ -1,3 +1,4 @@
+use super::dirty::Dirty;
 use super::primary::{plan, Plan};
 use crate::pglog::{LogEntry, LogOp};
 use cairn_proto::msg::peering::PgInfo;
@@ -19,8 +20,12 @@ fn info(entries: &[LogEntry]) -> PgInfo {
     }
 }
 
-fn objects(names: &[&str]) -> std::collections::BTreeSet<Vec<u8>> {
-    names.iter().map(|n| n.as_bytes().to_vec()).collect()
+/// Objects changed by write-full entries: copied whole.
+fn objects(names: &[&str]) -> std::collections::BTreeMap<Vec<u8>, Dirty> {
+    names
+        .iter()
+        .map(|n| (n.as_bytes().to_vec(), Dirty::Whole))
+        .collect()
 }
 
 #[test]
@@ -85,5 +90,50 @@ fn a_member_whose_log_does_not_meet_the_authority_is_backfilled() {
     assert_eq!(
         plan((&info(&auth), &auth), (&info(&old), &old)),
         Plan::Backfill
+    );
+}
+
+#[test]
+fn ranged_writes_recover_only_their_bytes_and_rollbacks_count_too() {
+    let w = |version: u64, object: &str, offset: u64, len: u64| LogEntry {
+        version,
+        epoch: 3,
+        object: object.as_bytes().to_vec(),
+        op: LogOp::Range { offset, len },
+    };
+    let auth = vec![
+        w(1, "a", 0, 4096),
+        w(2, "a", 8192, 4096),
+        w(3, "b", 4096, 100),
+        LogEntry {
+            version: 4,
+            epoch: 3,
+            object: b"b".to_vec(),
+            op: LogOp::Resize { size: 1000 },
+        },
+    ];
+    let behind = auth[..1].to_vec();
+    let Plan::Delta { common, objects } = plan((&info(&auth), &auth), (&info(&behind), &behind))
+    else {
+        panic!("not a delta")
+    };
+    assert_eq!(common, 1);
+    assert_eq!(objects[&b"a".to_vec()], Dirty::Ranges(vec![(8192, 12288)]));
+    assert_eq!(
+        objects[&b"b".to_vec()],
+        Dirty::Ranges(vec![(1000, u64::MAX)])
+    );
+    // A member that wrote (never acknowledged) bytes elsewhere gets those bytes back too.
+    let mut member = auth[..1].to_vec();
+    member.push(LogEntry {
+        epoch: 2,
+        ..w(2, "a", 65536, 512)
+    });
+    let Plan::Delta { objects, .. } = plan((&info(&auth), &auth), (&info(&member), &member)) else {
+        panic!("not a delta")
+    };
+    assert_eq!(
+        objects[&b"a".to_vec()],
+        Dirty::Ranges(vec![(8192, 12288), (65536, 66048)])
     );
 }

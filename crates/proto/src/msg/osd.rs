@@ -200,6 +200,13 @@ pub struct OsdStats {
     pub inflight: u64,
     /// Objects this OSD copied to (or from) other members by recovery since it started.
     pub recovered_objects: u64,
+    /// Object bytes it sent or applied by recovery, backfill or scrub repair since it started.
+    pub recovery_bytes: u64,
+    /// Objects the recoveries it leads still have to copy (degraded objects).
+    pub recovery_pending_objects: u64,
+    /// Recovery speed over the last seconds.
+    pub recovery_bytes_per_sec: u64,
+    pub recovery_objects_per_sec: u64,
     /// PGs this OSD leads that are peering or recovering (their I/O waits).
     pub peering_pgs: u64,
     /// Object copies the latest scrub of each PG this OSD leads found wrong and could not

@@ -101,6 +101,13 @@ pub enum PushKind {
         size: u64,
         since: u64,
     },
+    /// Delta recovery: write these bytes at `offset` (none: only set the size) and make the
+    /// object `size` bytes long, creating it if needed; the rest of it stays as it is.
+    Patch {
+        object: Vec<u8>,
+        offset: u64,
+        size: u64,
+    },
     /// Scrub repair: the object must not exist (same condition as [`PushKind::Repair`]).
     RepairRemove { object: Vec<u8>, since: u64 },
 }
