@@ -63,10 +63,11 @@ impl OsdConn {
     /// Connects to the OSD at `addr`.
     pub async fn connect(
         addr: &str,
+        from: Option<std::net::IpAddr>,
         merge_threshold: usize,
         counters: Arc<MergeCounters>,
     ) -> Result<Arc<OsdConn>, ConnError> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, cairn_proto::net::connect(addr, from))
             .await
             .map_err(|_| ConnError(format!("connecting to {addr} timed out")))?
             .map_err(|e| ConnError(format!("cannot connect to {addr}: {e}")))?;

@@ -22,6 +22,8 @@ pub struct ClientConfig {
     /// Temporal merge: with more than this many ops in flight to one OSD, small ops
     /// (<= 16 KiB) issued together travel as one message (at most 8). 0 turns it off.
     pub merge_threshold: usize,
+    /// Local address to connect from (`None`: the system's choice).
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// Default [`ClientConfig::merge_threshold`].
@@ -34,6 +36,7 @@ impl ClientConfig {
             mons,
             op_timeout: Duration::from_secs(30),
             merge_threshold: DEFAULT_MERGE_THRESHOLD,
+            source: None,
         }
     }
 }
@@ -84,7 +87,7 @@ enum Attempt {
 impl Client {
     /// Connects to the monitors and fetches the map.
     pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
-        let mon = MonClient::new(cfg.mons.clone());
+        let mon = MonClient::new(cfg.mons.clone()).with_source(cfg.source);
         let map = mon
             .get_map()
             .await
@@ -173,7 +176,8 @@ impl Client {
             return Ok(c); // another op connected meanwhile
         }
         let threshold = self.inner.cfg.merge_threshold;
-        let c = OsdConn::connect(addr, threshold, self.inner.merged.clone()).await?;
+        let from = self.inner.cfg.source;
+        let c = OsdConn::connect(addr, from, threshold, self.inner.merged.clone()).await?;
         self.inner
             .conns
             .lock()

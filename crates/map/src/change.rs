@@ -81,6 +81,8 @@ pub enum MapError {
     BadAddr(String),
     #[error("map update for epoch {got} does not follow epoch {have}: refetch the full map")]
     EpochGap { have: u64, got: u64 },
+    #[error("osd.{osd} is marked down (or up in another life) in the map: it must boot again")]
+    NotUp { osd: u32 },
 }
 
 /// Largest OSD weight (4096.0).

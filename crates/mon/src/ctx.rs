@@ -82,8 +82,9 @@ impl Ctx {
     }
 
     /// Records an OSD's heartbeat (leader only). A heartbeat from a previous life of the OSD,
-    /// or from an OSD marked down, is ignored (still answered `Done(Unchanged)`): the OSD
-    /// learns from the map that it must boot again.
+    /// or from an OSD marked down, is refused (`NotUp`): the OSD must not count it as a lease
+    /// renewal (another OSD may lead its PGs now); it learns from the map that it must boot
+    /// again.
     pub(crate) fn heartbeat(&self, hb: Heartbeat) -> CommandReply {
         if let Some(r) = self.not_leader() {
             return r;
@@ -103,9 +104,9 @@ impl Ctx {
                     up,
                     life,
                     heartbeat_life = hb.up_from,
-                    "ignoring a heartbeat of another life of the OSD"
+                    "refusing a heartbeat of another life of the OSD"
                 );
-                CommandReply::Done(ChangeOutcome::Unchanged)
+                CommandReply::Refused(MapError::NotUp { osd: hb.osd })
             }
         }
     }

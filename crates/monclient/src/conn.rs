@@ -24,10 +24,14 @@ pub(crate) fn limits() -> Limits {
     }
 }
 
+/// The local address connections are made from (`None`: the system's choice).
+pub(crate) type Source = Option<std::net::IpAddr>;
+
 /// Connects and exchanges handshakes, both within `timeout`.
-async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
+async fn connect(addr: &str, timeout: Duration, from: Source) -> Result<TcpStream, String> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+    let dial = cairn_proto::net::connect(addr, from);
+    let mut stream = match tokio::time::timeout_at(deadline, dial).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(format!("{addr}: {e}")),
         Err(_) => return Err(format!("{addr}: connect timed out")),
@@ -89,8 +93,8 @@ impl Drop for Forget<'_> {
 
 impl Conn {
     /// Connects and handshakes (bounded by `timeout`).
-    pub(crate) async fn open(addr: &str, timeout: Duration) -> Result<Conn, String> {
-        let stream = connect(addr, timeout).await?;
+    pub(crate) async fn open(addr: &str, timeout: Duration, from: Source) -> Result<Conn, String> {
+        let stream = connect(addr, timeout, from).await?;
         let (rd, wr) = stream.into_split();
         let pending: Pending = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
@@ -181,12 +185,12 @@ impl Stream {
     /// Connects, handshakes (bounded by `timeout`) and sends one request.
     pub(crate) async fn open(
         addr: &str,
-        timeout: Duration,
+        (timeout, from): (Duration, Source),
         msg_type: u16,
         rid: u64,
         control: &[u8],
     ) -> Result<Stream, String> {
-        let stream = connect(addr, timeout).await?;
+        let stream = connect(addr, timeout, from).await?;
         let (rd, mut wr) = stream.into_split();
         write_frame(&mut wr, msg_type, rid, control, &[])
             .await

@@ -23,7 +23,11 @@ pub(crate) fn placeholder() -> ClusterMap {
 }
 
 /// Subscribes to the monitors in turn until every receiver is gone.
-pub(crate) async fn follow(addrs: Vec<String>, tx: watch::Sender<Arc<ClusterMap>>) {
+pub(crate) async fn follow(
+    addrs: Vec<String>,
+    from: crate::conn::Source,
+    tx: watch::Sender<Arc<ClusterMap>>,
+) {
     if addrs.is_empty() {
         tracing::warn!("cannot follow the map: no monitor addresses");
         return;
@@ -39,7 +43,7 @@ pub(crate) async fn follow(addrs: Vec<String>, tx: watch::Sender<Arc<ClusterMap>
         let mut progressed = false;
         let r = tokio::select! {
             _ = tx.closed() => return,
-            r = session(addr, &tx, &mut need_full, &mut progressed) => r,
+            r = session(addr, from, &tx, &mut need_full, &mut progressed) => r,
         };
         if let Err(e) = r {
             tracing::debug!("map subscription to {addr} ended: {e}");
@@ -58,6 +62,7 @@ pub(crate) async fn follow(addrs: Vec<String>, tx: watch::Sender<Arc<ClusterMap>
 /// One subscription: runs until the connection fails or an update does not apply.
 async fn session(
     addr: &str,
+    from: crate::conn::Source,
     tx: &watch::Sender<Arc<ClusterMap>>,
     need_full: &mut bool,
     progressed: &mut bool,
@@ -65,7 +70,7 @@ async fn session(
     const RID: u64 = 1;
     let have = if *need_full { 0 } else { tx.borrow().epoch };
     let req = encode(&Subscribe { have });
-    let mut stream = Stream::open(addr, CONNECT_TIMEOUT, SUBSCRIBE, RID, &req).await?;
+    let mut stream = Stream::open(addr, (CONNECT_TIMEOUT, from), SUBSCRIBE, RID, &req).await?;
     *need_full = false;
     loop {
         let f = match tokio::time::timeout(SILENCE, stream.next()).await {

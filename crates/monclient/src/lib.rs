@@ -50,6 +50,8 @@ pub struct MonClient {
 struct Inner {
     addrs: Vec<String>,
     timeout: Duration,
+    /// Local address to connect from.
+    from: conn::Source,
     /// The connection calls use (to the leader once known). Locked while connecting so that
     /// concurrent calls share one new connection.
     cur: tokio::sync::Mutex<Option<Arc<Conn>>>,
@@ -100,14 +102,15 @@ fn command_step(f: Frame) -> Step<ChangeOutcome> {
 impl MonClient {
     /// A client of the monitors at `addrs` (`ip:port`). No I/O happens until the first call.
     pub fn new(addrs: Vec<String>) -> MonClient {
-        MonClient::build(addrs, DEFAULT_TIMEOUT)
+        MonClient::build(addrs, DEFAULT_TIMEOUT, None)
     }
 
-    fn build(addrs: Vec<String>, timeout: Duration) -> MonClient {
+    fn build(addrs: Vec<String>, timeout: Duration, from: conn::Source) -> MonClient {
         MonClient {
             inner: Arc::new(Inner {
                 addrs,
                 timeout,
+                from,
                 cur: tokio::sync::Mutex::new(None),
                 hint: Mutex::new(None),
                 next: AtomicUsize::new(0),
@@ -118,7 +121,13 @@ impl MonClient {
     /// The same client with another deadline per call (the connection is not shared with
     /// `self`).
     pub fn with_timeout(self, d: Duration) -> MonClient {
-        MonClient::build(self.inner.addrs.clone(), d)
+        MonClient::build(self.inner.addrs.clone(), d, self.inner.from)
+    }
+
+    /// The same client connecting from local address `from` (a daemon listening on one
+    /// address of its host sends from it too).
+    pub fn with_source(self, from: Option<std::net::IpAddr>) -> MonClient {
+        MonClient::build(self.inner.addrs.clone(), self.inner.timeout, from)
     }
 
     /// The monitor addresses this client uses.
@@ -201,7 +210,11 @@ impl MonClient {
     /// `rx.wait_for(|m| m.epoch > 0)`, or use [`MonClient::follow_ready`].
     pub fn follow(&self, initial: Option<ClusterMap>) -> watch::Receiver<Arc<ClusterMap>> {
         let (tx, rx) = watch::channel(Arc::new(initial.unwrap_or_else(follow::placeholder)));
-        tokio::spawn(follow::follow(self.inner.addrs.clone(), tx));
+        tokio::spawn(follow::follow(
+            self.inner.addrs.clone(),
+            self.inner.from,
+            tx,
+        ));
         rx
     }
 
@@ -255,7 +268,7 @@ impl MonClient {
             if left.is_zero() {
                 break;
             }
-            match Conn::open(addr, left.min(CONNECT_TIMEOUT)).await {
+            match Conn::open(addr, left.min(CONNECT_TIMEOUT), self.inner.from).await {
                 Ok(c) => {
                     let c = Arc::new(c);
                     *cur = Some(c.clone());

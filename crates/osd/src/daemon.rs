@@ -25,6 +25,10 @@ pub struct Osd {
     pub inflight: Arc<Inflight>,
     pub peers: Peers,
     shards: OnceLock<Vec<ShardHandle>>,
+    /// Client ops are served only while it is valid.
+    pub lease: crate::lease::Lease,
+    /// Local address outgoing connections are made from (its listening address).
+    pub source: Option<std::net::IpAddr>,
     /// Recovery progress and pacing.
     pub recovery: crate::recovery::Recovery,
     /// What this OSD's scrubs found.
@@ -233,7 +237,8 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             source,
         })?
         .to_string();
-    let mon = cairn_monclient::MonClient::new(cfg.mons.clone());
+    let source = cairn_proto::net::source_for(cfg.listen);
+    let mon = cairn_monclient::MonClient::new(cfg.mons.clone()).with_source(source);
     let store_id = store.store_id();
     let boot = crate::mapwatch::boot(&boot_rt, &mon, store_id, &addr, &cfg)?;
     drop(boot_rt);
@@ -244,7 +249,9 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         hierarchy: Mutex::new((0, Arc::new(Hierarchy { hosts: Vec::new() }))),
         id: AtomicU32::new(boot.id),
         up_from: AtomicU64::new(boot.up_from),
-        peers: Peers::new(),
+        peers: Peers::new(source),
+        lease: crate::lease::Lease::new(cfg.lease),
+        source,
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
         recovery: crate::recovery::Recovery::new(cfg.recovery_share),

@@ -17,6 +17,7 @@ mod config;
 mod daemon;
 mod error;
 mod inflight;
+mod lease;
 mod mapwatch;
 mod op;
 mod peering;

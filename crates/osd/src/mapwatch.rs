@@ -130,8 +130,10 @@ async fn heartbeats(osd: Arc<Osd>, mon: MonClient, every: Duration) {
     loop {
         tick.tick().await;
         let (id, life) = (osd.id(), osd.up_from.load(Ordering::Relaxed));
-        if let Err(e) = mon.heartbeat(id, life).await {
-            tracing::warn!(error = %e, "heartbeat to monitors failed");
+        let sent = std::time::Instant::now();
+        match mon.heartbeat(id, life).await {
+            Ok(()) => osd.lease.renew(sent),
+            Err(e) => tracing::warn!(error = %e, "heartbeat to monitors failed"),
         }
     }
 }

@@ -30,6 +30,8 @@ type ConnTable = Arc<Mutex<HashMap<(usize, u32), PeerConn>>>;
 #[derive(Default)]
 pub struct Peers {
     conns: ConnTable,
+    /// Local address to connect from (the OSD's listening address).
+    from: Option<std::net::IpAddr>,
 }
 
 /// The peer cannot be reached now.
@@ -38,8 +40,11 @@ pub struct PeerDown;
 
 impl Peers {
     /// No connections yet.
-    pub fn new() -> Peers {
-        Peers::default()
+    pub fn new(from: Option<std::net::IpAddr>) -> Peers {
+        Peers {
+            from,
+            ..Peers::default()
+        }
     }
 
     /// Sends a frame to OSD `peer` at the address `map` gives, connecting if needed. Called
@@ -85,7 +90,7 @@ impl Peers {
         peer: u32,
         addr: &str,
     ) -> Result<FrameSender, PeerDown> {
-        let stream = open(addr).map_err(|e| {
+        let stream = open(addr, self.from).map_err(|e| {
             tracing::warn!(peer, addr, error = %e, "cannot connect to peer");
             PeerDown
         })?;
@@ -111,10 +116,9 @@ impl Peers {
 }
 
 /// Connects and handshakes on a blocking socket, then hands it to the current runtime.
-fn open(addr: &str) -> Result<tokio::net::TcpStream, String> {
-    let sa: std::net::SocketAddr = addr.parse().map_err(|e| format!("bad address: {e}"))?;
-    let mut s =
-        std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+fn open(addr: &str, from: Option<std::net::IpAddr>) -> Result<tokio::net::TcpStream, String> {
+    let mut s = cairn_proto::net::connect_blocking(addr, from, CONNECT_TIMEOUT)
+        .map_err(|e| e.to_string())?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(CONNECT_TIMEOUT))
         .map_err(|e| e.to_string())?;

@@ -25,6 +25,7 @@
 mod frame;
 mod hello;
 pub mod msg;
+pub mod net;
 pub mod stream;
 
 pub use frame::{body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, MAGIC};

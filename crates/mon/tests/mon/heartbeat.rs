@@ -32,7 +32,12 @@ async fn silent_osds_are_marked_down_after_the_grace() {
     // Silence (heartbeats of a stale life do not count): down within grace + tick + slack.
     let last = Instant::now();
     let down_after = eventually("the OSD marked down", grace * 4, || async {
-        let _ = client.heartbeat(0, up_from - 1).await;
+        let stale = client.heartbeat(0, up_from - 1).await;
+        assert_eq!(
+            stale,
+            Err(MonClientError::Refused(MapError::NotUp { osd: 0 })),
+            "a stale life's heartbeat must not look accepted (it would renew a lease)"
+        );
         let m = client.get_map().await.ok()?;
         (!m.osds[&0].up).then(|| last.elapsed())
     })
@@ -49,5 +54,13 @@ async fn silent_osds_are_marked_down_after_the_grace() {
     let new_life = changed_epoch(client.command(osd_boot(1)).await.expect("reboot"));
     assert!(new_life > up_from);
     assert!(client.get_map().await.expect("map").osds[&0].up);
+    assert_eq!(
+        client.heartbeat(0, up_from).await,
+        Err(MonClientError::Refused(MapError::NotUp { osd: 0 }))
+    );
+    client
+        .heartbeat(0, new_life)
+        .await
+        .expect("the new life's heartbeat");
     c.stop(0).await;
 }

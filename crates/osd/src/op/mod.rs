@@ -26,6 +26,11 @@ pub fn handle_client_op(
     data: Vec<u8>,
 ) {
     shard.osd.recovery.note_client_op();
+    if !shard.osd.lease.valid() {
+        // Cut off from the monitors: another OSD may be primary by now (lease.rs).
+        reply(&to, req_id, &OpReply::Retry, &[]);
+        return;
+    }
     let map = shard.osd.map();
     if let Err(r) = check(shard, &map, &req) {
         reply(&to, req_id, &r, &[]);

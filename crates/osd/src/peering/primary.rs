@@ -320,7 +320,7 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), Strin
         .collect();
     let mut stray_members = Vec::new();
     for id in strays {
-        match query(&map, pg, id).await {
+        match query(&map, pg, id, osd.source).await {
             Ok(m) if m.info.last_version > 0 => stray_members.push(m),
             Ok(_) => {}
             Err(e) => tracing::debug!(pg = %pg, osd = id, error = %e, "stray not asked"),
@@ -337,7 +337,7 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), Strin
             });
             continue;
         }
-        members.push(query(&map, pg, id).await?);
+        members.push(query(&map, pg, id, osd.source).await?);
     }
     let acting_count = members.len();
     members.extend(stray_members);
@@ -391,13 +391,18 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), Strin
 }
 
 /// Asks member `id` for its info and whole log of `pg`.
-async fn query(map: &cairn_map::ClusterMap, pg: PgId, id: u32) -> Result<Member, String> {
+async fn query(
+    map: &cairn_map::ClusterMap,
+    pg: PgId,
+    id: u32,
+    source: Option<std::net::IpAddr>,
+) -> Result<Member, String> {
     let addr = map
         .osds
         .get(&id)
         .map(|o| o.addr.clone())
         .ok_or_else(|| format!("osd.{id} is not in the map"))?;
-    let mut rpc = Rpc::connect(&addr).await?;
+    let mut rpc = Rpc::connect(&addr, source).await?;
     let q = PgQuery {
         epoch: map.epoch,
         pool: pg.pool,

@@ -17,9 +17,9 @@ pub struct Rpc {
 
 impl Rpc {
     /// Connects to a member and shakes hands.
-    pub async fn connect(addr: &str) -> Result<Rpc, String> {
+    pub async fn connect(addr: &str, from: Option<std::net::IpAddr>) -> Result<Rpc, String> {
         let connect = async {
-            let mut s = TcpStream::connect(addr)
+            let mut s = cairn_proto::net::connect(addr, from)
                 .await
                 .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
             let _ = s.set_nodelay(true);

@@ -72,7 +72,7 @@ async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> R
             .get(id)
             .map(|o| o.addr.clone())
             .ok_or_else(|| format!("osd.{id} is not in the map"))?;
-        links.push(Some(Rpc::connect(&addr).await?));
+        links.push(Some(Rpc::connect(&addr, osd.source).await?));
     }
     let ctx = Ctx {
         osd: osd.clone(),

@@ -1,0 +1,66 @@
+//! The primary's read lease: an OSD serves client ops only while the monitors have heard
+//! from it recently.
+//!
+//! The monitors mark an OSD down `grace` (4 s by default) after the last heartbeat they
+//! received; only then can another OSD become primary of its PGs. An OSD counts its lease
+//! from the moment it *sent* a heartbeat the leader accepted, and the lease is shorter than
+//! the grace, so an OSD cut off from the monitors (a network partition) stops serving before
+//! any new primary can start: a client that can still reach it never reads data the new
+//! primary has already overwritten. Writes are safe without it (every acting member must
+//! acknowledge), reads are not.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub struct Lease {
+    length: Duration,
+    until: Mutex<Option<Instant>>,
+}
+
+impl Lease {
+    pub fn new(length: Duration) -> Lease {
+        Lease {
+            length,
+            until: Mutex::new(None),
+        }
+    }
+
+    /// The monitors accepted a heartbeat (or boot) sent at `sent`.
+    pub fn renew(&self, sent: Instant) {
+        let mut u = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        let new = sent + self.length;
+        if u.is_none_or(|old| new > old) {
+            *u = Some(new);
+        }
+    }
+
+    /// Whether client ops may be served now.
+    pub fn valid(&self) -> bool {
+        self.valid_at(Instant::now())
+    }
+
+    fn valid_at(&self, now: Instant) -> bool {
+        let u = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        u.is_some_and(|until| now < until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_runs_from_the_accepted_heartbeat_send_time() {
+        let l = Lease::new(Duration::from_secs(2));
+        let t0 = Instant::now();
+        assert!(!l.valid_at(t0), "no heartbeat accepted yet");
+        l.renew(t0);
+        assert!(l.valid_at(t0 + Duration::from_millis(1999)));
+        assert!(!l.valid_at(t0 + Duration::from_secs(2)));
+        // An older heartbeat answered late never shortens it.
+        l.renew(t0 + Duration::from_secs(1));
+        l.renew(t0);
+        assert!(l.valid_at(t0 + Duration::from_millis(2999)));
+        assert!(!l.valid_at(t0 + Duration::from_secs(3)));
+    }
+}
