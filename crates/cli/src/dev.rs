@@ -64,6 +64,10 @@ pub struct UpArgs {
     /// fixed when the cluster is created.
     #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECS")]
     pub scrub_interval: u64,
+    /// Milliseconds each OSD pauses after every object it recovers (slows recovery down on
+    /// purpose, e.g. to watch it); fixed when the cluster is created.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub recovery_sleep_ms: u64,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written).
     #[arg(long, default_value = "10G", value_parser = crate::size::parse_size)]
@@ -100,6 +104,9 @@ struct DevState {
     /// The OSDs' scrub interval in seconds (absent: their default).
     #[serde(default)]
     scrub_interval: Option<u64>,
+    /// The OSDs' pause after each recovered object, in milliseconds.
+    #[serde(default)]
+    recovery_sleep_ms: u64,
 }
 
 pub fn run(cmd: DevCmd) -> Result<()> {
@@ -161,6 +168,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         nbd: Some(nbd),
         down_out_interval: Some(a.down_out_interval),
         scrub_interval: Some(a.scrub_interval),
+        recovery_sleep_ms: a.recovery_sleep_ms,
     })
 }
 
@@ -432,6 +440,10 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
             "--data-size".into(),
             s.osd_size.to_string(),
         ];
+        if s.recovery_sleep_ms > 0 {
+            args.push("--recovery-sleep-ms".into());
+            args.push(s.recovery_sleep_ms.to_string());
+        }
         if let Some(secs) = s.scrub_interval {
             args.push("--scrub-interval".into());
             args.push(secs.to_string());

@@ -59,6 +59,10 @@ pub struct RunArgs {
     /// OSD (recovery pauses for the rest); 1 = recover at full speed.
     #[arg(long, default_value_t = 0.5, value_parser = parse_share)]
     pub recovery_share: f64,
+    /// Milliseconds to pause after every object recovery copies (on top of --recovery-share;
+    /// 0 = none), to slow recovery down whatever the load.
+    #[arg(long, default_value_t = 0)]
+    pub recovery_sleep_ms: u64,
 }
 
 fn parse_share(s: &str) -> std::result::Result<f64, String> {
@@ -109,6 +113,7 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.scrub_interval =
         (a.scrub_interval > 0).then(|| std::time::Duration::from_secs(a.scrub_interval));
     cfg.recovery_share = a.recovery_share;
+    cfg.recovery_sleep = std::time::Duration::from_millis(a.recovery_sleep_ms);
     cairn_osd::run(cfg)?;
     Ok(())
 }

@@ -579,10 +579,13 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             pool: 999,
             pg: 0,
             primary: 0,
-            kind: PushKind::Object {
+            kind: PushKind::Recover {
                 object: b"intruder".to_vec(),
                 offset: 0,
                 size: 4,
+                reset: true,
+                last: true,
+                since: None,
             },
         };
         write_frame(
@@ -650,6 +653,29 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             .expect("send");
         let f = read_frame(&mut s, &limits).await.expect("error reply");
         assert_eq!(f.msg_type, ERROR);
+        // A replicated write whose version does not follow the replica's last one (it missed
+        // one) is refused with Gap and not applied.
+        use cairn_proto::msg::osd::{RepOp, RepReply, REP, REP_REPLY};
+        let mut s = tokio::net::TcpStream::connect(addr(other))
+            .await
+            .expect("connect");
+        handshake(&mut s, node_kind::OSD).await.expect("handshake");
+        let rep = RepOp {
+            epoch: map.epoch + 1000,
+            pool,
+            pg: pg.pg,
+            version: 5,
+            primary,
+            object: b"after-a-gap".to_vec(),
+            kind: OpKind::WriteFull,
+        };
+        write_frame(&mut s, REP, 10, &cairn_proto::msg::encode(&rep), b"data")
+            .await
+            .expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("rep reply");
+        assert_eq!(f.msg_type, REP_REPLY);
+        let r: RepReply = cairn_proto::msg::decode("rep reply", &f.control).expect("decode");
+        assert_eq!(r, RepReply::Gap { have: 0 });
         // Nothing of it was written, and the OSDs still serve.
         assert!(matches!(
             client.read(pool, &name, 0, 4).await,

@@ -758,3 +758,121 @@ fn small_writes_to_large_objects_recover_only_the_bytes_they_changed() {
         }
     });
 }
+
+/// Object `o`'s large value of generation `g` (256 KiB).
+fn big_value(o: u32, g: u32) -> Vec<u8> {
+    let mut v = format!("big object {o} generation {g} ")
+        .repeat(10_000)
+        .into_bytes();
+    v.truncate(256 << 10);
+    v
+}
+
+/// Waits until no PG peers and no object is left to recover.
+async fn wait_recovered(c: &Cluster) {
+    let start = Instant::now();
+    loop {
+        let st = tokio::task::block_in_place(|| c.status());
+        if st["pgs"]["peering"] == 0 && st["recovery"]["objects_degraded"] == 0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "recovery did not finish: {st}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[test]
+fn a_member_recovered_in_the_background_under_writes_ends_current() {
+    let c = Cluster::up("recovery-background", 1, 3);
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, pool) = pool(&c, 1, 8).await;
+        let objects = 300u32;
+        for o in 0..objects {
+            client
+                .write_full(pool, &name(o), &big_value(o, 0))
+                .await
+                .expect("fill");
+        }
+        // osd.2 misses a new generation of every object (75 MiB to recover).
+        c.kill9("osd.2");
+        wait_osd(&client, 2, false).await;
+        for o in 0..objects {
+            client
+                .write_full(pool, &name(o), &big_value(o, 1))
+                .await
+                .expect("write while osd.2 is down");
+        }
+        // It comes back while clients keep overwriting a sixth of the objects being copied
+        // to it (the others only recovery brings it).
+        let load = Load::start(&client, pool, objects / 6, 8);
+        c.restart_missing(1, 3);
+        wait_osd(&client, 2, true).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (acked, stall) = load.stop().await;
+        assert!(stall < Duration::from_secs(5), "writes stalled {stall:?}");
+        wait_recovered(&c).await;
+        // osd.2 alone serves, for every object, the last value written.
+        only_osd_left(&c, &client, 2).await;
+        for o in 0..objects {
+            let got = client
+                .read(pool, &name(o), 0, 1 << 20)
+                .await
+                .unwrap_or_else(|e| panic!("object {o}: {e}"));
+            let want = match acked.get(o as usize) {
+                Some(Some(g)) => value(o, *g),
+                _ => big_value(o, 1),
+            };
+            assert!(got == want, "object {o}: osd.2 holds a stale value");
+        }
+    });
+}
+
+#[test]
+fn a_primary_lost_during_background_recovery_hands_it_over_by_the_missing_marks() {
+    // Recovery pauses 100 ms per object: it is surely under way when the primary dies.
+    let c = Cluster::up_with("recovery-marks", 1, 3, &["--recovery-sleep-ms", "100"]);
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, pool) = pool(&c, 1, 4).await;
+        let objects = 60u32;
+        fill(&client, pool, objects).await;
+        c.kill9("osd.2");
+        wait_osd(&client, 2, false).await;
+        for o in 0..objects {
+            client
+                .write_full(pool, &name(o), &value(o, 1))
+                .await
+                .expect("write while osd.2 is down");
+        }
+        // osd.2 returns: it gets the PGs' logs at once, its stale objects marked missing.
+        c.restart_missing(1, 3);
+        wait_osd(&client, 2, true).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A primary recovering it dies; the next one finds the marks and finishes the job.
+        let map = client.map();
+        let victim = (0..4)
+            .filter_map(|pg| map.pg_placement(cairn_map::PgId { pool, pg }).primary())
+            .find(|p| *p != 2)
+            .expect("a PG led by osd.0 or osd.1");
+        let heir = 1 - victim;
+        c.kill9(&format!("osd.{victim}"));
+        wait_osd(&client, victim, false).await;
+        wait_recovered(&c).await;
+        let log = std::fs::read_to_string(c.dir.join("log").join(format!("osd.{heir}.log")))
+            .expect("log");
+        assert!(
+            log.contains("marked missing"),
+            "osd.{heir} never saw osd.2's missing marks:\n{}",
+            c.logs()
+        );
+        // osd.2 alone serves every object's latest value.
+        c.kill9(&format!("osd.{heir}"));
+        wait_osd(&client, heir, false).await;
+        let latest = vec![Some(1); objects as usize];
+        verify(&client, pool, &latest).await;
+    });
+}

@@ -4,7 +4,7 @@
 use crate::failure::FailureDetector;
 use crate::state_machine::MapView;
 use crate::types::{BasicNode, NodeId, Raft};
-use cairn_map::{ChangeOutcome, MapChange, MapError};
+use cairn_map::{MapChange, MapError};
 use cairn_proto::msg::mon::{CommandReply, Heartbeat, MonStatus};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{RaftMetrics, ServerState};
@@ -96,7 +96,8 @@ impl Ctx {
             None => CommandReply::Refused(MapError::NoSuchOsd(hb.osd)),
             Some((true, life)) if life == hb.up_from => {
                 self.failure.heard(hb.osd, life, Instant::now());
-                CommandReply::Done(ChangeOutcome::Unchanged)
+                let grace_ms = self.failure.grace().as_millis() as u64;
+                CommandReply::Alive { grace_ms }
             }
             Some((up, life)) => {
                 tracing::debug!(

@@ -85,7 +85,22 @@ fn expect(f: &Frame, msg_type: u16, what: &str) -> Result<(), MonClientError> {
     )))
 }
 
-/// Turns a command or heartbeat reply into a step.
+/// Turns a heartbeat reply into a step: the leader's grace when accepted.
+fn heartbeat_step(f: Frame) -> Step<Duration> {
+    if let Err(e) = expect(&f, COMMAND_REPLY, "heartbeat") {
+        return Step::Fail(e);
+    }
+    match decode::<CommandReply>("heartbeat reply", &f.control) {
+        Err(e) => Step::Fail(protocol(e)),
+        Ok(CommandReply::Alive { grace_ms }) => Step::Done(Duration::from_millis(grace_ms)),
+        Ok(CommandReply::Done(_)) => Step::Fail(protocol("a command answer to a heartbeat")),
+        Ok(CommandReply::Refused(e)) => Step::Fail(MonClientError::Refused(e)),
+        Ok(CommandReply::NotLeader { leader }) => Step::Redirect(leader),
+        Ok(CommandReply::Unavailable(why)) => Step::Retry(why),
+    }
+}
+
+/// Turns a command reply into a step.
 fn command_step(f: Frame) -> Step<ChangeOutcome> {
     if let Err(e) = expect(&f, COMMAND_REPLY, "command") {
         return Step::Fail(e);
@@ -96,6 +111,7 @@ fn command_step(f: Frame) -> Step<ChangeOutcome> {
         Ok(CommandReply::Refused(e)) => Step::Fail(MonClientError::Refused(e)),
         Ok(CommandReply::NotLeader { leader }) => Step::Redirect(leader),
         Ok(CommandReply::Unavailable(why)) => Step::Retry(why),
+        Ok(CommandReply::Alive { .. }) => Step::Fail(protocol("a heartbeat answer to a command")),
     }
 }
 
@@ -160,12 +176,12 @@ impl MonClient {
             .await
     }
 
-    /// Tells the leader OSD `osd` (in its life that began at epoch `up_from`) is alive.
-    pub async fn heartbeat(&self, osd: u32, up_from: u64) -> Result<(), MonClientError> {
+    /// Tells the leader OSD `osd` (in its life that began at epoch `up_from`) is alive;
+    /// returns the leader's grace (how long it waits for the next heartbeat).
+    pub async fn heartbeat(&self, osd: u32, up_from: u64) -> Result<Duration, MonClientError> {
         let req = encode(&Heartbeat { osd, up_from });
-        self.call(HEARTBEAT, req, self.deadline(), command_step)
+        self.call(HEARTBEAT, req, self.deadline(), heartbeat_step)
             .await
-            .map(|_| ())
     }
 
     /// The monitor cluster's status, from the leader when it can be reached, else from the

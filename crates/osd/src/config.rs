@@ -36,8 +36,10 @@ pub struct OsdConfig {
     /// Fraction of the time recovery may take while clients send ops to this OSD (it pauses
     /// for the rest); 1 = never paused. Default 0.5.
     pub recovery_share: f64,
+    /// Pause after every object recovery copies, whatever the load. Default 0.
+    pub recovery_sleep: Duration,
     /// How long after a heartbeat the monitors accepted this OSD keeps serving client ops
-    /// (`lease.rs`). Must be shorter than the monitors' OSD grace (4 s). Default 2 s.
+    /// (`lease.rs`); at most half the monitors' OSD grace, whatever this says. Default 2 s.
     pub lease: Duration,
 }
 
@@ -61,6 +63,7 @@ impl OsdConfig {
             heartbeat_interval: Duration::from_secs(1),
             scrub_interval: Some(DEFAULT_SCRUB_INTERVAL),
             recovery_share: 0.5,
+            recovery_sleep: Duration::ZERO,
             lease: Duration::from_secs(2),
         }
     }

@@ -254,13 +254,19 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         source,
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
-        recovery: crate::recovery::Recovery::new(cfg.recovery_share),
+        recovery: crate::recovery::Recovery::new(cfg.recovery_share, cfg.recovery_sleep),
         scrub: crate::scrub::ScrubStats::default(),
     });
     let weak = Arc::downgrade(&osd);
     osd.inflight.set_done_hook(Box::new(move |pg| {
         if let Some(osd) = weak.upgrade() {
             osd.queue(pg, ShardMsg::WriteDone(pg));
+        }
+    }));
+    let weak = Arc::downgrade(&osd);
+    osd.inflight.set_repeer_hook(Box::new(move |pg| {
+        if let Some(osd) = weak.upgrade() {
+            osd.queue(pg, ShardMsg::Unpeer(pg));
         }
     }));
     let mut handles = Vec::new();

@@ -58,6 +58,7 @@ pub struct Inflight {
     next_tid: AtomicU64,
     table: Vec<Mutex<HashMap<u64, Arc<InflightWrite>>>>,
     done_hook: std::sync::OnceLock<DoneHook>,
+    repeer_hook: std::sync::OnceLock<DoneHook>,
 }
 
 const TABLE_SHARDS: usize = 16;
@@ -71,6 +72,22 @@ impl Inflight {
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
             done_hook: std::sync::OnceLock::new(),
+            repeer_hook: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Sets what to call when a replica reports a gap in a PG's history (once).
+    pub fn set_repeer_hook(&self, hook: DoneHook) {
+        let _ = self.repeer_hook.set(hook);
+    }
+
+    /// A replica of write `tid`'s PG missed a write: fails it (the client resends) and has
+    /// the PG peered again.
+    pub fn gap(&self, tid: u64) {
+        let pg = self.pg_of(tid);
+        self.fail(tid, &OpReply::Retry);
+        if let (Some(pg), Some(hook)) = (pg, self.repeer_hook.get()) {
+            hook(pg);
         }
     }
 
@@ -125,6 +142,11 @@ impl Inflight {
             };
             self.finish(&w, st, &reply);
         }
+    }
+
+    /// The PG of write `tid`, if it is still known.
+    pub fn pg_of(&self, tid: u64) -> Option<PgId> {
+        self.slot(tid).get(&tid).map(|w| w.pg)
     }
 
     /// Ends write `tid` with `reply` (a failure) unless it already completed.

@@ -25,10 +25,11 @@ impl Lease {
         }
     }
 
-    /// The monitors accepted a heartbeat (or boot) sent at `sent`.
-    pub fn renew(&self, sent: Instant) {
+    /// The monitors accepted a heartbeat sent at `sent`; they mark this OSD down `grace`
+    /// after the last one they receive. The lease ends at half the grace if that is sooner.
+    pub fn renew(&self, sent: Instant, grace: Duration) {
         let mut u = self.until.lock().unwrap_or_else(|p| p.into_inner());
-        let new = sent + self.length;
+        let new = sent + self.length.min(grace / 2);
         if u.is_none_or(|old| new > old) {
             *u = Some(new);
         }
@@ -54,13 +55,19 @@ mod tests {
         let l = Lease::new(Duration::from_secs(2));
         let t0 = Instant::now();
         assert!(!l.valid_at(t0), "no heartbeat accepted yet");
-        l.renew(t0);
+        let grace = Duration::from_secs(4);
+        l.renew(t0, grace);
         assert!(l.valid_at(t0 + Duration::from_millis(1999)));
         assert!(!l.valid_at(t0 + Duration::from_secs(2)));
         // An older heartbeat answered late never shortens it.
-        l.renew(t0 + Duration::from_secs(1));
-        l.renew(t0);
+        l.renew(t0 + Duration::from_secs(1), grace);
+        l.renew(t0, grace);
         assert!(l.valid_at(t0 + Duration::from_millis(2999)));
         assert!(!l.valid_at(t0 + Duration::from_secs(3)));
+        // Monitors with a short grace shorten the lease to half of it.
+        let l = Lease::new(Duration::from_secs(2));
+        l.renew(t0, Duration::from_millis(1000));
+        assert!(l.valid_at(t0 + Duration::from_millis(499)));
+        assert!(!l.valid_at(t0 + Duration::from_millis(500)));
     }
 }

@@ -132,7 +132,7 @@ async fn heartbeats(osd: Arc<Osd>, mon: MonClient, every: Duration) {
         let (id, life) = (osd.id(), osd.up_from.load(Ordering::Relaxed));
         let sent = std::time::Instant::now();
         match mon.heartbeat(id, life).await {
-            Ok(()) => osd.lease.renew(sent),
+            Ok(grace) => osd.lease.renew(sent, grace),
             Err(e) => tracing::warn!(error = %e, "heartbeat to monitors failed"),
         }
     }

@@ -167,6 +167,10 @@ async fn read_answers(
                 tracing::info!(peer, epoch, "peer says this OSD is not primary");
                 inflight.fail(frame.request_id, &OpReply::Retry);
             }
+            Ok(RepReply::Gap { have }) => {
+                tracing::warn!(peer, have, "peer missed a write; peering the PG again");
+                inflight.gap(frame.request_id);
+            }
             Ok(RepReply::Failed(why)) => {
                 inflight.fail(
                     frame.request_id,

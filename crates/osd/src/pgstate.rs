@@ -50,6 +50,8 @@ pub struct PgState {
     pub active_epoch: u64,
     /// The peering task running, and the interval it peers.
     pub peering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
+    /// The background recovery task running (members still lack objects), and its interval.
+    pub recovering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
     /// Client ops waiting for peering.
     pub waiting: Vec<WaitingOp>,
 }
@@ -86,6 +88,7 @@ impl PgState {
             peered: None,
             active_epoch: 0,
             peering: None,
+            recovering: None,
             waiting: Vec::new(),
         }
     }

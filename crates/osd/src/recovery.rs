@@ -25,6 +25,8 @@ pub struct Recovery {
     client_ops: AtomicU64,
     /// Fraction of the time recovery may take while clients are active (0 < share <= 1).
     share: f64,
+    /// Pause after every step, whatever the load.
+    sleep: Duration,
     /// (objects, bytes) once a second, newest last.
     samples: Mutex<VecDeque<(u64, u64)>>,
 }
@@ -37,7 +39,7 @@ pub struct Progress {
 }
 
 impl Recovery {
-    pub fn new(share: f64) -> Recovery {
+    pub fn new(share: f64, sleep: Duration) -> Recovery {
         Recovery {
             objects: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -48,6 +50,7 @@ impl Recovery {
             } else {
                 1.0
             },
+            sleep,
             samples: Mutex::new(VecDeque::new()),
         }
     }
@@ -72,7 +75,8 @@ impl Recovery {
 
     /// Waits as pacing asks after the step begun at `s`.
     pub async fn pace(&self, s: Step) {
-        if let Some(p) = self.pause_after(&s) {
+        let p = self.pause_after(&s).unwrap_or_default() + self.sleep;
+        if !p.is_zero() {
             tokio::time::sleep(p).await;
         }
     }
@@ -153,7 +157,7 @@ mod tests {
 
     #[test]
     fn pending_counts_down_and_is_released_when_a_recovery_ends_early() {
-        let r = Recovery::new(0.5);
+        let r = Recovery::new(0.5, Duration::ZERO);
         {
             let mut p = r.plan(3);
             assert_eq!(r.progress().pending_objects, 3);
@@ -166,7 +170,7 @@ mod tests {
 
     #[test]
     fn rates_come_from_the_last_seconds() {
-        let r = Recovery::new(0.5);
+        let r = Recovery::new(0.5, Duration::ZERO);
         assert_eq!(r.progress().bytes_per_sec, 0);
         for i in 0..10u64 {
             r.bytes.store(i * 1000, Ordering::Relaxed);
@@ -179,7 +183,7 @@ mod tests {
 
     #[test]
     fn recovery_pauses_only_while_clients_are_active() {
-        let r = Recovery::new(0.25);
+        let r = Recovery::new(0.25, Duration::ZERO);
         let s = r.step();
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(r.pause_after(&s), None, "no client ops: no pause");
@@ -188,7 +192,7 @@ mod tests {
         // A quarter of the time for recovery: three times as long paused as it worked.
         assert!(p >= Duration::from_millis(60), "{p:?}");
         assert!(p <= MAX_PAUSE);
-        let full = Recovery::new(1.0);
+        let full = Recovery::new(1.0, Duration::ZERO);
         let s = full.step();
         full.note_client_op();
         assert_eq!(full.pause_after(&s), None, "share 1: never paused");

@@ -44,10 +44,17 @@ pub enum ShardMsg {
     PeeringDone {
         pg: PgId,
         interval: crate::peering::Interval,
-        result: Result<(), String>,
+        result: crate::peering::PeerResult,
+    },
+    /// Background recovery of `pg` for `interval` finished: every member is current.
+    RecoveryDone {
+        pg: PgId,
+        interval: crate::peering::Interval,
     },
     /// Try peering `pg` again.
     Repeer(PgId),
+    /// A member of `pg` missed a write: peer it again even though the acting set is the same.
+    Unpeer(PgId),
     /// The map changed: peer the PGs whose acting set changed.
     MapChanged,
 }
@@ -140,7 +147,11 @@ impl Shard {
                 interval,
                 result,
             } => crate::peering::done(self, pg, interval, result),
+            ShardMsg::RecoveryDone { pg, interval } => {
+                crate::peering::recovery_done(self, pg, interval)
+            }
             ShardMsg::Repeer(pg) => crate::peering::repeer(self, pg),
+            ShardMsg::Unpeer(pg) => crate::peering::unpeer(self, pg),
             ShardMsg::MapChanged => crate::peering::on_map(self),
         }
     }

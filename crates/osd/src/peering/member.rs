@@ -92,6 +92,30 @@ pub fn pg_id(pool: u32, pg: u32) -> PgId {
     PgId { pool, pg }
 }
 
+/// Prefix of the keys marking objects missing on this member (`missing.` + object name).
+pub const MISSING_PREFIX: &[u8] = b"missing.";
+/// The end of the missing marks' key range (`/` sorts right after `.`).
+const MISSING_END: &[u8] = b"missing/";
+
+fn missing_key(object: &[u8]) -> Vec<u8> {
+    [MISSING_PREFIX, object].concat()
+}
+
+/// The objects marked missing in this OSD's copy of `pg`.
+pub fn missing(store: &Store, pg: PgId) -> Result<Vec<Vec<u8>>, String> {
+    let coll = coll_of(pg);
+    if !store.collection_exists(coll) {
+        return Ok(Vec::new());
+    }
+    let marks = store
+        .kv_range(coll, MISSING_PREFIX, Some(MISSING_END), usize::MAX)
+        .map_err(|e| e.to_string())?;
+    Ok(marks
+        .into_iter()
+        .map(|(k, _)| k[MISSING_PREFIX.len()..].to_vec())
+        .collect())
+}
+
 /// The PG's last version as stored (0 when it has nothing).
 pub fn last_version(store: &Store, pg: PgId) -> u64 {
     store
@@ -111,6 +135,7 @@ pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry
             last_version: 0,
             last_epoch: 0,
             tail: None,
+            missing: Vec::new(),
         };
         return Ok((empty, Vec::new()));
     }
@@ -123,6 +148,7 @@ pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry
         last_version: last_v,
         last_epoch: last.first().map_or(0, |e| e.epoch),
         tail: pglog::tail(store, coll).map_err(|e| e.to_string())?,
+        missing: missing(store, pg)?,
     };
     Ok((info, entries))
 }
@@ -181,15 +207,25 @@ pub fn list(store: &Store, pg: PgId, after: Option<&[u8]>) -> Result<PgNames, St
 
 /// Applies one push to this OSD's copy of `pg`, durably.
 pub fn apply(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> PgDone {
-    let r = match kind {
+    let guard = match kind {
         PushKind::Repair { object, since, .. } | PushKind::RepairRemove { object, since } => {
-            match changed_since(&shard.osd.store, pg, object, *since) {
-                Ok(true) => return PgDone::Busy,
-                Ok(false) => apply_store(shard, pg, kind, data),
-                Err(e) => Err(e),
-            }
+            Some((object, *since))
         }
-        _ => apply_store(shard, pg, kind, data),
+        PushKind::Recover {
+            object,
+            since: Some(since),
+            ..
+        }
+        | PushKind::RecoverRemove {
+            object,
+            since: Some(since),
+        } => Some((object, *since)),
+        _ => None,
+    };
+    let r = match guard.map(|(o, since)| changed_since(&shard.osd.store, pg, o, since)) {
+        Some(Ok(true)) => return PgDone::Busy,
+        Some(Err(e)) => Err(e),
+        None | Some(Ok(false)) => apply_store(shard, pg, kind, data),
     };
     match r {
         Ok(()) => PgDone::Done,
@@ -241,26 +277,45 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
                 pglog::LOG_PREFIX,
                 &[pglog::LOG_PREFIX, &[0xff; 9][..]].concat(),
             );
+            t.kv_rm_range(coll, MISSING_PREFIX, MISSING_END);
             t.kv_set(coll, VERSION_KEY, &0u64.to_le_bytes());
             new_last = Some(0);
         }
-        PushKind::Object {
+        PushKind::Recover {
             object,
             offset,
             size,
+            reset,
+            last,
+            ..
         } => {
-            if *offset == 0 {
-                t.touch(coll, object);
+            t.touch(coll, object);
+            if *reset {
                 t.truncate(coll, object, 0);
             }
-            t.write(coll, object, *offset, data);
-            if *offset == 0 {
-                t.truncate(coll, object, *size);
+            if !data.is_empty() {
+                t.write(coll, object, *offset, data);
+            }
+            t.truncate(coll, object, *size);
+            if *last {
+                t.kv_rm(coll, &missing_key(object));
             }
         }
-        PushKind::Remove { object } => {
+        PushKind::RecoverRemove { object, .. } => {
             if store.stat(coll, object).is_ok() {
                 t.remove(coll, object);
+            }
+            t.kv_rm(coll, &missing_key(object));
+        }
+        PushKind::MarkMissing { objects } => {
+            if objects.len() > MAX_NAMES as usize {
+                return Err(format!(
+                    "{} objects to mark missing; at most {MAX_NAMES} per push",
+                    objects.len()
+                ));
+            }
+            for o in objects {
+                t.kv_set(coll, &missing_key(o), &[]);
             }
         }
         PushKind::Log { last_version } => {
@@ -280,11 +335,6 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
             offset,
             size,
             ..
-        }
-        | PushKind::Patch {
-            object,
-            offset,
-            size,
         } => {
             t.touch(coll, object);
             if !data.is_empty() {

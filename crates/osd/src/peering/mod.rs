@@ -3,15 +3,20 @@
 //! the PG log says changed (delta recovery) or everything when a member's log is too old
 //! (backfill). Client ops on the PG wait meanwhile; other PGs are not affected.
 //!
+//! The primary's own copy is recovered before the PG serves; members that are behind get the
+//! new log with the objects they lack marked missing, and those are copied in the background
+//! while the PG serves (`background.rs`).
+//!
 //! Limits of this version: the authority is chosen among the OSDs up now (acting members and
 //! any other up OSD holding the PG; no record of past intervals), so a PG whose every member
-//! of its last active interval is gone can come back with an older history; recovery runs
-//! before the PG serves again (I/O waits for a backfill to finish); it is not throttled.
+//! of its last active interval is gone can come back with an older history.
 
+mod background;
 mod dirty;
 pub mod member;
-pub(crate) mod primary;
+mod primary;
 pub(crate) mod rpc;
+pub(crate) mod transfer;
 
 use crate::shard::{Shard, ShardMsg};
 use cairn_map::{ClusterMap, PgId};
@@ -19,6 +24,9 @@ use std::time::Duration;
 
 /// The acting set with each member's life: a member that restarted makes a new interval.
 pub type Interval = Vec<(u32, u64)>;
+
+/// What peering leaves to background recovery, or why it failed.
+pub type PeerResult = Result<Vec<background::Work>, String>;
 
 /// Delay before peering is tried again after it failed.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -74,9 +82,10 @@ fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
 
 /// Takes a peering result: the PG goes active (its waiting ops run) if the acting set is
 /// still the one peered, else peering starts over.
-pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: Result<(), String>) {
+pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
     let map = shard.osd.map();
     let osd = shard.osd.clone();
+    let rt = osd.shard_runtime(shard.index);
     let st = shard.pg(&map, pg);
     match &st.peering {
         Some((running, _)) if *running == iv => st.peering = None,
@@ -84,16 +93,26 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: Result<(), String
         _ => return,
     }
     match result {
-        Ok(()) if interval(&map, &st.placement.acting) == iv => {
-            st.peered = Some(iv);
+        Ok(work) if interval(&map, &st.placement.acting) == iv => {
+            st.peered = Some(iv.clone());
             st.last_version = member::last_version(&osd.store, pg);
             st.coll_exists = osd.store.collection_exists(crate::pgstate::coll_of(pg));
             tracing::info!(pg = %pg, version = st.last_version, "PG active");
+            if let Some((_, old)) = st.recovering.take() {
+                old.abort();
+            }
+            if !work.is_empty() {
+                if let Some(rt) = &rt {
+                    let task_iv = iv.clone();
+                    let task = rt.spawn(background::run(osd.clone(), pg, map.epoch, task_iv, work));
+                    st.recovering = Some((iv, task.abort_handle()));
+                }
+            }
             replay_waiting(shard, pg);
         }
         // The acting set changed meanwhile: the waiting ops peer again (or learn that this
         // OSD is no longer primary).
-        Ok(()) => replay_waiting(shard, pg),
+        Ok(_) => replay_waiting(shard, pg),
         Err(e) => {
             tracing::warn!(pg = %pg, error = %e, "peering failed; retrying");
             if let Some(rt) = osd.shard_runtime(shard.index) {
@@ -102,6 +121,19 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: Result<(), String
                     osd.queue(pg, ShardMsg::Repeer(pg));
                 });
             }
+        }
+    }
+}
+
+/// Background recovery of `pg` finished.
+pub fn recovery_done(shard: &mut Shard, pg: PgId, iv: Interval) {
+    if let Some(st) = shard.pgs.get_mut(&pg) {
+        if st
+            .recovering
+            .as_ref()
+            .is_some_and(|(running, _)| *running == iv)
+        {
+            st.recovering = None;
         }
     }
 }
@@ -116,6 +148,19 @@ fn replay_waiting(shard: &mut Shard, pg: PgId) {
     for w in waiting {
         crate::op::handle_client_op(shard, w.reply, w.req_id, w.req, w.data);
     }
+}
+
+/// Forgets that `pg` is peered (a member reported a gap in its history) and peers it again.
+pub fn unpeer(shard: &mut Shard, pg: PgId) {
+    let map = shard.osd.map();
+    let me = shard.osd.id();
+    let st = shard.pg(&map, pg);
+    if st.peering.is_some() || st.placement.primary() != Some(me) {
+        return;
+    }
+    st.peered = None;
+    st.active_epoch = 0;
+    ready(shard, &map, pg);
 }
 
 /// Starts peering `pg` again if it is still not peered (after a failure).
@@ -161,6 +206,12 @@ pub fn on_map(shard: &mut Shard) {
             if *running != current {
                 task.abort();
                 st.peering = None;
+            }
+        }
+        if let Some((running, task)) = &st.recovering {
+            if *running != current {
+                task.abort();
+                st.recovering = None;
             }
         }
         if !st.waiting.is_empty() && st.peering.is_none() {

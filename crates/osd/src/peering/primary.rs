@@ -1,20 +1,19 @@
 //! The primary's side: gather the members' info and logs, pick the authoritative history,
-//! bring every member (itself first) up to it, object by object. Runs as a task on the PG's
-//! shard; client ops on the PG wait until it is done.
+//! bring its own copy up to it (client ops on the PG wait meanwhile), then give every member
+//! that is behind the new log with the objects it lacks marked missing; those objects are
+//! copied in the background while the PG serves (`background.rs`).
 
+use super::background::Work;
 use super::dirty::Dirty;
 use super::member;
 use super::rpc::Rpc;
+use super::transfer::{Ctx, End};
 use crate::daemon::Osd;
 use crate::pglog::LogEntry;
 use cairn_map::PgId;
-use cairn_proto::msg::peering::{
-    PgDone, PgInfo, PgList, PgNames, PgObject, PgPull, PgPush, PgQuery, PushKind, PG_DONE, PG_INFO,
-    PG_LIST, PG_NAMES, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY, RECOVERY_CHUNK,
-};
+use cairn_proto::msg::peering::{PgDone, PgInfo, PgQuery, PushKind, MAX_NAMES, PG_INFO, PG_QUERY};
 use cairn_proto::msg::{decode, encode};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// One member of the acting set as peering sees it.
@@ -78,230 +77,32 @@ pub fn plan(auth: (&PgInfo, &[LogEntry]), m: (&PgInfo, &[LogEntry])) -> Plan {
     Plan::Delta { common, objects }
 }
 
-/// Where object bytes come from or go to: this OSD's store or a member over its connection.
-pub(crate) enum End<'a> {
-    Local,
-    Remote(&'a mut Rpc),
-}
-
-/// Moves object bytes between this OSD (a PG's primary) and the PG's members.
-pub(crate) struct Ctx {
-    pub osd: Arc<Osd>,
-    pub pg: PgId,
-    pub epoch: u64,
-}
-
-impl Ctx {
-    pub async fn read(
-        &self,
-        src: &mut End<'_>,
-        object: &[u8],
-        offset: u64,
-    ) -> Result<(PgObject, Vec<u8>), String> {
-        self.read_len(src, object, offset, RECOVERY_CHUNK).await
+/// Adds a member's missing marks to its plan: those objects are copied whole whatever its
+/// log says.
+pub fn with_missing(p: Plan, info: &PgInfo) -> Plan {
+    if info.missing.is_empty() {
+        return p;
     }
-
-    /// Up to `len` bytes (at most [`RECOVERY_CHUNK`]) of an object at `offset`.
-    async fn read_len(
-        &self,
-        src: &mut End<'_>,
-        object: &[u8],
-        offset: u64,
-        len: u64,
-    ) -> Result<(PgObject, Vec<u8>), String> {
-        match src {
-            End::Local => member::pull(&self.osd.store, self.pg, object, offset, len),
-            End::Remote(rpc) => {
-                let p = PgPull {
-                    epoch: self.epoch,
-                    pool: self.pg.pool,
-                    pg: self.pg.pg,
-                    object: object.to_vec(),
-                    offset,
-                    len: len.min(RECOVERY_CHUNK),
-                };
-                let f = rpc.call(PG_PULL, PG_OBJECT, &encode(&p), &[]).await?;
-                let o: PgObject = decode("pg object", &f.control).map_err(|e| e.to_string())?;
-                Ok((o, f.data))
-            }
+    let marked = info.missing.iter().map(|o| (o.clone(), Dirty::Whole));
+    match p {
+        Plan::Backfill => Plan::Backfill,
+        Plan::UpToDate => Plan::Delta {
+            common: info.last_version,
+            objects: marked.collect(),
+        },
+        Plan::Delta {
+            common,
+            mut objects,
+        } => {
+            objects.extend(marked);
+            Plan::Delta { common, objects }
         }
-    }
-
-    async fn push(&self, dst: &mut End<'_>, kind: PushKind, data: &[u8]) -> Result<(), String> {
-        match self.push_reply(dst, kind, data).await? {
-            PgDone::Done => Ok(()),
-            PgDone::Stale { epoch } => Err(format!(
-                "the member's map (epoch {epoch}) no longer has this OSD as primary"
-            )),
-            PgDone::Failed(why) => Err(why),
-            PgDone::Busy => Err("the member refused: the object changed meanwhile".into()),
-        }
-    }
-
-    /// Applies one push to `dst` and returns its answer.
-    pub async fn push_reply(
-        &self,
-        dst: &mut End<'_>,
-        kind: PushKind,
-        data: &[u8],
-    ) -> Result<PgDone, String> {
-        if !matches!(kind, PushKind::Log { .. }) {
-            let rec = &self.osd.recovery;
-            rec.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-        }
-        match dst {
-            End::Local => {
-                let pg = self.pg;
-                self.osd
-                    .with_pg_shard(pg, |shard| member::apply(shard, pg, &kind, data))
-                    .ok_or_else(|| "no shard".to_string())
-            }
-            End::Remote(rpc) => {
-                let p = PgPush {
-                    epoch: self.epoch,
-                    pool: self.pg.pool,
-                    pg: self.pg.pg,
-                    primary: self.osd.id(),
-                    kind,
-                };
-                let f = rpc.call(PG_PUSH, PG_DONE, &encode(&p), data).await?;
-                decode::<PgDone>("pg done", &f.control).map_err(|e| e.to_string())
-            }
-        }
-    }
-
-    /// Copies one object's state (or its absence) from `src` to `dst`.
-    async fn copy(
-        &self,
-        src: &mut End<'_>,
-        dst: &mut End<'_>,
-        object: &[u8],
-    ) -> Result<(), String> {
-        let mut offset = 0;
-        loop {
-            let (o, bytes) = self.read(src, object, offset).await?;
-            if !o.exists {
-                let kind = PushKind::Remove {
-                    object: object.to_vec(),
-                };
-                return self.push(dst, kind, &[]).await;
-            }
-            let n = bytes.len() as u64;
-            let kind = PushKind::Object {
-                object: object.to_vec(),
-                offset,
-                size: o.size,
-            };
-            self.push(dst, kind, &bytes).await?;
-            offset += n;
-            if n == 0 || offset >= o.size {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Copies the bytes of `object` in `ranges` from `src` to `dst` and gives it the
-    /// source's size (the rest of the destination's copy is already the same).
-    async fn patch(
-        &self,
-        src: &mut End<'_>,
-        dst: &mut End<'_>,
-        object: &[u8],
-        ranges: &[(u64, u64)],
-    ) -> Result<(), String> {
-        let (o, _) = self.read_len(src, object, 0, 0).await?;
-        let patch = |offset| PushKind::Patch {
-            object: object.to_vec(),
-            offset,
-            size: o.size,
-        };
-        if !o.exists {
-            let kind = PushKind::Remove {
-                object: object.to_vec(),
-            };
-            return self.push(dst, kind, &[]).await;
-        }
-        self.push(dst, patch(0), &[]).await?;
-        for &(start, end) in ranges {
-            let (mut at, end) = (start, end.min(o.size));
-            while at < end {
-                let (_, bytes) = self.read_len(src, object, at, end - at).await?;
-                if bytes.is_empty() {
-                    break;
-                }
-                self.push(dst, patch(at), &bytes).await?;
-                at += bytes.len() as u64;
-            }
-        }
-        Ok(())
-    }
-
-    async fn names(&self, src: &mut End<'_>) -> Result<Vec<Vec<u8>>, String> {
-        let mut out = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page: PgNames = match src {
-                End::Local => member::list(&self.osd.store, self.pg, after.as_deref())?,
-                End::Remote(rpc) => {
-                    let l = PgList {
-                        epoch: self.epoch,
-                        pool: self.pg.pool,
-                        pg: self.pg.pg,
-                        after: after.clone(),
-                    };
-                    let f = rpc.call(PG_LIST, PG_NAMES, &encode(&l), &[]).await?;
-                    decode("pg names", &f.control).map_err(|e| e.to_string())?
-                }
-            };
-            after = page.names.last().cloned();
-            out.extend(page.names);
-            if !page.more || after.is_none() {
-                return Ok(out);
-            }
-        }
-    }
-
-    /// Brings `dst` to the authority's history as `plan` says, copying from `src`.
-    async fn recover(
-        &self,
-        src: &mut End<'_>,
-        dst: &mut End<'_>,
-        plan: Plan,
-        auth: &PgInfo,
-        auth_entries: &[LogEntry],
-    ) -> Result<(), String> {
-        let (common, objects) = match plan {
-            Plan::UpToDate => return Ok(()),
-            Plan::Delta { common, objects } => (common, objects.into_iter().collect()),
-            Plan::Backfill => {
-                let names = self.names(src).await?;
-                self.push(dst, PushKind::Reset, &[]).await?;
-                (0, names.into_iter().map(|n| (n, Dirty::Whole)).collect())
-            }
-        };
-        let objects: Vec<(Vec<u8>, Dirty)> = objects;
-        let rec = &self.osd.recovery;
-        let mut pending = rec.plan(objects.len() as u64);
-        for (o, dirty) in &objects {
-            let step = rec.step();
-            match dirty {
-                Dirty::Whole => self.copy(src, dst, o).await?,
-                Dirty::Ranges(r) => self.patch(src, dst, o, r).await?,
-            }
-            pending.done_one();
-            rec.pace(step).await;
-        }
-        let entries: Vec<&LogEntry> = auth_entries.iter().filter(|e| e.version > common).collect();
-        let kind = PushKind::Log {
-            last_version: auth.last_version,
-        };
-        self.push(dst, kind, &encode(&entries)).await
     }
 }
 
-/// Peers `pg` with the acting set `acting` (this OSD first): afterwards every member holds
-/// the authoritative history.
-pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), String> {
+/// Peers `pg` with the acting set `acting` (this OSD first). Afterwards this OSD holds the
+/// authoritative history and every member its log; returns what members still lack.
+pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Vec<Work>, String> {
     let map = osd.map();
     let me = osd.id();
     let ctx = Ctx {
@@ -341,53 +142,136 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<(), Strin
     }
     let acting_count = members.len();
     members.extend(stray_members);
-    let Some(auth_i) = (0..members.len()).max_by_key(|&i| members[i].head()) else {
-        return Ok(());
+    // The newest history; of equals, one whose copies are all current.
+    let Some(auth_i) =
+        (0..members.len()).max_by_key(|&i| (members[i].head(), members[i].info.missing.is_empty()))
+    else {
+        return Ok(Vec::new());
     };
+    if !members[auth_i].info.missing.is_empty() {
+        return Err(format!(
+            "the newest history is on osd.{} but {} of its objects are not current there \
+             (marked missing) and no up OSD has them: waiting for the OSDs that do",
+            members[auth_i].id,
+            members[auth_i].info.missing.len()
+        ));
+    }
     let auth_info = members[auth_i].info.clone();
     let auth_entries = members[auth_i].entries.clone();
     let auth_id = members[auth_i].id;
-    // This OSD first: afterwards it is a source for everyone else.
+    // This OSD first, before the PG serves: afterwards it is the source for everyone else.
     let mine = members.iter().position(|m| m.rpc.is_none()).unwrap_or(0);
-    let p = plan(
-        (&auth_info, &auth_entries),
-        (&members[mine].info, &members[mine].entries),
+    let p = with_missing(
+        plan(
+            (&auth_info, &auth_entries),
+            (&members[mine].info, &members[mine].entries),
+        ),
+        &members[mine].info,
     );
     if p != Plan::UpToDate {
-        tracing::info!(pg = %pg, from = auth_id, plan = ?summary(&p), "recovering this OSD's copy");
+        tracing::info!(pg = %pg, from = auth_id, plan = %summary(&p, &members[mine].info), "recovering this OSD's copy");
         let Some(rpc) = members[auth_i].rpc.as_mut() else {
             return Err("the authority is this OSD but its plan is not up to date".into());
         };
-        ctx.recover(
-            &mut End::Remote(rpc),
-            &mut End::Local,
-            p,
-            &auth_info,
-            &auth_entries,
-        )
-        .await?;
+        let objects = ctx
+            .start(
+                &mut End::Local,
+                p,
+                &auth_info,
+                &auth_entries,
+                &mut End::Remote(rpc),
+            )
+            .await?;
+        recover_now(&ctx, rpc, objects).await?;
     }
+    let mut work = Vec::new();
     for m in members[..acting_count]
         .iter_mut()
         .filter(|m| m.rpc.is_some())
     {
-        let p = plan((&auth_info, &auth_entries), (&m.info, &m.entries));
+        let p = with_missing(
+            plan((&auth_info, &auth_entries), (&m.info, &m.entries)),
+            &m.info,
+        );
         if p == Plan::UpToDate {
             continue;
         }
-        tracing::info!(pg = %pg, member = m.id, plan = ?summary(&p), "recovering a member");
+        tracing::info!(pg = %pg, member = m.id, plan = %summary(&p, &m.info), "member behind: recovering it in the background");
         if let Some(rpc) = m.rpc.as_mut() {
-            ctx.recover(
-                &mut End::Local,
-                &mut End::Remote(rpc),
-                p,
-                &auth_info,
-                &auth_entries,
-            )
-            .await?;
+            let objects = ctx
+                .start(
+                    &mut End::Remote(rpc),
+                    p,
+                    &auth_info,
+                    &auth_entries,
+                    &mut End::Local,
+                )
+                .await?;
+            work.push(Work {
+                member: m.id,
+                objects,
+            });
         }
     }
+    Ok(work)
+}
+
+/// Copies `objects` from the authority over this OSD's copy, before the PG serves.
+async fn recover_now(
+    ctx: &Ctx,
+    auth: &mut Rpc,
+    objects: Vec<(Vec<u8>, Dirty)>,
+) -> Result<(), String> {
+    let rec = &ctx.osd.recovery;
+    let mut pending = rec.plan(objects.len() as u64);
+    for (o, dirty) in &objects {
+        let step = rec.step();
+        let done = ctx
+            .copy_object(&mut End::Remote(auth), &mut End::Local, o, dirty, false)
+            .await?;
+        if done != PgDone::Done {
+            return Err(format!("recovering an object from the authority: {done:?}"));
+        }
+        pending.done_one();
+        rec.pace(step).await;
+    }
     Ok(())
+}
+
+impl Ctx {
+    /// Gives `dst` the authority's log with the objects `plan` says it lacks marked missing
+    /// (after emptying it for a backfill, listing the objects at `src`); returns them.
+    async fn start(
+        &self,
+        dst: &mut End<'_>,
+        plan: Plan,
+        auth: &PgInfo,
+        auth_entries: &[LogEntry],
+        src: &mut End<'_>,
+    ) -> Result<Vec<(Vec<u8>, Dirty)>, String> {
+        let (common, objects): (u64, Vec<(Vec<u8>, Dirty)>) = match plan {
+            Plan::UpToDate => return Ok(Vec::new()),
+            Plan::Delta { common, objects } => (common, objects.into_iter().collect()),
+            Plan::Backfill => {
+                let names = self.names(src).await?;
+                self.push(dst, PushKind::Reset, &[]).await?;
+                (0, names.into_iter().map(|n| (n, Dirty::Whole)).collect())
+            }
+        };
+        // Marked before the log is adopted: a member never looks current without being so.
+        for chunk in objects.chunks(MAX_NAMES as usize) {
+            let kind = PushKind::MarkMissing {
+                objects: chunk.iter().map(|(o, _)| o.clone()).collect(),
+            };
+            self.push(dst, kind, &[]).await?;
+        }
+        let entries: Vec<&LogEntry> = auth_entries.iter().filter(|e| e.version > common).collect();
+        let kind = PushKind::Log {
+            last_version: auth.last_version,
+        };
+        self.push(dst, kind, &encode(&entries)).await?;
+        Ok(objects)
+    }
 }
 
 /// Asks member `id` for its info and whole log of `pg`.
@@ -421,11 +305,19 @@ async fn query(
 }
 
 /// A plan for the log: its kind and how many objects.
-fn summary(p: &Plan) -> String {
+fn summary(p: &Plan, info: &PgInfo) -> String {
+    let marked = if info.missing.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} of them marked missing)", info.missing.len())
+    };
     match p {
         Plan::UpToDate => "up to date".into(),
         Plan::Delta { common, objects } => {
-            format!("delta after version {common}: {} objects", objects.len())
+            format!(
+                "delta after version {common}: {} objects{marked}",
+                objects.len()
+            )
         }
         Plan::Backfill => "backfill".into(),
     }

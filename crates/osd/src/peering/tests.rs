@@ -17,6 +17,7 @@ fn info(entries: &[LogEntry]) -> PgInfo {
         last_version: entries.last().map_or(0, |e| e.version),
         last_epoch: entries.last().map_or(0, |e| e.epoch),
         tail: entries.first().map(|e| e.version),
+        missing: Vec::new(),
     }
 }
 
@@ -67,6 +68,7 @@ fn an_empty_member_gets_everything_by_log_or_backfill() {
         last_version: 0,
         last_epoch: 0,
         tail: None,
+        missing: Vec::new(),
     };
     assert_eq!(
         plan((&info(&auth), &auth), (&empty, &[])),
@@ -136,4 +138,33 @@ fn ranged_writes_recover_only_their_bytes_and_rollbacks_count_too() {
         objects[&b"a".to_vec()],
         Dirty::Ranges(vec![(8192, 12288), (65536, 66048)])
     );
+}
+
+#[test]
+fn missing_marks_add_whole_objects_to_any_plan_but_a_backfill() {
+    use super::primary::with_missing;
+    let auth = vec![e(1, 3, "a"), e(2, 3, "b")];
+    let mut m = info(&auth);
+    m.missing = vec![b"x".to_vec()];
+    assert_eq!(
+        with_missing(Plan::UpToDate, &m),
+        Plan::Delta {
+            common: 2,
+            objects: objects(&["x"])
+        }
+    );
+    let delta = Plan::Delta {
+        common: 1,
+        objects: objects(&["b"]),
+    };
+    assert_eq!(
+        with_missing(delta, &m),
+        Plan::Delta {
+            common: 1,
+            objects: objects(&["b", "x"])
+        }
+    );
+    assert_eq!(with_missing(Plan::Backfill, &m), Plan::Backfill);
+    m.missing.clear();
+    assert_eq!(with_missing(Plan::UpToDate, &m), Plan::UpToDate);
 }

@@ -49,6 +49,28 @@ pub fn build(store: &Store, pg: PgId, req: &PgScrub) -> Result<PgScrubMap, Strin
     Ok(map)
 }
 
+/// Reads of one object before a checksum mismatch counts as damage.
+const READ_TRIES: u32 = 3;
+
+/// CRC-32C of an object's `size` bytes, read from the device.
+fn data_crc(
+    store: &Store,
+    coll: cairn_store::CollId,
+    name: &[u8],
+    size: u64,
+) -> Result<u32, cairn_store::StoreError> {
+    let (mut crc, mut off) = (0, 0);
+    while off < size {
+        let b = store.read_uncached(coll, name, off, RECOVERY_CHUNK)?;
+        if b.is_empty() {
+            break;
+        }
+        crc = crc32c::crc32c_append(crc, &b);
+        off += b.len() as u64;
+    }
+    Ok(crc)
+}
+
 /// One object's digest: size, CRC-32C of its bytes as the device holds them, of its
 /// attributes, or why it cannot be read.
 pub fn digest(store: &Store, pg: PgId, name: &[u8]) -> ScrubEntry {
@@ -66,14 +88,15 @@ pub fn digest(store: &Store, pg: PgId, name: &[u8]) -> ScrubEntry {
     };
     e.exists = true;
     e.size = st.size;
-    let mut off = 0;
-    while off < st.size {
-        match store.read_uncached(coll, name, off, RECOVERY_CHUNK) {
-            Ok(b) if b.is_empty() => break,
-            Ok(b) => {
-                e.data_crc = crc32c::crc32c_append(e.data_crc, &b);
-                off += b.len() as u64;
+    // A block the store moves while it is read fails its check once; damage stays.
+    let mut tries = 0;
+    loop {
+        match data_crc(store, coll, name, st.size) {
+            Ok(crc) => {
+                e.data_crc = crc;
+                break;
             }
+            Err(_) if tries < READ_TRIES => tries += 1,
             Err(err) => {
                 e.damage = Some(err.to_string());
                 return e;

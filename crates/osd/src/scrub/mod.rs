@@ -14,8 +14,8 @@ pub mod compare;
 pub mod map;
 
 use crate::daemon::Osd;
-use crate::peering::primary::{Ctx, End};
 use crate::peering::rpc::Rpc;
+use crate::peering::transfer::{Ctx, End};
 use crate::pgstate::coll_of;
 use cairn_map::PgId;
 use cairn_proto::msg::decode;
@@ -146,6 +146,10 @@ async fn wait_active(
                 return Ok(None);
             }
             let st = shard.pg(&map, pg);
+            // Members still being recovered differ on purpose.
+            if st.recovering.is_some() {
+                return Ok(None);
+            }
             Ok(st
                 .peered
                 .clone()
@@ -155,7 +159,8 @@ async fn wait_active(
             Some(v) => return Ok(v),
             None if tokio::time::Instant::now() >= deadline => {
                 return Err(format!(
-                    "pg {pg} did not finish peering within {ACTIVE_WAIT:?}"
+                    "pg {pg} did not finish peering and recovery within {ACTIVE_WAIT:?}; \
+                     scrub it later"
                 ))
             }
             None => tokio::time::sleep(Duration::from_millis(100)).await,

@@ -58,6 +58,11 @@ pub enum CommandReply {
     },
     /// The monitors cannot commit right now (no quorum); retry later.
     Unavailable(String),
+    /// A heartbeat was accepted; the leader marks an OSD down after `grace_ms` without one
+    /// (the OSD bounds its lease by it).
+    Alive {
+        grace_ms: u64,
+    },
 }
 
 /// An OSD's sign of life, sent to the leader every heartbeat interval.

@@ -186,6 +186,11 @@ pub enum RepReply {
         epoch: u64,
     },
     Failed(String),
+    /// The write's version does not follow the replica's last one (`have`): it missed a
+    /// write (a connection broke). Nothing was applied; the primary must peer the PG again.
+    Gap {
+        have: u64,
+    },
 }
 
 /// An OSD's usage, for `cairn status`.

@@ -49,6 +49,9 @@ pub struct PgInfo {
     pub last_epoch: u64,
     /// The oldest version in its log (`None`: empty log).
     pub tail: Option<u64>,
+    /// Objects marked missing: a recovery adopted a newer log before copying them, so the
+    /// member's copies of these are not current whatever its log says.
+    pub missing: Vec<Vec<u8>>,
 }
 
 /// Asks for bytes of one object.
@@ -77,17 +80,26 @@ pub struct PgObject {
 /// What a push does on the member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PushKind {
-    /// Backfill starts: remove every object and log entry of the PG.
+    /// Backfill starts: remove every object, log entry and missing mark of the PG.
     Reset,
-    /// Bytes of an object at `offset`; `size` is its whole size. The first chunk (offset 0)
-    /// replaces whatever the member had.
-    Object {
+    /// Recovery of one object: with `reset`, empty the object first (a whole copy starts);
+    /// write the bytes at `offset` (none: only set the size), make the object `size` bytes
+    /// long; with `last`, the object is current: drop its missing mark. With `since`, refused
+    /// ([`PgDone::Busy`]) if a log entry after that version touched the object (a client
+    /// wrote it after the bytes were read: recovery reads it again).
+    Recover {
         object: Vec<u8>,
         offset: u64,
         size: u64,
+        reset: bool,
+        last: bool,
+        since: Option<u64>,
     },
-    /// The object does not exist: remove it.
-    Remove { object: Vec<u8> },
+    /// Recovery of one object that does not exist: remove it, drop its missing mark (same
+    /// `since` condition).
+    RecoverRemove { object: Vec<u8>, since: Option<u64> },
+    /// Mark these objects missing (before a newer log is adopted; at most [`MAX_NAMES`]).
+    MarkMissing { objects: Vec<Vec<u8>> },
     /// Recovery is done: adopt these log entries (the frame's data, encoded like
     /// [`PG_INFO`]'s) and this last version.
     Log { last_version: u64 },
@@ -100,13 +112,6 @@ pub enum PushKind {
         offset: u64,
         size: u64,
         since: u64,
-    },
-    /// Delta recovery: write these bytes at `offset` (none: only set the size) and make the
-    /// object `size` bytes long, creating it if needed; the rest of it stays as it is.
-    Patch {
-        object: Vec<u8>,
-        offset: u64,
-        size: u64,
     },
     /// Scrub repair: the object must not exist (same condition as [`PushKind::Repair`]).
     RepairRemove { object: Vec<u8>, since: u64 },
