@@ -82,6 +82,7 @@ pub async fn watch(
 ) {
     tokio::spawn(heartbeats(osd.clone(), mon.clone(), cfg.heartbeat_interval));
     let mut rx = mon.follow(Some((*osd.map()).clone()));
+    let mut flaps = Flaps::default();
     loop {
         if rx.changed().await.is_err() {
             tracing::error!("map subscription ended");
@@ -98,16 +99,53 @@ pub async fn watch(
             .get(&me)
             .is_some_and(|o| !o.up || o.up_from != life);
         if marked_down && map.epoch > life {
+            let wait = flaps.marked_down(std::time::Instant::now());
             tracing::warn!(
                 osd = me,
                 epoch = map.epoch,
+                times_in_window = flaps.count(),
+                wait_secs = wait.as_secs(),
                 "the map says this OSD is down; booting again"
             );
+            // A flapping OSD stays down a while: every return makes its PGs peer again.
+            tokio::time::sleep(wait).await;
             match boot_once(&mon, store_id, &addr, &cfg.host, cfg.weight).await {
                 Ok((_, up_from)) => osd.up_from.store(up_from, Ordering::Relaxed),
                 Err(e) => tracing::warn!(error = %e, "boot failed"),
             }
         }
+    }
+}
+
+/// How long this OSD was marked down lately, to damp flapping.
+#[derive(Default)]
+struct Flaps {
+    times: Vec<std::time::Instant>,
+}
+
+/// Mark-downs remembered for damping.
+const FLAP_WINDOW: Duration = Duration::from_secs(600);
+/// Mark-downs in the window before booting again is delayed.
+const FLAP_FREE: usize = 2;
+/// Longest delay before booting again.
+const FLAP_MAX_WAIT: Duration = Duration::from_secs(300);
+
+impl Flaps {
+    /// Records a mark-down at `now`; returns how long to wait before booting again: nothing
+    /// for the first two in ten minutes, then 2, 4, 8 ... seconds, at most five minutes.
+    fn marked_down(&mut self, now: std::time::Instant) -> Duration {
+        self.times
+            .retain(|t| now.saturating_duration_since(*t) < FLAP_WINDOW);
+        self.times.push(now);
+        let extra = self.times.len().saturating_sub(FLAP_FREE) as u32;
+        if extra == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs(1u64 << extra.min(9)).min(FLAP_MAX_WAIT)
+    }
+
+    fn count(&self) -> usize {
+        self.times.len()
     }
 }
 
@@ -135,5 +173,30 @@ async fn heartbeats(osd: Arc<Osd>, mon: MonClient, every: Duration) {
             Ok(grace) => osd.lease.renew(sent, grace),
             Err(e) => tracing::warn!(error = %e, "heartbeat to monitors failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn an_osd_marked_down_again_and_again_waits_longer_each_time() {
+        let mut f = Flaps::default();
+        let t0 = Instant::now();
+        let s = |n| Duration::from_secs(n);
+        assert_eq!(f.marked_down(t0), Duration::ZERO);
+        assert_eq!(f.marked_down(t0 + s(10)), Duration::ZERO);
+        assert_eq!(f.marked_down(t0 + s(20)), s(2));
+        assert_eq!(f.marked_down(t0 + s(40)), s(4));
+        assert_eq!(f.marked_down(t0 + s(60)), s(8));
+        for i in 0..10 {
+            f.marked_down(t0 + s(70 + i));
+        }
+        assert_eq!(f.marked_down(t0 + s(90)), FLAP_MAX_WAIT);
+        // Ten quiet minutes later it is forgiven.
+        assert_eq!(f.marked_down(t0 + s(90) + FLAP_WINDOW), Duration::ZERO);
+        assert_eq!(f.count(), 1);
     }
 }

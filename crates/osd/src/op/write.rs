@@ -138,7 +138,7 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
         // would take the PG back; the primary's client resends it as a new version.
         return rep_reply(&to, req_id, &RepReply::Stale { epoch: map.epoch });
     }
-    if op.version > st.last_version + 1 {
+    if op.version > st.last_version.saturating_add(1) {
         // A write before this one never arrived: applying this one would leave a hole in
         // the PG's history here. The primary peers again, which fills it.
         tracing::warn!(pg = %pg, have = st.last_version, got = op.version, "replicated write after a gap; asking the primary to peer again");
