@@ -18,13 +18,17 @@ Benchmark self-healing on a throw-away local cluster this command starts and rem
 (--osds OSDs, WALs on /dev/shm, pool size 3 / min_size 2, 64 PGs).
 
 It writes --data bytes in 4 MiB objects, measures client 4 KiB random-write IOPS (--qd in
-flight, --seconds) as the baseline, then, always killing the last OSD with kill -9:
+flight, --seconds) as the baseline, then, killing an OSD with kill -9 (the last one
+unless said otherwise):
   delta-under-load   the OSD is down --down-secs while clients write, then restarts: time
                      until every PG is active+clean, bytes recovery moved against the bytes a
                      backfill would copy (what the OSD held), client IOPS while recovering
+  delta-under-light-load  the same with clients writing --light-iops writes/s in all
   backfill-idle      the OSD is killed and marked out (no client I/O): time to clean and MB/s
                      (the OSD then comes back and is marked in; the rebalance is waited for)
-  backfill-under-load  the same with clients writing: time, MB/s, client IOPS while healing
+  backfill-under-load  the same with clients writing, killing the next-to-last OSD (the
+                     OSDs that took the last one's PGs still hold those copies): time, MB/s,
+                     client IOPS while healing
 Targets: delta moves < 5% of a backfill; client IOPS while recovering >= 50% of the baseline.
 A PG counts as clean when it has `size` OSDs up and no OSD reports it peering or objects left
 to recover (polled every 200 ms, confirmed 1 s later).
@@ -52,6 +56,9 @@ pub struct BenchRecoveryArgs {
     /// Client writes in flight.
     #[arg(long, default_value_t = 16)]
     pub qd: usize,
+    /// Client writes per second in the light-load delta scenario (a busy VM or two).
+    #[arg(long, default_value_t = 500)]
+    pub light_iops: u64,
 }
 
 const OBJECT: u64 = 4 << 20;
@@ -92,40 +99,42 @@ async fn bench(a: &BenchRecoveryArgs, c: &DevCluster) -> Result<()> {
     fill(&client, pool, objects).await?;
     wait_clean(&client).await?;
     say(format!("baseline: {} s of 4 KiB writes", a.seconds));
-    let load = Load::start(&client, pool, objects, a.qd);
+    let load = Load::start(&client, pool, objects, a.qd, None);
     tokio::time::sleep(Duration::from_secs(a.seconds)).await;
     let baseline = load.stop().await;
     let victim = a.osds - 1;
     let mut scenarios = Vec::new();
 
-    say(format!(
-        "delta-under-load: osd.{victim} down {} s",
-        a.down_secs
-    ));
-    let held = osd_used(&client, victim).await?;
-    let load = Load::start(&client, pool, objects, a.qd);
-    c.kill9(victim)?;
-    let down_after = wait_down(&client, victim).await?;
-    tokio::time::sleep(Duration::from_secs(a.down_secs)).await;
-    let mark = Mark::take(&client, &load).await;
-    c.restart_missing()?;
-    let took = wait_clean(&client).await?;
-    let moved = Mark::take(&client, &load).await.since(&mark);
-    let during = load.stop().await;
-    scenarios.push(
-        scenario("delta-under-load", took, &moved, baseline.iops)
-            .put("seconds_to_down", round(down_after.as_secs_f64(), 2))
-            .put("seconds_down", a.down_secs)
-            .put(
-                "client_writes_while_down",
-                during.ops.saturating_sub(moved.ops),
-            )
-            .put("backfill_bytes", held)
-            .put(
-                "moved_ratio_to_backfill",
-                round(moved.bytes as f64 / held.max(1) as f64, 4),
-            ),
-    );
+    for (name, rate) in [
+        ("delta-under-load", None),
+        ("delta-under-light-load", Some(a.light_iops)),
+    ] {
+        say(format!("{name}: osd.{victim} down {} s", a.down_secs));
+        let held = osd_used(&client, victim).await?;
+        let load = Load::start(&client, pool, objects, a.qd, rate);
+        c.kill9(victim)?;
+        let down_after = wait_down(&client, victim).await?;
+        tokio::time::sleep(Duration::from_secs(a.down_secs)).await;
+        let mark = Mark::take(&client, &load).await;
+        c.restart_missing()?;
+        let took = wait_clean(&client).await?;
+        let moved = Mark::take(&client, &load).await.since(&mark);
+        let during = load.stop().await;
+        let while_down = during.ops.saturating_sub(moved.ops);
+        scenarios.push(
+            scenario(name, took, &moved, baseline.iops, rate)
+                .put("client_iops_limit", rate.unwrap_or(0))
+                .put("seconds_to_down", round(down_after.as_secs_f64(), 2))
+                .put("seconds_down", a.down_secs)
+                .put("client_writes_while_down", while_down)
+                .put("client_bytes_written_while_down", while_down * 4096)
+                .put("backfill_bytes", held)
+                .put(
+                    "moved_ratio_to_backfill",
+                    round(moved.bytes as f64 / held.max(1) as f64, 4),
+                ),
+        );
+    }
 
     say(format!("backfill-idle: osd.{victim} killed and marked out"));
     scenarios.push(backfill(c, &client, victim, None, baseline.iops).await?);
@@ -134,10 +143,13 @@ async fn bench(a: &BenchRecoveryArgs, c: &DevCluster) -> Result<()> {
     ));
     rejoin(c, &client, victim).await?;
 
+    // Another OSD this time: the OSDs that took osd.{victim}'s PGs still hold those copies
+    // (previous owners keep their data), which would make this a delta, not a backfill.
+    let victim = a.osds - 2;
     say(format!(
         "backfill-under-load: osd.{victim} killed and marked out"
     ));
-    let load = Load::start(&client, pool, objects, a.qd);
+    let load = Load::start(&client, pool, objects, a.qd, None);
     scenarios.push(backfill(c, &client, victim, Some(&load), baseline.iops).await?);
     load.stop().await;
 
@@ -177,7 +189,7 @@ async fn backfill(
     } else {
         "backfill-under-load"
     };
-    Ok(scenario(name, took, &moved, baseline_iops)
+    Ok(scenario(name, took, &moved, baseline_iops, None)
         .put("seconds_to_down", round(down_after.as_secs_f64(), 2))
         .put("osd_held_bytes", held))
 }
@@ -193,9 +205,12 @@ async fn rejoin(c: &DevCluster, client: &Client, victim: u32) -> Result<()> {
     Ok(())
 }
 
-fn scenario(name: &str, took: Duration, m: &Moved, baseline_iops: f64) -> Obj {
+/// One scenario's report; the client IOPS ratio is against the baseline, or against
+/// `limit` for a rate-limited load.
+fn scenario(name: &str, took: Duration, m: &Moved, baseline_iops: f64, limit: Option<u64>) -> Obj {
     let secs = took.as_secs_f64().max(1e-3);
     let iops = m.ops as f64 / secs;
+    let before = limit.map_or(baseline_iops, |l| baseline_iops.min(l as f64));
     let mut o = Obj::new()
         .put("name", name)
         .put("seconds_to_clean", round(secs, 2))
@@ -205,10 +220,7 @@ fn scenario(name: &str, took: Duration, m: &Moved, baseline_iops: f64) -> Obj {
     if m.ops > 0 {
         o = o
             .put("client_iops", round(iops, 1))
-            .put(
-                "client_iops_ratio",
-                round(iops / baseline_iops.max(1e-9), 3),
-            )
+            .put("client_iops_ratio", round(iops / before.max(1e-9), 3))
             .put("client_errors", m.errors);
     }
     o
@@ -265,8 +277,10 @@ struct LoadResult {
 }
 
 impl Load {
-    fn start(client: &Client, pool: u32, objects: u64, qd: usize) -> Load {
+    /// `qd` writers, as fast as they can (`rate` None) or `rate` writes/s in all.
+    fn start(client: &Client, pool: u32, objects: u64, qd: usize, rate: Option<u64>) -> Load {
         let mut l = Load::idle();
+        let gap = rate.map(|r| Duration::from_secs_f64(qd.max(1) as f64 / r.max(1) as f64));
         for w in 0..qd.max(1) {
             let (client, ops, errors, stop) = (
                 client.clone(),
@@ -277,7 +291,12 @@ impl Load {
             l.tasks.push(tokio::spawn(async move {
                 let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (w as u64 + 1);
                 let block = vec![0xC3u8; 4096];
+                let mut next = tokio::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
+                    if let Some(gap) = gap {
+                        next += gap;
+                        tokio::time::sleep_until(next).await;
+                    }
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
