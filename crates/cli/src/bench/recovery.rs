@@ -294,7 +294,8 @@ impl Load {
                 let mut next = tokio::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     if let Some(gap) = gap {
-                        next += gap;
+                        // No catching up after a stall: the rate is a ceiling.
+                        next = (next + gap).max(tokio::time::Instant::now());
                         tokio::time::sleep_until(next).await;
                     }
                     x ^= x << 13;

@@ -222,10 +222,9 @@ async fn recover_now(
     auth: &mut Rpc,
     objects: Vec<(Vec<u8>, Dirty)>,
 ) -> Result<(), String> {
-    let rec = &ctx.osd.recovery;
-    let mut pending = rec.plan(objects.len() as u64);
+    // Not paced: the PG's client I/O waits for this, pausing would only make it wait longer.
+    let mut pending = ctx.osd.recovery.plan(objects.len() as u64);
     for (o, dirty) in &objects {
-        let step = rec.step();
         let done = ctx
             .copy_object(&mut End::Remote(auth), &mut End::Local, o, dirty, false)
             .await?;
@@ -233,7 +232,6 @@ async fn recover_now(
             return Err(format!("recovering an object from the authority: {done:?}"));
         }
         pending.done_one();
-        rec.pace(step).await;
     }
     Ok(())
 }
