@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 24 {
+    match which % 25 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -50,6 +50,7 @@ fuzz_target!(|data: &[u8]| {
         20 => roundtrip::<scrub::PgScrubMap>("pg scrub map", b),
         21 => roundtrip::<scrub::ScrubPg>("scrub pg", b),
         22 => roundtrip::<scrub::ScrubReport>("scrub report", b),
+        23 => roundtrip::<mon::FailureReport>("failure report", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

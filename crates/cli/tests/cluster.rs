@@ -4,29 +4,9 @@
 mod common;
 
 use common::cluster::{runtime, Cluster};
-use common::history::{check, Read, Write};
+use common::history::{check, decode, encode, Read, Write, BLOCK};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const BLOCK: usize = 4096;
-
-fn encode(v: u64) -> Vec<u8> {
-    let mut b = vec![0u8; BLOCK];
-    for c in b.chunks_mut(8) {
-        c.copy_from_slice(&v.to_le_bytes());
-    }
-    b
-}
-
-fn decode(b: &[u8]) -> u64 {
-    assert_eq!(b.len(), BLOCK, "short read");
-    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-    assert!(
-        b.chunks(8).all(|c| c == v.to_le_bytes()),
-        "torn block for value {v}"
-    );
-    v
-}
 
 #[derive(Default)]
 struct History {

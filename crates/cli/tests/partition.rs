@@ -1,38 +1,33 @@
-//! A network partition cuts a primary OSD, and a client with it, off from the monitors and
-//! the other OSDs. The monitors mark the OSD down, its PGs get new primaries and a client on
-//! the majority side writes new values there. The cut-off client still reads from the old
-//! primary (its map cannot change), but the old primary stops serving before any new one
-//! starts (its lease ran out), so no read ever returns a value an acknowledged write had
-//! replaced; after the partition heals nothing acknowledged is lost.
+//! Network partitions around a primary OSD (osd.3, listening and connecting from its own
+//! address, 127.0.0.9 or .19),
+//! made with nftables (needs root and nft):
+//! - it and a client (127.0.0.7) are cut off from the monitors and the other OSDs: the
+//!   monitors stop hearing from it and mark it down; the cut-off client still reads from it
+//!   (its map cannot change), but it stops serving before any new primary starts (its lease
+//!   ran out);
+//! - it is cut off from the other OSDs only (it still reaches the monitors): its peers report
+//!   it, the monitors refuse its heartbeats and mark it down a grace later, when its lease has
+//!   run out.
 //!
-//! The cut-off OSD listens (and connects) from 127.0.0.9, the cut-off client from
-//! 127.0.0.7; nftables drops every packet between those two and any other address. Needs
-//! root and nft.
+//! Either way its PGs get new primaries where a client on the majority side keeps writing, no
+//! read ever returns a value an acknowledged write had replaced, and after the partition heals
+//! nothing acknowledged is lost.
 
 mod common;
 
 use common::cluster::{runtime, Cluster};
-use common::history::{check, Read, Write};
+use common::history::{check, decode, encode, Read, Write, BLOCK};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const VICTIM_IP: &str = "127.0.0.9";
-const CLIENT_IP: &str = "127.0.0.7";
-const BLOCK: usize = 4096;
-
-fn encode(v: u64) -> Vec<u8> {
-    v.to_le_bytes().repeat(BLOCK / 8)
-}
-
-fn decode(b: &[u8]) -> u64 {
-    assert_eq!(b.len(), BLOCK, "short read");
-    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-    assert!(
-        b.chunks(8).all(|c| c == v.to_le_bytes()),
-        "torn block for value {v}"
-    );
-    v
+/// The addresses of one scenario: each test has its own (they run at the same time).
+#[derive(Clone, Copy)]
+struct Net {
+    /// The cut-off OSD's.
+    victim: &'static str,
+    /// The second client's.
+    client: &'static str,
 }
 
 /// An OSD process the test started itself (killed when dropped).
@@ -45,15 +40,43 @@ impl Drop for Victim {
     }
 }
 
-/// nftables rules isolating 127.0.0.9 and 127.0.0.7 from everything but each other
-/// (removed when dropped).
+/// nftables rules cutting a scenario's addresses off (removed when dropped).
 struct Partition {
     table: String,
 }
 
 impl Partition {
-    fn start() -> Partition {
-        let table = format!("cairn_partition_{}", std::process::id());
+    /// Cuts the victim and the second client off from every other address.
+    fn isolate(n: Net) -> Partition {
+        let (v, c) = (n.victim, n.client);
+        let others = format!("{{ {v}, {c} }}");
+        Partition::start(
+            n,
+            &[
+                format!("ip saddr {v} ip daddr != {others} drop"),
+                format!("ip daddr {v} ip saddr != {others} drop"),
+                format!("ip saddr {c} ip daddr != {others} drop"),
+                format!("ip daddr {c} ip saddr != {others} drop"),
+            ],
+        )
+    }
+
+    /// Cuts the victim off from the other OSDs (on 127.0.0.1) but not from the monitor
+    /// listening on `mon_port` there, nor from the second client.
+    fn from_peers(n: Net, mon_port: u16) -> Partition {
+        let v = n.victim;
+        Partition::start(
+            n,
+            &[
+                format!("ip saddr {v} ip daddr 127.0.0.1 tcp dport != {mon_port} drop"),
+                format!("ip saddr 127.0.0.1 ip daddr {v} tcp sport != {mon_port} drop"),
+            ],
+        )
+    }
+
+    fn start(n: Net, rules: &[String]) -> Partition {
+        let ip = n.victim.replace('.', "_");
+        let table = format!("cairn_partition_{}_{ip}", std::process::id());
         let p = Partition { table };
         let t = &p.table;
         nft(&["add", "table", "inet", t]);
@@ -65,12 +88,7 @@ impl Partition {
             "out",
             "{ type filter hook output priority 0; }",
         ]);
-        for rule in [
-            format!("ip saddr {VICTIM_IP} ip daddr != {{ {VICTIM_IP}, {CLIENT_IP} }} drop"),
-            format!("ip daddr {VICTIM_IP} ip saddr != {{ {VICTIM_IP}, {CLIENT_IP} }} drop"),
-            format!("ip saddr {CLIENT_IP} ip daddr != {{ {VICTIM_IP}, {CLIENT_IP} }} drop"),
-            format!("ip daddr {CLIENT_IP} ip saddr != {{ {VICTIM_IP}, {CLIENT_IP} }} drop"),
-        ] {
+        for rule in rules {
             let mut args = vec!["add", "rule", "inet", t, "out"];
             args.extend(rule.split(' '));
             nft(&args);
@@ -206,7 +224,34 @@ async fn wait_up(client: &cairn_client::Client, osd: u32, up: bool, within: Dura
 
 #[test]
 fn a_partitioned_primary_never_serves_beside_its_successor_and_nothing_is_lost() {
-    let c = Cluster::up("partition", 1, 3);
+    let net = Net {
+        victim: "127.0.0.9",
+        client: "127.0.0.7",
+    };
+    run("partition", net, |_, n| Partition::isolate(n), None);
+}
+
+#[test]
+fn a_primary_cut_off_from_its_peers_only_is_reported_by_them_and_replaced() {
+    let net = Net {
+        victim: "127.0.0.19",
+        client: "127.0.0.17",
+    };
+    let cut = |c: &Cluster, n: Net| {
+        let mon = c.mons()[0].clone();
+        let port = mon.rsplit(':').next().and_then(|p| p.parse().ok());
+        Partition::from_peers(n, port.expect("monitor port"))
+    };
+    run("partition-peers", net, cut, Some("reported unreachable by"));
+}
+
+/// The scenario of both tests: osd.3 (on `net.victim`) leads half the registers; a client on
+/// 127.0.0.1 writes and reads, one on `net.client` reads; `cut` cuts osd.3 off in some way,
+/// the monitors must mark it down, writes resume on new primaries, the cut heals; then no
+/// read may have returned a value an acknowledged write had replaced, and none is lost.
+/// `mon_says`: a line the monitor must have logged (how it decided).
+fn run(name: &str, net: Net, cut: fn(&Cluster, Net) -> Partition, mon_says: Option<&str>) {
+    let c = Cluster::up(name, 1, 3);
     let victim_dir = c.dir.join("osd.3");
     let log = std::fs::File::create(c.dir.join("log").join("osd.3.log")).expect("log file");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
@@ -214,7 +259,7 @@ fn a_partitioned_primary_never_serves_beside_its_successor_and_nothing_is_lost()
         "--data-size",
         "1G",
         "--listen",
-        &format!("{VICTIM_IP}:0"),
+        &format!("{}:0", net.victim),
     ]);
     for m in c.mons() {
         cmd.args(["--mon", &m]);
@@ -230,9 +275,9 @@ fn a_partitioned_primary_never_serves_beside_its_successor_and_nothing_is_lost()
     let rt = runtime();
     rt.block_on(async {
         let client = c.client().await;
-        // The cut-off client: short op deadline, so its reads that cannot be served give up.
+        // The client on 127.0.0.7: short op deadline, so reads that cannot be served give up.
         let mut cfg = cairn_client::ClientConfig::new(c.mons());
-        cfg.source = Some(CLIENT_IP.parse().expect("ip"));
+        cfg.source = Some(net.client.parse().expect("ip"));
         cfg.op_timeout = Duration::from_secs(3);
         let cut_off = cairn_client::Client::connect(cfg).await.expect("client");
         wait_up(&client, 3, true, Duration::from_secs(30)).await;
@@ -281,10 +326,10 @@ fn a_partitioned_primary_never_serves_beside_its_successor_and_nothing_is_lost()
         tasks.extend(workload(&cut_off, pool, &names, &hist, &stop, readers));
         tokio::time::sleep(Duration::from_secs(2)).await;
 
-        // Cut osd.3 off; the monitors stop hearing from it and mark it down.
-        let partition = Partition::start();
+        // Cut osd.3 off; the monitors mark it down.
+        let partition = cut(&c, net);
         let cut = Instant::now();
-        let down_after = wait_up(&client, 3, false, Duration::from_secs(15)).await;
+        let down_after = wait_up(&client, 3, false, Duration::from_secs(20)).await;
         // The PGs osd.3 led serve again from their new primaries within 10 s.
         let victim_keys = names.len() as u32 / 2;
         let resumed = loop {
@@ -349,11 +394,19 @@ fn a_partitioned_primary_never_serves_beside_its_successor_and_nothing_is_lost()
         let bad = check(&h.writes, &h.reads);
         assert!(bad.is_empty(), "{}\n{}", bad.join("\n"), c.logs());
         eprintln!(
-            "partition: osd.3 down after {down_after:?}, writes resumed {resumed:?} after the cut; \
+            "{name}: osd.3 down after {down_after:?}, writes resumed {resumed:?} after the cut; \
              {acked} writes acknowledged, {} reads checked",
             h.reads.len()
         );
     });
+    if let Some(line) = mon_says {
+        let log = std::fs::read_to_string(c.dir.join("log").join("mon.0.log")).expect("mon log");
+        assert!(
+            log.contains(line),
+            "the monitor never logged {line:?}\n{}",
+            c.logs()
+        );
+    }
     // The replicas agree after healing.
     let out = c.cairn(&["pg", "scrub", "--json", "-p", "p"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scrub json");

@@ -62,16 +62,26 @@ async fn wait_osd(client: &cairn_client::Client, osd: u32, want_up: bool) {
     }
 }
 
-/// Objects recovered so far, summed over the OSDs that answer.
-async fn recovered(client: &cairn_client::Client) -> u64 {
+/// A counter of `OSD_STATS` summed over the up OSDs that answer.
+async fn stats_sum(client: &cairn_client::Client, f: fn(&cairn_client::OsdStats) -> u64) -> u64 {
     let map = client.map();
     let mut total = 0;
     for o in map.osds.values().filter(|o| o.up) {
         if let Ok(s) = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await {
-            total += s.recovered_objects;
+            total += f(&s);
         }
     }
     total
+}
+
+/// Objects recovered so far.
+async fn recovered(client: &cairn_client::Client) -> u64 {
+    stats_sum(client, |s| s.recovered_objects).await
+}
+
+/// Object bytes recovery moved so far.
+async fn recovery_bytes(client: &cairn_client::Client) -> u64 {
+    stats_sum(client, |s| s.recovery_bytes).await
 }
 
 #[test]
@@ -659,18 +669,6 @@ fn scrub_under_write_load_finds_nothing_and_loses_nothing() {
         assert_eq!(v["objects"], 12, "{v}");
         assert_eq!(v["busy"], 0, "{v}");
     });
-}
-
-/// Recovery bytes so far, summed over the OSDs that answer.
-async fn recovery_bytes(client: &cairn_client::Client) -> u64 {
-    let map = client.map();
-    let mut total = 0;
-    for o in map.osds.values().filter(|o| o.up) {
-        if let Ok(s) = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await {
-            total += s.recovery_bytes;
-        }
-    }
-    total
 }
 
 #[test]

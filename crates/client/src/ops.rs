@@ -186,7 +186,13 @@ impl Client {
         Ok(c)
     }
 
-    async fn attempt(&self, route: Route, req: &OpRequest, data: &[u8]) -> Attempt {
+    async fn attempt(
+        &self,
+        route: Route,
+        req: &OpRequest,
+        data: &[u8],
+        deadline: tokio::time::Instant,
+    ) -> Attempt {
         let epoch = req.epoch;
         let Some((id, addr)) = route.primary else {
             return Attempt::Again {
@@ -207,7 +213,24 @@ impl Client {
             OpKind::Read { len, .. } => len <= MERGE_MAX_BYTES,
             _ => data.len() as u64 <= MERGE_MAX_BYTES,
         };
-        match conn.call(req, data, small).await {
+        // An OSD cut off by the network never answers: the op is sent again once the map no
+        // longer has it as the PG's primary, or fails at its deadline.
+        let answer = tokio::select! {
+            r = conn.call(req, data, small) => r,
+            () = self.replaced(id, route.pg) => {
+                return Attempt::Again {
+                    min_epoch: epoch + 1,
+                    why: format!("osd.{id} is no longer the primary of pg {}", route.pg),
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                return Attempt::Again {
+                    min_epoch: epoch + 1,
+                    why: format!("osd.{id} did not answer"),
+                }
+            }
+        };
+        match answer {
             Ok((OpReply::NotPrimary { epoch: theirs }, _)) => Attempt::Again {
                 min_epoch: theirs.max(epoch + 1),
                 why: format!("osd.{id} is not primary of pg {}", route.pg),
@@ -234,6 +257,20 @@ impl Client {
         }
     }
 
+    /// Returns once a map arrives in which `osd` is not the primary of `pg` (never if none).
+    async fn replaced(&self, osd: u32, pg: PgId) {
+        let mut maps = self.inner.maps.clone();
+        loop {
+            if maps.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            let map = maps.borrow_and_update().clone();
+            if map.pg_placement(pg).primary() != Some(osd) {
+                return;
+            }
+        }
+    }
+
     /// Runs an op until it gets a final answer or the op deadline passes.
     async fn submit(
         &self,
@@ -257,6 +294,7 @@ impl Client {
         data: &[u8],
     ) -> Result<(OpReply, Vec<u8>, u32), ClientError> {
         let deadline = Instant::now() + self.inner.cfg.op_timeout;
+        let attempt_deadline = tokio::time::Instant::now() + self.inner.cfg.op_timeout;
         let mut pause = Duration::from_millis(2);
         let mut attempts = 0u32;
         loop {
@@ -283,7 +321,7 @@ impl Client {
                 },
                 kind: kind.clone(),
             };
-            let why = match self.attempt(route, &req, data).await {
+            let why = match self.attempt(route, &req, data, attempt_deadline).await {
                 Attempt::Done((r, d)) => return Ok((r, d, attempts)),
                 Attempt::Again { min_epoch, why } => {
                     let left = deadline.saturating_duration_since(Instant::now());

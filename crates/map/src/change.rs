@@ -83,6 +83,8 @@ pub enum MapError {
     EpochGap { have: u64, got: u64 },
     #[error("osd.{osd} is marked down (or up in another life) in the map: it must boot again")]
     NotUp { osd: u32 },
+    #[error("osd.{osd} is reported unreachable by its peers: its heartbeats are not accepted until it is marked down")]
+    Reported { osd: u32 },
 }
 
 /// Largest OSD weight (4096.0).

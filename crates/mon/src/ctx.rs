@@ -4,8 +4,8 @@
 use crate::failure::FailureDetector;
 use crate::state_machine::MapView;
 use crate::types::{BasicNode, NodeId, Raft};
-use cairn_map::{MapChange, MapError};
-use cairn_proto::msg::mon::{CommandReply, Heartbeat, MonStatus};
+use cairn_map::{ChangeOutcome, MapChange, MapError};
+use cairn_proto::msg::mon::{CommandReply, FailureReport, Heartbeat, MonStatus};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{RaftMetrics, ServerState};
 use std::sync::Arc;
@@ -95,7 +95,9 @@ impl Ctx {
         match state {
             None => CommandReply::Refused(MapError::NoSuchOsd(hb.osd)),
             Some((true, life)) if life == hb.up_from => {
-                self.failure.heard(hb.osd, life, Instant::now());
+                if !self.failure.heard(hb.osd, life, Instant::now()) {
+                    return CommandReply::Refused(MapError::Reported { osd: hb.osd });
+                }
                 let grace_ms = self.failure.grace().as_millis() as u64;
                 CommandReply::Alive { grace_ms }
             }
@@ -109,6 +111,37 @@ impl Ctx {
                 );
                 CommandReply::Refused(MapError::NotUp { osd: hb.osd })
             }
+        }
+    }
+
+    /// Records an OSD's report that a peer does not answer (leader only). The reporter must
+    /// be up in the life it names; a report about another life of the target is ignored.
+    pub(crate) fn failure_report(&self, r: FailureReport) -> CommandReply {
+        if let Some(reply) = self.not_leader() {
+            return reply;
+        }
+        let state = self.view.with_map(|m| {
+            let reporter = m.osds.get(&r.reporter).map(|o| (o.up, o.up_from));
+            let target = m.osds.get(&r.target).map(|o| (o.up, o.up_from));
+            (reporter, target)
+        });
+        match state {
+            (None, _) => CommandReply::Refused(MapError::NoSuchOsd(r.reporter)),
+            (_, None) => CommandReply::Refused(MapError::NoSuchOsd(r.target)),
+            (Some((up, life)), _) if !up || life != r.reporter_life => {
+                CommandReply::Refused(MapError::NotUp { osd: r.reporter })
+            }
+            (_, Some((true, life))) if life == r.target_life => {
+                tracing::info!(
+                    reporter = r.reporter,
+                    target = r.target,
+                    "OSD failure report"
+                );
+                self.failure
+                    .reported(r.target, life, r.reporter, Instant::now());
+                CommandReply::Done(ChangeOutcome::Unchanged)
+            }
+            _ => CommandReply::Done(ChangeOutcome::Unchanged),
         }
     }
 

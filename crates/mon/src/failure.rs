@@ -5,11 +5,21 @@
 //! that moment: a new leader never marks an OSD down for heartbeats its predecessor received.
 //! Heartbeats are tied to an OSD's life (`up_from`): one from a previous life neither keeps the
 //! OSD up nor delays its replacement life's detection.
+//!
+//! OSDs also ping each other and report a peer that stops answering. While an OSD is reported
+//! by enough others ([`MIN_REPORTERS`], fewer in a smaller cluster) within the grace, its own
+//! heartbeats are refused, so it is marked down a grace after the last one accepted even if
+//! they still reach the monitors (cut off from its peers, its PGs' writes cannot complete).
+//! Marking it down only then keeps the OSD's lease promise: it has stopped serving (its lease
+//! ran out) before another OSD takes over its PGs.
 
 use cairn_map::{ClusterMap, MapChange};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// Distinct reporters that must agree before an OSD is marked down for its peers' reports.
+pub(crate) const MIN_REPORTERS: usize = 2;
 
 /// Last heartbeat per OSD, as seen by the leader.
 pub(crate) struct FailureDetector {
@@ -27,6 +37,12 @@ struct Inner {
     seen: HashMap<u32, (u64, Instant)>,
     /// Down and in OSD id -> (its last life, when this leader first saw it down).
     down_since: HashMap<u32, (u64, Instant)>,
+    /// Reported OSD id -> (the life reported, reporter id -> when it last reported).
+    reports: HashMap<u32, (u64, HashMap<u32, Instant>)>,
+    /// Reporters needed to refuse an OSD's heartbeats (from the last map seen).
+    needed: usize,
+    /// OSDs whose heartbeats are being refused (to log the change once).
+    refusing: std::collections::HashSet<u32>,
 }
 
 impl FailureDetector {
@@ -47,10 +63,40 @@ impl FailureDetector {
         self.grace
     }
 
+    /// How long a failure report counts: peers report once per grace, so two graces make
+    /// consecutive reports overlap.
+    fn report_window(&self) -> Duration {
+        self.grace * 2
+    }
+
     /// Records a heartbeat of `osd` in its life `up_from` (the caller checked that the map
-    /// has the OSD up in that life).
-    pub(crate) fn heard(&self, osd: u32, up_from: u64, now: Instant) {
-        self.lock().seen.insert(osd, (up_from, now));
+    /// has the OSD up in that life); false (not recorded) while enough peers report it.
+    pub(crate) fn heard(&self, osd: u32, up_from: u64, now: Instant) -> bool {
+        let mut inner = self.lock();
+        let needed = inner.needed.max(1);
+        let window = self.report_window();
+        let reporters = inner.reports.get(&osd).map_or(0, |(life, by)| {
+            if *life != up_from {
+                return 0;
+            }
+            by.values()
+                .filter(|at| now.saturating_duration_since(**at) < window)
+                .count()
+        });
+        let reported = reporters >= needed;
+        if reported {
+            if inner.refusing.insert(osd) {
+                tracing::warn!(
+                    osd,
+                    reporters,
+                    "refusing the heartbeats of an OSD reported unreachable by its peers"
+                );
+            }
+        } else {
+            inner.refusing.remove(&osd);
+            inner.seen.insert(osd, (up_from, now));
+        }
+        !reported
     }
 
     /// Tells the detector whether this monitor leads, and in which term; a change of either
@@ -61,12 +107,30 @@ impl FailureDetector {
             inner.term = term;
             inner.seen.clear();
             inner.down_since.clear();
+            inner.reports.clear();
+            inner.refusing.clear();
         }
     }
 
+    /// Records that `reporter` cannot reach `target` in its life `life`.
+    pub(crate) fn reported(&self, target: u32, life: u64, reporter: u32, now: Instant) {
+        let mut inner = self.lock();
+        let entry = inner
+            .reports
+            .entry(target)
+            .or_insert_with(|| (life, HashMap::new()));
+        if life < entry.0 {
+            return;
+        }
+        if life > entry.0 {
+            *entry = (life, HashMap::new());
+        }
+        entry.1.insert(reporter, now);
+    }
+
     /// The `OsdDown` changes due at `now`: every up OSD not heard from in its current life
-    /// within the grace. An OSD is reported once per grace period, so a proposal that has not
-    /// been applied yet is not repeated at every tick.
+    /// within the grace, or reported by enough peers within it. An OSD is reported once per
+    /// grace period, so a proposal that has not been applied yet is not repeated at every tick.
     pub(crate) fn due(&self, map: &ClusterMap, now: Instant) -> Vec<MapChange> {
         let mut inner = self.lock();
         if inner.term.is_none() {
@@ -75,12 +139,31 @@ impl FailureDetector {
         inner
             .seen
             .retain(|id, _| map.osds.get(id).is_some_and(|o| o.up));
+        let window = self.report_window();
+        inner
+            .refusing
+            .retain(|id| map.osds.get(id).is_some_and(|o| o.up));
+        inner.reports.retain(|id, (life, by)| {
+            by.retain(|_, at| now.saturating_duration_since(*at) < window);
+            !by.is_empty() && map.osds.get(id).is_some_and(|o| o.up && o.up_from == *life)
+        });
+        let up = map.osds.values().filter(|o| o.up).count();
+        let needed = MIN_REPORTERS.min(up.saturating_sub(1)).max(1);
+        inner.needed = needed;
         let mut down = Vec::new();
         for o in map.osds.values().filter(|o| o.up) {
+            let reporters = inner.reports.get(&o.id).map_or(0, |(_, by)| by.len());
             match inner.seen.get_mut(&o.id) {
                 Some((life, at)) if *life == o.up_from => {
                     if now.saturating_duration_since(*at) >= self.grace {
                         *at = now;
+                        if reporters >= needed {
+                            tracing::warn!(
+                                osd = o.id,
+                                reporters,
+                                "OSD reported unreachable by its peers; marking it down"
+                            );
+                        }
                         down.push(MapChange::OsdDown {
                             id: o.id,
                             up_from: o.up_from,
@@ -163,6 +246,51 @@ mod tests {
         assert!(d.due(&m, t0 + grace * 2).is_empty(), "not repeated at once");
         d.set_leader_term(Some(4));
         assert!(d.due(&m, t0 + grace * 3).is_empty(), "new term, new grace");
+    }
+
+    #[test]
+    fn an_osd_reported_by_two_peers_has_its_heartbeats_refused_until_marked_down() {
+        let grace = Duration::from_secs(4);
+        let d = FailureDetector::new(grace, Duration::from_secs(600));
+        let mut m = map_with_osd();
+        for i in 1..4u8 {
+            m.apply(&MapChange::OsdBoot {
+                store_id: [i + 1; 16],
+                addr: format!("127.0.0.1:700{i}"),
+                host: "h".into(),
+                weight: 0x10000,
+            })
+            .unwrap();
+        }
+        let life = m.osds[&0].up_from;
+        let t0 = Instant::now();
+        d.set_leader_term(Some(1));
+        assert!(d.due(&m, t0).is_empty());
+        let beat_others = |at| {
+            for id in 1..4u32 {
+                d.heard(id, m.osds[&id].up_from, at);
+            }
+        };
+        d.reported(0, life, 1, t0);
+        assert!(d.heard(0, life, t0), "one reporter is not enough");
+        // A report of an older life does not count.
+        d.reported(0, life - 1, 2, t0);
+        assert!(d.heard(0, life, t0));
+        d.reported(0, life, 2, t0 + grace / 2);
+        assert!(!d.heard(0, life, t0 + grace / 2), "two reporters: refused");
+        beat_others(t0 + grace / 2);
+        assert!(d.due(&m, t0 + grace / 2).is_empty());
+        // Silent (for the monitors) a grace after its last accepted heartbeat: down.
+        assert_eq!(
+            d.due(&m, t0 + grace),
+            vec![MapChange::OsdDown {
+                id: 0,
+                up_from: life
+            }]
+        );
+        // Reports count for two graces (peers report once per grace).
+        assert!(!d.heard(0, life, t0 + grace + grace / 4));
+        assert!(d.heard(0, life, t0 + grace * 3));
     }
 
     #[test]

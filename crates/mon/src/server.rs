@@ -14,8 +14,8 @@ use crate::ctx::Ctx;
 use crate::raft_net;
 use cairn_map::MapChange;
 use cairn_proto::msg::mon::{
-    ErrorReply, GetMap, Heartbeat, MapUpdate, Subscribe, COMMAND, COMMAND_REPLY, ERROR, GET_MAP,
-    HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY, SUBSCRIBE,
+    ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, Subscribe, COMMAND, COMMAND_REPLY,
+    ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY, SUBSCRIBE,
 };
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::stream::{
@@ -182,6 +182,11 @@ async fn dispatch(
         HEARTBEAT => {
             let hb: Heartbeat = decode("heartbeat", &f.control).map_err(|e| e.to_string())?;
             frame(COMMAND_REPLY, rid, &ctx.heartbeat(hb))
+        }
+        FAILURE_REPORT => {
+            let r: FailureReport =
+                decode("failure report", &f.control).map_err(|e| e.to_string())?;
+            frame(COMMAND_REPLY, rid, &ctx.failure_report(r))
         }
         MON_STATUS => frame(MON_STATUS_REPLY, rid, &ctx.status()),
         t if raft_net::is_peer_msg(t) => {

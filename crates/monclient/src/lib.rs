@@ -22,8 +22,8 @@ pub use error::MonClientError;
 
 use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
 use cairn_proto::msg::mon::{
-    CommandReply, ErrorReply, GetMap, Heartbeat, MapUpdate, MonStatus, COMMAND, COMMAND_REPLY,
-    ERROR, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY,
+    CommandReply, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, MonStatus, COMMAND,
+    COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY,
 };
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::Frame;
@@ -182,6 +182,24 @@ impl MonClient {
         let req = encode(&Heartbeat { osd, up_from });
         self.call(HEARTBEAT, req, self.deadline(), heartbeat_step)
             .await
+    }
+
+    /// Tells the leader that OSD `reporter` (life `reporter_life`) cannot reach OSD `target`
+    /// (life `target_life`).
+    pub async fn report_failure(
+        &self,
+        reporter: (u32, u64),
+        target: (u32, u64),
+    ) -> Result<(), MonClientError> {
+        let req = encode(&FailureReport {
+            reporter: reporter.0,
+            reporter_life: reporter.1,
+            target: target.0,
+            target_life: target.1,
+        });
+        self.call(FAILURE_REPORT, req, self.deadline(), command_step)
+            .await
+            .map(|_| ())
     }
 
     /// The monitor cluster's status, from the leader when it can be reached, else from the

@@ -15,24 +15,36 @@ use std::time::{Duration, Instant};
 pub struct Lease {
     length: Duration,
     until: Mutex<Option<Instant>>,
+    /// The monitors' OSD grace, as their last accepted heartbeat said.
+    grace: Mutex<Duration>,
 }
+
+/// The monitors' grace until one says otherwise.
+const DEFAULT_GRACE: Duration = Duration::from_secs(4);
 
 impl Lease {
     pub fn new(length: Duration) -> Lease {
         Lease {
             length,
             until: Mutex::new(None),
+            grace: Mutex::new(DEFAULT_GRACE),
         }
     }
 
     /// The monitors accepted a heartbeat sent at `sent`; they mark this OSD down `grace`
     /// after the last one they receive. The lease ends at half the grace if that is sooner.
     pub fn renew(&self, sent: Instant, grace: Duration) {
+        *self.grace.lock().unwrap_or_else(|p| p.into_inner()) = grace;
         let mut u = self.until.lock().unwrap_or_else(|p| p.into_inner());
         let new = sent + self.length.min(grace / 2);
         if u.is_none_or(|old| new > old) {
             *u = Some(new);
         }
+    }
+
+    /// The monitors' OSD grace (how long they wait for a heartbeat).
+    pub fn grace(&self) -> Duration {
+        *self.grace.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether client ops may be served now.

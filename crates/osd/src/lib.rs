@@ -20,6 +20,7 @@ mod inflight;
 mod lease;
 mod mapwatch;
 mod op;
+mod peer_heartbeat;
 mod peering;
 mod peers;
 pub mod pglog;

@@ -81,6 +81,11 @@ pub async fn watch(
     addr: String,
 ) {
     tokio::spawn(heartbeats(osd.clone(), mon.clone(), cfg.heartbeat_interval));
+    tokio::spawn(crate::peer_heartbeat::run(
+        osd.clone(),
+        mon.clone(),
+        cfg.heartbeat_interval,
+    ));
     let mut rx = mon.follow(Some((*osd.map()).clone()));
     let mut flaps = Flaps::default();
     loop {
@@ -109,6 +114,7 @@ pub async fn watch(
             );
             // A flapping OSD stays down a while: every return makes its PGs peer again.
             tokio::time::sleep(wait).await;
+            crate::peer_heartbeat::wait_for_peers(&osd, cfg.heartbeat_interval).await;
             match boot_once(&mon, store_id, &addr, &cfg.host, cfg.weight).await {
                 Ok((_, up_from)) => osd.up_from.store(up_from, Ordering::Relaxed),
                 Err(e) => tracing::warn!(error = %e, "boot failed"),

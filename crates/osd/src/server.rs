@@ -6,7 +6,8 @@ use crate::shard::ShardMsg;
 use cairn_map::PgId;
 use cairn_proto::msg::mon::ErrorReply;
 use cairn_proto::msg::osd::{
-    OpBatch, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OSD_STATS, OSD_STATS_REPLY, REP,
+    OpBatch, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OSD_PING, OSD_PONG, OSD_STATS,
+    OSD_STATS_REPLY, REP,
 };
 use cairn_proto::msg::peering::{
     PgList, PgPull, PgPush, PgQuery, PG_LIST, PG_PULL, PG_PUSH, PG_QUERY,
@@ -100,6 +101,13 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);
+                if !more {
+                    end_batch();
+                }
+                continue;
+            }
+            OSD_PING => {
+                let _ = sender.send(OSD_PONG, frame.request_id, &[], &[]);
                 if !more {
                     end_batch();
                 }

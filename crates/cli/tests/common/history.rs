@@ -7,6 +7,25 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+/// Size of a register's value on disk: one block.
+pub const BLOCK: usize = 4096;
+
+/// A register value as stored: the u64 repeated over a block, so a torn write shows.
+pub fn encode(v: u64) -> Vec<u8> {
+    v.to_le_bytes().repeat(BLOCK / 8)
+}
+
+/// The value of a stored register (panics on a short or torn block).
+pub fn decode(b: &[u8]) -> u64 {
+    assert_eq!(b.len(), BLOCK, "short read");
+    let v = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    assert!(
+        b.chunks(8).all(|c| c == v.to_le_bytes()),
+        "torn block for value {v}"
+    );
+    v
+}
+
 /// A write of `value` to `key`, invoked at `start`, acknowledged at `end` (None: no ack).
 #[derive(Debug, Clone)]
 pub struct Write {

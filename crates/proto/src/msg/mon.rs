@@ -27,6 +27,8 @@ pub const MON_STATUS: u16 = 7;
 pub const MON_STATUS_REPLY: u16 = 8;
 /// Reply to anything malformed: [`ErrorReply`]; the monitor then closes the connection.
 pub const ERROR: u16 = 9;
+/// Request: [`FailureReport`]; reply: [`COMMAND_REPLY`] (`Done(Unchanged)` when recorded).
+pub const FAILURE_REPORT: u16 = 10;
 
 /// Asks for the map; `have` is the epoch the asker holds (0 = none).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +73,16 @@ pub struct Heartbeat {
     pub osd: u32,
     /// The epoch its current life began (from its boot).
     pub up_from: u64,
+}
+
+/// An OSD (`reporter`, in its life `reporter_life`) cannot reach OSD `target` (in its life
+/// `target_life`): it has not answered its pings for the grace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureReport {
+    pub reporter: u32,
+    pub reporter_life: u64,
+    pub target: u32,
+    pub target_life: u64,
 }
 
 /// A monitor's view of the monitor cluster.

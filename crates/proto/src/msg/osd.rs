@@ -21,6 +21,10 @@ pub const OSD_STATS_REPLY: u16 = 205;
 /// Request: [`OpBatch`] (+ the ops' data, concatenated): several small ops sent as one
 /// message (temporal merge); each is answered by its own [`OP_REPLY`] with its own request id.
 pub const OP_BATCH: u16 = 206;
+/// OSD -> OSD: empty; reply [`OSD_PONG`] (peer heartbeat).
+pub const OSD_PING: u16 = 207;
+/// Reply: empty.
+pub const OSD_PONG: u16 = 208;
 /// Reply to a malformed frame: [`crate::msg::mon::ErrorReply`]; the OSD then closes the
 /// connection.
 pub const ERROR: u16 = 209;

@@ -1,0 +1,127 @@
+//! Heartbeats between OSDs: each OSD pings every other up OSD once per heartbeat interval and
+//! reports to the monitors a peer that has not answered for the grace. The monitors mark an
+//! OSD down once enough peers report it (it may still reach them itself: cut off from its
+//! peers, its PGs' writes cannot complete anywhere).
+
+use crate::daemon::Osd;
+use crate::peering::rpc::Rpc;
+use cairn_monclient::MonClient;
+use cairn_proto::msg::osd::{OSD_PING, OSD_PONG};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::AbortHandle;
+
+/// Starts and stops one watcher per up peer as the map changes, forever.
+pub async fn run(osd: Arc<Osd>, mon: MonClient, every: Duration) {
+    let mut watchers: HashMap<(u32, u64), AbortHandle> = HashMap::new();
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let map = osd.map();
+        let me = osd.id();
+        let peers: Vec<(u32, u64)> = map
+            .osds
+            .values()
+            .filter(|o| o.up && o.id != me)
+            .map(|o| (o.id, o.up_from))
+            .collect();
+        watchers.retain(|key, task| {
+            let keep = peers.contains(key);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for key in peers {
+            if let std::collections::hash_map::Entry::Vacant(slot) = watchers.entry(key) {
+                let task = tokio::spawn(watch(osd.clone(), mon.clone(), key, every));
+                slot.insert(task.abort_handle());
+            }
+        }
+    }
+}
+
+/// Pings peer `id` in its life `life` and reports it when it stays silent for the grace.
+async fn watch(osd: Arc<Osd>, mon: MonClient, (id, life): (u32, u64), every: Duration) {
+    let mut link: Option<Rpc> = None;
+    let mut last_ok = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        if ping(&osd, &mut link, id, every).await {
+            last_ok = tokio::time::Instant::now();
+            continue;
+        }
+        // An OSD that cannot reach the monitors itself is in no position to accuse others.
+        let grace = osd.lease.grace();
+        if last_ok.elapsed() < grace || !osd.lease.valid() {
+            continue;
+        }
+        tracing::warn!(peer = id, silent_for = ?last_ok.elapsed(), "peer does not answer pings; reporting it to the monitors");
+        let me = (osd.id(), osd.up_from.load(Ordering::Relaxed));
+        if let Err(e) = mon.report_failure(me, (id, life)).await {
+            tracing::warn!(peer = id, error = %e, "failure report not accepted");
+        }
+        // Report again only after another grace.
+        last_ok = tokio::time::Instant::now();
+    }
+}
+
+/// Waits until this OSD can reach at least one other up OSD (or there is none): one cut off
+/// from its peers must not boot again, it would only be reported and marked down again while
+/// its PGs wait for it.
+pub async fn wait_for_peers(osd: &Osd, every: Duration) {
+    let mut said = false;
+    loop {
+        let map = osd.map();
+        let me = osd.id();
+        let peers: Vec<u32> = map
+            .osds
+            .values()
+            .filter(|o| o.up && o.id != me)
+            .map(|o| o.id)
+            .collect();
+        if peers.is_empty() {
+            return;
+        }
+        for id in peers {
+            if ping(osd, &mut None, id, every).await {
+                if said {
+                    tracing::info!(peer = id, "a peer answers again");
+                }
+                return;
+            }
+        }
+        if !said {
+            tracing::warn!("no other OSD answers pings: staying down until one does");
+            said = true;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// One ping of peer `id`, within `timeout` (connecting first if needed).
+async fn ping(osd: &Osd, link: &mut Option<Rpc>, id: u32, timeout: Duration) -> bool {
+    let attempt = async {
+        if link.is_none() {
+            let addr = osd
+                .map()
+                .osds
+                .get(&id)
+                .map(|o| o.addr.clone())
+                .ok_or_else(|| format!("osd.{id} is not in the map"))?;
+            *link = Some(Rpc::connect(&addr, osd.source).await?);
+        }
+        match link.as_mut() {
+            Some(rpc) => rpc.call(OSD_PING, OSD_PONG, &[], &[]).await.map(|_| ()),
+            None => Err("no connection".to_string()),
+        }
+    };
+    let ok = matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(())));
+    if !ok {
+        *link = None;
+    }
+    ok
+}
