@@ -223,10 +223,11 @@ impl Client {
                     why: format!("osd.{id} is no longer the primary of pg {}", route.pg),
                 }
             }
+            // Cut at the op's deadline: the reason of the attempt before stands (empty why).
             () = tokio::time::sleep_until(deadline) => {
                 return Attempt::Again {
                     min_epoch: epoch + 1,
-                    why: format!("osd.{id} did not answer"),
+                    why: String::new(),
                 }
             }
         };
@@ -295,6 +296,7 @@ impl Client {
     ) -> Result<(OpReply, Vec<u8>, u32), ClientError> {
         let deadline = Instant::now() + self.inner.cfg.op_timeout;
         let attempt_deadline = tokio::time::Instant::now() + self.inner.cfg.op_timeout;
+        let mut last_why = String::new();
         let mut pause = Duration::from_millis(2);
         let mut attempts = 0u32;
         loop {
@@ -324,12 +326,18 @@ impl Client {
             let why = match self.attempt(route, &req, data, attempt_deadline).await {
                 Attempt::Done((r, d)) => return Ok((r, d, attempts)),
                 Attempt::Again { min_epoch, why } => {
+                    if !why.is_empty() {
+                        last_why = why.clone();
+                    }
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
+                        if last_why.is_empty() {
+                            last_why = "no answer from the PG's primary".to_string();
+                        }
                         return Err(ClientError::Timeout {
                             what,
                             after: self.inner.cfg.op_timeout,
-                            last: why,
+                            last: last_why,
                         });
                     }
                     self.wait_epoch(min_epoch, pause.min(left)).await;
