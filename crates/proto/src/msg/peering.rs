@@ -105,7 +105,7 @@ pub enum PushKind {
     Log { last_version: u64 },
     /// Scrub repair: write these bytes at `offset` and make the object `size` bytes long,
     /// unless a log entry after version `since` touched the object (then [`PgDone::Busy`]).
-    /// Unlike [`PushKind::Object`] it never empties the object first, so a repair stopped
+    /// Unlike a [`PushKind::Recover`] with `reset` it never empties the object first, so a repair stopped
     /// half way leaves every byte either as it was or repaired.
     Repair {
         object: Vec<u8>,
