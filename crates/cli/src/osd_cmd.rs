@@ -41,7 +41,8 @@ pub struct RunArgs {
     /// Size of the WAL file when it is created.
     #[arg(long, default_value = "128M", value_parser = crate::size::parse_size)]
     pub wal_size: u64,
-    /// Address to serve on (port 0 = any free port).
+    /// Address to serve on (port 0 = any free port). Unless it is 0.0.0.0, the OSD's own
+    /// connections (to the monitors and other OSDs) are made from this address too.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
     /// Host name used as the failure domain (default: this machine's).

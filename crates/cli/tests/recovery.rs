@@ -553,6 +553,21 @@ fn a_corrupted_replica_block_is_found_by_scrub_and_repaired() {
         let (pg, primary, victim) = corrupt_replica_block(&c, &client, pool).await;
         let pgid = pg.to_string();
 
+        // Wrong PG ids are one-line errors, exit status 1, nothing scrubbed.
+        for (args, want) in [
+            (vec!["pg", "scrub", "1.zz"], "is not a PG id"),
+            (vec!["pg", "scrub", "77.0"], "no pool with id 77"),
+            (vec!["pg", "scrub", &format!("{}.ff", pg.pool)], "has 8 pgs"),
+            (vec!["pg", "scrub", "-p", "p", &pgid], "not both"),
+            (vec!["pg", "scrub", "-p", "nope"], "no pool named"),
+        ] {
+            let out = c.cairn(&args);
+            let err = common::cluster::text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert!(err.contains(want), "{args:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        }
+
         // Report only: the damaged copy is named, nothing is repaired, exit status 3.
         let out = c.cairn(&["pg", "scrub", "--no-repair", &pgid]);
         let text = common::cluster::text(&out.stdout);

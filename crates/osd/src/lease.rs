@@ -9,14 +9,18 @@
 //! primary has already overwritten. Writes are safe without it (every acting member must
 //! acknowledge), reads are not.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// Checked on every client op by every shard: atomics, no lock.
 pub struct Lease {
     length: Duration,
-    until: Mutex<Option<Instant>>,
-    /// The monitors' OSD grace, as their last accepted heartbeat said.
-    grace: Mutex<Duration>,
+    /// Times are nanoseconds since `base`.
+    base: Instant,
+    /// When the lease ends (0: never granted).
+    until_ns: AtomicU64,
+    /// The monitors' OSD grace in milliseconds, as their last accepted heartbeat said.
+    grace_ms: AtomicU64,
 }
 
 /// The monitors' grace until one says otherwise.
@@ -26,25 +30,29 @@ impl Lease {
     pub fn new(length: Duration) -> Lease {
         Lease {
             length,
-            until: Mutex::new(None),
-            grace: Mutex::new(DEFAULT_GRACE),
+            base: Instant::now(),
+            until_ns: AtomicU64::new(0),
+            grace_ms: AtomicU64::new(DEFAULT_GRACE.as_millis() as u64),
         }
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.base).as_nanos() as u64
     }
 
     /// The monitors accepted a heartbeat sent at `sent`; they mark this OSD down `grace`
     /// after the last one they receive. The lease ends at half the grace if that is sooner.
     pub fn renew(&self, sent: Instant, grace: Duration) {
-        *self.grace.lock().unwrap_or_else(|p| p.into_inner()) = grace;
-        let mut u = self.until.lock().unwrap_or_else(|p| p.into_inner());
-        let new = sent + self.length.min(grace / 2);
-        if u.is_none_or(|old| new > old) {
-            *u = Some(new);
-        }
+        self.grace_ms
+            .store(grace.as_millis() as u64, Ordering::Relaxed);
+        let new = self.ns(sent + self.length.min(grace / 2));
+        // An older heartbeat answered late never shortens it.
+        self.until_ns.fetch_max(new, Ordering::AcqRel);
     }
 
     /// The monitors' OSD grace (how long they wait for a heartbeat).
     pub fn grace(&self) -> Duration {
-        *self.grace.lock().unwrap_or_else(|p| p.into_inner())
+        Duration::from_millis(self.grace_ms.load(Ordering::Relaxed))
     }
 
     /// Whether client ops may be served now.
@@ -53,8 +61,7 @@ impl Lease {
     }
 
     fn valid_at(&self, now: Instant) -> bool {
-        let u = self.until.lock().unwrap_or_else(|p| p.into_inner());
-        u.is_some_and(|until| now < until)
+        self.ns(now) < self.until_ns.load(Ordering::Acquire)
     }
 }
 

@@ -106,13 +106,7 @@ pub async fn wait_for_peers(osd: &Osd, every: Duration) {
 async fn ping(osd: &Osd, link: &mut Option<Rpc>, id: u32, timeout: Duration) -> bool {
     let attempt = async {
         if link.is_none() {
-            let addr = osd
-                .map()
-                .osds
-                .get(&id)
-                .map(|o| o.addr.clone())
-                .ok_or_else(|| format!("osd.{id} is not in the map"))?;
-            *link = Some(Rpc::connect(&addr, osd.source).await?);
+            *link = Some(Rpc::connect_osd(&osd.map(), id, osd.source).await?);
         }
         match link.as_mut() {
             Some(rpc) => rpc.call(OSD_PING, OSD_PONG, &[], &[]).await.map(|_| ()),

@@ -43,7 +43,7 @@ pub async fn run(osd: Arc<Osd>, pg: PgId, epoch: u64, interval: Interval, work: 
         while let Some((object, dirty)) = queue.pop_front() {
             let rpc = match link.as_mut() {
                 Some(r) => r,
-                None => match connect(&osd, w.member).await {
+                None => match Rpc::connect_osd(&osd.map(), w.member, osd.source).await {
                     Ok(r) => link.insert(r),
                     Err(e) => {
                         tracing::warn!(pg = %pg, member = w.member, error = %e, "background recovery: member unreachable; retrying");
@@ -86,14 +86,4 @@ pub async fn run(osd: Arc<Osd>, pg: PgId, epoch: u64, interval: Interval, work: 
     drop(pending);
     tracing::info!(pg = %pg, "background recovery done: every member is current");
     osd.queue(pg, ShardMsg::RecoveryDone { pg, interval });
-}
-
-async fn connect(osd: &Arc<Osd>, member: u32) -> Result<Rpc, String> {
-    let addr = osd
-        .map()
-        .osds
-        .get(&member)
-        .map(|o| o.addr.clone())
-        .ok_or_else(|| format!("osd.{member} is not in the map"))?;
-    Rpc::connect(&addr, osd.source).await
 }

@@ -279,12 +279,7 @@ async fn query(
     id: u32,
     source: Option<std::net::IpAddr>,
 ) -> Result<Member, String> {
-    let addr = map
-        .osds
-        .get(&id)
-        .map(|o| o.addr.clone())
-        .ok_or_else(|| format!("osd.{id} is not in the map"))?;
-    let mut rpc = Rpc::connect(&addr, source).await?;
+    let mut rpc = Rpc::connect_osd(map, id, source).await?;
     let q = PgQuery {
         epoch: map.epoch,
         pool: pg.pool,

@@ -38,6 +38,20 @@ impl Rpc {
         })
     }
 
+    /// Connects to OSD `id` at the address `map` gives, from `source`.
+    pub async fn connect_osd(
+        map: &cairn_map::ClusterMap,
+        id: u32,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<Rpc, String> {
+        let addr = map
+            .osds
+            .get(&id)
+            .map(|o| o.addr.clone())
+            .ok_or_else(|| format!("osd.{id} is not in the map"))?;
+        Rpc::connect(&addr, source).await
+    }
+
     /// Sends a request and waits for its reply, which must be of type `want`.
     pub async fn call(
         &mut self,

@@ -67,12 +67,7 @@ async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> R
             links.push(None);
             continue;
         }
-        let addr = map
-            .osds
-            .get(id)
-            .map(|o| o.addr.clone())
-            .ok_or_else(|| format!("osd.{id} is not in the map"))?;
-        links.push(Some(Rpc::connect(&addr, osd.source).await?));
+        links.push(Some(Rpc::connect_osd(&map, *id, osd.source).await?));
     }
     let ctx = Ctx {
         osd: osd.clone(),
