@@ -370,6 +370,25 @@ fn an_added_osd_takes_its_share_and_all_data_verifies() {
             }
         }
         verify(&client, pool, &latest).await;
+        // Once the moved PGs are clean on their new members, the old owners delete their
+        // copies: every PG holding data is then held by exactly its 3 members.
+        let with_data: std::collections::BTreeSet<_> = (0..objects)
+            .filter_map(|o| map.object_pg(pool, &name(o)))
+            .collect();
+        let want = 3 * with_data.len() as u64;
+        let start = Instant::now();
+        loop {
+            let held = stats_sum(&client, |s| s.pgs_held).await;
+            if held == want {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{held} PG copies held, {want} expected: old owners kept theirs\n{}",
+                c.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         // The old OSDs that left a PG are not needed for it: stop one that lost PGs to
         // osd.3 and read everything again (min_size 2 of the 3 members still holds).
         let gone = (0..3u32)
@@ -887,5 +906,100 @@ fn a_primary_lost_during_background_recovery_hands_it_over_by_the_missing_marks(
         wait_osd(&client, heir, false).await;
         let latest = vec![Some(1); objects as usize];
         verify(&client, pool, &latest).await;
+    });
+}
+
+#[test]
+fn a_primary_behind_serves_its_pgs_while_it_catches_up() {
+    // Background recovery pauses 200 ms per object: it takes seconds, client ops must not.
+    let c = Cluster::up_with(
+        "recovery-primary-behind",
+        1,
+        3,
+        &["--recovery-sleep-ms", "200"],
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, pool) = pool(&c, 1, 8).await;
+        let objects = 120u32;
+        fill(&client, pool, objects).await;
+        c.kill9("osd.2");
+        wait_osd(&client, 2, false).await;
+        // Every object is rewritten, and a few are created, while osd.2 is down.
+        let created = 10u32;
+        for o in 0..objects + created {
+            client
+                .write_full(pool, &name(o), &value(o, 1))
+                .await
+                .expect("write while osd.2 is down");
+        }
+        let objects = objects + created;
+        c.restart_missing(1, 3);
+        wait_osd(&client, 2, true).await;
+        // The objects of the PGs osd.2 leads again: all of them stale in its copy.
+        let map = client.mon().get_map().await.expect("map");
+        let led: Vec<u32> = (0..objects)
+            .filter(|o| {
+                let pg = map.object_pg(pool, &name(*o)).expect("pg");
+                map.pg_placement(pg).primary() == Some(2)
+            })
+            .collect();
+        assert!(
+            led.len() >= 10,
+            "osd.2 leads PGs of only {} objects",
+            led.len()
+        );
+        // Half of them are read and patched at once: each is pulled as the read asks for it.
+        let (asked, rest) = led.split_at(led.len() / 2);
+        let patch = b"patched while behind ";
+        for o in asked {
+            let got = client
+                .read(pool, &name(*o), 0, 1 << 20)
+                .await
+                .expect("read");
+            assert!(
+                got == value(*o, 1),
+                "object {o}: osd.2 served a stale value"
+            );
+            client
+                .write(pool, &name(*o), 0, patch)
+                .await
+                .expect("patch");
+        }
+        // Half of the others are only patched: written over osd.2's stale copy, which the
+        // pull must then make whole without undoing the patch.
+        let blind = &rest[..rest.len() / 2];
+        for o in blind {
+            client
+                .write(pool, &name(*o), 0, patch)
+                .await
+                .expect("blind patch");
+        }
+        let addr = map.osds[&2].addr.clone();
+        let stats = cairn_client::osd_stats(&addr, Duration::from_secs(2))
+            .await
+            .expect("osd.2 stats");
+        assert!(
+            stats.recovery_pending_objects > 0,
+            "osd.2 had finished catching up before serving: the test proves nothing"
+        );
+        // A listing waits until osd.2's copy is complete: it names the objects created
+        // while osd.2 was down too.
+        let mut names = client.list(pool).await.expect("list");
+        names.sort();
+        let mut all: Vec<Vec<u8>> = (0..objects).map(name).collect();
+        all.sort();
+        assert_eq!(names, all, "the listing misses or invents objects");
+        wait_recovered(&c).await;
+        // osd.2 alone serves every latest value: patched ones, and those only recovery moved.
+        only_osd_left(&c, &client, 2).await;
+        for o in 0..objects {
+            let mut want = value(o, 1);
+            if asked.contains(&o) || blind.contains(&o) {
+                want[..patch.len()].copy_from_slice(patch);
+            }
+            let got = client.read(pool, &name(o), 0, 1 << 20).await.expect("read");
+            assert!(got == want, "object {o}: osd.2 holds a stale value");
+        }
     });
 }

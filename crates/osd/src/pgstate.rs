@@ -52,8 +52,17 @@ pub struct PgState {
     pub peering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
     /// The background recovery task running (members still lack objects), and its interval.
     pub recovering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
-    /// Client ops waiting for peering.
+    /// Client ops waiting for peering, or for an object the primary lacks.
     pub waiting: Vec<WaitingOp>,
+    /// Objects this OSD, as primary, lacks (marked missing) and is pulling in the background;
+    /// true once an op that needs its bytes waits for it (writes to it then wait too, so the
+    /// pull is not refused over and over).
+    pub missing: HashMap<Vec<u8>, bool>,
+    /// Asks the background recovery to pull an object next (a client op waits for it).
+    pub urgent: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
+    /// This OSD holds a copy but is no longer a member: the task asking the primary whether
+    /// the copy may go (`peering/stray.rs`).
+    pub stray_watch: Option<tokio::task::AbortHandle>,
 }
 
 /// Writes remembered before completed ones are swept.
@@ -90,6 +99,9 @@ impl PgState {
             peering: None,
             recovering: None,
             waiting: Vec::new(),
+            missing: HashMap::new(),
+            urgent: None,
+            stray_watch: None,
         }
     }
 

@@ -10,7 +10,7 @@ use cairn_proto::msg::osd::{
     OSD_STATS_REPLY, REP,
 };
 use cairn_proto::msg::peering::{
-    PgList, PgPull, PgPush, PgQuery, PG_LIST, PG_PULL, PG_PUSH, PG_QUERY,
+    PgList, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_PULL, PG_PUSH, PG_QUERY,
 };
 use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG, SCRUB_REPORT};
 use cairn_proto::stream::{
@@ -98,6 +98,7 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                     scrub_unrepaired,
                     scrub_repaired,
                     scrubbed_pgs,
+                    pgs_held: osd.store.list_collections().len() as u64,
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);
@@ -137,7 +138,7 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                 }
                 continue;
             }
-            t @ (PG_QUERY | PG_PULL | PG_PUSH | PG_LIST | PG_SCRUB) => {
+            t @ (PG_QUERY | PG_PULL | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN) => {
                 match peering_pg(t, &frame.control) {
                     Ok(pg) => (
                         pg,
@@ -278,7 +279,7 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
     use cairn_proto::msg::decode;
     let e = |e: cairn_proto::msg::MsgError| e.to_string();
     let (pool, pg) = match msg_type {
-        PG_QUERY => decode::<PgQuery>("pg query", control).map(|q| (q.pool, q.pg)),
+        PG_QUERY | PG_CLEAN => decode::<PgQuery>("pg query", control).map(|q| (q.pool, q.pg)),
         PG_PULL => decode::<PgPull>("pg pull", control).map(|q| (q.pool, q.pg)),
         PG_PUSH => decode::<PgPush>("pg push", control).map(|q| (q.pool, q.pg)),
         PG_SCRUB => decode::<PgScrub>("pg scrub", control).map(|q| (q.pool, q.pg)),

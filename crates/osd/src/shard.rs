@@ -51,6 +51,12 @@ pub enum ShardMsg {
         pg: PgId,
         interval: crate::peering::Interval,
     },
+    /// The primary's copy of `object` is current again (it was pulled in the background).
+    ObjectRecovered {
+        pg: PgId,
+        interval: crate::peering::Interval,
+        object: Vec<u8>,
+    },
     /// Try peering `pg` again.
     Repeer(PgId),
     /// A member of `pg` missed a write: peer it again even though the acting set is the same.
@@ -150,6 +156,11 @@ impl Shard {
             ShardMsg::RecoveryDone { pg, interval } => {
                 crate::peering::recovery_done(self, pg, interval)
             }
+            ShardMsg::ObjectRecovered {
+                pg,
+                interval,
+                object,
+            } => crate::peering::object_recovered(self, pg, interval, object),
             ShardMsg::Repeer(pg) => crate::peering::repeer(self, pg),
             ShardMsg::Unpeer(pg) => crate::peering::unpeer(self, pg),
             ShardMsg::MapChanged => crate::peering::on_map(self),

@@ -40,7 +40,9 @@ pub fn handle_client_op(
         pool: req.pool,
         pg: req.pg,
     };
-    if !crate::peering::ready(shard, &map, pg) {
+    if !crate::peering::ready(shard, &map, pg)
+        || crate::peering::must_catch_up(shard.pg(&map, pg), &req)
+    {
         shard.pg(&map, pg).waiting.push(crate::pgstate::WaitingOp {
             reply: to,
             req_id,

@@ -1,19 +1,24 @@
-//! Background recovery: after peering, a PG serves while its primary copies to each member
-//! the objects the member lacks (marked missing there). Each copy is guarded: a member refuses
-//! it if a client wrote the object after the primary read it, and the object is read again
-//! later. The last push of an object drops its mark. Paced like all recovery.
+//! Background recovery: after peering, a PG serves while its primary copies what is not
+//! current yet. First its own copy: the objects it lacks are pulled from an acting member
+//! that holds them (a client op that needs such an object's bytes waits for it, and it is
+//! pulled next). Then each member's: the objects it lacks (marked missing there) are pushed
+//! from the primary. Every copy is guarded: refused if a client wrote the object after its
+//! source was read, and the object is read again later. The last push of an object drops its
+//! mark. Paced like all recovery, except pulls client ops wait for.
 
 use super::dirty::Dirty;
 use super::rpc::Rpc;
 use super::transfer::{Ctx, End};
 use super::Interval;
 use crate::daemon::Osd;
+use crate::recovery::Pending;
 use crate::shard::ShardMsg;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::PgDone;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// What one member still lacks.
 pub struct Work {
@@ -21,69 +26,211 @@ pub struct Work {
     pub objects: Vec<(Vec<u8>, Dirty)>,
 }
 
+/// What the primary's own copy lacks, and the acting member to pull it from (members get
+/// every write, so its copies of these objects stay current: writes to them wait here).
+pub struct Own {
+    pub from: u32,
+    pub objects: Vec<(Vec<u8>, Dirty)>,
+}
+
+/// Everything peering leaves to do in the background.
+#[derive(Default)]
+pub struct Backlog {
+    pub own: Option<Own>,
+    pub members: Vec<Work>,
+}
+
+impl Backlog {
+    pub fn is_empty(&self) -> bool {
+        self.own.is_none() && self.members.is_empty()
+    }
+
+    /// Objects the primary's own copy lacks.
+    pub fn own_missing(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.own
+            .iter()
+            .flat_map(|o| o.objects.iter().map(|(n, _)| n))
+    }
+
+    fn len(&self) -> u64 {
+        let own = self.own.as_ref().map_or(0, |o| o.objects.len());
+        let members: usize = self.members.iter().map(|w| w.objects.len()).sum();
+        (own + members) as u64
+    }
+}
+
 /// Pause after a member could not be reached or refused a copy for another reason.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Pause before an object a client keeps writing is copied again.
 const BUSY_PAUSE: Duration = Duration::from_millis(20);
 
-/// Copies every member's missing objects, then tells the PG's shard it is clean. Runs until
-/// done or aborted (the acting set changed: the next peering takes over from the marks).
-pub async fn run(osd: Arc<Osd>, pg: PgId, epoch: u64, interval: Interval, work: Vec<Work>) {
+/// Copies what `backlog` lists, the primary's own copy first; `urgent` names objects client
+/// ops wait for. Then tells the PG's shard it is clean. Runs until done or aborted (the acting
+/// set changed: the next peering takes over from the marks).
+pub async fn run(
+    osd: Arc<Osd>,
+    pg: PgId,
+    epoch: u64,
+    interval: Interval,
+    backlog: Backlog,
+    mut urgent: UnboundedReceiver<Vec<u8>>,
+) {
     let ctx = Ctx {
         osd: osd.clone(),
         pg,
         epoch,
     };
-    let total = work.iter().map(|w| w.objects.len() as u64).sum();
-    let rec = &osd.recovery;
-    let mut pending = rec.plan(total);
-    for w in work {
-        let mut queue: VecDeque<(Vec<u8>, Dirty)> = w.objects.into();
-        let mut link: Option<Rpc> = None;
-        while let Some((object, dirty)) = queue.pop_front() {
-            let rpc = match link.as_mut() {
-                Some(r) => r,
-                None => match Rpc::connect_osd(&osd.map(), w.member, osd.source).await {
-                    Ok(r) => link.insert(r),
-                    Err(e) => {
-                        tracing::warn!(pg = %pg, member = w.member, error = %e, "background recovery: member unreachable; retrying");
-                        queue.push_front((object, dirty));
-                        tokio::time::sleep(RETRY_AFTER).await;
-                        continue;
-                    }
-                },
-            };
-            let step = rec.step();
-            let r = ctx
-                .copy_object(
-                    &mut End::Local,
-                    &mut End::Remote(rpc),
-                    &object,
-                    &dirty,
-                    true,
-                )
-                .await;
-            match r {
-                Ok(PgDone::Done) => pending.done_one(),
-                Ok(PgDone::Busy) => {
-                    queue.push_back((object, dirty));
-                    tokio::time::sleep(BUSY_PAUSE).await;
-                }
-                Ok(PgDone::Stale { epoch }) => {
-                    tracing::info!(pg = %pg, member = w.member, epoch, "background recovery: a newer map has another primary; stopping");
-                    return;
-                }
-                Ok(PgDone::Failed(e)) | Err(e) => {
-                    tracing::warn!(pg = %pg, member = w.member, error = %e, "background recovery: copy failed; retrying");
-                    link = None;
-                    queue.push_front((object, dirty));
-                    tokio::time::sleep(RETRY_AFTER).await;
-                }
-            }
-            rec.pace(step).await;
+    let mut pending = osd.recovery.plan(backlog.len());
+    if let Some(own) = backlog.own {
+        pull_own(&ctx, &interval, own, &mut urgent, &mut pending).await;
+        tracing::info!(pg = %pg, "this OSD's copy is current");
+    }
+    for w in backlog.members {
+        if !push_member(&ctx, w, &mut pending).await {
+            return;
         }
     }
     drop(pending);
     tracing::info!(pg = %pg, "background recovery done: every member is current");
     osd.queue(pg, ShardMsg::RecoveryDone { pg, interval });
+}
+
+/// Pulls the objects this OSD lacks from `own.from`, those client ops wait for first; tells
+/// the shard of each, so the ops waiting for it run.
+async fn pull_own(
+    ctx: &Ctx,
+    interval: &Interval,
+    own: Own,
+    urgent: &mut UnboundedReceiver<Vec<u8>>,
+    pending: &mut Pending<'_>,
+) {
+    let (osd, pg) = (&ctx.osd, ctx.pg);
+    let mut queue: VecDeque<Vec<u8>> = own.objects.iter().map(|(o, _)| o.clone()).collect();
+    let mut left: HashMap<Vec<u8>, Dirty> = own.objects.into_iter().collect();
+    let mut hot: VecDeque<Vec<u8>> = VecDeque::new();
+    let mut link: Option<Rpc> = None;
+    while !left.is_empty() {
+        while let Ok(o) = urgent.try_recv() {
+            hot.push_back(o);
+        }
+        let (object, waited_for) = match hot.pop_front() {
+            Some(o) => (o, true),
+            None => match queue.pop_front() {
+                Some(o) => (o, false),
+                None => break,
+            },
+        };
+        let Some(dirty) = left.get(&object) else {
+            continue;
+        };
+        let rpc = match link.as_mut() {
+            Some(r) => r,
+            None => match Rpc::connect_osd(&osd.map(), own.from, osd.source).await {
+                Ok(r) => link.insert(r),
+                Err(e) => {
+                    tracing::warn!(pg = %pg, from = own.from, error = %e, "catching up: the source is unreachable; retrying");
+                    queue.push_front(object);
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    continue;
+                }
+            },
+        };
+        let step = osd.recovery.step();
+        let r = ctx
+            .copy_object(&mut End::Remote(rpc), &mut End::Local, &object, dirty, true)
+            .await;
+        match r {
+            Ok(PgDone::Done) => {
+                left.remove(&object);
+                pending.done_one();
+                let iv = interval.clone();
+                osd.queue(
+                    pg,
+                    ShardMsg::ObjectRecovered {
+                        pg,
+                        interval: iv,
+                        object,
+                    },
+                );
+            }
+            // A client wrote it after the source's copy was read: read it again.
+            Ok(PgDone::Busy) => {
+                if waited_for {
+                    hot.push_back(object);
+                } else {
+                    queue.push_back(object);
+                }
+                tokio::time::sleep(BUSY_PAUSE).await;
+            }
+            Ok(other) => {
+                tracing::warn!(pg = %pg, from = own.from, answer = ?other, "catching up: copy refused; retrying");
+                queue.push_front(object);
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+            Err(e) => {
+                tracing::warn!(pg = %pg, from = own.from, error = %e, "catching up: copy failed; retrying");
+                link = None;
+                queue.push_front(object);
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+        }
+        if !waited_for {
+            // A client op waiting for an object ends the pause.
+            tokio::select! {
+                _ = osd.recovery.pace(step) => {}
+                Some(o) = urgent.recv() => hot.push_back(o),
+            }
+        }
+    }
+}
+
+/// Pushes the objects member `w.member` lacks; false if a newer map has another primary.
+async fn push_member(ctx: &Ctx, w: Work, pending: &mut Pending<'_>) -> bool {
+    let (osd, pg) = (&ctx.osd, ctx.pg);
+    let rec = &osd.recovery;
+    let mut queue: VecDeque<(Vec<u8>, Dirty)> = w.objects.into();
+    let mut link: Option<Rpc> = None;
+    while let Some((object, dirty)) = queue.pop_front() {
+        let rpc = match link.as_mut() {
+            Some(r) => r,
+            None => match Rpc::connect_osd(&osd.map(), w.member, osd.source).await {
+                Ok(r) => link.insert(r),
+                Err(e) => {
+                    tracing::warn!(pg = %pg, member = w.member, error = %e, "background recovery: member unreachable; retrying");
+                    queue.push_front((object, dirty));
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    continue;
+                }
+            },
+        };
+        let step = rec.step();
+        let r = ctx
+            .copy_object(
+                &mut End::Local,
+                &mut End::Remote(rpc),
+                &object,
+                &dirty,
+                true,
+            )
+            .await;
+        match r {
+            Ok(PgDone::Done) => pending.done_one(),
+            Ok(PgDone::Busy) => {
+                queue.push_back((object, dirty));
+                tokio::time::sleep(BUSY_PAUSE).await;
+            }
+            Ok(PgDone::Stale { epoch }) => {
+                tracing::info!(pg = %pg, member = w.member, epoch, "background recovery: a newer map has another primary; stopping");
+                return false;
+            }
+            Ok(PgDone::Failed(e)) | Err(e) => {
+                tracing::warn!(pg = %pg, member = w.member, error = %e, "background recovery: copy failed; retrying");
+                link = None;
+                queue.push_front((object, dirty));
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+        }
+        rec.pace(step).await;
+    }
+    true
 }

@@ -8,7 +8,8 @@ use crate::shard::Shard;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{
     PgDone, PgInfo, PgList, PgNames, PgObject, PgPull, PgPush, PgQuery, PushKind, MAX_NAMES,
-    PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY, RECOVERY_CHUNK,
+    PG_CLEAN, PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY,
+    RECOVERY_CHUNK,
 };
 use cairn_proto::msg::scrub::{PgScrub, PG_SCRUB, PG_SCRUB_MAP};
 use cairn_proto::stream::FrameSender;
@@ -58,6 +59,13 @@ pub fn handle(
             } else {
                 apply(shard, pg, &p.kind, &data)
             };
+            send(&to, PG_DONE, req_id, &r, &[]);
+        }
+        PG_CLEAN => {
+            let q: PgQuery = decode("pg clean query", control)?;
+            let pg = pg_id(q.pool, q.pg);
+            check_pg(&shard.osd.map(), pg)?;
+            let r = super::stray::answer(shard, pg, q.epoch);
             send(&to, PG_DONE, req_id, &r, &[]);
         }
         PG_SCRUB => {
@@ -162,6 +170,11 @@ pub fn pull(
     len: u64,
 ) -> Result<(PgObject, Vec<u8>), String> {
     let coll = coll_of(pg);
+    // Never "absent" for want of the whole PG (an old copy deleted after a rebalance): a
+    // recovery reading from here would delete the object.
+    if !store.collection_exists(coll) {
+        return Err(format!("this OSD holds no copy of pg {pg}"));
+    }
     // Read before the object: the bytes are at least as new as this version.
     let version = last_version(store, pg);
     match store.stat(coll, object) {

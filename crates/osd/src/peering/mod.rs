@@ -1,11 +1,12 @@
 //! Peering: before a primary serves a PG for an acting set (members and their lives), it
 //! brings every member to the authoritative history (`primary.rs`), copying only the objects
 //! the PG log says changed (delta recovery) or everything when a member's log is too old
-//! (backfill). Client ops on the PG wait meanwhile; other PGs are not affected.
+//! (backfill). Client ops on the PG wait while it peers; other PGs are not affected.
 //!
-//! The primary's own copy is recovered before the PG serves; members that are behind get the
-//! new log with the objects they lack marked missing, and those are copied in the background
-//! while the PG serves (`background.rs`).
+//! Copies that are behind (the primary's own too) get the new log with the objects they lack
+//! marked missing, and those are copied in the background while the PG serves
+//! (`background.rs`). A client op on an object the primary lacks waits for that object,
+//! which is pulled next; a listing waits until the primary lacks nothing.
 //!
 //! Limits of this version: the authority is chosen among the OSDs up now (acting members and
 //! any other up OSD holding the PG; no record of past intervals), so a PG whose every member
@@ -16,17 +17,21 @@ mod dirty;
 pub mod member;
 mod primary;
 pub(crate) mod rpc;
+mod stray;
 pub(crate) mod transfer;
 
 use crate::shard::{Shard, ShardMsg};
 use cairn_map::{ClusterMap, PgId};
+use cairn_proto::msg::osd::{OpKind, OpRequest};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
 
 /// The acting set with each member's life: a member that restarted makes a new interval.
 pub type Interval = Vec<(u32, u64)>;
 
 /// What peering leaves to background recovery, or why it failed.
-pub type PeerResult = Result<Vec<background::Work>, String>;
+pub type PeerResult = Result<background::Backlog, String>;
 
 /// Delay before peering is tried again after it failed.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -93,7 +98,7 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
         _ => return,
     }
     match result {
-        Ok(work) if interval(&map, &st.placement.acting) == iv => {
+        Ok(backlog) if interval(&map, &st.placement.acting) == iv => {
             st.peered = Some(iv.clone());
             st.last_version = member::last_version(&osd.store, pg);
             st.coll_exists = osd.store.collection_exists(crate::pgstate::coll_of(pg));
@@ -101,11 +106,16 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
             if let Some((_, old)) = st.recovering.take() {
                 old.abort();
             }
-            if !work.is_empty() {
+            st.missing = backlog.own_missing().map(|o| (o.clone(), false)).collect();
+            st.urgent = None;
+            if !backlog.is_empty() {
                 if let Some(rt) = &rt {
+                    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                     let task_iv = iv.clone();
-                    let task = rt.spawn(background::run(osd.clone(), pg, map.epoch, task_iv, work));
+                    let run = background::run(osd.clone(), pg, map.epoch, task_iv, backlog, rx);
+                    let task = rt.spawn(run);
                     st.recovering = Some((iv, task.abort_handle()));
+                    st.urgent = Some(tx);
                 }
             }
             replay_waiting(shard, pg);
@@ -134,8 +144,61 @@ pub fn recovery_done(shard: &mut Shard, pg: PgId, iv: Interval) {
             .is_some_and(|(running, _)| *running == iv)
         {
             st.recovering = None;
+            st.urgent = None;
+            st.missing.clear();
+            if !st.waiting.is_empty() {
+                replay_waiting(shard, pg);
+            }
         }
     }
+}
+
+/// The primary's copy of `object` in `pg` is current again: the ops waiting for it run.
+pub fn object_recovered(shard: &mut Shard, pg: PgId, iv: Interval, object: Vec<u8>) {
+    let Some(st) = shard.pgs.get_mut(&pg) else {
+        return;
+    };
+    if st.peered.as_ref() != Some(&iv) || st.missing.remove(&object).is_none() {
+        return;
+    }
+    if !st.waiting.is_empty() {
+        replay_waiting(shard, pg);
+    }
+}
+
+/// Whether a client op on `pg` (peered, this OSD primary) must wait for the primary's copy
+/// to catch up: a listing while it lacks any object; an op that needs the bytes of an object
+/// it lacks (a read, a stat, a remove), which is then pulled next. Writes to such an object
+/// go on: applied everywhere, also over the primary's stale copy, which the pull (refused if
+/// a write came after it read) later makes whole.
+pub fn must_catch_up(st: &mut crate::pgstate::PgState, req: &OpRequest) -> bool {
+    waits_for_missing(&mut st.missing, st.urgent.as_ref(), req)
+}
+
+fn waits_for_missing(
+    missing: &mut HashMap<Vec<u8>, bool>,
+    urgent: Option<&UnboundedSender<Vec<u8>>>,
+    req: &OpRequest,
+) -> bool {
+    if missing.is_empty() {
+        return false;
+    }
+    if matches!(req.kind, OpKind::List { .. }) {
+        return true;
+    }
+    let Some(wanted) = missing.get_mut(&req.object) else {
+        return false;
+    };
+    if !*wanted && req.kind.is_write() && req.kind != OpKind::Remove {
+        return false;
+    }
+    if !*wanted {
+        *wanted = true;
+        if let Some(tx) = urgent {
+            let _ = tx.send(req.object.clone());
+        }
+    }
+    true
 }
 
 /// Runs the ops waiting for `pg` again: each is served, answered `NotPrimary`, or waits for
@@ -175,13 +238,13 @@ pub fn repeer(shard: &mut Shard, pg: PgId) {
     }
 }
 
-/// After a map change: peers every PG this shard holds data of and is primary of, so that
-/// members are recovered without waiting for client I/O.
+/// After a map change: peers every PG of this shard this OSD is primary of, so that members
+/// are recovered without waiting for client I/O, and watches the PGs it holds an old copy of.
 pub fn on_map(shard: &mut Shard) {
     let map = shard.osd.map();
     let me = shard.osd.id();
     let n = shard.osd.shard_count();
-    let mut pgs: Vec<PgId> = shard
+    let held: HashSet<PgId> = shard
         .osd
         .store
         .list_collections()
@@ -191,7 +254,9 @@ pub fn on_map(shard: &mut Shard) {
             pg: c as u32,
         })
         .collect();
+    let mut pgs: Vec<PgId> = held.iter().copied().collect();
     pgs.extend(shard.pgs.keys().copied());
+    pgs.extend(led(shard, &map));
     pgs.sort_unstable_by_key(|p| (p.pool, p.pg));
     pgs.dedup();
     for pg in pgs {
@@ -214,12 +279,33 @@ pub fn on_map(shard: &mut Shard) {
                 st.recovering = None;
             }
         }
+        let stray = stray::is_stray(&map, &st.placement, me);
         if !st.waiting.is_empty() && st.peering.is_none() {
             replay_waiting(shard, pg);
         } else if st.placement.primary() == Some(me) {
             ready(shard, &map, pg);
         }
+        if stray && held.contains(&pg) {
+            stray::watch(shard, &map, pg);
+        }
     }
+}
+
+/// The PGs of this shard the map makes this OSD primary of (it may hold nothing of them yet:
+/// a new OSD after a rebalance).
+fn led(shard: &Shard, map: &ClusterMap) -> Vec<PgId> {
+    let (me, n) = (shard.osd.id(), shard.osd.shard_count());
+    let mut out = Vec::new();
+    for (&pool, p) in &map.pools {
+        for pg in (0..p.pg_count).map(|pg| PgId { pool, pg }) {
+            if crate::shard::shard_of(pg, n) == shard.index
+                && shard.osd.placement(map, pg).primary() == Some(me)
+            {
+                out.push(pg);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

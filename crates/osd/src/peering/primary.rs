@@ -1,9 +1,11 @@
 //! The primary's side: gather the members' info and logs, pick the authoritative history,
-//! bring its own copy up to it (client ops on the PG wait meanwhile), then give every member
-//! that is behind the new log with the objects it lacks marked missing; those objects are
-//! copied in the background while the PG serves (`background.rs`).
+//! give every copy that is behind (the primary's own first) the new log with the objects it
+//! lacks marked missing; those objects are copied in the background while the PG serves
+//! (`background.rs`). Only when the authority is not an acting member (a previous owner
+//! after a rebalance, which gets no writes) does the primary copy what it lacks before the
+//! PG serves.
 
-use super::background::Work;
+use super::background::{Backlog, Own, Work};
 use super::dirty::Dirty;
 use super::member;
 use super::rpc::Rpc;
@@ -101,8 +103,8 @@ pub fn with_missing(p: Plan, info: &PgInfo) -> Plan {
 }
 
 /// Peers `pg` with the acting set `acting` (this OSD first). Afterwards this OSD holds the
-/// authoritative history and every member its log; returns what members still lack.
-pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Vec<Work>, String> {
+/// authoritative history and every member its log; returns the objects copies still lack.
+pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Backlog, String> {
     let map = osd.map();
     let me = osd.id();
     let ctx = Ctx {
@@ -142,11 +144,13 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Vec<Work>
     }
     let acting_count = members.len();
     members.extend(stray_members);
-    // The newest history; of equals, one whose copies are all current.
-    let Some(auth_i) =
-        (0..members.len()).max_by_key(|&i| (members[i].head(), members[i].info.missing.is_empty()))
-    else {
-        return Ok(Vec::new());
+    // The newest history; of equals, one whose copies are all current, then an acting
+    // member (a previous owner may be deleting its copy once the PG is clean).
+    let Some(auth_i) = (0..members.len()).max_by_key(|&i| {
+        let m = &members[i];
+        (m.head(), m.info.missing.is_empty(), i < acting_count)
+    }) else {
+        return Ok(Backlog::default());
     };
     if !members[auth_i].info.missing.is_empty() {
         return Err(format!(
@@ -159,7 +163,8 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Vec<Work>
     let auth_info = members[auth_i].info.clone();
     let auth_entries = members[auth_i].entries.clone();
     let auth_id = members[auth_i].id;
-    // This OSD first, before the PG serves: afterwards it is the source for everyone else.
+    let mut backlog = Backlog::default();
+    // This OSD first: it is the source for everyone else.
     let mine = members.iter().position(|m| m.rpc.is_none()).unwrap_or(0);
     let p = with_missing(
         plan(
@@ -169,7 +174,8 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Vec<Work>
         &members[mine].info,
     );
     if p != Plan::UpToDate {
-        tracing::info!(pg = %pg, from = auth_id, plan = %summary(&p, &members[mine].info), "recovering this OSD's copy");
+        let acting_auth = auth_i < acting_count;
+        tracing::info!(pg = %pg, from = auth_id, plan = %summary(&p, &members[mine].info), in_background = acting_auth, "recovering this OSD's copy");
         let Some(rpc) = members[auth_i].rpc.as_mut() else {
             return Err("the authority is this OSD but its plan is not up to date".into());
         };
@@ -182,9 +188,15 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Vec<Work>
                 &mut End::Remote(rpc),
             )
             .await?;
-        recover_now(&ctx, rpc, objects).await?;
+        if acting_auth {
+            backlog.own = Some(Own {
+                from: auth_id,
+                objects,
+            });
+        } else {
+            recover_now(&ctx, rpc, objects).await?;
+        }
     }
-    let mut work = Vec::new();
     for m in members[..acting_count]
         .iter_mut()
         .filter(|m| m.rpc.is_some())
@@ -207,16 +219,17 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Vec<Work>
                     &mut End::Local,
                 )
                 .await?;
-            work.push(Work {
+            backlog.members.push(Work {
                 member: m.id,
                 objects,
             });
         }
     }
-    Ok(work)
+    Ok(backlog)
 }
 
-/// Copies `objects` from the authority over this OSD's copy, before the PG serves.
+/// Copies `objects` from the authority (a previous owner, not getting writes) over this
+/// OSD's copy, before the PG serves.
 async fn recover_now(
     ctx: &Ctx,
     auth: &mut Rpc,

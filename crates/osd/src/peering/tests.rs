@@ -168,3 +168,57 @@ fn missing_marks_add_whole_objects_to_any_plan_but_a_backfill() {
     m.missing.clear();
     assert_eq!(with_missing(Plan::UpToDate, &m), Plan::UpToDate);
 }
+
+fn op(object: &str, kind: cairn_proto::msg::osd::OpKind) -> cairn_proto::msg::osd::OpRequest {
+    cairn_proto::msg::osd::OpRequest {
+        epoch: 1,
+        pool: 1,
+        pg: 0,
+        object: object.as_bytes().to_vec(),
+        kind,
+    }
+}
+
+#[test]
+fn ops_wait_only_for_the_bytes_the_primary_lacks() {
+    use cairn_proto::msg::osd::OpKind;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut missing: std::collections::HashMap<Vec<u8>, bool> =
+        [(b"stale".to_vec(), false)].into_iter().collect();
+    let waits = |m: &mut _, req| super::waits_for_missing(m, Some(&tx), &req);
+    let read = OpKind::Read { offset: 0, len: 1 };
+    // Objects it holds are served; a listing waits for the whole PG.
+    assert!(!waits(&mut missing, op("current", read.clone())));
+    let list = OpKind::List {
+        after: None,
+        max: 10,
+    };
+    assert!(waits(&mut missing, op("", list)));
+    // A write to an object it lacks goes on; nothing is pulled early for it.
+    assert!(!waits(
+        &mut missing,
+        op("stale", OpKind::Write { offset: 0 })
+    ));
+    assert!(rx.try_recv().is_err());
+    // A read waits and asks for the object next, once; writes then wait too.
+    assert!(waits(&mut missing, op("stale", read.clone())));
+    assert!(waits(&mut missing, op("stale", read)));
+    assert_eq!(rx.try_recv().ok(), Some(b"stale".to_vec()));
+    assert!(rx.try_recv().is_err());
+    assert!(waits(&mut missing, op("stale", OpKind::WriteFull)));
+    // A remove must know whether the object exists.
+    let mut other: std::collections::HashMap<Vec<u8>, bool> =
+        [(b"gone?".to_vec(), false)].into_iter().collect();
+    assert!(waits(&mut other, op("gone?", OpKind::Remove)));
+    // Nothing missing: nothing waits.
+    assert!(!waits(
+        &mut std::collections::HashMap::new(),
+        op(
+            "",
+            OpKind::List {
+                after: None,
+                max: 1
+            }
+        )
+    ));
+}

@@ -225,4 +225,6 @@ pub struct OsdStats {
     pub scrub_repaired: u64,
     /// Scrubs completed since the OSD started.
     pub scrubbed_pgs: u64,
+    /// PGs this OSD holds a copy of (members, and previous owners not yet clean elsewhere).
+    pub pgs_held: u64,
 }

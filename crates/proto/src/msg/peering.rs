@@ -23,6 +23,12 @@ pub const PG_LIST: u16 = 226;
 /// Reply: [`PgNames`].
 pub const PG_NAMES: u16 = 227;
 
+/// Previous owner -> primary: [`PgQuery`] (`since` unused); reply [`PG_DONE`]: `Done` if the
+/// PG is clean at the query's map epoch (every acting member current, as many as the pool's
+/// size: the asker may delete its copy), `Busy` if not (yet, or the maps' epochs differ),
+/// `Stale` if the receiver is not the PG's primary.
+pub const PG_CLEAN: u16 = 232;
+
 /// Most names one [`PgNames`] carries.
 pub const MAX_NAMES: u32 = 1024;
 
