@@ -10,7 +10,7 @@ use cairn_proto::msg::osd::{
     OSD_STATS_REPLY, REP,
 };
 use cairn_proto::msg::peering::{
-    PgList, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_PULL, PG_PUSH, PG_QUERY,
+    PgList, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY,
 };
 use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG, SCRUB_REPORT};
 use cairn_proto::stream::{
@@ -138,7 +138,20 @@ async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usi
                 }
                 continue;
             }
-            t @ (PG_QUERY | PG_PULL | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN) => {
+            PG_PULL => {
+                match cairn_proto::msg::decode::<PgPull>("pg pull", &frame.control) {
+                    Ok(req) => start_pull(&osd, &sender, frame.request_id, req),
+                    Err(e) => {
+                        refuse(&sender, frame.request_id, &e.to_string());
+                        break;
+                    }
+                }
+                if !more {
+                    end_batch();
+                }
+                continue;
+            }
+            t @ (PG_QUERY | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN) => {
                 match peering_pg(t, &frame.control) {
                     Ok(pg) => (
                         pg,
@@ -250,6 +263,31 @@ fn dispatch_batch(
         at = end;
     }
     Ok(())
+}
+
+/// Reads the bytes a recovery pulls off the shard's thread (up to 4 MiB from the device: the
+/// shard's client ops must not wait for that), and answers. The PG version is read before the
+/// bytes, so a copy guarded by it is refused if a write landed meanwhile.
+fn start_pull(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: PgPull) {
+    let pg = PgId {
+        pool: req.pool,
+        pg: req.pg,
+    };
+    let (osd, to) = (osd.clone(), to.clone());
+    tokio::task::spawn_blocking(move || {
+        let map = osd.map();
+        if map.pools.get(&pg.pool).is_none_or(|p| pg.pg >= p.pg_count) {
+            let why = format!("pg {pg} does not exist in map epoch {}", map.epoch);
+            return refuse(&to, req_id, &why);
+        }
+        match crate::peering::member::pull(&osd.store, pg, &req.object, req.offset, req.len) {
+            Ok((obj, bytes)) => {
+                let control = cairn_proto::msg::encode(&obj);
+                let _ = to.send(PG_OBJECT, req_id, &control, &bytes);
+            }
+            Err(why) => refuse(&to, req_id, &why),
+        }
+    });
 }
 
 /// Scrubs a PG in the background and answers with its report when done.

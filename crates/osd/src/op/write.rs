@@ -72,6 +72,7 @@ pub fn primary_write(
         kind: req.kind,
     };
     let control = cairn_proto::msg::encode(&rep);
+    let mut unsent = 0;
     for &member in &acting[1..] {
         let sent = osd.peers.send(
             &osd.inflight,
@@ -84,8 +85,18 @@ pub fn primary_write(
             &data,
         );
         if sent.is_err() {
-            osd.inflight.fail(w.tid, &OpReply::Retry);
+            unsent += 1;
         }
+    }
+    if unsent > 0 {
+        // A member that cannot be reached would refuse every later write as after a gap.
+        // Not applied here either: this OSD's copy must never be newer than every other
+        // (a primary still catching up could not be the authority for what it lacks). The
+        // PG peers again; the client sends the write again.
+        osd.inflight.fail(w.tid, &OpReply::Retry);
+        tracing::warn!(pg = %pg, version, unsent, "a write could not be sent to every member; peering the PG again");
+        crate::peering::unpeer(shard, pg);
+        return;
     }
     let memory = pool.durability == Durability::Memory;
     match osd.store.submit(&t) {

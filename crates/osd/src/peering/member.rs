@@ -7,9 +7,8 @@ use crate::pgstate::{coll_of, VERSION_KEY};
 use crate::shard::Shard;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{
-    PgDone, PgInfo, PgList, PgNames, PgObject, PgPull, PgPush, PgQuery, PushKind, MAX_NAMES,
-    PG_CLEAN, PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY,
-    RECOVERY_CHUNK,
+    PgDone, PgInfo, PgList, PgNames, PgObject, PgPush, PgQuery, PushKind, MAX_NAMES, PG_CLEAN,
+    PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_PUSH, PG_QUERY, RECOVERY_CHUNK,
 };
 use cairn_proto::msg::scrub::{PgScrub, PG_SCRUB, PG_SCRUB_MAP};
 use cairn_proto::stream::FrameSender;
@@ -36,11 +35,6 @@ pub fn handle(
                 &info,
                 &cairn_proto::msg::encode(&entries),
             );
-        }
-        PG_PULL => {
-            let p: PgPull = decode("pg pull", control)?;
-            let (obj, bytes) = pull(store, pg_id(p.pool, p.pg), &p.object, p.offset, p.len)?;
-            send(&to, PG_OBJECT, req_id, &obj, &bytes);
         }
         PG_LIST => {
             let l: PgList = decode("pg list", control)?;

@@ -70,6 +70,11 @@ impl Rpc {
             let f = read_frame(&mut self.stream, &Limits::default())
                 .await
                 .map_err(|e| format!("{addr}: {e}"))?;
+            if f.request_id == id && f.msg_type != want {
+                if let Some(why) = refusal(&f) {
+                    return Err(format!("{addr} refused: {why}"));
+                }
+            }
             if f.msg_type != want || f.request_id != id {
                 return Err(format!(
                     "{addr}: unexpected reply type {} (id {}) to request type {msg_type}",
@@ -81,5 +86,23 @@ impl Rpc {
         tokio::time::timeout(CALL_TIMEOUT, exchange)
             .await
             .map_err(|_| format!("{}: no reply within {CALL_TIMEOUT:?}", self.addr))?
+    }
+}
+
+/// The reason carried by a reply that refuses a request (`ERROR`, or `PG_DONE` with
+/// `Failed`), if it is one.
+fn refusal(f: &Frame) -> Option<String> {
+    use cairn_proto::msg::peering::{PgDone, PG_DONE};
+    match f.msg_type {
+        cairn_proto::msg::osd::ERROR => {
+            cairn_proto::msg::decode::<cairn_proto::msg::mon::ErrorReply>("error", &f.control)
+                .ok()
+                .map(|e| e.message)
+        }
+        PG_DONE => match cairn_proto::msg::decode::<PgDone>("pg done", &f.control) {
+            Ok(PgDone::Failed(why)) => Some(why),
+            _ => None,
+        },
+        _ => None,
     }
 }

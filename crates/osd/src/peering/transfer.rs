@@ -52,7 +52,15 @@ impl Ctx {
         len: u64,
     ) -> Result<(PgObject, Vec<u8>), String> {
         match src {
-            End::Local => member::pull(&self.osd.store, self.pg, object, offset, len),
+            // Off the shard's thread: up to 4 MiB from the device.
+            End::Local => {
+                let (osd, pg, object) = (self.osd.clone(), self.pg, object.to_vec());
+                tokio::task::spawn_blocking(move || {
+                    member::pull(&osd.store, pg, &object, offset, len)
+                })
+                .await
+                .map_err(|e| format!("reading for recovery: {e}"))?
+            }
             End::Remote(rpc) => {
                 let p = PgPull {
                     epoch: self.epoch,
