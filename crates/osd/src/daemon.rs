@@ -284,12 +284,23 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         handles.push(ShardHandle { tx, state, rt });
         threads.push(thread);
     }
-    let rt0 = handles[0].rt.clone();
     let _ = osd.shards.set(handles);
     // The PGs this OSD leads in the map it booted with peer now (later maps do it in mapwatch).
     osd.queue_all(|| ShardMsg::MapChanged);
     tracing::info!(osd = boot.id, %addr, up_from = boot.up_from, "OSD serving");
     println!("osd.{} serving on {addr}", boot.id);
+    // Accepting connections, monitor heartbeats and timers run on a thread of their own: a
+    // shard busy with a long request must not delay them.
+    let service = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(OsdError::Runtime)?;
+    let rt0 = service.handle().clone();
+    let service_thread = std::thread::Builder::new()
+        .name("osd-service".into())
+        .spawn(move || service.block_on(std::future::pending::<()>()))
+        .map_err(OsdError::Runtime)?;
+    threads.push(service_thread);
     let osd2 = osd.clone();
     rt0.spawn(async move {
         match std_listener

@@ -22,12 +22,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// Serves connections forever, assigning them to shards in turn.
+/// Serves connections forever: shakes hands on the calling runtime (the OSD's service
+/// thread, never a shard: a shard blocked connecting to a peer that is connecting to it
+/// would otherwise wait for each other), then hands each connection to a shard in turn.
 pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
     let mut next = 0usize;
     loop {
         match listener.accept().await {
-            Ok((stream, peer)) => {
+            Ok((mut stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 tracing::debug!(%peer, "connection accepted");
                 let shard = next % osd.shard_count().max(1);
@@ -35,14 +37,20 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
                 let Some(rt) = osd.shard_runtime(shard) else {
                     continue;
                 };
-                // Re-register the socket with the shard's own event loop.
-                let Ok(std) = stream.into_std() else { continue };
                 let osd = osd.clone();
-                rt.spawn(async move {
-                    match tokio::net::TcpStream::from_std(std) {
-                        Ok(s) => connection(osd, s, shard).await,
-                        Err(e) => tracing::warn!(error = %e, "cannot adopt a connection"),
+                tokio::spawn(async move {
+                    if let Err(e) = handshake(&mut stream, node_kind::OSD).await {
+                        tracing::warn!(%peer, error = %e, "handshake failed; closing connection");
+                        return;
                     }
+                    // Re-register the socket with the shard's own event loop.
+                    let Ok(std) = stream.into_std() else { return };
+                    rt.spawn(async move {
+                        match tokio::net::TcpStream::from_std(std) {
+                            Ok(s) => connection(osd, s, shard).await,
+                            Err(e) => tracing::warn!(error = %e, "cannot adopt a connection"),
+                        }
+                    });
                 });
             }
             Err(e) => {
@@ -53,11 +61,7 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
     }
 }
 
-async fn connection(osd: Arc<Osd>, mut stream: tokio::net::TcpStream, shard: usize) {
-    if let Err(e) = handshake(&mut stream, node_kind::OSD).await {
-        tracing::warn!(error = %e, "handshake failed; closing connection");
-        return;
-    }
+async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) {
     let (r, w) = stream.into_split();
     let sender = FrameSender::new(w);
     let limits = Limits::default();
