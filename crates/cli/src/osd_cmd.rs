@@ -64,6 +64,10 @@ pub struct RunArgs {
     /// 0 = none), to slow recovery down whatever the load.
     #[arg(long, default_value_t = 0)]
     pub recovery_sleep_ms: u64,
+    /// Object copies recovery and backfill run at once on this OSD, over all its PGs (a copy
+    /// a client op waits for does not count). More recovers faster and leaves clients less.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub recovery_max_active: u32,
 }
 
 fn parse_share(s: &str) -> std::result::Result<f64, String> {
@@ -115,6 +119,7 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
         (a.scrub_interval > 0).then(|| std::time::Duration::from_secs(a.scrub_interval));
     cfg.recovery_share = a.recovery_share;
     cfg.recovery_sleep = std::time::Duration::from_millis(a.recovery_sleep_ms);
+    cfg.recovery_max_active = a.recovery_max_active;
     cairn_osd::run(cfg)?;
     Ok(())
 }

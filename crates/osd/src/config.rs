@@ -38,6 +38,9 @@ pub struct OsdConfig {
     pub recovery_share: f64,
     /// Pause after every object recovery copies, whatever the load. Default 0.
     pub recovery_sleep: Duration,
+    /// Object copies recovery runs at once over all PGs (copies client ops wait for aside).
+    /// Default 2.
+    pub recovery_max_active: u32,
     /// How long after a heartbeat the monitors accepted this OSD keeps serving client ops
     /// (`lease.rs`); at most half the monitors' OSD grace, whatever this says. Default 2 s.
     pub lease: Duration,
@@ -64,6 +67,7 @@ impl OsdConfig {
             scrub_interval: Some(DEFAULT_SCRUB_INTERVAL),
             recovery_share: 0.5,
             recovery_sleep: Duration::ZERO,
+            recovery_max_active: 2,
             lease: Duration::from_secs(2),
         }
     }

@@ -254,7 +254,11 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         source,
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
-        recovery: crate::recovery::Recovery::new(cfg.recovery_share, cfg.recovery_sleep),
+        recovery: crate::recovery::Recovery::new(
+            cfg.recovery_share,
+            cfg.recovery_sleep,
+            cfg.recovery_max_active,
+        ),
         scrub: crate::scrub::ScrubStats::default(),
     });
     let weak = Arc::downgrade(&osd);

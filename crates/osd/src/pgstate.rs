@@ -7,7 +7,7 @@ use cairn_map::{PgId, PgPlacement};
 use cairn_proto::msg::osd::OpRequest;
 use cairn_proto::stream::FrameSender;
 use cairn_store::CollId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Collection key holding the PG's last version (u64 little-endian).
@@ -60,6 +60,9 @@ pub struct PgState {
     pub missing: HashMap<Vec<u8>, bool>,
     /// Asks the background recovery to pull an object next (a client op waits for it).
     pub urgent: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
+    /// Objects background recovery is copying (to a member, or from one to this OSD): client
+    /// writes to them wait the copy out, so that it is not refused for being overtaken.
+    pub copying: HashSet<Vec<u8>>,
     /// This OSD holds a copy but is no longer a member: the task asking the primary whether
     /// the copy may go (`peering/stray.rs`).
     pub stray_watch: Option<tokio::task::AbortHandle>,
@@ -101,6 +104,7 @@ impl PgState {
             waiting: Vec::new(),
             missing: HashMap::new(),
             urgent: None,
+            copying: HashSet::new(),
             stray_watch: None,
         }
     }

@@ -1,8 +1,9 @@
 //! Recovery accounting (for `cairn status`) and pacing against client I/O.
 //!
-//! Pacing: after each object recovery copies, if clients sent ops to this OSD meanwhile,
-//! recovery sleeps so that it takes at most `share` of the time (`share` 0.5: it sleeps as
-//! long as the copy took). Without client ops it runs at full speed.
+//! Pacing: at most `max_active` object copies run at once over all the PGs of this OSD (each
+//! holds a slot); after each copy, if clients sent ops to this OSD meanwhile, the copy keeps
+//! its slot for a pause so that recovery takes at most `share` of the time (`share` 0.5: it
+//! pauses as long as the copy took). Without client ops it runs at full speed.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +30,8 @@ pub struct Recovery {
     sleep: Duration,
     /// (objects, bytes) once a second, newest last.
     samples: Mutex<VecDeque<(u64, u64)>>,
+    /// Copies that may run at once.
+    slots: tokio::sync::Semaphore,
 }
 
 /// Rates and work left, for `OSD_STATS`.
@@ -39,7 +42,7 @@ pub struct Progress {
 }
 
 impl Recovery {
-    pub fn new(share: f64, sleep: Duration) -> Recovery {
+    pub fn new(share: f64, sleep: Duration, max_active: u32) -> Recovery {
         Recovery {
             objects: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -52,7 +55,14 @@ impl Recovery {
             },
             sleep,
             samples: Mutex::new(VecDeque::new()),
+            slots: tokio::sync::Semaphore::new(max_active.max(1) as usize),
         }
+    }
+
+    /// Waits for a free copy slot; the copy (and its pause) holds it until dropped.
+    pub async fn slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        // Never closed: `None` cannot happen, and would only mean "unlimited".
+        self.slots.acquire().await.ok()
     }
 
     pub fn note_client_op(&self) {
@@ -157,7 +167,7 @@ mod tests {
 
     #[test]
     fn pending_counts_down_and_is_released_when_a_recovery_ends_early() {
-        let r = Recovery::new(0.5, Duration::ZERO);
+        let r = Recovery::new(0.5, Duration::ZERO, 1);
         {
             let mut p = r.plan(3);
             assert_eq!(r.progress().pending_objects, 3);
@@ -170,7 +180,7 @@ mod tests {
 
     #[test]
     fn rates_come_from_the_last_seconds() {
-        let r = Recovery::new(0.5, Duration::ZERO);
+        let r = Recovery::new(0.5, Duration::ZERO, 1);
         assert_eq!(r.progress().bytes_per_sec, 0);
         for i in 0..10u64 {
             r.bytes.store(i * 1000, Ordering::Relaxed);
@@ -181,9 +191,21 @@ mod tests {
         assert_eq!((p.bytes_per_sec, p.objects_per_sec), (1000, 2));
     }
 
+    #[tokio::test]
+    async fn no_more_copies_run_at_once_than_slots() {
+        let r = Recovery::new(0.5, Duration::ZERO, 2);
+        let a = r.slot().await;
+        let _b = r.slot().await;
+        let third = tokio::time::timeout(Duration::from_millis(50), r.slot()).await;
+        assert!(third.is_err(), "a third copy got a slot");
+        drop(a);
+        let third = tokio::time::timeout(Duration::from_millis(50), r.slot()).await;
+        assert!(third.is_ok(), "a freed slot was not handed on");
+    }
+
     #[test]
     fn recovery_pauses_only_while_clients_are_active() {
-        let r = Recovery::new(0.25, Duration::ZERO);
+        let r = Recovery::new(0.25, Duration::ZERO, 1);
         let s = r.step();
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(r.pause_after(&s), None, "no client ops: no pause");
@@ -192,7 +214,7 @@ mod tests {
         // A quarter of the time for recovery: three times as long paused as it worked.
         assert!(p >= Duration::from_millis(60), "{p:?}");
         assert!(p <= MAX_PAUSE);
-        let full = Recovery::new(1.0, Duration::ZERO);
+        let full = Recovery::new(1.0, Duration::ZERO, 1);
         let s = full.step();
         full.note_client_op();
         assert_eq!(full.pause_after(&s), None, "share 1: never paused");

@@ -135,10 +135,25 @@ async fn pull_own(
                 }
             },
         };
+        // A copy a client op waits for does not wait for a slot.
+        let slot = if waited_for {
+            None
+        } else {
+            osd.recovery.slot().await
+        };
         let step = osd.recovery.step();
         let r = ctx
-            .copy_object(&mut End::Remote(rpc), &mut End::Local, &object, dirty, true)
+            .copy_object_held(&mut End::Remote(rpc), &mut End::Local, &object, dirty)
             .await;
+        if !waited_for {
+            // A client op waiting for an object ends the pause.
+            tokio::select! {
+                _ = osd.recovery.pace(step) => {}
+                Some(o) = urgent.recv() => hot.push_back(o),
+            }
+        }
+        // Waits before a retry leave the slot to other copies.
+        drop(slot);
         match r {
             Ok(PgDone::Done) => {
                 left.remove(&object);
@@ -174,13 +189,6 @@ async fn pull_own(
                 tokio::time::sleep(RETRY_AFTER).await;
             }
         }
-        if !waited_for {
-            // A client op waiting for an object ends the pause.
-            tokio::select! {
-                _ = osd.recovery.pace(step) => {}
-                Some(o) = urgent.recv() => hot.push_back(o),
-            }
-        }
     }
 }
 
@@ -203,16 +211,14 @@ async fn push_member(ctx: &Ctx, w: Work, pending: &mut Pending<'_>) -> bool {
                 }
             },
         };
+        let slot = rec.slot().await;
         let step = rec.step();
         let r = ctx
-            .copy_object(
-                &mut End::Local,
-                &mut End::Remote(rpc),
-                &object,
-                &dirty,
-                true,
-            )
+            .copy_object_held(&mut End::Local, &mut End::Remote(rpc), &object, &dirty)
             .await;
+        rec.pace(step).await;
+        // Waits before a retry leave the slot to other copies.
+        drop(slot);
         match r {
             Ok(PgDone::Done) => pending.done_one(),
             Ok(PgDone::Busy) => {
@@ -230,7 +236,28 @@ async fn push_member(ctx: &Ctx, w: Work, pending: &mut Pending<'_>) -> bool {
                 tokio::time::sleep(RETRY_AFTER).await;
             }
         }
-        rec.pace(step).await;
     }
     true
+}
+
+impl Ctx {
+    /// A guarded copy during which client writes to the object wait (this OSD, the primary,
+    /// orders every write), so that the copy is not refused over and over for a hot object.
+    async fn copy_object_held(
+        &self,
+        src: &mut End<'_>,
+        dst: &mut End<'_>,
+        object: &[u8],
+        dirty: &Dirty,
+    ) -> Result<PgDone, String> {
+        let pg = self.pg;
+        let hold = |on| {
+            self.osd
+                .with_pg_shard(pg, |s| super::set_copying(s, pg, object, on))
+        };
+        hold(true);
+        let r = self.copy_object(src, dst, object, dirty, true).await;
+        hold(false);
+        r
+    }
 }

@@ -107,6 +107,7 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
                 old.abort();
             }
             st.missing = backlog.own_missing().map(|o| (o.clone(), false)).collect();
+            st.copying.clear();
             st.urgent = None;
             if !backlog.is_empty() {
                 if let Some(rt) = &rt {
@@ -172,7 +173,25 @@ pub fn object_recovered(shard: &mut Shard, pg: PgId, iv: Interval, object: Vec<u
 /// go on: applied everywhere, also over the primary's stale copy, which the pull (refused if
 /// a write came after it read) later makes whole.
 pub fn must_catch_up(st: &mut crate::pgstate::PgState, req: &OpRequest) -> bool {
-    waits_for_missing(&mut st.missing, st.urgent.as_ref(), req)
+    waits_for_copy(&st.copying, req) || waits_for_missing(&mut st.missing, st.urgent.as_ref(), req)
+}
+
+/// A write to an object background recovery is copying waits for the copy.
+fn waits_for_copy(copying: &HashSet<Vec<u8>>, req: &OpRequest) -> bool {
+    req.kind.is_write() && copying.contains(&req.object)
+}
+
+/// Marks `object` of `pg` as being copied by background recovery (`copying`), or no longer
+/// (then the writes that waited for it run).
+pub fn set_copying(shard: &mut Shard, pg: PgId, object: &[u8], on: bool) {
+    let Some(st) = shard.pgs.get_mut(&pg) else {
+        return;
+    };
+    if on {
+        st.copying.insert(object.to_vec());
+    } else if st.copying.remove(object) && !st.waiting.is_empty() {
+        replay_waiting(shard, pg);
+    }
 }
 
 fn waits_for_missing(
@@ -277,6 +296,7 @@ pub fn on_map(shard: &mut Shard) {
             if *running != current {
                 task.abort();
                 st.recovering = None;
+                st.copying.clear();
             }
         }
         let stray = stray::is_stray(&map, &st.placement, me);

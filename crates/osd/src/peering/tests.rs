@@ -222,3 +222,22 @@ fn ops_wait_only_for_the_bytes_the_primary_lacks() {
         )
     ));
 }
+
+#[test]
+fn writes_wait_out_a_copy_of_their_object_and_reads_do_not() {
+    use cairn_proto::msg::osd::OpKind;
+    let copying: std::collections::HashSet<Vec<u8>> = [b"hot".to_vec()].into_iter().collect();
+    assert!(super::waits_for_copy(
+        &copying,
+        &op("hot", OpKind::Write { offset: 0 })
+    ));
+    assert!(super::waits_for_copy(&copying, &op("hot", OpKind::Remove)));
+    assert!(!super::waits_for_copy(
+        &copying,
+        &op("hot", OpKind::Read { offset: 0, len: 1 })
+    ));
+    assert!(!super::waits_for_copy(
+        &copying,
+        &op("cold", OpKind::WriteFull)
+    ));
+}
