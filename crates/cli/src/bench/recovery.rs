@@ -26,9 +26,9 @@ unless said otherwise):
   delta-under-light-load  the same with clients writing --light-iops writes/s in all
   backfill-idle      the OSD is killed and marked out (no client I/O): time to clean and MB/s
                      (the OSD then comes back and is marked in; the rebalance is waited for)
-  backfill-under-load  the same with clients writing, killing the next-to-last OSD (the
-                     OSDs that took the last one's PGs still hold those copies): time, MB/s,
-                     client IOPS while healing
+  backfill-under-load  the same with clients writing, killing the next-to-last OSD (one
+                     that did not just take part in a rebalance): time, MB/s, client IOPS
+                     while healing
 Targets: delta moves < 5% of a backfill; client IOPS while recovering >= 50% of the baseline.
 A PG counts as clean when it has `size` OSDs up and no OSD reports it peering or objects left
 to recover (polled every 200 ms, confirmed 1 s later).
@@ -143,8 +143,8 @@ async fn bench(a: &BenchRecoveryArgs, c: &DevCluster) -> Result<()> {
     ));
     rejoin(c, &client, victim).await?;
 
-    // Another OSD this time: the OSDs that took osd.{victim}'s PGs still hold those copies
-    // (previous owners keep their data), which would make this a delta, not a backfill.
+    // Another OSD this time: the rebalance back to osd.{victim} may still be deleting old
+    // copies elsewhere; the next-to-last OSD holds only what placement gives it.
     let victim = a.osds - 2;
     say(format!(
         "backfill-under-load: osd.{victim} killed and marked out"
