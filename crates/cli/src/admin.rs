@@ -257,6 +257,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let (mut peering, mut recovered) = (0u64, 0u64);
     let (mut scrub_bad, mut scrub_repaired) = (0u64, 0u64);
     let (mut degraded, mut rec_bps, mut rec_ops) = (0u64, 0u64, 0u64);
+    let mut misplaced = 0u64;
     let mut unreachable = Vec::new();
     for (id, r) in &usage {
         match r {
@@ -270,6 +271,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
                 rec_bps += s.recovery_bytes_per_sec;
                 rec_ops += s.recovery_objects_per_sec;
                 scrub_repaired += s.scrub_repaired;
+                misplaced += s.pgs_misplaced;
             }
             Err(_) => unreachable.push(*id),
         }
@@ -283,6 +285,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         || !unreachable.is_empty()
         || peering > 0
         || degraded > 0
+        || misplaced > 0
     {
         "HEALTH_WARN"
     } else {
@@ -311,6 +314,12 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     if peering > 0 {
         problems.push(format!(
             "{peering} pgs peering or recovering: I/O to them waits until they are active"
+        ));
+    }
+    if misplaced > 0 {
+        problems.push(format!(
+            "{misplaced} PG copies misplaced: OSDs that are no longer members of those PGs keep \
+             them until the PGs are clean on their members, then delete them"
         ));
     }
     if pgs.degraded > 0 {
@@ -352,7 +361,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
                          "osds_reporting": usage.len() - unreachable.len()},
             "pgs": {"total": pgs.total, "active_clean": pgs.clean,
                     "active_degraded": pgs.degraded, "inactive": pgs.inactive,
-                    "peering": peering},
+                    "peering": peering, "misplaced_copies": misplaced},
             "recovery": {"objects_recovered": recovered, "objects_degraded": degraded,
                          "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
                          "seconds_left": seconds_left},
@@ -377,7 +386,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         usage.len() - unreachable.len()
     );
     println!(
-        "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive; {peering} peering",
+        "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive; {peering} peering; {misplaced} misplaced copies",
         pgs.total, pgs.clean, pgs.degraded, pgs.inactive
     );
     if degraded > 0 {

@@ -116,9 +116,27 @@ pub fn run(cmd: DevCmd) -> Result<()> {
     }
 }
 
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(l.local_addr()?.port())
+/// Ports daemons are given are picked here: below Linux's default range of ports for
+/// outgoing connections (32768-60999), which could otherwise take a picked port before its
+/// daemon starts listening on it.
+const PICKED_PORTS: std::ops::Range<u16> = 20000..32768;
+
+/// A free port on 127.0.0.1 from [`PICKED_PORTS`], tried from a random start.
+pub(crate) fn free_port() -> Result<u16> {
+    let r = random_fsid()?;
+    let span = PICKED_PORTS.end - PICKED_PORTS.start;
+    let start = u16::from_le_bytes([r[0], r[1]]) % span;
+    for i in 0..span {
+        let port = PICKED_PORTS.start + (start + i) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!(
+        "no free port on 127.0.0.1 between {} and {}",
+        PICKED_PORTS.start,
+        PICKED_PORTS.end - 1
+    )
 }
 
 fn random_fsid() -> Result<[u8; 16]> {

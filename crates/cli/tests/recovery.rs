@@ -342,6 +342,15 @@ fn an_added_osd_takes_its_share_and_all_data_verifies() {
         let load = Load::start(&client, pool, 16, 2);
         c.restart_missing(1, 4);
         wait_osd(&client, 3, true).await;
+        // The OSDs that gave PGs to osd.3 keep their copies at first (reported misplaced).
+        let start = Instant::now();
+        while stats_sum(&client, |s| s.pgs_misplaced).await == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "no misplaced PG copy reported after osd.3 joined"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let map = client.mon().get_map().await.expect("map");
         let moved = (0..32)
             .filter(|&pg| {
@@ -389,6 +398,8 @@ fn an_added_osd_takes_its_share_and_all_data_verifies() {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        let st = tokio::task::block_in_place(|| c.status());
+        assert_eq!(st["pgs"]["misplaced_copies"], 0, "{st}");
         // The old OSDs that left a PG are not needed for it: stop one that lost PGs to
         // osd.3 and read everything again (min_size 2 of the 3 members still holds).
         let gone = (0..3u32)

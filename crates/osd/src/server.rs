@@ -103,6 +103,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                     scrub_repaired,
                     scrubbed_pgs,
                     pgs_held: osd.store.list_collections().len() as u64,
+                    pgs_misplaced: crate::peering::misplaced_copies(&osd),
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);

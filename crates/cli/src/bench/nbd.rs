@@ -101,11 +101,6 @@ impl Drop for Children {
     }
 }
 
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
 fn wait_port(port: u16, what: &str, child: &mut Child) -> Result<()> {
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -129,7 +124,7 @@ fn require(tool: &str, package: &str) -> Result<()> {
 
 /// Starts `cairn nbd serve` for the bench pool on a free port.
 fn start_cairn_nbd(conf: &Path, pool: &str, merge: bool) -> Result<(Child, String)> {
-    let port = free_port()?;
+    let port = crate::dev::free_port()?;
     let exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("-c")
@@ -149,7 +144,7 @@ fn start_cairn_nbd(conf: &Path, pool: &str, merge: bool) -> Result<(Child, Strin
 }
 
 fn start_nbdkit(size: u64) -> Result<(Child, String)> {
-    let port = free_port()?;
+    let port = crate::dev::free_port()?;
     let mut child = Command::new("nbdkit")
         .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p"])
         .arg(port.to_string())

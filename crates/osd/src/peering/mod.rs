@@ -311,6 +311,21 @@ pub fn on_map(shard: &mut Shard) {
     }
 }
 
+/// PGs this OSD holds a copy of without being one of their members any more.
+pub fn misplaced_copies(osd: &crate::daemon::Osd) -> u64 {
+    let map = osd.map();
+    osd.store
+        .list_collections()
+        .into_iter()
+        .map(|c| PgId {
+            pool: (c >> 32) as u32,
+            pg: c as u32,
+        })
+        .filter(|pg| map.pools.get(&pg.pool).is_some_and(|p| pg.pg < p.pg_count))
+        .filter(|pg| stray::is_stray(&map, &osd.placement(&map, *pg), osd.id()))
+        .count() as u64
+}
+
 /// The PGs of this shard the map makes this OSD primary of (it may hold nothing of them yet:
 /// a new OSD after a rebalance).
 fn led(shard: &Shard, map: &ClusterMap) -> Vec<PgId> {

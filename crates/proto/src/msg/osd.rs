@@ -227,4 +227,7 @@ pub struct OsdStats {
     pub scrubbed_pgs: u64,
     /// PGs this OSD holds a copy of (members, and previous owners not yet clean elsewhere).
     pub pgs_held: u64,
+    /// Of those, PGs it is no longer a member of (misplaced copies, kept until the PG is
+    /// clean on its members).
+    pub pgs_misplaced: u64,
 }
