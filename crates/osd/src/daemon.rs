@@ -206,14 +206,23 @@ fn start_shard(
     state: Arc<Mutex<Shard>>,
     rx: tokio::sync::mpsc::UnboundedReceiver<ShardMsg>,
 ) -> Result<(tokio::runtime::Handle, std::thread::JoinHandle<()>), OsdError> {
+    runtime_thread(format!("osd-shard-{i}"), serve_queue(state, rx))
+}
+
+/// Starts a thread named `name` running `main` on a single-threaded runtime of its own;
+/// returns the runtime's handle.
+fn runtime_thread(
+    name: String,
+    main: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(tokio::runtime::Handle, std::thread::JoinHandle<()>), OsdError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(OsdError::Runtime)?;
     let handle = rt.handle().clone();
     let thread = std::thread::Builder::new()
-        .name(format!("osd-shard-{i}"))
-        .spawn(move || rt.block_on(serve_queue(state, rx)))
+        .name(name)
+        .spawn(move || rt.block_on(main))
         .map_err(OsdError::Runtime)?;
     Ok((handle, thread))
 }
@@ -295,15 +304,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
     println!("osd.{} serving on {addr}", boot.id);
     // Accepting connections, monitor heartbeats and timers run on a thread of their own: a
     // shard busy with a long request must not delay them.
-    let service = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(OsdError::Runtime)?;
-    let rt0 = service.handle().clone();
-    let service_thread = std::thread::Builder::new()
-        .name("osd-service".into())
-        .spawn(move || service.block_on(std::future::pending::<()>()))
-        .map_err(OsdError::Runtime)?;
+    let (rt0, service_thread) = runtime_thread("osd-service".into(), std::future::pending())?;
     threads.push(service_thread);
     let osd2 = osd.clone();
     rt0.spawn(async move {

@@ -130,26 +130,18 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 }
                 continue;
             }
-            SCRUB_PG => {
-                match cairn_proto::msg::decode::<ScrubPg>("scrub pg", &frame.control) {
-                    Ok(req) => start_scrub(&osd, &sender, frame.request_id, req),
-                    Err(e) => {
-                        refuse(&sender, frame.request_id, &e.to_string());
-                        break;
-                    }
-                }
-                if !more {
-                    end_batch();
-                }
-                continue;
-            }
-            PG_PULL => {
-                match cairn_proto::msg::decode::<PgPull>("pg pull", &frame.control) {
-                    Ok(req) => start_pull(&osd, &sender, frame.request_id, req),
-                    Err(e) => {
-                        refuse(&sender, frame.request_id, &e.to_string());
-                        break;
-                    }
+            // Served off the shards: they answer when done.
+            t @ (SCRUB_PG | PG_PULL) => {
+                let (id, control) = (frame.request_id, &frame.control);
+                let started = match t {
+                    SCRUB_PG => cairn_proto::msg::decode::<ScrubPg>("scrub pg", control)
+                        .map(|req| start_scrub(&osd, &sender, id, req)),
+                    _ => cairn_proto::msg::decode::<PgPull>("pg pull", control)
+                        .map(|req| start_pull(&osd, &sender, id, req)),
+                };
+                if let Err(e) = started {
+                    refuse(&sender, id, &e.to_string());
+                    break;
                 }
                 if !more {
                     end_batch();

@@ -123,17 +123,9 @@ async fn pull_own(
         let Some(dirty) = left.get(&object) else {
             continue;
         };
-        let rpc = match link.as_mut() {
-            Some(r) => r,
-            None => match Rpc::connect_osd(&osd.map(), own.from, osd.source).await {
-                Ok(r) => link.insert(r),
-                Err(e) => {
-                    tracing::warn!(pg = %pg, from = own.from, error = %e, "catching up: the source is unreachable; retrying");
-                    queue.push_front(object);
-                    tokio::time::sleep(RETRY_AFTER).await;
-                    continue;
-                }
-            },
+        let Some(rpc) = connected(&mut link, osd, pg, own.from).await else {
+            queue.push_front(object);
+            continue;
         };
         // A copy a client op waits for does not wait for a slot.
         let slot = if waited_for {
@@ -199,17 +191,9 @@ async fn push_member(ctx: &Ctx, w: Work, pending: &mut Pending<'_>) -> bool {
     let mut queue: VecDeque<(Vec<u8>, Dirty)> = w.objects.into();
     let mut link: Option<Rpc> = None;
     while let Some((object, dirty)) = queue.pop_front() {
-        let rpc = match link.as_mut() {
-            Some(r) => r,
-            None => match Rpc::connect_osd(&osd.map(), w.member, osd.source).await {
-                Ok(r) => link.insert(r),
-                Err(e) => {
-                    tracing::warn!(pg = %pg, member = w.member, error = %e, "background recovery: member unreachable; retrying");
-                    queue.push_front((object, dirty));
-                    tokio::time::sleep(RETRY_AFTER).await;
-                    continue;
-                }
-            },
+        let Some(rpc) = connected(&mut link, osd, pg, w.member).await else {
+            queue.push_front((object, dirty));
+            continue;
         };
         let slot = rec.slot().await;
         let step = rec.step();
@@ -238,6 +222,26 @@ async fn push_member(ctx: &Ctx, w: Work, pending: &mut Pending<'_>) -> bool {
         }
     }
     true
+}
+
+/// The connection to member `id`, opened if needed; `None` (after a pause) if it cannot be.
+async fn connected<'a>(
+    link: &'a mut Option<Rpc>,
+    osd: &Osd,
+    pg: PgId,
+    id: u32,
+) -> Option<&'a mut Rpc> {
+    if link.is_none() {
+        match Rpc::connect_osd(&osd.map(), id, osd.source).await {
+            Ok(r) => *link = Some(r),
+            Err(e) => {
+                tracing::warn!(pg = %pg, member = id, error = %e, "background recovery: member unreachable; retrying");
+                tokio::time::sleep(RETRY_AFTER).await;
+                return None;
+            }
+        }
+    }
+    link.as_mut()
 }
 
 impl Ctx {
