@@ -656,6 +656,55 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         assert_eq!(f.msg_type, REP_REPLY);
         let r: RepReply = cairn_proto::msg::decode("rep reply", &f.control).expect("decode");
         assert_eq!(r, RepReply::Gap { have: 0 });
+        // Recovery requests to an OSD that holds no copy of the PG: a pull is refused (never
+        // answered "absent", which would delete the object at the puller); a PG_CLEAN is
+        // answered Stale (it is not the primary), Busy by the primary at another epoch, and
+        // garbage is refused.
+        use cairn_proto::msg::peering::{PgPull, PgQuery, PG_CLEAN, PG_PULL};
+        let call = |to: u32, t: u16, control: Vec<u8>| {
+            let a = addr(to);
+            async move {
+                let mut s = tokio::net::TcpStream::connect(a).await.expect("connect");
+                handshake(&mut s, node_kind::OSD).await.expect("handshake");
+                write_frame(&mut s, t, 11, &control, &[])
+                    .await
+                    .expect("send");
+                read_frame(&mut s, &cairn_proto::Limits::default())
+                    .await
+                    .expect("reply")
+            }
+        };
+        let pull = PgPull {
+            epoch: map.epoch,
+            pool,
+            pg: pg.pg,
+            object: name.clone(),
+            offset: 0,
+            len: 4,
+        };
+        let f = call(other, PG_PULL, cairn_proto::msg::encode(&pull)).await;
+        assert_eq!(f.msg_type, ERROR);
+        let e: cairn_proto::msg::mon::ErrorReply =
+            cairn_proto::msg::decode("error", &f.control).expect("decode");
+        assert!(e.message.contains("holds no copy"), "{}", e.message);
+        let clean = |epoch| {
+            cairn_proto::msg::encode(&PgQuery {
+                epoch,
+                pool,
+                pg: pg.pg,
+                since: 0,
+            })
+        };
+        let answer = |f: cairn_proto::Frame| -> PgDone {
+            assert_eq!(f.msg_type, PG_DONE);
+            cairn_proto::msg::decode("pg done", &f.control).expect("decode")
+        };
+        let r = answer(call(other, PG_CLEAN, clean(map.epoch)).await);
+        assert!(matches!(r, PgDone::Stale { .. }), "{r:?}");
+        let r = answer(call(primary, PG_CLEAN, clean(map.epoch + 1000)).await);
+        assert_eq!(r, PgDone::Busy);
+        let f = call(primary, PG_CLEAN, b"\xff".to_vec()).await;
+        assert_eq!(f.msg_type, ERROR);
         // Nothing of it was written, and the OSDs still serve.
         assert!(matches!(
             client.read(pool, &name, 0, 4).await,

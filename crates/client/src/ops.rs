@@ -191,7 +191,7 @@ impl Client {
         route: Route,
         req: &OpRequest,
         data: &[u8],
-        deadline: tokio::time::Instant,
+        deadline: Instant,
     ) -> Attempt {
         let epoch = req.epoch;
         let Some((id, addr)) = route.primary else {
@@ -295,7 +295,6 @@ impl Client {
         data: &[u8],
     ) -> Result<(OpReply, Vec<u8>, u32), ClientError> {
         let deadline = Instant::now() + self.inner.cfg.op_timeout;
-        let attempt_deadline = tokio::time::Instant::now() + self.inner.cfg.op_timeout;
         let mut last_why = String::new();
         let mut pause = Duration::from_millis(2);
         let mut attempts = 0u32;
@@ -323,7 +322,7 @@ impl Client {
                 },
                 kind: kind.clone(),
             };
-            let why = match self.attempt(route, &req, data, attempt_deadline).await {
+            let why = match self.attempt(route, &req, data, deadline).await {
                 Attempt::Done((r, d)) => return Ok((r, d, attempts)),
                 Attempt::Again { min_epoch, why } => {
                     if !why.is_empty() {

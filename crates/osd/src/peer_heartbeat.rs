@@ -19,14 +19,7 @@ pub async fn run(osd: Arc<Osd>, mon: MonClient, every: Duration) {
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
-        let map = osd.map();
-        let me = osd.id();
-        let peers: Vec<(u32, u64)> = map
-            .osds
-            .values()
-            .filter(|o| o.up && o.id != me)
-            .map(|o| (o.id, o.up_from))
-            .collect();
+        let peers = up_peers(&osd);
         watchers.retain(|key, task| {
             let keep = peers.contains(key);
             if !keep {
@@ -75,18 +68,11 @@ async fn watch(osd: Arc<Osd>, mon: MonClient, (id, life): (u32, u64), every: Dur
 pub async fn wait_for_peers(osd: &Osd, every: Duration) {
     let mut said = false;
     loop {
-        let map = osd.map();
-        let me = osd.id();
-        let peers: Vec<u32> = map
-            .osds
-            .values()
-            .filter(|o| o.up && o.id != me)
-            .map(|o| o.id)
-            .collect();
+        let peers = up_peers(osd);
         if peers.is_empty() {
             return;
         }
-        for id in peers {
+        for (id, _) in peers {
             if ping(osd, &mut None, id, every).await {
                 if said {
                     tracing::info!(peer = id, "a peer answers again");
@@ -100,6 +86,17 @@ pub async fn wait_for_peers(osd: &Osd, every: Duration) {
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// The other OSDs up in this OSD's map, with their lives.
+fn up_peers(osd: &Osd) -> Vec<(u32, u64)> {
+    let me = osd.id();
+    osd.map()
+        .osds
+        .values()
+        .filter(|o| o.up && o.id != me)
+        .map(|o| (o.id, o.up_from))
+        .collect()
 }
 
 /// One ping of peer `id`, within `timeout` (connecting first if needed).

@@ -18,6 +18,14 @@ pub fn coll_of(pg: PgId) -> CollId {
     ((pg.pool as u64) << 32) | pg.pg as u64
 }
 
+/// The PG a store collection holds (inverse of [`coll_of`]).
+pub fn pg_of(coll: CollId) -> PgId {
+    PgId {
+        pool: (coll >> 32) as u32,
+        pg: coll as u32,
+    }
+}
+
 /// A read waiting for a write to the same object to complete.
 pub struct ParkedRead {
     pub reply: FrameSender,

@@ -88,6 +88,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 let st = osd.store.stats();
                 let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
                 let progress = osd.recovery.progress();
+                let held = osd.store.list_collections();
                 let reply = OsdStats {
                     osd: osd.id(),
                     used_bytes: st.live_bytes + st.pending_bytes,
@@ -102,8 +103,8 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                     scrub_unrepaired,
                     scrub_repaired,
                     scrubbed_pgs,
-                    pgs_held: osd.store.list_collections().len() as u64,
-                    pgs_misplaced: crate::peering::misplaced_copies(&osd),
+                    pgs_held: held.len() as u64,
+                    pgs_misplaced: crate::peering::misplaced_copies(&osd, &held),
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);

@@ -268,10 +268,7 @@ pub fn on_map(shard: &mut Shard) {
         .store
         .list_collections()
         .into_iter()
-        .map(|c| PgId {
-            pool: (c >> 32) as u32,
-            pg: c as u32,
-        })
+        .map(crate::pgstate::pg_of)
         .collect();
     let mut pgs: Vec<PgId> = held.iter().copied().collect();
     pgs.extend(shard.pgs.keys().copied());
@@ -311,16 +308,11 @@ pub fn on_map(shard: &mut Shard) {
     }
 }
 
-/// PGs this OSD holds a copy of without being one of their members any more.
-pub fn misplaced_copies(osd: &crate::daemon::Osd) -> u64 {
+/// Of the store collections `held`, the PGs this OSD is no longer a member of.
+pub fn misplaced_copies(osd: &crate::daemon::Osd, held: &[cairn_store::CollId]) -> u64 {
     let map = osd.map();
-    osd.store
-        .list_collections()
-        .into_iter()
-        .map(|c| PgId {
-            pool: (c >> 32) as u32,
-            pg: c as u32,
-        })
+    held.iter()
+        .map(|c| crate::pgstate::pg_of(*c))
         .filter(|pg| map.pools.get(&pg.pool).is_some_and(|p| pg.pg < p.pg_count))
         .filter(|pg| stray::is_stray(&map, &osd.placement(&map, *pg), osd.id()))
         .count() as u64
