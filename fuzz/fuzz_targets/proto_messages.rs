@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 25 {
+    match which % 28 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -51,6 +51,9 @@ fuzz_target!(|data: &[u8]| {
         21 => roundtrip::<scrub::ScrubPg>("scrub pg", b),
         22 => roundtrip::<scrub::ScrubReport>("scrub report", b),
         23 => roundtrip::<mon::FailureReport>("failure report", b),
+        24 => roundtrip::<mon::PastIntervalsQuery>("past intervals query", b),
+        25 => roundtrip::<mon::PastIntervalsReply>("past intervals", b),
+        26 => roundtrip::<peering::PgStatus>("pg status", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

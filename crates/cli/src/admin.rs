@@ -178,7 +178,8 @@ pub fn osd_ls(conf: Option<&Path>, json: bool) -> Result<()> {
             .values()
             .map(|o| {
                 serde_json::json!({"id": o.id, "addr": o.addr, "host": o.host, "up": o.up,
-                    "in": o.in_, "weight": o.weight as f64 / 65536.0, "up_from": o.up_from})
+                    "in": o.in_, "weight": o.weight as f64 / 65536.0, "up_from": o.up_from,
+                    "lost_at": (o.lost_at > 0).then_some(o.lost_at)})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -194,7 +195,11 @@ pub fn osd_ls(conf: Option<&Path>, json: bool) -> Result<()> {
             o.id,
             o.addr,
             o.host,
-            if o.up { "up" } else { "down" },
+            match (o.up, o.lost_at) {
+                (true, _) => "up",
+                (false, 0) => "down",
+                (false, _) => "lost",
+            },
             if o.in_ { "in" } else { "out" },
             o.weight as f64 / 65536.0
         );
@@ -235,6 +240,34 @@ pub fn pg_counts(map: &ClusterMap) -> PgCounts {
     c
 }
 
+/// "pg 3.0 (osd.0), pg 3.1 (osd.0, osd.2)", at most 10 PGs then a count.
+fn pg_osd_list(pgs: &[cairn_proto::msg::osd::DownPg]) -> String {
+    let mut parts: Vec<String> = pgs
+        .iter()
+        .take(10)
+        .map(|d| {
+            let osds: Vec<String> = d.osds.iter().map(|o| format!("osd.{o}")).collect();
+            let pg = cairn_map::PgId {
+                pool: d.pool,
+                pg: d.pg,
+            };
+            format!("pg {pg}: {}", osds.join(", "))
+        })
+        .collect();
+    if pgs.len() > 10 {
+        parts.push(format!("{} more", pgs.len() - 10));
+    }
+    parts.join("; ")
+}
+
+fn pg_osds_json(d: &cairn_proto::msg::osd::DownPg) -> serde_json::Value {
+    let pg = cairn_map::PgId {
+        pool: d.pool,
+        pg: d.pg,
+    };
+    serde_json::json!({"pg": pg.to_string(), "osds": d.osds})
+}
+
 pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let mon = mon_client(conf)?;
     let (map, mons) = block_on(async { (mon.get_map().await, mon.status().await) })?;
@@ -258,6 +291,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let (mut scrub_bad, mut scrub_repaired) = (0u64, 0u64);
     let (mut degraded, mut rec_bps, mut rec_ops) = (0u64, 0u64, 0u64);
     let mut misplaced = 0u64;
+    let (mut down_pgs, mut lost_pgs) = (Vec::new(), Vec::new());
     let mut unreachable = Vec::new();
     for (id, r) in &usage {
         match r {
@@ -272,13 +306,15 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
                 rec_ops += s.recovery_objects_per_sec;
                 scrub_repaired += s.scrub_repaired;
                 misplaced += s.pgs_misplaced;
+                down_pgs.extend(s.down_pgs.iter().cloned());
+                lost_pgs.extend(s.lost_write_pgs.iter().cloned());
             }
             Err(_) => unreachable.push(*id),
         }
     }
     let (osds, up, inn) = map.osd_counts();
     let pgs = pg_counts(&map);
-    let health = if pgs.inactive > 0 || scrub_bad > 0 {
+    let health = if pgs.inactive > 0 || scrub_bad > 0 || !down_pgs.is_empty() {
         "HEALTH_ERR"
     } else if pgs.degraded > 0
         || up < osds
@@ -286,6 +322,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         || peering > 0
         || degraded > 0
         || misplaced > 0
+        || !lost_pgs.is_empty()
     {
         "HEALTH_WARN"
     } else {
@@ -303,6 +340,22 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         problems.push(format!(
             "{} pgs inactive (fewer than min_size OSDs up): writes to them wait",
             pgs.inactive
+        ));
+    }
+    if !down_pgs.is_empty() {
+        problems.push(format!(
+            "{} pgs down (no I/O): they wait for an OSD that may hold newer writes to come \
+             back ({}); `cairn osd lost N --yes-i-really-mean-it` gives one up",
+            down_pgs.len(),
+            pg_osd_list(&down_pgs)
+        ));
+    }
+    if !lost_pgs.is_empty() {
+        problems.push(format!(
+            "{} pgs went active without OSDs declared lost: writes only those held may be \
+             lost ({})",
+            lost_pgs.len(),
+            pg_osd_list(&lost_pgs)
         ));
     }
     if scrub_bad > 0 {
@@ -355,13 +408,17 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
             "epoch": map.epoch,
             "fsid": crate::conf::hex16(&map.fsid),
             "mons": mons.as_ref().ok().map(|s| serde_json::json!({
-                "members": s.members.len(), "leader": s.leader, "term": s.term})),
+                "members": s.members.len(), "leader": s.leader, "term": s.term,
+                "history_oldest_epoch": s.history_oldest})),
             "osds": {"total": osds, "up": up, "in": inn},
             "capacity": {"used_bytes": used, "total_bytes": capacity,
                          "osds_reporting": usage.len() - unreachable.len()},
             "pgs": {"total": pgs.total, "active_clean": pgs.clean,
                     "active_degraded": pgs.degraded, "inactive": pgs.inactive,
-                    "peering": peering, "misplaced_copies": misplaced},
+                    "peering": peering, "misplaced_copies": misplaced,
+                    "down": down_pgs.len(), "lost_writes": lost_pgs.len()},
+            "down_pgs": down_pgs.iter().map(pg_osds_json).collect::<Vec<_>>(),
+            "lost_write_pgs": lost_pgs.iter().map(pg_osds_json).collect::<Vec<_>>(),
             "recovery": {"objects_recovered": recovered, "objects_degraded": degraded,
                          "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
                          "seconds_left": seconds_left},
@@ -376,7 +433,13 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     for p in &problems {
         println!("    {p}");
     }
-    println!("  map:    epoch {}", map.epoch);
+    match &mons {
+        Ok(s) => println!(
+            "  map:    epoch {} (history kept from epoch {})",
+            map.epoch, s.history_oldest
+        ),
+        Err(_) => println!("  map:    epoch {}", map.epoch),
+    }
     println!("  mon:    {mon_line}");
     println!("  osd:    {osds} osds: {up} up, {inn} in");
     println!(
@@ -386,8 +449,8 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         usage.len() - unreachable.len()
     );
     println!(
-        "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive; {peering} peering; {misplaced} misplaced copies",
-        pgs.total, pgs.clean, pgs.degraded, pgs.inactive
+        "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive, {} down; {peering} peering; {misplaced} misplaced copies",
+        pgs.total, pgs.clean, pgs.degraded, pgs.inactive, down_pgs.len()
     );
     if degraded > 0 {
         println!(

@@ -60,6 +60,10 @@ pub struct UpArgs {
     /// other OSDs (fixed when the cluster is created).
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pub down_out_interval: u64,
+    /// Map epochs the monitors keep at least (`cairn mon --history-keep`); fixed when the
+    /// cluster is created.
+    #[arg(long, default_value_t = cairn_mon::DEFAULT_HISTORY_KEEP, value_name = "EPOCHS")]
+    pub history_keep: u64,
     /// Seconds between two scrubs of each PG by its primary (0: only `cairn pg scrub`);
     /// fixed when the cluster is created.
     #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECS")]
@@ -101,6 +105,9 @@ struct DevState {
     /// The monitors' down-out interval in seconds (absent: their default).
     #[serde(default)]
     down_out_interval: Option<u64>,
+    /// The monitors' map history kept at least, in epochs (absent: their default).
+    #[serde(default)]
+    history_keep: Option<u64>,
     /// The OSDs' scrub interval in seconds (absent: their default).
     #[serde(default)]
     scrub_interval: Option<u64>,
@@ -185,6 +192,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         wal_dir,
         nbd: Some(nbd),
         down_out_interval: Some(a.down_out_interval),
+        history_keep: Some(a.history_keep),
         scrub_interval: Some(a.scrub_interval),
         recovery_sleep_ms: a.recovery_sleep_ms,
     })
@@ -440,6 +448,10 @@ fn start_mons(dir: &Path, s: &DevState) -> Result<()> {
         if let Some(secs) = s.down_out_interval {
             args.push("--down-out-interval".into());
             args.push(secs.to_string());
+        }
+        if let Some(n) = s.history_keep {
+            args.push("--history-keep".into());
+            args.push(n.to_string());
         }
         spawn(dir, &format!("mon.{i}"), &args)?;
     }

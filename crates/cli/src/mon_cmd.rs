@@ -41,6 +41,11 @@ pub struct MonArgs {
     /// and are recovered there.
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pub down_out_interval: u64,
+    /// Map epochs kept at least in the map history. The history (which peering reads to
+    /// find every OSD that may hold a PG's newest writes) is otherwise trimmed to the oldest
+    /// epoch a PG may still need: a PG down for long keeps it from being trimmed.
+    #[arg(long, default_value_t = cairn_mon::DEFAULT_HISTORY_KEEP, value_name = "EPOCHS")]
+    pub history_keep: u64,
 }
 
 fn parse_member(s: &str) -> Result<(u64, String), String> {
@@ -130,6 +135,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     let mut cfg = MonConfig::new(args.id, members, args.dir.clone(), fsid);
     cfg.osd_grace = Duration::from_millis(args.osd_grace_ms);
     cfg.down_out_interval = Duration::from_secs(args.down_out_interval);
+    cfg.history_keep = args.history_keep;
     cfg.validate()?;
     Ok(cfg)
 }

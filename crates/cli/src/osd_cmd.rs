@@ -19,6 +19,17 @@ pub enum OsdCmd {
     In { id: u32 },
     /// Set an OSD's placement weight (1.0 = a typical device).
     Reweight { id: u32, weight: f64 },
+    /// Declare a down OSD's data gone for good: PGs down waiting for it go on with the copies
+    /// left, and writes only it held are lost (status and the OSD logs name those PGs).
+    ///
+    /// Use it only when the OSD cannot come back (its disk is dead or wiped): if it could,
+    /// start it instead, and the PGs recover everything. The OSD must be down.
+    Lost {
+        id: u32,
+        /// Required: confirms that writes only this OSD held may be lost.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+    },
 }
 
 #[derive(Args)]
@@ -83,6 +94,22 @@ pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
         OsdCmd::Ls(j) => crate::admin::osd_ls(conf, j.json),
         OsdCmd::Out { id } => change(conf, MapChange::OsdOut { id }, &format!("osd.{id} out")),
         OsdCmd::In { id } => change(conf, MapChange::OsdIn { id }, &format!("osd.{id} in")),
+        OsdCmd::Lost {
+            id,
+            yes_i_really_mean_it,
+        } => {
+            if !yes_i_really_mean_it {
+                bail!(
+                    "declaring osd.{id} lost gives up every write only it holds; if it can \
+                     come back, start it instead. Add --yes-i-really-mean-it to go on"
+                );
+            }
+            change(
+                conf,
+                MapChange::OsdLost { id },
+                &format!("osd.{id} declared lost"),
+            )
+        }
         OsdCmd::Reweight { id, weight } => {
             if !(weight > 0.0 && weight <= 4096.0) {
                 bail!(

@@ -1,4 +1,4 @@
-//! `cairn pg`: operations on placement groups (scrub).
+//! `cairn pg`: operations on placement groups (scrub, query).
 
 use crate::admin::{block_on, mon_client};
 use anyhow::{bail, Context, Result};
@@ -22,6 +22,19 @@ pub enum PgCmd {
     /// Exit status: 0 when every copy agreed or was repaired, 3 when wrong copies remain,
     /// 1 when a PG could not be scrubbed.
     Scrub(ScrubArgs),
+    /// Show what a PG is doing, asked of its primary: its state, its past intervals (the
+    /// acting sets since it last went active, and which may have acknowledged writes), the
+    /// OSDs that answered its last peering, and what it waits for when it is down.
+    Query(QueryArgs),
+}
+
+#[derive(Args)]
+pub struct QueryArgs {
+    /// The PG, as POOL_ID.PG (PG in hexadecimal, as `cairn` prints them), e.g. 1.1f.
+    pub pg: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -46,6 +59,92 @@ pub struct ScrubArgs {
 pub fn run(cmd: PgCmd, conf: Option<&Path>) -> Result<ExitCode> {
     match cmd {
         PgCmd::Scrub(a) => scrub(a, conf),
+        PgCmd::Query(a) => query(a, conf).map(|()| ExitCode::SUCCESS),
+    }
+}
+
+fn query(a: QueryArgs, conf: Option<&Path>) -> Result<()> {
+    let mon = mon_client(conf)?;
+    let map = block_on(mon.get_map())??;
+    let pg = parse_pg(&map, &a.pg)?;
+    let placement = map.pg_placement(pg);
+    let Some(primary) = placement.primary() else {
+        bail!(
+            "pg {pg} has no OSD up (its OSDs: {:?}): nothing can answer for it; `cairn osd ls` \
+             shows which are down",
+            placement.up_set
+        );
+    };
+    let addr = map
+        .osds
+        .get(&primary)
+        .map(|o| o.addr.clone())
+        .with_context(|| format!("osd.{primary} is not in the map"))?;
+    let timeout = Duration::from_secs(5);
+    let st = block_on(cairn_client::pg_status(&addr, pg, map.epoch, timeout))?
+        .with_context(|| format!("asking osd.{primary}, primary of pg {pg}"))?;
+    if a.json {
+        let mut v = serde_json::to_value(&st)?;
+        v["pg"] = serde_json::Value::String(pg.to_string());
+        v["primary"] = serde_json::json!(primary);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    print_status(pg, primary, &st);
+    Ok(())
+}
+
+fn osds(ids: &[u32]) -> String {
+    let v: Vec<String> = ids.iter().map(|o| format!("osd.{o}")).collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn print_status(pg: PgId, primary: u32, st: &cairn_proto::msg::peering::PgStatus) {
+    println!("pg {pg}: {} (map epoch {})", st.state, st.epoch);
+    println!(
+        "  up {:?}, acting {:?}, primary osd.{primary}",
+        st.up_set, st.acting
+    );
+    println!(
+        "  last version {}, last went active at epoch {}",
+        st.last_version, st.last_epoch_started
+    );
+    if let Some(r) = &st.reason {
+        println!("  reason: {r}");
+    }
+    if st.degraded_objects > 0 {
+        println!("  {} objects still to recover", st.degraded_objects);
+    }
+    println!("  answered its last peering: {}", osds(&st.answered));
+    println!("  past intervals since epoch {}:", st.intervals_from);
+    for i in &st.intervals {
+        let iv = &i.interval;
+        let verdict = if !iv.maybe_went_rw {
+            "no writes (below min_size)".to_string()
+        } else if i.given_up {
+            "GIVEN UP: its OSDs were declared lost; writes may be lost".to_string()
+        } else if !i.waiting_for.is_empty() {
+            format!("WAITING for {}", osds(&i.waiting_for))
+        } else {
+            format!("covered by {}", osds(&i.answered))
+        };
+        println!(
+            "    epochs {:>5}-{:<5} acting {:<14} {verdict}",
+            iv.first,
+            iv.last,
+            format!("{:?}", iv.acting)
+        );
+    }
+    for iv in &st.lost_intervals {
+        println!(
+            "  went active without epochs {}-{} (acting {:?}, declared lost): writes \
+             acknowledged then may be lost",
+            iv.first, iv.last, iv.acting
+        );
     }
 }
 

@@ -15,4 +15,4 @@ mod stats;
 pub use cairn_proto::msg::osd::OsdStats;
 pub use error::ClientError;
 pub use ops::{Client, ClientConfig, MergeStats, ObjectInfo, DEFAULT_MERGE_THRESHOLD};
-pub use stats::{osd_stats, scrub_pg};
+pub use stats::{osd_stats, pg_status, scrub_pg};

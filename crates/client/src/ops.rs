@@ -250,6 +250,12 @@ impl Client {
                     route.pg
                 ),
             },
+            // Only a map change (the OSD back, or declared lost) can end it: asked again after
+            // the pause or at once on a new map.
+            Ok((OpReply::PgDown { waiting_for }, _)) => Attempt::Again {
+                min_epoch: epoch + 1,
+                why: pg_down_reason(route.pg, &waiting_for),
+            },
             Ok(answer) => Attempt::Done(answer),
             Err(e) => Attempt::Again {
                 min_epoch: epoch + 1,
@@ -527,4 +533,14 @@ fn unexpected(r: OpReply) -> ClientError {
         OpReply::Failed(s) => ClientError::Failed(s),
         other => ClientError::Failed(format!("unexpected reply {other:?}")),
     }
+}
+
+/// Why an op on a down PG cannot be served yet.
+fn pg_down_reason(pg: PgId, waiting_for: &[u32]) -> String {
+    let osds: Vec<String> = waiting_for.iter().map(|o| format!("osd.{o}")).collect();
+    format!(
+        "PG {pg} is down: waiting for {} (may hold newer writes; `cairn osd lost` gives up on \
+         an OSD that will not return)",
+        osds.join(" or ")
+    )
 }

@@ -26,6 +26,25 @@ pub async fn scrub_pg(
         .map_err(|e| fail(addr, e.to_string()))
 }
 
+/// Asks the OSD at `addr` (the PG's primary) what `pg` is doing (`cairn pg query`).
+pub async fn pg_status(
+    addr: &str,
+    pg: cairn_map::PgId,
+    epoch: u64,
+    timeout: Duration,
+) -> Result<cairn_proto::msg::peering::PgStatus, ClientError> {
+    use cairn_proto::msg::peering::{PgQuery, PG_STATUS, PG_STATUS_REPLY};
+    let q = PgQuery {
+        epoch,
+        pool: pg.pool,
+        pg: pg.pg,
+        since: 0,
+    };
+    let control = cairn_proto::msg::encode(&q);
+    let f = ask(addr, PG_STATUS, &control, PG_STATUS_REPLY, timeout).await?;
+    cairn_proto::msg::decode("pg status", &f).map_err(|e| fail(addr, e.to_string()))
+}
+
 fn fail(addr: &str, why: String) -> ClientError {
     ClientError::Failed(format!("osd at {addr}: {why}"))
 }

@@ -48,6 +48,16 @@ pub enum MapChange {
         name: String,
         setting: PoolSetting,
     },
+    /// An operator declares a down OSD's data gone for good (`cairn osd lost`): PGs stop
+    /// waiting for it. Refused while it is up.
+    OsdLost {
+        id: u32,
+    },
+    /// Monitors only (refused from clients): drop the map history older than epoch `below`,
+    /// which no PG needs any more. The map itself does not change.
+    TrimHistory {
+        below: u64,
+    },
 }
 
 /// What applying a change did.
@@ -83,6 +93,10 @@ pub enum MapError {
     EpochGap { have: u64, got: u64 },
     #[error("osd.{osd} is marked down (or up in another life) in the map: it must boot again")]
     NotUp { osd: u32 },
+    #[error("osd.{0} is up: only a down OSD can be declared lost (stop it first)")]
+    OsdUp(u32),
+    #[error("this change is made by the monitors themselves, never asked for by a client")]
+    MonitorsOnly,
     #[error("osd.{osd} is reported unreachable by its peers: its heartbeats are not accepted until it is marked down")]
     Reported { osd: u32 },
 }
@@ -161,6 +175,16 @@ impl ClusterMap {
                 self.pools.remove(&id);
                 id
             }
+            MapChange::OsdLost { id } => {
+                let o = self.osd_mut(*id)?;
+                if o.up {
+                    return Err(MapError::OsdUp(*id));
+                }
+                // Declared again later: the newer declaration covers more history.
+                o.lost_at = next;
+                *id
+            }
+            MapChange::TrimHistory { .. } => return Ok(ChangeOutcome::Unchanged),
             MapChange::PoolSet { name, setting } => {
                 let id = self.pool_id(name)?;
                 match self.pool_set(id, setting)? {
@@ -212,6 +236,7 @@ impl ClusterMap {
                         weight,
                         up_from: 0,
                         store_id,
+                        lost_at: 0,
                     },
                 );
                 id

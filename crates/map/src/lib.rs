@@ -12,9 +12,11 @@
 //! are served by the remaining members), only an OSD marked out does.
 
 mod change;
+pub mod intervals;
 mod pool;
 
 pub use change::{ChangeOutcome, MapChange, MapError};
+pub use intervals::PastInterval;
 pub use pool::{Durability, Pool, PoolSetting};
 
 use cairn_placement::{FailureDomain, Hierarchy, HostNode, OsdNode};
@@ -40,6 +42,9 @@ pub struct OsdInfo {
     pub up_from: u64,
     /// Store identity reported at boot (uuid of its store), so a wiped OSD is recognised.
     pub store_id: [u8; 16],
+    /// Epoch an operator declared it lost (`cairn osd lost`; 0 = never): peering no longer
+    /// waits for it, and writes only it may have held are given up.
+    pub lost_at: u64,
 }
 
 impl OsdInfo {

@@ -16,6 +16,8 @@ pub const DEFAULT_ELECTION_TIMEOUT_MS: (u64, u64) = (300, 600);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(4);
 /// Default number of log entries between snapshots of the map.
 pub const DEFAULT_SNAPSHOT_LOGS: u64 = 1000;
+/// Default of [`MonConfig::history_keep`].
+pub const DEFAULT_HISTORY_KEEP: u64 = 500;
 
 /// How to run one monitor.
 #[derive(Debug, Clone)]
@@ -44,6 +46,9 @@ pub struct MonConfig {
     /// monitor that was away for fewer changes catches up from the log, otherwise from the
     /// leader's snapshot.
     pub snapshot_logs: u64,
+    /// Epochs of map history kept at least, even when every PG has gone active since (the
+    /// history is otherwise trimmed to the oldest epoch a PG may still need for peering).
+    pub history_keep: u64,
 }
 
 impl MonConfig {
@@ -59,6 +64,7 @@ impl MonConfig {
             election_timeout_ms: DEFAULT_ELECTION_TIMEOUT_MS,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             snapshot_logs: DEFAULT_SNAPSHOT_LOGS,
+            history_keep: DEFAULT_HISTORY_KEEP,
         }
     }
 

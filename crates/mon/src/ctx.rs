@@ -5,7 +5,10 @@ use crate::failure::FailureDetector;
 use crate::state_machine::MapView;
 use crate::types::{BasicNode, NodeId, Raft};
 use cairn_map::{ChangeOutcome, MapChange, MapError};
-use cairn_proto::msg::mon::{CommandReply, FailureReport, Heartbeat, MonStatus};
+use cairn_proto::msg::mon::{
+    CommandReply, FailureReport, Heartbeat, MonStatus, PastIntervalsQuery, PastIntervalsReply,
+    MAX_HEARTBEAT_PGS,
+};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{RaftMetrics, ServerState};
 use std::sync::Arc;
@@ -21,6 +24,10 @@ pub(crate) struct Ctx {
     pub view: Arc<MapView>,
     pub failure: FailureDetector,
     pub command_timeout: Duration,
+    /// Every PG's last start, for trimming the map history (leader only).
+    pub starts: crate::les::PgStarts,
+    /// Epochs of history kept at least.
+    pub history_keep: u64,
 }
 
 impl Ctx {
@@ -98,6 +105,9 @@ impl Ctx {
                 if !self.failure.heard(hb.osd, life, Instant::now()) {
                     return CommandReply::Refused(MapError::Reported { osd: hb.osd });
                 }
+                let n = hb.pgs.len().min(MAX_HEARTBEAT_PGS);
+                self.view
+                    .with_map(|m| self.starts.report(m, hb.osd, &hb.pgs[..n]));
                 let grace_ms = self.failure.grace().as_millis() as u64;
                 CommandReply::Alive { grace_ms }
             }
@@ -145,6 +155,31 @@ impl Ctx {
         }
     }
 
+    /// A PG's past intervals from this monitor's map history.
+    pub(crate) fn past_intervals(&self, q: &PastIntervalsQuery) -> PastIntervalsReply {
+        let pg = cairn_map::PgId {
+            pool: q.pool,
+            pg: q.pg,
+        };
+        match self.view.past_intervals(pg, q.since, q.until) {
+            Ok((from, intervals)) => PastIntervalsReply::Intervals { from, intervals },
+            Err(crate::state_machine::IntervalsError::Behind { have, .. }) => {
+                PastIntervalsReply::Behind { epoch: have }
+            }
+            Err(e) => PastIntervalsReply::Failed(e.to_string()),
+        }
+    }
+
+    /// The epoch the map history may be trimmed to now, when it is newer than the oldest
+    /// kept (leader only): the oldest epoch a PG may still need, and never within
+    /// `history_keep` epochs of the current one.
+    pub(crate) fn history_trim_due(&self) -> Option<u64> {
+        self.leading_term()?;
+        let (floor, epoch) = self.view.with_map(|m| (self.starts.floor(m), m.epoch));
+        let below = floor?.min(epoch.saturating_sub(self.history_keep));
+        (below > self.view.history_oldest()).then_some(below)
+    }
+
     /// This monitor's view of the monitor cluster.
     pub(crate) fn status(&self) -> MonStatus {
         let (leader, leader_addr) = self.leader();
@@ -161,6 +196,7 @@ impl Ctx {
                 .map(|(id, n)| (*id, n.addr.clone()))
                 .collect(),
             epoch: self.view.epoch(),
+            history_oldest: self.view.history_oldest(),
         }
     }
 }

@@ -16,7 +16,10 @@ mod config;
 mod ctx;
 mod error;
 mod failure;
+mod history;
+mod les;
 mod log_store;
+mod migrate;
 mod node;
 pub mod raft_net;
 mod server;
@@ -26,7 +29,7 @@ mod types;
 
 pub use config::{
     fsid_hex, parse_fsid, MonConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_ELECTION_TIMEOUT_MS,
-    DEFAULT_OSD_GRACE,
+    DEFAULT_HISTORY_KEEP, DEFAULT_OSD_GRACE,
 };
 pub use error::MonError;
 pub use node::run;

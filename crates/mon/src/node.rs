@@ -69,10 +69,13 @@ pub async fn run(
         view,
         failure: FailureDetector::new(cfg.osd_grace, cfg.down_out_interval),
         command_timeout: cfg.command_timeout,
+        starts: Default::default(),
+        history_keep: cfg.history_keep,
     });
     let mut background = JoinSet::new();
     background.spawn(log_leadership(ctx.clone()));
     background.spawn(failure_ticker(ctx.clone()));
+    background.spawn(history_ticker(ctx.clone()));
 
     let mut metrics = raft.metrics();
     let fatal = async move {
@@ -197,6 +200,25 @@ async fn log_leadership(ctx: Arc<Ctx>) {
         }
         if metrics.changed().await.is_err() {
             return;
+        }
+    }
+}
+
+/// How often the leader checks whether the map history can be trimmed.
+const HISTORY_TRIM_EVERY: Duration = Duration::from_secs(2);
+
+/// While leading, trims the map history no PG needs any more.
+async fn history_ticker(ctx: Arc<Ctx>) {
+    let mut tick = tokio::time::interval(HISTORY_TRIM_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        ctx.starts.set_leader_term(ctx.leading_term());
+        if let Some(below) = ctx.history_trim_due() {
+            let reply = ctx
+                .command(cairn_map::MapChange::TrimHistory { below })
+                .await;
+            tracing::debug!(below, ?reply, "map history trim proposal");
         }
     }
 }

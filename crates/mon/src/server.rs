@@ -14,8 +14,9 @@ use crate::ctx::Ctx;
 use crate::raft_net;
 use cairn_map::MapChange;
 use cairn_proto::msg::mon::{
-    ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, Subscribe, COMMAND, COMMAND_REPLY,
-    ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY, SUBSCRIBE,
+    CommandReply, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, PastIntervalsQuery,
+    Subscribe, COMMAND, COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP, MON_STATUS,
+    MON_STATUS_REPLY, PAST_INTERVALS, PAST_INTERVALS_REPLY, SUBSCRIBE,
 };
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::stream::{
@@ -172,6 +173,10 @@ async fn dispatch(
                 ));
             }
             let change: MapChange = decode("command", &f.control).map_err(|e| e.to_string())?;
+            if matches!(change, MapChange::TrimHistory { .. }) {
+                let reply = CommandReply::Refused(cairn_map::MapError::MonitorsOnly);
+                return send(tx, frame(COMMAND_REPLY, rid, &reply)).await;
+            }
             let (ctx, tx) = (ctx.clone(), tx.clone());
             tasks.spawn(async move {
                 let reply = ctx.command(change).await;
@@ -189,6 +194,11 @@ async fn dispatch(
             frame(COMMAND_REPLY, rid, &ctx.failure_report(r))
         }
         MON_STATUS => frame(MON_STATUS_REPLY, rid, &ctx.status()),
+        PAST_INTERVALS => {
+            let q: PastIntervalsQuery =
+                decode("past intervals query", &f.control).map_err(|e| e.to_string())?;
+            frame(PAST_INTERVALS_REPLY, rid, &ctx.past_intervals(&q))
+        }
         t if raft_net::is_peer_msg(t) => {
             let (reply_type, body) = raft_net::serve(&ctx.raft, &ctx.fsid, &f).await?;
             let mut out = Vec::new();
@@ -197,7 +207,11 @@ async fn dispatch(
         }
         t => return Err(format!("message type {t} is not a monitor request")),
     };
-    tx.send(reply)
+    send(tx, reply).await
+}
+
+async fn send(tx: &mpsc::Sender<Vec<u8>>, frame: Vec<u8>) -> Result<(), String> {
+    tx.send(frame)
         .await
         .map_err(|_| "the connection's writer stopped".to_string())
 }

@@ -1,23 +1,23 @@
 //! The replicated state machine: the cluster map, built by applying committed `MapChange`s
 //! (openraft's `RaftStateMachine`), and the view of it that clients are served from.
 
+use crate::history::{self, History, HistoryWrite};
 use crate::store::{self, blocking, dec, enc, get_meta, key, StoreError};
 use crate::types::{
     ApplyResult, BasicNode, Entry, LogId, MonRaft, NodeId, StorageError, StoredMembership,
 };
-use cairn_map::{ChangeOutcome, ClusterMap, Incremental};
+use cairn_map::{ChangeOutcome, ClusterMap, Incremental, MapChange, PastInterval, PgId};
 use cairn_proto::msg::mon::MapUpdate;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError};
 use redb::{Database, Durability};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
 use std::io::Cursor;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::watch;
 
-/// How many incrementals are kept for subscribers that are a few epochs behind; an older
-/// asker gets the full map.
+/// How many epochs behind a subscriber may be and still get incrementals; an older asker
+/// gets the full map.
 pub const HISTORY: usize = 500;
 
 /// The applied state; also the content of a snapshot.
@@ -28,17 +28,33 @@ pub(crate) struct SmData {
     pub map: ClusterMap,
 }
 
+/// What a snapshot carries: the applied state and the map history.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct SnapshotData {
+    pub sm: SmData,
+    pub history: History,
+}
+
 /// A snapshot as stored in the `meta` table.
 #[derive(Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<NodeId, BasicNode>,
-    data: Vec<u8>,
+pub(crate) struct StoredSnapshot {
+    pub meta: SnapshotMeta<NodeId, BasicNode>,
+    pub data: Vec<u8>,
 }
 
 struct Live {
     data: SmData,
-    /// Consecutive incrementals ending at `data.map.epoch` (empty after a snapshot install).
-    history: VecDeque<Incremental>,
+    /// The map history ending at `data.map.epoch`.
+    history: History,
+}
+
+/// Why past intervals could not be computed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum IntervalsError {
+    #[error("this monitor's map is at epoch {have}, older than the asked epoch {until}")]
+    Behind { have: u64, until: u64 },
+    #[error("the map history does not replay: {0}")]
+    Replay(cairn_map::MapError),
 }
 
 /// The current map as clients see it: read by the server, written only by the state machine.
@@ -48,13 +64,10 @@ pub struct MapView {
 }
 
 impl MapView {
-    fn new(data: SmData) -> Self {
+    fn new(data: SmData, history: History) -> Self {
         let (epoch, _) = watch::channel(data.map.epoch);
         MapView {
-            live: RwLock::new(Live {
-                data,
-                history: VecDeque::new(),
-            }),
+            live: RwLock::new(Live { data, history }),
             epoch,
         }
     }
@@ -92,10 +105,12 @@ impl MapView {
         if have >= epoch && have != 0 {
             return None;
         }
-        let oldest = live.history.front().map(|i| i.epoch);
+        let oldest = live.history.incs.front().map(|i| i.epoch);
+        let near = epoch.saturating_sub(have) <= HISTORY as u64;
         match oldest {
-            Some(first) if have != 0 && first <= have + 1 => Some(MapUpdate::Incrementals(
+            Some(first) if have != 0 && near && first <= have + 1 => Some(MapUpdate::Incrementals(
                 live.history
+                    .incs
                     .iter()
                     .filter(|i| i.epoch > have)
                     .cloned()
@@ -103,6 +118,39 @@ impl MapView {
             )),
             _ => Some(MapUpdate::Full(live.data.map.clone())),
         }
+    }
+
+    /// The oldest epoch whose map the history can rebuild.
+    pub fn history_oldest(&self) -> u64 {
+        self.read().history.oldest()
+    }
+
+    /// The past intervals of `pg` from epoch `since` (or the oldest kept, when later) to
+    /// `until`, with the epoch the list starts at.
+    pub(crate) fn past_intervals(
+        &self,
+        pg: PgId,
+        since: u64,
+        until: u64,
+    ) -> Result<(u64, Vec<PastInterval>), IntervalsError> {
+        // Replayed outside the lock: applying changes must not wait for it.
+        let (base, incs) = {
+            let live = self.read();
+            let have = live.data.map.epoch;
+            if have < until {
+                return Err(IntervalsError::Behind { have, until });
+            }
+            let h = &live.history;
+            let incs: Vec<Incremental> = h
+                .incs
+                .iter()
+                .take_while(|i| i.epoch <= until)
+                .cloned()
+                .collect();
+            (h.base.clone(), incs)
+        };
+        cairn_map::intervals::compute(&base, &incs, pg, since, until)
+            .map_err(IntervalsError::Replay)
     }
 
     fn publish(&self, epoch: u64) {
@@ -132,22 +180,29 @@ impl StateMachine {
         let saved: Option<SmData> = get_meta(&db, key::STATE_MACHINE)?;
         let snap: Option<StoredSnapshot> = get_meta(&db, key::SNAPSHOT)?;
         let from_snap = match snap {
-            Some(s) => Some(dec::<SmData>("snapshot", &s.data)?),
+            Some(s) => Some(dec::<SnapshotData>("snapshot", &s.data)?),
             None => None,
         };
-        let data = match (saved, from_snap) {
-            (Some(a), Some(b)) if b.last_applied > a.last_applied => b,
-            (Some(a), _) => a,
-            (None, Some(b)) => b,
-            (None, None) => SmData {
-                last_applied: None,
-                membership: StoredMembership::default(),
-                map: ClusterMap::new(fsid),
-            },
+        let (data, history) = match (saved, from_snap) {
+            (Some(a), Some(b)) if b.sm.last_applied > a.last_applied => (b.sm, Some(b.history)),
+            (Some(a), _) => (a, None),
+            (None, Some(b)) => (b.sm, Some(b.history)),
+            (None, None) => {
+                let sm = SmData {
+                    last_applied: None,
+                    membership: StoredMembership::default(),
+                    map: ClusterMap::new(fsid),
+                };
+                (sm, None)
+            }
+        };
+        let history = match history {
+            Some(h) => h,
+            None => history::load(&db, &data.map)?,
         };
         Ok(StateMachine {
             db,
-            view: Arc::new(MapView::new(data)),
+            view: Arc::new(MapView::new(data, history)),
             fsid,
         })
     }
@@ -172,6 +227,7 @@ impl RaftStateMachine<MonRaft> for StateMachine {
         I::IntoIter: Send,
     {
         let mut replies = Vec::new();
+        let mut hw = HistoryWrite::default();
         let (bytes, before, after) = {
             let mut live = self.view.write();
             let before = live.data.map.epoch;
@@ -183,10 +239,20 @@ impl RaftStateMachine<MonRaft> for StateMachine {
                         let r = live.data.map.apply(&change);
                         if let Ok(ChangeOutcome::Changed { epoch, .. }) = r {
                             tracing::info!(epoch, ?change, "map changed");
-                            if live.history.len() >= HISTORY {
-                                live.history.pop_front();
+                            let inc = Incremental { epoch, change };
+                            hw.added.push((epoch, enc(&inc)));
+                            live.history.push(inc);
+                        } else if let MapChange::TrimHistory { below } = change {
+                            let below = below.min(live.data.map.epoch);
+                            if let Some(dropped) = live.history.trim(below) {
+                                tracing::info!(
+                                    below,
+                                    epochs = dropped.len(),
+                                    "map history trimmed"
+                                );
+                                hw.dropped.extend(dropped);
+                                hw.base = Some(enc(&live.history.base));
                             }
-                            live.history.push_back(Incremental { epoch, change });
                         }
                         replies.push(r);
                     }
@@ -201,7 +267,13 @@ impl RaftStateMachine<MonRaft> for StateMachine {
         };
         // No fsync: the log holds these entries durably; a lost save is replayed at start.
         blocking(&self.db, move |db| {
-            store::put_meta(db, Durability::None, &[(key::STATE_MACHINE, &bytes)])
+            let mut txn = db.begin_write()?;
+            txn.set_durability(Durability::None);
+            txn.open_table(store::META)?
+                .insert(key::STATE_MACHINE, bytes.as_slice())?;
+            hw.apply(&txn)?;
+            txn.commit()?;
+            Ok(())
         })
         .await
         .map_err(sm_write_err)?;
@@ -231,8 +303,8 @@ impl RaftStateMachine<MonRaft> for StateMachine {
         let snap_err = |e: StoreError| -> StorageError {
             StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e)).into()
         };
-        let got: SmData = dec("snapshot", &bytes).map_err(snap_err)?;
-        if got.map.fsid != self.fsid {
+        let got: SnapshotData = dec("snapshot", &bytes).map_err(snap_err)?;
+        if got.sm.map.fsid != self.fsid {
             let e = StoreError::Decode {
                 what: "snapshot",
                 reason: "it belongs to another cluster (fsid differs)".into(),
@@ -242,19 +314,25 @@ impl RaftStateMachine<MonRaft> for StateMachine {
         let data = SmData {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
-            map: got.map,
+            map: got.sm.map,
         };
+        let hist = got.history;
         let sm = enc(&data);
         let stored = enc(&StoredSnapshot {
             meta: meta.clone(),
             data: bytes,
         });
+        let h = hist.clone();
         blocking(&self.db, move |db| {
-            store::put_meta(
-                db,
-                Durability::Immediate,
-                &[(key::STATE_MACHINE, &sm), (key::SNAPSHOT, &stored)],
-            )
+            let txn = db.begin_write()?;
+            {
+                let mut meta = txn.open_table(store::META)?;
+                meta.insert(key::STATE_MACHINE, sm.as_slice())?;
+                meta.insert(key::SNAPSHOT, stored.as_slice())?;
+            }
+            history::replace(&txn, &h)?;
+            txn.commit()?;
+            Ok(())
         })
         .await
         .map_err(|e| {
@@ -268,7 +346,7 @@ impl RaftStateMachine<MonRaft> for StateMachine {
         {
             let mut live = self.view.write();
             live.data = data;
-            live.history.clear();
+            live.history = hist;
         }
         self.view.publish(epoch);
         Ok(())
@@ -296,7 +374,10 @@ impl RaftSnapshotBuilder<MonRaft> for SnapshotBuilder {
         let (data, last, membership) = {
             let live = self.view.read();
             (
-                enc(&live.data),
+                enc(&SnapshotData {
+                    sm: live.data.clone(),
+                    history: live.history.clone(),
+                }),
                 live.data.last_applied,
                 live.data.membership.clone(),
             )

@@ -8,7 +8,10 @@
 //!   `format` (u32), `fsid` ([u8; 16]), `mon_id` (u64) — written once at creation;
 //!   `vote`, `committed`, `purged` — Raft's persistent markers;
 //!   `state_machine` — the applied state ([`crate::state_machine::SmData`]);
-//!   `snapshot` — the last snapshot (meta + the serialized `SmData`).
+//!   `snapshot` — the last snapshot (meta + the serialized `SmData` and map history);
+//!   `history_base` — the map at the oldest epoch of the history.
+//! - table `map_history`: epoch (u64) -> postcard `Incremental`, every epoch after the base
+//!   (`crate::history`).
 //!
 //! Log appends, truncations, votes and snapshots are committed with `Durability::Immediate`
 //! (fsync before returning), so they survive kill -9 and power loss. The applied state is
@@ -27,8 +30,9 @@ pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_l
 /// Everything else, by name.
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
-/// On-disk format written by this build.
-pub const FORMAT: u32 = 1;
+/// On-disk format written by this build (2: OSDs' `lost_at`, map history; format 1 is
+/// upgraded in place at open, `crate::migrate`).
+pub const FORMAT: u32 = 2;
 
 /// Names of the `meta` entries.
 pub(crate) mod key {
@@ -195,7 +199,10 @@ pub(crate) fn open(dir: &Path, id: u64, fsid: [u8; 16]) -> Result<Arc<Database>,
     let db = open_db(&path)?;
     let e = |e: StoreError| store_err(&path, e);
     let format: Option<u32> = get_meta_if_exists(&db, key::FORMAT).map_err(e)?;
-    if let Some(found) = format {
+    if format == Some(1) {
+        tracing::info!(path = %path.display(), "upgrading the monitor database from format 1 to 2");
+        crate::migrate::from_v1(&db).map_err(e)?;
+    } else if let Some(found) = format {
         if found != FORMAT {
             return Err(MonError::Format {
                 path,

@@ -22,9 +22,11 @@ pub use error::MonClientError;
 
 use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
 use cairn_proto::msg::mon::{
-    CommandReply, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, MonStatus, COMMAND,
-    COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY,
+    CommandReply, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, MonStatus,
+    PastIntervalsQuery, COMMAND, COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP,
+    MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS, PAST_INTERVALS_REPLY,
 };
+pub use cairn_proto::msg::mon::{PastIntervalsReply, PgStarted};
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::Frame;
 use conn::Conn;
@@ -178,8 +180,14 @@ impl MonClient {
 
     /// Tells the leader OSD `osd` (in its life that began at epoch `up_from`) is alive;
     /// returns the leader's grace (how long it waits for the next heartbeat).
-    pub async fn heartbeat(&self, osd: u32, up_from: u64) -> Result<Duration, MonClientError> {
-        let req = encode(&Heartbeat { osd, up_from });
+    /// `pgs` are the PGs it leads with the epoch each last went active.
+    pub async fn heartbeat(
+        &self,
+        osd: u32,
+        up_from: u64,
+        pgs: Vec<PgStarted>,
+    ) -> Result<Duration, MonClientError> {
+        let req = encode(&Heartbeat { osd, up_from, pgs });
         self.call(HEARTBEAT, req, self.deadline(), heartbeat_step)
             .await
     }
@@ -200,6 +208,39 @@ impl MonClient {
         self.call(FAILURE_REPORT, req, self.deadline(), command_step)
             .await
             .map(|_| ())
+    }
+
+    /// The past intervals of `pg` from epoch `since` to `until`, from any monitor whose map
+    /// has reached `until`: `(from, intervals)`, `from` being `since` or the oldest epoch the
+    /// monitors still keep.
+    pub async fn past_intervals(
+        &self,
+        pg: cairn_map::PgId,
+        since: u64,
+        until: u64,
+    ) -> Result<(u64, Vec<cairn_map::PastInterval>), MonClientError> {
+        let req = encode(&PastIntervalsQuery {
+            pool: pg.pool,
+            pg: pg.pg,
+            since,
+            until,
+        });
+        self.call(PAST_INTERVALS, req, self.deadline(), |f| {
+            if let Err(e) = expect(&f, PAST_INTERVALS_REPLY, "past intervals") {
+                return Step::Fail(e);
+            }
+            match decode::<PastIntervalsReply>("past intervals", &f.control) {
+                Ok(PastIntervalsReply::Intervals { from, intervals }) => {
+                    Step::Done((from, intervals))
+                }
+                Ok(PastIntervalsReply::Behind { epoch }) => {
+                    Step::Retry(format!("the monitor's map is at epoch {epoch} < {until}"))
+                }
+                Ok(PastIntervalsReply::Failed(why)) => Step::Fail(MonClientError::Protocol(why)),
+                Err(e) => Step::Fail(protocol(e)),
+            }
+        })
+        .await
     }
 
     /// The monitor cluster's status, from the leader when it can be reached, else from the

@@ -33,6 +33,8 @@ pub struct Osd {
     pub recovery: crate::recovery::Recovery,
     /// What this OSD's scrubs found.
     pub scrub: crate::scrub::ScrubStats,
+    /// The monitors, for peering's questions (past intervals).
+    pub mon: cairn_monclient::MonClient,
 }
 
 impl Osd {
@@ -105,6 +107,46 @@ impl Osd {
         let s = shards.get(shard_of(pg, shards.len()))?;
         let mut guard = s.state.lock().unwrap_or_else(|p| p.into_inner());
         Some(f(&mut guard))
+    }
+
+    /// PGs this OSD leads that are down (with the OSDs each waits for), and those that went
+    /// active giving up intervals whose OSDs were declared lost (with those OSDs).
+    pub fn pg_troubles(
+        &self,
+    ) -> (
+        Vec<cairn_proto::msg::osd::DownPg>,
+        Vec<cairn_proto::msg::osd::DownPg>,
+    ) {
+        use cairn_proto::msg::osd::DownPg;
+        let me = self.id();
+        let (mut down, mut lost) = (Vec::new(), Vec::new());
+        for s in self.shards() {
+            let shard = s.state.lock().unwrap_or_else(|p| p.into_inner());
+            for (pg, st) in &shard.pgs {
+                if st.placement.primary() != Some(me) {
+                    continue;
+                }
+                let entry = |osds: Vec<u32>| DownPg {
+                    pool: pg.pool,
+                    pg: pg.pg,
+                    osds,
+                };
+                if let Some(d) = &st.down {
+                    down.push(entry(d.waiting_for.clone()));
+                }
+                if !st.lost_intervals.is_empty() {
+                    let mut osds: Vec<u32> = st
+                        .lost_intervals
+                        .iter()
+                        .flat_map(|iv| iv.acting.iter().copied())
+                        .collect();
+                    osds.sort_unstable();
+                    osds.dedup();
+                    lost.push(entry(osds));
+                }
+            }
+        }
+        (down, lost)
     }
 
     /// PGs this OSD leads whose peering (or recovery) is under way.
@@ -269,6 +311,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             cfg.recovery_max_active,
         ),
         scrub: crate::scrub::ScrubStats::default(),
+        mon: cairn_monclient::MonClient::new(cfg.mons.clone()).with_source(source),
     });
     let weak = Arc::downgrade(&osd);
     osd.inflight.set_done_hook(Box::new(move |pg| {

@@ -3,8 +3,9 @@
 use crate::config::OsdConfig;
 use crate::daemon::Osd;
 use crate::error::OsdError;
-use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
+use cairn_map::{ChangeOutcome, ClusterMap, MapChange, PgId};
 use cairn_monclient::MonClient;
+use cairn_proto::msg::mon::{PgStarted, MAX_HEARTBEAT_PGS};
 use cairn_proto::msg::osd::OpReply;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -171,15 +172,47 @@ fn install(osd: &Osd, map: Arc<ClusterMap>) {
 
 async fn heartbeats(osd: Arc<Osd>, mon: MonClient, every: Duration) {
     let mut tick = tokio::time::interval(every);
+    let mut round = 0usize;
     loop {
         tick.tick().await;
         let (id, life) = (osd.id(), osd.up_from.load(Ordering::Relaxed));
+        let starts = pg_starts(&osd, round);
+        round = round.wrapping_add(1);
         let sent = std::time::Instant::now();
-        match mon.heartbeat(id, life).await {
+        match mon.heartbeat(id, life, starts).await {
             Ok(grace) => osd.lease.renew(sent, grace),
             Err(e) => tracing::warn!(error = %e, "heartbeat to monitors failed"),
         }
     }
+}
+
+/// The PGs this OSD leads with the epoch each last went active here, for the monitors'
+/// history trimming; over [`MAX_HEARTBEAT_PGS`] PGs, a different window each `round`.
+fn pg_starts(osd: &Osd, round: usize) -> Vec<PgStarted> {
+    let map = osd.map();
+    let me = osd.id();
+    let mut all = Vec::new();
+    for (&pool, p) in &map.pools {
+        for pg in (0..p.pg_count).map(|pg| PgId { pool, pg }) {
+            if osd.placement(&map, pg).primary() == Some(me) {
+                let epoch = crate::peering::member::last_epoch_started(&osd.store, pg);
+                all.push(PgStarted {
+                    pool,
+                    pg: pg.pg,
+                    epoch,
+                });
+            }
+        }
+    }
+    if all.len() <= MAX_HEARTBEAT_PGS {
+        return all;
+    }
+    let start = (round * MAX_HEARTBEAT_PGS) % all.len();
+    all.into_iter()
+        .cycle()
+        .skip(start)
+        .take(MAX_HEARTBEAT_PGS)
+        .collect()
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@ use std::sync::Arc;
 
 /// Collection key holding the PG's last version (u64 little-endian).
 pub const VERSION_KEY: &[u8] = b"pg_version";
+/// Collection key holding the map epoch the PG last went active with this OSD acting
+/// (`last_epoch_started`, u64 little-endian).
+pub const LES_KEY: &[u8] = b"pg_les";
 
 /// The store collection of a PG.
 pub fn coll_of(pg: PgId) -> CollId {
@@ -39,6 +42,14 @@ pub struct WaitingOp {
     pub req_id: u64,
     pub req: OpRequest,
     pub data: Vec<u8>,
+}
+
+/// A down PG: what it waits for, and the map epoch it found so at (it peers again on a new
+/// epoch, or when its retry timer fires; client ops meanwhile are answered at once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Down {
+    pub epoch: u64,
+    pub waiting_for: Vec<u32>,
 }
 
 /// Per-PG state owned by one shard.
@@ -74,6 +85,15 @@ pub struct PgState {
     /// This OSD holds a copy but is no longer a member: the task asking the primary whether
     /// the copy may go (`peering/stray.rs`).
     pub stray_watch: Option<tokio::task::AbortHandle>,
+    /// The PG is down, waiting for one of these OSDs (this OSD as primary).
+    pub down: Option<Down>,
+    /// What the last peering found about the past intervals.
+    pub report: Option<crate::peering::Report>,
+    /// Why the last peering failed, while it has not succeeded since.
+    pub failure: Option<String>,
+    /// Intervals (first, last epoch) given up since this OSD started: their OSDs were
+    /// declared lost, so writes acknowledged in them may be lost.
+    pub lost_intervals: Vec<cairn_map::PastInterval>,
 }
 
 /// Writes remembered before completed ones are swept.
@@ -114,6 +134,10 @@ impl PgState {
             urgent: None,
             copying: HashSet::new(),
             stray_watch: None,
+            down: None,
+            report: None,
+            failure: None,
+            lost_intervals: Vec::new(),
         }
     }
 

@@ -11,6 +11,7 @@ use cairn_proto::msg::osd::{
 };
 use cairn_proto::msg::peering::{
     PgList, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY,
+    PG_STATUS,
 };
 use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG, SCRUB_REPORT};
 use cairn_proto::stream::{
@@ -89,6 +90,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
                 let progress = osd.recovery.progress();
                 let held = osd.store.list_collections();
+                let (down_pgs, lost_write_pgs) = osd.pg_troubles();
                 let reply = OsdStats {
                     osd: osd.id(),
                     used_bytes: st.live_bytes + st.pending_bytes,
@@ -105,6 +107,8 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                     scrubbed_pgs,
                     pgs_held: held.len() as u64,
                     pgs_misplaced: crate::peering::misplaced_copies(&osd, &held),
+                    down_pgs,
+                    lost_write_pgs,
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);
@@ -149,7 +153,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 }
                 continue;
             }
-            t @ (PG_QUERY | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN) => {
+            t @ (PG_QUERY | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN | PG_STATUS) => {
                 match peering_pg(t, &frame.control) {
                     Ok(pg) => (
                         pg,
@@ -315,7 +319,9 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
     use cairn_proto::msg::decode;
     let e = |e: cairn_proto::msg::MsgError| e.to_string();
     let (pool, pg) = match msg_type {
-        PG_QUERY | PG_CLEAN => decode::<PgQuery>("pg query", control).map(|q| (q.pool, q.pg)),
+        PG_QUERY | PG_CLEAN | PG_STATUS => {
+            decode::<PgQuery>("pg query", control).map(|q| (q.pool, q.pg))
+        }
         PG_PULL => decode::<PgPull>("pg pull", control).map(|q| (q.pool, q.pg)),
         PG_PUSH => decode::<PgPush>("pg push", control).map(|q| (q.pool, q.pg)),
         PG_SCRUB => decode::<PgScrub>("pg scrub", control).map(|q| (q.pool, q.pg)),

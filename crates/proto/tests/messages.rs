@@ -36,6 +36,10 @@ proptest! {
         roundtrip::<peering::PgDone>("pg done", &b);
         roundtrip::<peering::PgList>("pg list", &b);
         roundtrip::<peering::PgNames>("pg names", &b);
+        roundtrip::<mon::Heartbeat>("heartbeat", &b);
+        roundtrip::<mon::PastIntervalsQuery>("past intervals query", &b);
+        roundtrip::<mon::PastIntervalsReply>("past intervals", &b);
+        roundtrip::<peering::PgStatus>("pg status", &b);
     }
 }
 

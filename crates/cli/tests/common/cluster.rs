@@ -192,6 +192,50 @@ impl Cluster {
         }
     }
 
+    /// Starts OSD `i` alone (as `dev up` would, with its directory, WAL and monitors), leaving
+    /// every other stopped process stopped.
+    pub fn start_osd(&self, i: u32) {
+        use std::os::unix::process::CommandExt;
+        let t = std::fs::read_to_string(self.dir.join("dev.toml")).expect("read dev.toml");
+        let v: toml::Value = toml::from_str(&t).expect("parse dev.toml");
+        let name = format!("osd.{i}");
+        let mut args = vec![
+            "osd".to_string(),
+            "run".into(),
+            "--dir".into(),
+            self.dir.join(&name).display().to_string(),
+            "--data-size".into(),
+            v["osd_size"].as_integer().expect("osd_size").to_string(),
+        ];
+        for m in self.mons() {
+            args.push("--mon".into());
+            args.push(m);
+        }
+        if let Some(w) = v.get("wal_dir").and_then(|w| w.as_str()) {
+            args.push("--wal".into());
+            args.push(format!("{w}/{name}.wal"));
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("log").join(format!("{name}.log")))
+            .expect("open the OSD log");
+        let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(&args)
+            .env("CAIRN_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start the OSD");
+        let pidfile = self.dir.join("run").join(format!("{name}.pid"));
+        std::fs::write(pidfile, child.id().to_string()).expect("write the pid file");
+        // Reaped when it exits (killed by the test or by `dev down`), leaving no zombie.
+        let mut child = child;
+        std::thread::spawn(move || child.wait());
+    }
+
     pub fn signal(&self, name: &str, sig: i32) {
         let pid = self.pid(name);
         unsafe { libc::kill(pid, sig) };

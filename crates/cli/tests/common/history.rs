@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Size of a register's value on disk: one block.
@@ -93,6 +94,74 @@ pub fn check(writes: &[Write], reads: &[Read]) -> Vec<String> {
         }
     }
     bad
+}
+
+#[derive(Default)]
+/// What a workload did.
+pub struct History {
+    pub writes: Vec<Write>,
+    pub reads: Vec<Read>,
+}
+
+/// `writers` writers of unique values (never 0) and `readers` readers on `names` until
+/// `stop`; task ids from `first` (they make the values unique).
+pub struct Roles {
+    pub first: u64,
+    pub writers: u64,
+    pub readers: u64,
+}
+
+pub fn workload(
+    client: &cairn_client::Client,
+    pool: u32,
+    names: &Arc<Vec<String>>,
+    hist: &Arc<Mutex<History>>,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+    roles: Roles,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let writers_end = roles.first + roles.writers;
+    (roles.first..writers_end + roles.readers)
+        .map(|t| {
+            let (client, names, hist, stop) =
+                (client.clone(), names.clone(), hist.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t << 32);
+                let mut seq = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let key = (rng % names.len() as u64) as u32;
+                    let name = names[key as usize].as_bytes();
+                    let start = Instant::now();
+                    if t < writers_end {
+                        seq += 1;
+                        let value = ((t + 1) << 32) | seq;
+                        let r = client.write_full(pool, name, &encode(value)).await;
+                        let end = r.is_ok().then(Instant::now);
+                        hist.lock().expect("lock").writes.push(Write {
+                            key,
+                            value,
+                            start,
+                            end,
+                        });
+                    } else {
+                        let value = match client.read(pool, name, 0, BLOCK as u64).await {
+                            Ok(b) => decode(&b),
+                            Err(cairn_client::ClientError::NoSuchObject { .. }) => 0,
+                            Err(_) => continue,
+                        };
+                        hist.lock().expect("lock").reads.push(Read {
+                            key,
+                            value,
+                            start,
+                            end: Instant::now(),
+                        });
+                    }
+                }
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

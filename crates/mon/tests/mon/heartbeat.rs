@@ -18,7 +18,10 @@ async fn silent_osds_are_marked_down_after_the_grace() {
     // Heartbeating every grace/4 for three graces keeps it up.
     let t = Instant::now();
     while t.elapsed() < grace * 3 {
-        client.heartbeat(0, up_from).await.expect("heartbeat");
+        client
+            .heartbeat(0, up_from, Vec::new())
+            .await
+            .expect("heartbeat");
         tokio::time::sleep(grace / 4).await;
     }
     let map = client.get_map().await.expect("map");
@@ -26,13 +29,13 @@ async fn silent_osds_are_marked_down_after_the_grace() {
     assert_eq!(map.epoch, up_from, "and the map does not move");
 
     // An unknown OSD's heartbeat is refused.
-    let e = client.heartbeat(9, 1).await.unwrap_err();
+    let e = client.heartbeat(9, 1, Vec::new()).await.unwrap_err();
     assert_eq!(e, MonClientError::Refused(MapError::NoSuchOsd(9)));
 
     // Silence (heartbeats of a stale life do not count): down within grace + tick + slack.
     let last = Instant::now();
     let down_after = eventually("the OSD marked down", grace * 4, || async {
-        let stale = client.heartbeat(0, up_from - 1).await;
+        let stale = client.heartbeat(0, up_from - 1, Vec::new()).await;
         assert_eq!(
             stale,
             Err(MonClientError::Refused(MapError::NotUp { osd: 0 })),
@@ -55,11 +58,11 @@ async fn silent_osds_are_marked_down_after_the_grace() {
     assert!(new_life > up_from);
     assert!(client.get_map().await.expect("map").osds[&0].up);
     assert_eq!(
-        client.heartbeat(0, up_from).await,
+        client.heartbeat(0, up_from, Vec::new()).await,
         Err(MonClientError::Refused(MapError::NotUp { osd: 0 }))
     );
     client
-        .heartbeat(0, new_life)
+        .heartbeat(0, new_life, Vec::new())
         .await
         .expect("the new life's heartbeat");
     c.stop(0).await;

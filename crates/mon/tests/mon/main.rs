@@ -8,4 +8,5 @@ mod crash;
 mod follow;
 mod garbage;
 mod heartbeat;
+mod history;
 mod single;

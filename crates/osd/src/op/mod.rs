@@ -40,9 +40,14 @@ pub fn handle_client_op(
         pool: req.pool,
         pg: req.pg,
     };
-    if !crate::peering::ready(shard, &map, pg)
-        || crate::peering::must_catch_up(shard.pg(&map, pg), &req)
-    {
+    let ready = crate::peering::ready(shard, &map, pg);
+    if !ready {
+        if let Some(waiting_for) = crate::peering::down_waiting_for(shard.pg(&map, pg)) {
+            reply(&to, req_id, &OpReply::PgDown { waiting_for }, &[]);
+            return;
+        }
+    }
+    if !ready || crate::peering::must_catch_up(shard.pg(&map, pg), &req) {
         shard.pg(&map, pg).waiting.push(crate::pgstate::WaitingOp {
             reply: to,
             req_id,

@@ -3,12 +3,13 @@
 //! own recovery with the same functions.
 
 use crate::pglog::{self, LogEntry};
-use crate::pgstate::{coll_of, VERSION_KEY};
+use crate::pgstate::{coll_of, LES_KEY, VERSION_KEY};
 use crate::shard::Shard;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{
     PgDone, PgInfo, PgList, PgNames, PgObject, PgPush, PgQuery, PushKind, MAX_NAMES, PG_CLEAN,
-    PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_PUSH, PG_QUERY, RECOVERY_CHUNK,
+    PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_PUSH, PG_QUERY, PG_STATUS, PG_STATUS_REPLY,
+    RECOVERY_CHUNK,
 };
 use cairn_proto::msg::scrub::{PgScrub, PG_SCRUB, PG_SCRUB_MAP};
 use cairn_proto::stream::FrameSender;
@@ -61,6 +62,13 @@ pub fn handle(
             check_pg(&shard.osd.map(), pg)?;
             let r = super::stray::answer(shard, pg, q.epoch);
             send(&to, PG_DONE, req_id, &r, &[]);
+        }
+        PG_STATUS => {
+            let q: PgQuery = decode("pg status query", control)?;
+            let pg = pg_id(q.pool, q.pg);
+            check_pg(&shard.osd.map(), pg)?;
+            let status = super::status::of(shard, pg);
+            send(&to, PG_STATUS_REPLY, req_id, &status, &[]);
         }
         PG_SCRUB => {
             let q: PgScrub = decode("pg scrub", control)?;
@@ -120,8 +128,17 @@ pub fn missing(store: &Store, pg: PgId) -> Result<Vec<Vec<u8>>, String> {
 
 /// The PG's last version as stored (0 when it has nothing).
 pub fn last_version(store: &Store, pg: PgId) -> u64 {
+    stored_u64(store, pg, VERSION_KEY)
+}
+
+/// The epoch the PG last went active with this OSD acting (0: never, or no copy).
+pub fn last_epoch_started(store: &Store, pg: PgId) -> u64 {
+    stored_u64(store, pg, LES_KEY)
+}
+
+fn stored_u64(store: &Store, pg: PgId, key: &[u8]) -> u64 {
     store
-        .kv_get(coll_of(pg), VERSION_KEY)
+        .kv_get(coll_of(pg), key)
         .ok()
         .flatten()
         .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
@@ -138,6 +155,7 @@ pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry
             last_epoch: 0,
             tail: None,
             missing: Vec::new(),
+            last_epoch_started: 0,
         };
         return Ok((empty, Vec::new()));
     }
@@ -151,6 +169,7 @@ pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry
         last_epoch: last.first().map_or(0, |e| e.epoch),
         tail: pglog::tail(store, coll).map_err(|e| e.to_string())?,
         missing: missing(store, pg)?,
+        last_epoch_started: last_epoch_started(store, pg),
     };
     Ok((info, entries))
 }
@@ -286,6 +305,9 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
             );
             t.kv_rm_range(coll, MISSING_PREFIX, MISSING_END);
             t.kv_set(coll, VERSION_KEY, &0u64.to_le_bytes());
+            // Emptied, it no longer holds the history of its last activation: it must never be
+            // taken as the authority for it (authority goes by this epoch first).
+            t.kv_rm(coll, LES_KEY);
             new_last = Some(0);
         }
         PushKind::Recover {
@@ -353,6 +375,12 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
             if store.stat(coll, object).is_ok() {
                 t.remove(coll, object);
             }
+        }
+        PushKind::Activate { epoch } => {
+            if *epoch <= last_epoch_started(store, pg) {
+                return Ok(());
+            }
+            t.kv_set(coll, LES_KEY, &epoch.to_le_bytes());
         }
     }
     let seq = store.submit(&t).map_err(|e| e.to_string())?;

@@ -8,15 +8,20 @@
 //! (`background.rs`). A client op on an object the primary lacks waits for that object,
 //! which is pulled next; a listing waits until the primary lacks nothing.
 //!
-//! Limits of this version: the authority is chosen among the OSDs up now (acting members and
-//! any other up OSD holding the PG; no record of past intervals), so a PG whose every member
-//! of its last active interval is gone can come back with an older history.
+//! Past intervals (`cairn_map::intervals`): every member records the epoch the PG last went
+//! active with it (`last_epoch_started`). The primary asks the monitors for the PG's
+//! intervals since the newest such epoch any OSD reports, and goes active only when a member
+//! of every interval that may have acknowledged writes has answered; otherwise the PG is
+//! `down` (client ops are answered `PgDown`) until one comes back or an operator declares
+//! them lost (`cairn osd lost`). The authority is the newest history among those that
+//! answered: newest `last_epoch_started` first, then newest log head.
 
 mod background;
 mod dirty;
 pub mod member;
 mod primary;
 pub(crate) mod rpc;
+mod status;
 mod stray;
 pub(crate) mod transfer;
 
@@ -30,11 +35,44 @@ use tokio::sync::mpsc::UnboundedSender;
 /// The acting set with each member's life: a member that restarted makes a new interval.
 pub type Interval = Vec<(u32, u64)>;
 
-/// What peering leaves to background recovery, or why it failed.
-pub type PeerResult = Result<background::Backlog, String>;
+/// What peering leaves to background recovery, or why the PG did not go active.
+pub type PeerResult = Result<Peered, PeerError>;
+
+/// A peering that brought the acting set to the authoritative history.
+pub struct Peered {
+    pub backlog: background::Backlog,
+    pub report: Report,
+}
+
+/// Why peering did not make the PG active.
+pub enum PeerError {
+    /// Some interval that may have acknowledged writes has no member that answered.
+    Down(Report),
+    /// Anything else (a member unreachable, a store error ...): tried again shortly.
+    Failed(String),
+}
+
+impl From<String> for PeerError {
+    fn from(e: String) -> Self {
+        PeerError::Failed(e)
+    }
+}
+
+/// What a peering found about the PG's past intervals (`cairn pg query`).
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// The epoch the intervals start at.
+    pub from: u64,
+    pub intervals: Vec<cairn_map::PastInterval>,
+    pub answered: std::collections::BTreeSet<u32>,
+    pub coverage: cairn_map::intervals::Coverage,
+}
 
 /// Delay before peering is tried again after it failed.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Delay before a down PG asks again whether the OSDs it waits for are back (a map change
+/// that brings one up peers it at once).
+const DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
 
 fn interval(map: &ClusterMap, acting: &[u32]) -> Interval {
     acting
@@ -55,10 +93,21 @@ pub fn ready(shard: &mut Shard, map: &ClusterMap, pg: PgId) -> bool {
         st.active_epoch = map.epoch;
         return true;
     }
-    if st.peering.is_none() {
+    // A down PG peers again on a new map or when its retry is due, not per client op.
+    let down_now = st.down.as_ref().is_some_and(|d| d.epoch == map.epoch);
+    if st.peering.is_none() && !down_now {
         start(shard, map, pg);
     }
     false
+}
+
+/// The OSDs a down PG waits for, when it is down and not peering again right now (a client
+/// op is then answered `PgDown` instead of waiting).
+pub fn down_waiting_for(st: &crate::pgstate::PgState) -> Option<Vec<u32>> {
+    if st.peering.is_some() {
+        return None;
+    }
+    st.down.as_ref().map(|d| d.waiting_for.clone())
 }
 
 fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
@@ -98,7 +147,10 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
         _ => return,
     }
     match result {
-        Ok(backlog) if interval(&map, &st.placement.acting) == iv => {
+        Ok(Peered { backlog, report }) if interval(&map, &st.placement.acting) == iv => {
+            st.down = None;
+            note_given_up(pg, st, &report);
+            st.report = Some(report);
             st.peered = Some(iv.clone());
             st.last_version = member::last_version(&osd.store, pg);
             st.coll_exists = osd.store.collection_exists(crate::pgstate::coll_of(pg));
@@ -125,14 +177,61 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
         // OSD is no longer primary).
         Ok(_) => replay_waiting(shard, pg),
         Err(e) => {
-            tracing::warn!(pg = %pg, error = %e, "peering failed; retrying");
+            let after = match e {
+                PeerError::Down(report) => {
+                    let waiting_for = report.coverage.waiting_for();
+                    if st.down.as_ref().map(|d| &d.waiting_for) != Some(&waiting_for) {
+                        tracing::warn!(pg = %pg, ?waiting_for, "PG down: an interval that may have acknowledged writes has no member up; waiting for one (or `cairn osd lost`)");
+                    }
+                    st.down = Some(crate::pgstate::Down {
+                        epoch: map.epoch,
+                        waiting_for,
+                    });
+                    st.report = Some(report);
+                    answer_down(shard, pg);
+                    DOWN_RETRY_AFTER
+                }
+                PeerError::Failed(e) => {
+                    tracing::warn!(pg = %pg, error = %e, "peering failed; retrying");
+                    st.failure = Some(e);
+                    RETRY_AFTER
+                }
+            };
             if let Some(rt) = osd.shard_runtime(shard.index) {
                 rt.spawn(async move {
-                    tokio::time::sleep(RETRY_AFTER).await;
+                    tokio::time::sleep(after).await;
                     osd.queue(pg, ShardMsg::Repeer(pg));
                 });
             }
         }
+    }
+}
+
+/// Logs and remembers the intervals a peering gave up (their OSDs declared lost).
+fn note_given_up(pg: PgId, st: &mut crate::pgstate::PgState, report: &Report) {
+    st.failure = None;
+    for iv in &report.coverage.given_up {
+        if st.lost_intervals.contains(iv) {
+            continue;
+        }
+        tracing::error!(pg = %pg, first = iv.first, last = iv.last, acting = ?iv.acting, "PG went active without the writes of an interval whose OSDs were declared lost: writes acknowledged then may be lost");
+        st.lost_intervals.push(iv.clone());
+    }
+}
+
+/// Answers the client ops waiting for a down PG: the client retries until its deadline.
+fn answer_down(shard: &mut Shard, pg: PgId) {
+    let Some(st) = shard.pgs.get_mut(&pg) else {
+        return;
+    };
+    let Some(waiting_for) = st.down.as_ref().map(|d| d.waiting_for.clone()) else {
+        return;
+    };
+    for w in std::mem::take(&mut st.waiting) {
+        let r = cairn_proto::msg::osd::OpReply::PgDown {
+            waiting_for: waiting_for.clone(),
+        };
+        crate::op::reply(&w.reply, w.req_id, &r, &[]);
     }
 }
 
@@ -248,6 +347,10 @@ pub fn unpeer(shard: &mut Shard, pg: PgId) {
 /// Starts peering `pg` again if it is still not peered (after a failure).
 pub fn repeer(shard: &mut Shard, pg: PgId) {
     let map = shard.osd.map();
+    if let Some(d) = shard.pg(&map, pg).down.as_mut() {
+        // Its retry is due: ask again even at the same epoch.
+        d.epoch = 0;
+    }
     if shard.pg(&map, pg).waiting.is_empty() {
         if !ready(shard, &map, pg) {
             tracing::debug!(pg = %pg, "peering again");

@@ -1,21 +1,24 @@
-//! The primary's side: gather the members' info and logs, pick the authoritative history,
+//! The primary's side: gather the members' info and logs, check that some member of every
+//! past interval that may have acknowledged writes answered (else the PG is down), pick the
+//! authoritative history,
 //! give every copy that is behind (the primary's own first) the new log with the objects it
 //! lacks marked missing; those objects are copied in the background while the PG serves
 //! (`background.rs`). Only when the authority is not an acting member (a previous owner
 //! after a rebalance, which gets no writes) does the primary copy what it lacks before the
-//! PG serves.
+//! PG serves. Last, every acting member records the epoch the PG goes active at.
 
 use super::background::{Backlog, Own, Work};
 use super::dirty::Dirty;
 use super::member;
 use super::rpc::Rpc;
 use super::transfer::{Ctx, End};
+use super::{PeerError, Peered, Report};
 use crate::daemon::Osd;
 use crate::pglog::LogEntry;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{PgDone, PgInfo, PgQuery, PushKind, MAX_NAMES, PG_INFO, PG_QUERY};
 use cairn_proto::msg::{decode, encode};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// One member of the acting set as peering sees it.
@@ -104,7 +107,7 @@ pub fn with_missing(p: Plan, info: &PgInfo) -> Plan {
 
 /// Peers `pg` with the acting set `acting` (this OSD first). Afterwards this OSD holds the
 /// authoritative history and every member its log; returns the objects copies still lack.
-pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Backlog, String> {
+pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, PeerError> {
     let map = osd.map();
     let me = osd.id();
     let ctx = Ctx {
@@ -122,10 +125,15 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Backlog, 
         .map(|o| o.id)
         .collect();
     let mut stray_members = Vec::new();
+    let mut answered: BTreeSet<u32> = acting.iter().copied().collect();
     for id in strays {
         match query(&map, pg, id, osd.source).await {
-            Ok(m) if m.info.last_version > 0 => stray_members.push(m),
-            Ok(_) => {}
+            Ok(m) => {
+                answered.insert(id);
+                if m.info.last_version > 0 {
+                    stray_members.push(m);
+                }
+            }
             Err(e) => tracing::debug!(pg = %pg, osd = id, error = %e, "stray not asked"),
         }
     }
@@ -144,21 +152,35 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Backlog, 
     }
     let acting_count = members.len();
     members.extend(stray_members);
-    // The newest history; of equals, one whose copies are all current, then an acting
-    // member (a previous owner may be deleting its copy once the PG is clean).
+    let report = past_intervals(&osd, &map, pg, &members, answered).await?;
+    if !report.coverage.blocked.is_empty() {
+        return Err(PeerError::Down(report));
+    }
+    // The newest history: the PG's latest activation first (a copy that went active later
+    // holds everything acknowledged before), then the newest log head; of equals, one whose
+    // copies are all current, then an acting member (a previous owner may be deleting its
+    // copy once the PG is clean).
     let Some(auth_i) = (0..members.len()).max_by_key(|&i| {
         let m = &members[i];
-        (m.head(), m.info.missing.is_empty(), i < acting_count)
+        (
+            m.info.last_epoch_started,
+            m.head(),
+            m.info.missing.is_empty(),
+            i < acting_count,
+        )
     }) else {
-        return Ok(Backlog::default());
+        return Ok(Peered {
+            backlog: Backlog::default(),
+            report,
+        });
     };
     if !members[auth_i].info.missing.is_empty() {
-        return Err(format!(
+        return Err(PeerError::Failed(format!(
             "the newest history is on osd.{} but {} of its objects are not current there \
              (marked missing) and no up OSD has them: waiting for the OSDs that do",
             members[auth_i].id,
             members[auth_i].info.missing.len()
-        ));
+        )));
     }
     let auth_info = members[auth_i].info.clone();
     let auth_entries = members[auth_i].entries.clone();
@@ -177,7 +199,8 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Backlog, 
         let acting_auth = auth_i < acting_count;
         tracing::info!(pg = %pg, from = auth_id, plan = %summary(&p, &members[mine].info), in_background = acting_auth, "recovering this OSD's copy");
         let Some(rpc) = members[auth_i].rpc.as_mut() else {
-            return Err("the authority is this OSD but its plan is not up to date".into());
+            let why = "the authority is this OSD but its plan is not up to date";
+            return Err(PeerError::Failed(why.into()));
         };
         let objects = ctx
             .start(
@@ -225,7 +248,49 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Backlog, 
             });
         }
     }
-    Ok(backlog)
+    activate(&ctx, &mut members[..acting_count]).await?;
+    Ok(Peered { backlog, report })
+}
+
+/// Asks the monitors for `pg`'s intervals since the newest activation any OSD that answered
+/// knows of, and checks that each that may have acknowledged writes has a member among
+/// `answered`.
+async fn past_intervals(
+    osd: &Osd,
+    map: &cairn_map::ClusterMap,
+    pg: PgId,
+    members: &[Member],
+    answered: BTreeSet<u32>,
+) -> Result<Report, PeerError> {
+    let since = members
+        .iter()
+        .map(|m| m.info.last_epoch_started)
+        .max()
+        .unwrap_or(0);
+    let (from, intervals) = osd
+        .mon
+        .past_intervals(pg, since, map.epoch)
+        .await
+        .map_err(|e| format!("asking the monitors for the past intervals: {e}"))?;
+    let coverage = cairn_map::intervals::check(&intervals, &answered, map);
+    Ok(Report {
+        from,
+        intervals,
+        answered,
+        coverage,
+    })
+}
+
+/// Tells every acting member (this OSD too) that the PG goes active at this epoch.
+async fn activate(ctx: &Ctx, members: &mut [Member]) -> Result<(), String> {
+    for m in members {
+        let kind = PushKind::Activate { epoch: ctx.epoch };
+        match m.rpc.as_mut() {
+            Some(rpc) => ctx.push(&mut End::Remote(rpc), kind, &[]).await?,
+            None => ctx.push(&mut End::Local, kind, &[]).await?,
+        }
+    }
+    Ok(())
 }
 
 /// Copies `objects` from the authority (a previous owner, not getting writes) over this

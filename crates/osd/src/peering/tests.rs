@@ -18,6 +18,7 @@ fn info(entries: &[LogEntry]) -> PgInfo {
         last_epoch: entries.last().map_or(0, |e| e.epoch),
         tail: entries.first().map(|e| e.version),
         missing: Vec::new(),
+        last_epoch_started: 0,
     }
 }
 
@@ -69,6 +70,7 @@ fn an_empty_member_gets_everything_by_log_or_backfill() {
         last_epoch: 0,
         tail: None,
         missing: Vec::new(),
+        last_epoch_started: 0,
     };
     assert_eq!(
         plan((&info(&auth), &auth), (&empty, &[])),

@@ -5,7 +5,7 @@
 //! [`COMMAND`] and [`HEARTBEAT`] are handled by the leader; other monitors answer
 //! [`CommandReply::NotLeader`] naming the leader when they know it.
 
-use cairn_map::{ChangeOutcome, ClusterMap, Incremental, MapError};
+use cairn_map::{ChangeOutcome, ClusterMap, Incremental, MapError, PastInterval};
 use serde::{Deserialize, Serialize};
 
 /// Request: [`GetMap`]; reply: [`MAP`].
@@ -29,6 +29,14 @@ pub const MON_STATUS_REPLY: u16 = 8;
 pub const ERROR: u16 = 9;
 /// Request: [`FailureReport`]; reply: [`COMMAND_REPLY`] (`Done(Unchanged)` when recorded).
 pub const FAILURE_REPORT: u16 = 10;
+/// Request: [`PastIntervalsQuery`]; reply: [`PAST_INTERVALS_REPLY`]. Any monitor answers
+/// from its own map history.
+pub const PAST_INTERVALS: u16 = 11;
+/// Reply: [`PastIntervalsReply`].
+pub const PAST_INTERVALS_REPLY: u16 = 12;
+
+/// Most PGs one heartbeat reports (an OSD leading more reports them over several).
+pub const MAX_HEARTBEAT_PGS: usize = 4096;
 
 /// Asks for the map; `have` is the epoch the asker holds (0 = none).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +81,41 @@ pub struct Heartbeat {
     pub osd: u32,
     /// The epoch its current life began (from its boot).
     pub up_from: u64,
+    /// For PGs it is primary of: the epoch each last went active (the monitors keep the map
+    /// history back to the oldest of these over all PGs). At most [`MAX_HEARTBEAT_PGS`].
+    pub pgs: Vec<PgStarted>,
+}
+
+/// A PG and the epoch it last went active (`last_epoch_started`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStarted {
+    pub pool: u32,
+    pub pg: u32,
+    pub epoch: u64,
+}
+
+/// Asks for the past intervals of a PG from epoch `since` to `until` (the asker's map epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastIntervalsQuery {
+    pub pool: u32,
+    pub pg: u32,
+    pub since: u64,
+    pub until: u64,
+}
+
+/// A PG's past intervals, or why they cannot be given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PastIntervalsReply {
+    /// The intervals from epoch `from` (`since`, or the oldest epoch kept when later: the
+    /// history before it is not needed by any PG) to `until`.
+    Intervals {
+        from: u64,
+        intervals: Vec<PastInterval>,
+    },
+    /// This monitor's map is older than `until`: ask again (or another monitor).
+    Behind { epoch: u64 },
+    /// The history could not be replayed (a monitor bug or damaged store).
+    Failed(String),
 }
 
 /// An OSD (`reporter`, in its life `reporter_life`) cannot reach OSD `target` (in its life
@@ -95,6 +138,8 @@ pub struct MonStatus {
     /// Members (id, client address).
     pub members: Vec<(u64, String)>,
     pub epoch: u64,
+    /// The oldest epoch of its map history (peering looks no further back).
+    pub history_oldest: u64,
 }
 
 /// Why a request was refused.

@@ -123,6 +123,12 @@ pub enum OpReply {
     Invalid(String),
     /// The OSD failed to store or read (device error, full): do not retry blindly.
     Failed(String),
+    /// The PG is down: an interval that may have acknowledged writes has no member up, so
+    /// serving now could return older data. It waits for one of `waiting_for` to come back
+    /// (or for an operator to declare them lost); retry later.
+    PgDown {
+        waiting_for: Vec<u32>,
+    },
 }
 
 /// Most ops one [`OpBatch`] may carry (clients send at most 8).
@@ -230,4 +236,17 @@ pub struct OsdStats {
     /// Of those, PGs it is no longer a member of (misplaced copies, kept until the PG is
     /// clean on its members).
     pub pgs_misplaced: u64,
+    /// PGs this OSD leads that are down, each with the OSDs it waits for.
+    pub down_pgs: Vec<DownPg>,
+    /// PGs this OSD leads that went active without some interval's writes (its OSDs were
+    /// declared lost), since it started.
+    pub lost_write_pgs: Vec<DownPg>,
+}
+
+/// A PG and OSDs that matter to it (waited for, or given up as lost).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownPg {
+    pub pool: u32,
+    pub pg: u32,
+    pub osds: Vec<u32>,
 }

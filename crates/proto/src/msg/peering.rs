@@ -28,6 +28,11 @@ pub const PG_NAMES: u16 = 227;
 /// size: the asker may delete its copy), `Busy` if not (yet, or the maps' epochs differ),
 /// `Stale` if the receiver is not the PG's primary.
 pub const PG_CLEAN: u16 = 232;
+/// CLI -> a PG's primary: [`PgQuery`] (`since` unused); reply [`PG_STATUS_REPLY`]: what the PG
+/// is doing and, for its last peering, its past intervals and what it waits for.
+pub const PG_STATUS: u16 = 233;
+/// Reply: [`PgStatus`].
+pub const PG_STATUS_REPLY: u16 = 234;
 
 /// Most names one [`PgNames`] carries.
 pub const MAX_NAMES: u32 = 1024;
@@ -58,6 +63,9 @@ pub struct PgInfo {
     /// Objects marked missing: a recovery adopted a newer log before copying them, so the
     /// member's copies of these are not current whatever its log says.
     pub missing: Vec<Vec<u8>>,
+    /// The map epoch at which the PG last went active with this member in its acting set
+    /// (0: never). Its history holds everything acknowledged before that epoch.
+    pub last_epoch_started: u64,
 }
 
 /// Asks for bytes of one object.
@@ -121,6 +129,9 @@ pub enum PushKind {
     },
     /// Scrub repair: the object must not exist (same condition as [`PushKind::Repair`]).
     RepairRemove { object: Vec<u8>, since: u64 },
+    /// Peering is done: the PG goes active at map epoch `epoch`; the member records it as
+    /// its `last_epoch_started` (never lowering it).
+    Activate { epoch: u64 },
 }
 
 /// One push of recovery.
@@ -161,4 +172,43 @@ pub struct PgList {
 pub struct PgNames {
     pub names: Vec<Vec<u8>>,
     pub more: bool,
+}
+
+/// One past interval as a PG's primary judged it in its last peering.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntervalStatus {
+    pub interval: cairn_map::PastInterval,
+    /// Members that answered the primary.
+    pub answered: Vec<u32>,
+    /// Members it waits for (the interval may have acknowledged writes and none answered).
+    pub waiting_for: Vec<u32>,
+    /// Every member that could hold its writes was declared lost: given up.
+    pub given_up: bool,
+}
+
+/// A PG as its primary sees it (`cairn pg query`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStatus {
+    pub epoch: u64,
+    /// `active`, `peering`, `recovering`, `down` or `inactive`.
+    pub state: String,
+    pub up_set: Vec<u32>,
+    pub acting: Vec<u32>,
+    pub last_version: u64,
+    /// The primary's own `last_epoch_started`.
+    pub last_epoch_started: u64,
+    /// The epoch its last peering looked back to (0 before any peering).
+    pub intervals_from: u64,
+    pub intervals: Vec<IntervalStatus>,
+    /// OSDs that answered its last peering.
+    pub answered: Vec<u32>,
+    /// OSDs it waits for to go active (down PGs).
+    pub waiting_for: Vec<u32>,
+    /// Why it is not active, when it is not.
+    pub reason: Option<String>,
+    /// Epochs of intervals given up because their OSDs were declared lost, since this OSD
+    /// started: writes acknowledged in them may be lost.
+    pub lost_intervals: Vec<cairn_map::PastInterval>,
+    /// Objects still to recover.
+    pub degraded_objects: u64,
 }
