@@ -207,7 +207,7 @@ pub fn osd_ls(conf: Option<&Path>, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// PG counts by state for a map.
+/// PG counts by state for a map (down PGs are in `total` only).
 pub struct PgCounts {
     pub total: u64,
     pub clean: u64,
@@ -215,7 +215,9 @@ pub struct PgCounts {
     pub inactive: u64,
 }
 
-pub fn pg_counts(map: &ClusterMap) -> PgCounts {
+/// PG counts by state for a map; the PGs in `down` (their primaries say so) count as
+/// neither active state.
+pub fn pg_counts(map: &ClusterMap, down: &[cairn_proto::msg::osd::DownPg]) -> PgCounts {
     let h = map.hierarchy();
     let mut c = PgCounts {
         total: 0,
@@ -228,6 +230,9 @@ pub fn pg_counts(map: &ClusterMap) -> PgCounts {
             let pl = map.pg_placement_in(&h, PgId { pool: p.id, pg });
             c.total += 1;
             let acting = pl.acting.len();
+            if down.iter().any(|d| d.pool == p.id && d.pg == pg) {
+                continue;
+            }
             if acting < p.min_size as usize {
                 c.inactive += 1;
             } else if acting < p.size as usize {
@@ -313,7 +318,7 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         }
     }
     let (osds, up, inn) = map.osd_counts();
-    let pgs = pg_counts(&map);
+    let pgs = pg_counts(&map, &down_pgs);
     let health = if pgs.inactive > 0 || scrub_bad > 0 || !down_pgs.is_empty() {
         "HEALTH_ERR"
     } else if pgs.degraded > 0
@@ -331,7 +336,12 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let seconds_left = (degraded > 0 && rec_ops > 0).then(|| degraded.div_ceil(rec_ops));
     let mut problems = Vec::new();
     for o in map.osds.values().filter(|o| !o.up) {
-        problems.push(format!("osd.{} is down", o.id));
+        let lost = if o.lost_at > 0 {
+            " (declared lost)"
+        } else {
+            ""
+        };
+        problems.push(format!("osd.{} is down{lost}", o.id));
     }
     for id in &unreachable {
         problems.push(format!("osd.{id} is up in the map but does not answer"));
@@ -352,8 +362,8 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     }
     if !lost_pgs.is_empty() {
         problems.push(format!(
-            "{} pgs went active without OSDs declared lost: writes only those held may be \
-             lost ({})",
+            "{} pgs went active giving up OSDs declared lost: writes only those OSDs held may \
+             be lost ({})",
             lost_pgs.len(),
             pg_osd_list(&lost_pgs)
         ));

@@ -336,7 +336,7 @@ fn up(a: UpArgs) -> Result<()> {
     }
     wait_for("all PGs to be active+clean", timeout, || {
         let map = block_on(mon.get_map())??;
-        let c = pg_counts(&map);
+        let c = pg_counts(&map, &[]);
         Ok((c.clean == c.total).then_some(()))
     })?;
     let nbd = match (&state.nbd, a.no_nbd || a.no_pool) {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::cluster::{runtime, Cluster};
+use common::cluster::{runtime, wait_osd, Cluster};
 use std::time::{Duration, Instant};
 
 fn value(object: u32, generation: u32) -> Vec<u8> {
@@ -42,23 +42,6 @@ async fn fill(client: &cairn_client::Client, pool: u32, n: u32) {
             .write_full(pool, &name(o), &value(o, 0))
             .await
             .expect("first write");
-    }
-}
-
-/// Waits until `osd` is marked down (`want_up` false) or up again in the map.
-async fn wait_osd(client: &cairn_client::Client, osd: u32, want_up: bool) {
-    let start = Instant::now();
-    loop {
-        let map = client.mon().get_map().await.expect("map");
-        if map.osds.get(&osd).is_some_and(|o| o.up == want_up) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "osd.{osd} not marked {} within 30 s",
-            if want_up { "up" } else { "down" }
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -8,14 +8,17 @@
 //! taken only from the OSD the map makes the PG's primary, for an epoch not in the future.
 
 use cairn_map::{ClusterMap, PgId};
+use cairn_placement::Hierarchy;
 use cairn_proto::msg::mon::PgStarted;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
 struct Inner {
     term: Option<u64>,
     started: HashMap<PgId, u64>,
+    /// The placement hierarchy of one epoch, computed once for every heartbeat of it.
+    hierarchy: Option<(u64, Arc<Hierarchy>)>,
 }
 
 /// The leader's record of every PG's last start.
@@ -43,8 +46,15 @@ impl PgStarts {
         if pgs.is_empty() {
             return;
         }
-        let h = map.hierarchy();
         let mut g = self.lock();
+        let h = match &g.hierarchy {
+            Some((epoch, h)) if *epoch == map.epoch => h.clone(),
+            _ => {
+                let h = Arc::new(map.hierarchy());
+                g.hierarchy = Some((map.epoch, h.clone()));
+                h
+            }
+        };
         for r in pgs {
             let pg = PgId {
                 pool: r.pool,
@@ -86,7 +96,7 @@ mod tests {
                 store_id: [n; 16],
                 addr: format!("127.0.0.1:{}", 7000 + n as u16),
                 host: format!("h{n}"),
-                weight: 0x10000,
+                weight: cairn_placement::WEIGHT_ONE,
             })
             .unwrap();
         }

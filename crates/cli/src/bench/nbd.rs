@@ -229,7 +229,7 @@ async fn prepare(client: &Client, pool: &str, size: u64) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let map = client.map();
-        if map.pool_by_name(pool).is_some() && pg_counts(&map).inactive == 0 {
+        if map.pool_by_name(pool).is_some() && pg_counts(&map, &[]).inactive == 0 {
             break;
         }
         if Instant::now() > deadline {

@@ -288,7 +288,7 @@ async fn bench(
     let pool = loop {
         let map = client.map();
         if let Some(p) = map.pool_by_name(pool_name) {
-            let c = pg_counts(&map);
+            let c = pg_counts(&map, &[]);
             if c.inactive == 0 {
                 break p.id;
             }

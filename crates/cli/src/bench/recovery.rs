@@ -437,7 +437,7 @@ async fn wait_clean(client: &Client) -> Result<Duration> {
 
 async fn is_clean(client: &Client) -> Result<bool> {
     let map = client.mon().get_map().await?;
-    let pgs = pg_counts(&map);
+    let pgs = pg_counts(&map, &[]);
     if pgs.degraded > 0 || pgs.inactive > 0 {
         return Ok(false);
     }

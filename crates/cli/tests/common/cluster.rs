@@ -264,6 +264,23 @@ impl Cluster {
     }
 }
 
+/// Waits until `osd` is marked down (`want_up` false) or up in the map (30 s at most).
+pub async fn wait_osd(client: &Client, osd: u32, want_up: bool) {
+    let start = Instant::now();
+    loop {
+        let map = client.mon().get_map().await.expect("map");
+        if map.osds.get(&osd).is_some_and(|o| o.up == want_up) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "osd.{osd} not marked {} within 30 s",
+            if want_up { "up" } else { "down" }
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A 2-thread runtime for a test's clients.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

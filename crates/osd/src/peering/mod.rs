@@ -66,6 +66,10 @@ pub struct Report {
     pub intervals: Vec<cairn_map::PastInterval>,
     pub answered: std::collections::BTreeSet<u32>,
     pub coverage: cairn_map::intervals::Coverage,
+    /// When down: the OSDs it waits for (any one of them answering may unblock it).
+    pub waiting_for: Vec<u32>,
+    /// When down for another reason than an uncovered interval: why.
+    pub reason: Option<String>,
 }
 
 /// Delay before peering is tried again after it failed.
@@ -179,9 +183,12 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
         Err(e) => {
             let after = match e {
                 PeerError::Down(report) => {
-                    let waiting_for = report.coverage.waiting_for();
+                    let waiting_for = report.waiting_for.clone();
                     if st.down.as_ref().map(|d| &d.waiting_for) != Some(&waiting_for) {
-                        tracing::warn!(pg = %pg, ?waiting_for, "PG down: an interval that may have acknowledged writes has no member up; waiting for one (or `cairn osd lost`)");
+                        let why = report.reason.as_deref().unwrap_or(
+                            "an interval that may have acknowledged writes has no member up",
+                        );
+                        tracing::warn!(pg = %pg, ?waiting_for, why, "PG down: waiting for one of these OSDs (or `cairn osd lost`)");
                     }
                     st.down = Some(crate::pgstate::Down {
                         epoch: map.epoch,

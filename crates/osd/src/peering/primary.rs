@@ -152,8 +152,9 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
     }
     let acting_count = members.len();
     members.extend(stray_members);
-    let report = past_intervals(&osd, &map, pg, &members, answered).await?;
+    let mut report = past_intervals(&osd, &map, pg, &members, answered).await?;
     if !report.coverage.blocked.is_empty() {
+        report.waiting_for = report.coverage.waiting_for();
         return Err(PeerError::Down(report));
     }
     // The newest history: the PG's latest activation first (a copy that went active later
@@ -175,12 +176,21 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
         });
     };
     if !members[auth_i].info.missing.is_empty() {
-        return Err(PeerError::Failed(format!(
+        let why = format!(
             "the newest history is on osd.{} but {} of its objects are not current there \
-             (marked missing) and no up OSD has them: waiting for the OSDs that do",
+             (marked missing) and no OSD that answered has them",
             members[auth_i].id,
             members[auth_i].info.missing.len()
-        )));
+        );
+        // Down, waiting for the OSDs of its intervals that did not answer: one of them may
+        // hold those objects. With every one of them declared lost, nothing can be done but
+        // retry (there is no way yet to give up unfound objects).
+        report.waiting_for = not_answered(&report, &map);
+        if report.waiting_for.is_empty() {
+            return Err(PeerError::Failed(why));
+        }
+        report.reason = Some(why);
+        return Err(PeerError::Down(report));
     }
     let auth_info = members[auth_i].info.clone();
     let auth_entries = members[auth_i].entries.clone();
@@ -278,7 +288,21 @@ async fn past_intervals(
         intervals,
         answered,
         coverage,
+        waiting_for: Vec::new(),
+        reason: None,
     })
+}
+
+/// The OSDs of `report`'s intervals that did not answer and were not declared lost.
+fn not_answered(report: &Report, map: &cairn_map::ClusterMap) -> Vec<u32> {
+    let all: BTreeSet<u32> = report
+        .intervals
+        .iter()
+        .flat_map(|iv| iv.acting.iter().copied())
+        .filter(|o| !report.answered.contains(o))
+        .filter(|o| map.osds.get(o).is_some_and(|i| i.lost_at == 0))
+        .collect();
+    all.into_iter().collect()
 }
 
 /// Tells every acting member (this OSD too) that the PG goes active at this epoch.

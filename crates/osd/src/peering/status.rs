@@ -26,9 +26,13 @@ pub fn of(shard: &mut Shard, pg: PgId) -> PgStatus {
         )
     } else if !waiting_for.is_empty() {
         let osds: Vec<String> = waiting_for.iter().map(|o| format!("osd.{o}")).collect();
+        let cause = report.reason.clone().unwrap_or_else(|| {
+            "an interval that may have acknowledged writes has no member up".into()
+        });
         let why = format!(
-            "down: waiting for {} (may hold newer writes); `cairn osd lost` gives them up",
-            osds.join(", ")
+            "down: {cause}; waiting for {} (may hold newer writes); `cairn osd lost` gives \
+             them up",
+            osds.join(" or ")
         );
         ("down", Some(why))
     } else if !active {
