@@ -5,7 +5,9 @@
 use crate::common::*;
 use cairn_mon::raft_net::RAFT_VOTE;
 use cairn_proto::msg::decode;
-use cairn_proto::msg::mon::{ErrorReply, ERROR, GET_MAP, MAP, MON_STATUS, MON_STATUS_REPLY};
+use cairn_proto::msg::mon::{
+    ErrorReply, ERROR, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS,
+};
 use cairn_proto::stream::{node_kind, read_frame, write_frame, ReadError};
 use cairn_proto::{Frame, Hello, Limits};
 use std::time::Duration;
@@ -133,6 +135,19 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     assert_eq!(frames.len(), 1);
     assert_eq!(frames[0].request_id, 5);
     assert!(error_message(&frames[0]).contains("malformed"));
+
+    // Malformed past-intervals queries and heartbeats (a PG list longer than its bytes).
+    for (t, body) in [
+        (PAST_INTERVALS, vec![0xff; 9]),
+        (PAST_INTERVALS, vec![]),
+        (HEARTBEAT, vec![1, 2, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+    ] {
+        let mut s = raw_connect(&addr).await;
+        write_frame(&mut s, t, 7, &body, &[]).await.expect("send");
+        let frames = until_closed(&mut s).await;
+        assert_eq!(frames.len(), 1, "type {t}: one ERROR, then close");
+        assert!(error_message(&frames[0]).contains("malformed"));
+    }
 
     // An unknown message type, and a peer message that is not one.
     for (t, body) in [(999u16, vec![]), (RAFT_VOTE, vec![1, 2, 3])] {
