@@ -55,7 +55,7 @@ enum Cmd {
     /// Run an OSD daemon; list OSDs; mark them out or in.
     #[command(subcommand)]
     Osd(osd_cmd::OsdCmd),
-    /// Placement groups: scrub (compare and repair object copies).
+    /// Placement groups: scrub (compare and repair object copies), query (state, past intervals).
     #[command(subcommand)]
     Pg(pg_cmd::PgCmd),
     /// Put, get, remove, list and stat objects.

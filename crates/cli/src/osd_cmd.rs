@@ -25,6 +25,7 @@ pub enum OsdCmd {
     /// Use it only when the OSD cannot come back (its disk is dead or wiped): if it could,
     /// start it instead, and the PGs recover everything. The OSD must be down.
     Lost {
+        /// The OSD's id (`cairn osd ls`).
         id: u32,
         /// Required: confirms that writes only this OSD held may be lost.
         #[arg(long)]

@@ -22,9 +22,12 @@ pub enum PgCmd {
     /// Exit status: 0 when every copy agreed or was repaired, 3 when wrong copies remain,
     /// 1 when a PG could not be scrubbed.
     Scrub(ScrubArgs),
-    /// Show what a PG is doing, asked of its primary: its state, its past intervals (the
-    /// acting sets since it last went active, and which may have acknowledged writes), the
-    /// OSDs that answered its last peering, and what it waits for when it is down.
+    /// Show a PG's state, past intervals and, when it is down, what it waits for.
+    ///
+    /// Asked of the PG's primary: its state, its past intervals (the acting sets since it last
+    /// went active, and which of them may have acknowledged writes), the OSDs that answered
+    /// its last peering, and the OSDs a down PG waits for (`cairn osd lost` gives up on one
+    /// that will not return).
     Query(QueryArgs),
 }
 
