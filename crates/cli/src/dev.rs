@@ -41,7 +41,7 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 1)]
     pub mons: u32,
     /// Size of each OSD's data file (sparse).
-    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub osd_size: u64,
     /// Do not create the `default` pool.
     #[arg(long)]
@@ -74,7 +74,7 @@ pub struct UpArgs {
     pub recovery_sleep_ms: u64,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written).
-    #[arg(long, default_value = "10G", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "10G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub volume_size: u64,
 }
 

@@ -45,13 +45,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Size of the data file when it is created, e.g. 4G (sparse).
-    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub data_size: u64,
     /// WAL device or file on a fast device (e.g. /dev/shm/osd0.wal); default: on the data device.
     #[arg(long)]
     pub wal: Option<PathBuf>,
     /// Size of the WAL file when it is created.
-    #[arg(long, default_value = "128M", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "128M", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub wal_size: u64,
     /// Address to serve on (port 0 = any free port). Unless it is 0.0.0.0, the OSD's own
     /// connections (to the monitors and other OSDs) are made from this address too.

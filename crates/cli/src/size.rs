@@ -1,24 +1,41 @@
-//! Byte sizes on the command line: `4096`, `64K`, `4MiB`, `1G`, `1.5GiB` (powers of 1024).
+//! Byte sizes on the command line: `4096`, `64K`, `4MiB`, `1G`, `1.5GiB`, `1P` (powers of
+//! 1024). Decimal units (`GB`) are refused rather than guessed: tools disagree on them.
 
-/// Parses a size; suffixes K, M, G, T mean powers of 1024 and may be followed by `iB` or `B`.
+/// Parses a size: a number of bytes, or with a suffix K, M, G, T or P (powers of 1024,
+/// optionally followed by `iB`). `GB` and the like are refused (ambiguous), as are negative
+/// sizes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("{s:?}: a size cannot be negative"));
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
+    let unit = unit.trim();
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        "t" | "tib" => 40,
+        "p" | "pib" => 50,
+        "kb" | "mb" | "gb" | "tb" | "pb" => {
+            let p = &unit[..1];
+            return Err(format!(
+                "{s:?} is ambiguous ({unit} means powers of 1000 to some tools, of 1024 to \
+                 others): write {num}{p} or {num}{p}iB for powers of 1024, or a number of bytes"
+            ));
+        }
         _ => {
             return Err(format!(
-                "{s:?} is not a size: use a number of bytes with an optional K, M, G or T suffix (powers of 1024), e.g. 64M"
+                "{s:?} is not a size: use a number of bytes with an optional K, M, G, T or P \
+                 suffix (powers of 1024), e.g. 64M"
             ))
         }
     };
+    let mult = 1u64 << shift;
     let bad = || format!("{s:?} is not a size: the number part {num:?} is not a number");
     let v = if num.contains('.') {
         let f: f64 = num.parse().map_err(|_| bad())?;
@@ -64,7 +81,13 @@ mod tests {
         assert_eq!(parse_size("4MiB"), Ok(4 << 20));
         assert_eq!(parse_size("1g"), Ok(1 << 30));
         assert_eq!(parse_size("1.5G"), Ok(3 << 29));
-        assert_eq!(parse_size("2 MB"), Ok(2 << 20));
+        assert_eq!(parse_size("2 MiB"), Ok(2 << 20));
+        assert_eq!(parse_size("1P"), Ok(1 << 50));
+        assert_eq!(parse_size("1PiB"), Ok(1 << 50));
+        let e = parse_size("10GB").unwrap_err();
+        assert!(e.contains("ambiguous") && e.contains("10G or 10GiB"), "{e}");
+        assert!(parse_size("2 mb").unwrap_err().contains("ambiguous"));
+        assert!(parse_size("-5G").unwrap_err().contains("negative"));
         assert!(parse_size("12abc").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("M").is_err());

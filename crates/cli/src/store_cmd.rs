@@ -50,15 +50,15 @@ pub struct MkfsArgs {
     devs: DeviceArgs,
     /// Size of each data file, e.g. 10G (K, M, G, T are powers of 1024). Files are created or
     /// extended to it. Default: the current size of the file or block device.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, allow_hyphen_values = true)]
     size: Option<u64>,
     /// Size of the WAL: of the --wal file (created or extended to it), or, without --wal, of the
     /// WAL region at the start of the first data device.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "256M")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, allow_hyphen_values = true, default_value = "256M")]
     wal_size: u64,
     /// Segment size: the unit of data-device writes and of cleaning. A multiple of 4 KiB, at
     /// least 64 KiB.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "4M")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, allow_hyphen_values = true, default_value = "4M")]
     segment_size: u64,
     /// Format even if a device already holds a Cairn store (its data is lost).
     #[arg(long)]

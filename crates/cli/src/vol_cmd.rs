@@ -16,11 +16,11 @@ pub enum VolCmd {
         /// Volume name: letters, digits, '.', '_' and '-', at most 128 bytes.
         name: String,
         /// Size, e.g. 10G (a multiple of 512 bytes).
-        #[arg(long, value_parser = parse_size)]
+        #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
         size: u64,
         /// Data object size: a power of two from 64K to 64M. Larger objects mean fewer
         /// objects; smaller ones spread a small volume over more PGs.
-        #[arg(long, value_parser = parse_size, default_value = "4M")]
+        #[arg(long, value_parser = parse_size, allow_hyphen_values = true, default_value = "4M")]
         object_size: u64,
         #[command(flatten)]
         pool: PoolArg,
@@ -46,7 +46,7 @@ pub enum VolCmd {
     Resize {
         name: String,
         /// New size, e.g. 20G.
-        #[arg(long, value_parser = parse_size)]
+        #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
         size: u64,
         /// Allow a smaller size: the data beyond the new end is deleted.
         #[arg(long)]

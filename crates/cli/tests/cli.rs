@@ -241,6 +241,16 @@ fn wrong_arguments_give_clear_errors() {
     assert!(e.contains("seconds"), "{e}");
     let e = fails(&["store", "frobnicate"], 2);
     assert!(e.contains("frobnicate"), "{e}");
+    // Sizes: negative refused as such (not as an unknown argument), decimal units refused
+    // as ambiguous; nothing is created.
+    let e = fails(&["store", "mkfs", "--data", &missing, "--size", "-5G"], 2);
+    assert!(e.contains("cannot be negative"), "{e}");
+    let e = fails(&["dev", "up", "--dir", &missing, "--osd-size", "10GB"], 2);
+    assert!(e.contains("ambiguous") && e.contains("10G or 10GiB"), "{e}");
+    assert!(
+        !Path::new(&missing).exists(),
+        "a refused size must not create files"
+    );
 
     // Runtime errors: exit 1, one line, naming the path.
     let e = fails(&["store", "info", "--data", &missing], 1);

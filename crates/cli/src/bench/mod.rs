@@ -109,14 +109,14 @@ pub struct BenchStoreArgs {
     seconds: f64,
     /// Bytes the random offsets spread over (objects of 4 MiB, all prefilled). Keep the default
     /// for measurements; small values are for smoke tests.
-    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_size, allow_hyphen_values = true)]
     working_set: u64,
     /// Size of each store's WAL file (preallocated in --wal-dir).
-    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_size, allow_hyphen_values = true)]
     wal_size: u64,
     /// Size of each data device file (sparse). Default: 4 x working set + 4 GiB, so that the
     /// write workloads do not run out of free segments.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, allow_hyphen_values = true)]
     data_size: Option<u64>,
     /// Run only these workloads (comma-separated names; default: all six).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]

@@ -44,7 +44,7 @@ pub struct BenchNbdArgs {
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
     /// Size of the volume (and of the nbdkit disk); all of it is filled first.
-    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub volume_size: u64,
     /// Replicas of the bench pool.
     #[arg(long, default_value_t = 3)]

@@ -42,7 +42,7 @@ pub struct BenchRecoveryArgs {
     #[arg(long)]
     pub json: bool,
     /// Object data written before the failures (4 MiB objects).
-    #[arg(long, default_value = "2G", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "2G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub data: u64,
     /// OSDs of the cluster (the last one is the one killed).
     #[arg(long, default_value_t = 4)]
