@@ -57,6 +57,10 @@ pub enum PoolCmd {
         name: String,
         key: String,
         value: String,
+        /// Set a size larger than the cluster's failure domains anyway (its PGs then stay
+        /// degraded, or inactive, until there are enough).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -77,6 +81,29 @@ pub struct PoolCreate {
     /// replicas can lose acknowledged writes).
     #[arg(long, default_value = "wal")]
     pub durability: String,
+    /// Create it even if its size is larger than the cluster's failure domains (OSDs, or
+    /// hosts when there are several): its PGs then stay degraded, or inactive, until there
+    /// are enough.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Refuses a pool size the cluster cannot place (unless forced): with fewer failure domains
+/// than copies a PG is never clean, and below min_size it takes no writes at all.
+fn check_placeable(conf: Option<&Path>, pool: &str, size: u8, force: bool) -> Result<()> {
+    if force {
+        return Ok(());
+    }
+    let map = get_map(conf)?;
+    let (domains, unit) = map.failure_domains();
+    if size as usize > domains {
+        bail!(
+            "pool {pool}: size {size} needs {size} failure domains, the cluster has {domains} \
+             ({unit} that are in): its PGs could never hold {size} copies. Add {unit} first, \
+             use a smaller size, or add --force"
+        );
+    }
+    Ok(())
 }
 
 fn durability(s: &str) -> Result<Durability> {
@@ -87,6 +114,7 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
     match cmd {
         PoolCmd::Create(a) => {
             let min_size = a.min_size.unwrap_or(a.size.saturating_sub(1).max(1));
+            check_placeable(conf, &a.name, a.size, a.force)?;
             let c = MapChange::PoolCreate {
                 name: a.name.clone(),
                 size: a.size,
@@ -133,14 +161,23 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
                 &format!("pool {name} rm"),
             )
         }
-        PoolCmd::Set { name, key, value } => {
+        PoolCmd::Set {
+            name,
+            key,
+            value,
+            force,
+        } => {
             let num = || {
                 value
                     .parse::<u8>()
                     .with_context(|| format!("{key} {value:?}: not a number"))
             };
             let setting = match key.as_str() {
-                "size" => PoolSetting::Size(num()?),
+                "size" => {
+                    let n = num()?;
+                    check_placeable(conf, &name, n, force)?;
+                    PoolSetting::Size(n)
+                }
                 "min_size" => PoolSetting::MinSize(num()?),
                 "durability" => PoolSetting::Durability(durability(&value)?),
                 other => bail!("unknown pool setting {other:?}: use size, min_size or durability"),
@@ -389,6 +426,19 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         problems.push(format!(
             "{} pgs degraded (fewer replicas than size)",
             pgs.degraded
+        ));
+    }
+    let (domains, unit) = map.failure_domains();
+    for p in map.pools.values().filter(|p| p.size as usize > domains) {
+        let effect = if p.min_size as usize > domains {
+            format!("below its min_size {} its PGs take no writes", p.min_size)
+        } else {
+            "its PGs stay degraded".to_string()
+        };
+        problems.push(format!(
+            "pool {} has size {} but the cluster has {domains} failure domains ({unit} that \
+             are in): {effect} until there are enough",
+            p.name, p.size
         ));
     }
     for p in map

@@ -384,6 +384,35 @@ fn cli_pool_osd_and_object_commands() {
     let e = c.cairn(&["obj", "ls", "nope"]);
     assert!(common::cluster::text(&e.stderr).contains("no pool \"nope\""));
 
+    // A size the two OSDs cannot hold is refused with the reason, unless forced; status
+    // then says why its PGs take no writes.
+    let e = c.cairn(&["pool", "create", "big", "--size", "3"]);
+    let msg = common::cluster::text(&e.stderr);
+    assert!(
+        !e.status.success() && msg.contains("size 3 needs 3 failure domains, the cluster has 2"),
+        "{msg}"
+    );
+    let e = c.cairn(&["pool", "set", "p", "size", "3"]);
+    assert!(!e.status.success(), "pool set size 3 on two OSDs");
+    c.ok(&[
+        "pool",
+        "create",
+        "big",
+        "--size",
+        "3",
+        "--min-size",
+        "3",
+        "--force",
+    ]);
+    let st = c.status();
+    assert!(
+        st["problems"]
+            .to_string()
+            .contains("pool big has size 3 but the cluster has 2 failure domains"),
+        "{st}"
+    );
+    c.ok(&["pool", "rm", "big", "--yes-i-really-mean-it"]);
+
     // Durability memory is shown as a problem; removing needs the flag.
     c.ok(&["pool", "set", "p", "durability", "memory"]);
     let st = c.status();

@@ -199,6 +199,20 @@ impl ClusterMap {
         }
     }
 
+    /// How many failure domains placement can put copies in: hosts holding an in OSD with a
+    /// weight, when there are at least two such hosts; otherwise such OSDs (every copy on
+    /// another OSD of the one host). A pool whose size exceeds it can never be fully placed.
+    pub fn failure_domains(&self) -> (usize, &'static str) {
+        let placeable = || self.osds.values().filter(|o| o.placement_weight() > 0);
+        let hosts: std::collections::BTreeSet<&str> =
+            placeable().map(|o| o.host.as_str()).collect();
+        if hosts.len() >= 2 {
+            (hosts.len(), "hosts")
+        } else {
+            (placeable().count(), "OSDs")
+        }
+    }
+
     /// Number of OSDs up and in, for status.
     pub fn osd_counts(&self) -> (usize, usize, usize) {
         let up = self.osds.values().filter(|o| o.up).count();

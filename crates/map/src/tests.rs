@@ -29,6 +29,19 @@ fn pool(m: &mut ClusterMap, name: &str, size: u8) -> u32 {
 }
 
 #[test]
+fn failure_domains_are_hosts_when_several_else_osds() {
+    let mut m = ClusterMap::new([1; 16]);
+    assert_eq!(m.failure_domains(), (0, "OSDs"));
+    boot(&mut m, 1, "a");
+    boot(&mut m, 2, "a");
+    assert_eq!(m.failure_domains(), (2, "OSDs"));
+    boot(&mut m, 3, "b");
+    assert_eq!(m.failure_domains(), (2, "hosts"));
+    m.apply(&MapChange::OsdOut { id: 2 }).unwrap();
+    assert_eq!(m.failure_domains(), (2, "OSDs"), "host b has no OSD in");
+}
+
+#[test]
 fn boot_assigns_ids_and_a_restart_keeps_its_id() {
     let mut m = ClusterMap::new([1; 16]);
     assert_eq!(boot(&mut m, 1, "a"), 0);
