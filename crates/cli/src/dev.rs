@@ -34,44 +34,46 @@ pub struct UpArgs {
     /// Directory of the cluster.
     #[arg(long, default_value = DEFAULT_DIR)]
     pub dir: PathBuf,
-    /// OSDs to run. On an existing cluster, a larger number adds OSDs.
-    #[arg(long, default_value_t = 3)]
-    pub osds: u32,
-    /// Monitors to run (1, 3 or 5).
-    #[arg(long, default_value_t = 1)]
-    pub mons: u32,
-    /// Size of each OSD's data file (sparse).
-    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
-    pub osd_size: u64,
+    /// OSDs to run [default: 3]. On an existing cluster, a larger number adds OSDs (a smaller
+    /// one is refused: OSDs are not removed this way).
+    #[arg(long)]
+    pub osds: Option<u32>,
+    /// Monitors to run: 1, 3 or 5 [default: 1]. Fixed when the cluster is created.
+    #[arg(long)]
+    pub mons: Option<u32>,
+    /// Size of each OSD's data file (sparse) [default: 4G]. Fixed when the cluster is
+    /// created.
+    #[arg(long, value_parser = crate::size::parse_size, allow_hyphen_values = true)]
+    pub osd_size: Option<u64>,
     /// Do not create the `default` pool.
     #[arg(long)]
     pub no_pool: bool,
     /// Seconds to wait for the cluster to become healthy.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
-    /// Address of the NBD server serving the `default` pool's volumes (port 0: any free port;
-    /// fixed when the cluster is created).
-    #[arg(long, default_value = "127.0.0.1:10809")]
-    pub nbd: String,
+    /// Address of the NBD server serving the `default` pool's volumes (port 0: any free port)
+    /// [default: 127.0.0.1:10809]. On an existing cluster, a new address replaces the old.
+    #[arg(long)]
+    pub nbd: Option<String>,
     /// Do not start the NBD server.
     #[arg(long)]
     pub no_nbd: bool,
     /// Seconds a down OSD waits before the monitors mark it out and its PGs are recovered on
-    /// other OSDs (fixed when the cluster is created).
-    #[arg(long, default_value_t = 600, value_name = "SECS")]
-    pub down_out_interval: u64,
-    /// Map epochs the monitors keep at least (`cairn mon --history-keep`); fixed when the
-    /// cluster is created.
-    #[arg(long, default_value_t = cairn_mon::DEFAULT_HISTORY_KEEP, value_name = "EPOCHS")]
-    pub history_keep: u64,
-    /// Seconds between two scrubs of each PG by its primary (0: only `cairn pg scrub`);
-    /// fixed when the cluster is created.
-    #[arg(long, default_value_t = 7 * 24 * 3600, value_name = "SECS")]
-    pub scrub_interval: u64,
+    /// other OSDs [default: 600]. Fixed when the cluster is created.
+    #[arg(long, value_name = "SECS")]
+    pub down_out_interval: Option<u64>,
+    /// Map epochs the monitors keep at least (`cairn mon --history-keep`) [default: 500].
+    /// Fixed when the cluster is created.
+    #[arg(long, value_name = "EPOCHS")]
+    pub history_keep: Option<u64>,
+    /// Seconds between two scrubs of each PG by its primary (0: only `cairn pg scrub`)
+    /// [default: 604800, a week]. Fixed when the cluster is created.
+    #[arg(long, value_name = "SECS")]
+    pub scrub_interval: Option<u64>,
     /// Milliseconds each OSD pauses after every object it recovers (slows recovery down on
-    /// purpose, e.g. to watch it); fixed when the cluster is created.
-    #[arg(long, default_value_t = 0, value_name = "MS")]
-    pub recovery_sleep_ms: u64,
+    /// purpose, e.g. to watch it) [default: 0]. Fixed when the cluster is created.
+    #[arg(long, value_name = "MS")]
+    pub recovery_sleep_ms: Option<u64>,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written).
     #[arg(long, default_value = "10G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
@@ -167,35 +169,83 @@ fn load_state(dir: &Path) -> Result<Option<DevState>> {
     ))
 }
 
+/// Default NBD address of a new cluster.
+const DEFAULT_NBD: &str = "127.0.0.1:10809";
+
+/// An NBD address with port 0 replaced by a free port.
+fn nbd_addr(a: &str) -> Result<String> {
+    Ok(match a.strip_suffix(":0") {
+        Some(host) => format!("{host}:{}", free_port()?),
+        None => a.to_string(),
+    })
+}
+
 fn new_state(a: &UpArgs) -> Result<DevState> {
-    if ![1, 3, 5].contains(&a.mons) {
-        bail!("--mons {}: run 1, 3 or 5 monitors", a.mons);
+    let n_mons = a.mons.unwrap_or(1);
+    if ![1, 3, 5].contains(&n_mons) {
+        bail!("--mons {n_mons}: run 1, 3 or 5 monitors");
     }
-    if a.osds == 0 {
+    let osds = a.osds.unwrap_or(3);
+    if osds == 0 {
         bail!("--osds must be at least 1");
     }
     let fsid = hex16(&random_fsid()?);
-    let mons = (0..a.mons)
+    let mons = (0..n_mons)
         .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
         .collect::<Result<Vec<_>>>()?;
     let shm = Path::new("/dev/shm");
     let wal_dir = shm.is_dir().then(|| shm.join(format!("cairn-{fsid}")));
-    let nbd = match a.nbd.strip_suffix(":0") {
-        Some(host) => format!("{host}:{}", free_port()?),
-        None => a.nbd.clone(),
-    };
     Ok(DevState {
         fsid,
         mons,
-        osds: a.osds,
-        osd_size: a.osd_size,
+        osds,
+        osd_size: a.osd_size.unwrap_or(4 << 30),
         wal_dir,
-        nbd: Some(nbd),
-        down_out_interval: Some(a.down_out_interval),
-        history_keep: Some(a.history_keep),
-        scrub_interval: Some(a.scrub_interval),
-        recovery_sleep_ms: a.recovery_sleep_ms,
+        nbd: Some(nbd_addr(a.nbd.as_deref().unwrap_or(DEFAULT_NBD))?),
+        down_out_interval: Some(a.down_out_interval.unwrap_or(600)),
+        history_keep: Some(a.history_keep.unwrap_or(cairn_mon::DEFAULT_HISTORY_KEEP)),
+        scrub_interval: Some(a.scrub_interval.unwrap_or(7 * 24 * 3600)),
+        recovery_sleep_ms: a.recovery_sleep_ms.unwrap_or(0),
     })
+}
+
+/// Refuses options given to `dev up` of an existing cluster that differ from what it was
+/// created with (they would be silently ignored otherwise).
+fn check_fixed(a: &UpArgs, s: &DevState) -> Result<()> {
+    let mut differ = Vec::new();
+    let mut check = |flag: &str, given: Option<u64>, have: Option<u64>| {
+        if let Some(g) = given {
+            if Some(g) != have {
+                let was = have.map_or("its default".to_string(), |h| h.to_string());
+                differ.push(format!("--{flag} {g} (it has {was})"));
+            }
+        }
+    };
+    check("mons", a.mons.map(u64::from), Some(s.mons.len() as u64));
+    check("osd-size", a.osd_size, Some(s.osd_size));
+    check(
+        "down-out-interval",
+        a.down_out_interval,
+        s.down_out_interval,
+    );
+    check("history-keep", a.history_keep, s.history_keep);
+    check("scrub-interval", a.scrub_interval, s.scrub_interval);
+    check(
+        "recovery-sleep-ms",
+        a.recovery_sleep_ms,
+        Some(s.recovery_sleep_ms),
+    );
+    if differ.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "the cluster in {} was created with other settings, which cannot change: {}. Leave \
+         these options out to restart it as it is, or `cairn dev down --dir {} --purge` and \
+         create it again (its data is then lost)",
+        a.dir.display(),
+        differ.join(", "),
+        a.dir.display()
+    )
 }
 
 pub(crate) fn pid_alive(pid: i32) -> bool {
@@ -244,7 +294,10 @@ fn spawn(dir: &Path, name: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Polls `f` until it gives a value, the timeout passes, or a daemon of the cluster in `dir`
+/// has died (then its own last error line says why, at once).
 fn wait_for<T>(
+    dir: &Path,
     what: &str,
     timeout: Duration,
     mut f: impl FnMut() -> Result<Option<T>>,
@@ -252,6 +305,9 @@ fn wait_for<T>(
     let start = Instant::now();
     let mut last_err = String::new();
     loop {
+        if let Some(why) = dead_daemon(dir) {
+            bail!("{why}");
+        }
         match f() {
             Ok(Some(v)) => return Ok(v),
             Ok(None) => {}
@@ -267,25 +323,161 @@ fn wait_for<T>(
 }
 
 fn up(a: UpArgs) -> Result<()> {
-    let dir = a.dir.clone();
+    let before = running(&a.dir);
+    let r = start(a.dir.clone(), &a);
+    if r.is_err() {
+        let stopped: Vec<String> = running(&a.dir)
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .collect();
+        for name in &stopped {
+            stop_one(&a.dir, name);
+        }
+        if !stopped.is_empty() {
+            eprintln!(
+                "stopped what this `dev up` started ({}); the data in {} is kept",
+                stopped.join(", "),
+                a.dir.display()
+            );
+        }
+    }
+    r
+}
+
+/// The daemons of the cluster in `dir` that are running (by their pid files).
+fn running(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir.join("run")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| read_pid(&e.path()).is_some_and(pid_alive))
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".pid").map(str::to_string)
+        })
+        .collect()
+}
+
+/// Stops daemon `name` (`nbd`, `osd.1`) of the cluster in `dir`: SIGTERM, SIGKILL after 10 s.
+fn stop_one(dir: &Path, name: &str) {
+    let pidfile = dir.join("run").join(format!("{name}.pid"));
+    if let Some(pid) = read_pid(&pidfile).filter(|p| pid_alive(*p)) {
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let start = Instant::now();
+        while pid_alive(pid) && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if pid_alive(pid) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    let _ = std::fs::remove_file(pidfile);
+}
+
+/// A daemon of the cluster in `dir` whose pid file names a process that is gone, with the
+/// last error line of its log.
+fn dead_daemon(dir: &Path) -> Option<String> {
+    let rd = std::fs::read_dir(dir.join("run")).ok()?;
+    for e in rd.flatten() {
+        let Some(pid) = read_pid(&e.path()) else {
+            continue;
+        };
+        if pid_alive(pid) {
+            continue;
+        }
+        let file = e.file_name().to_string_lossy().into_owned();
+        let name = file.strip_suffix(".pid").unwrap_or(&file).to_string();
+        let log = dir.join("log").join(format!("{name}.log"));
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let why = lines
+            .iter()
+            .rev()
+            .take(50)
+            .find(|l| l.to_ascii_lowercase().contains("error"))
+            .or(lines.last())
+            .map_or("(its log is empty)", |l| l.trim());
+        return Some(format!(
+            "{name} stopped while starting: {why} (log: {})",
+            log.display()
+        ));
+    }
+    None
+}
+
+/// Refuses to start OSDs whose WAL is gone while their data is there (a reboot emptied
+/// /dev/shm): they could not open their store, and the writes only the WAL held are lost.
+fn check_wals(dir: &Path, s: &DevState) -> Result<()> {
+    let Some(w) = &s.wal_dir else {
+        return Ok(());
+    };
+    let lost: Vec<String> = (0..s.osds)
+        .filter(|i| dir.join(format!("osd.{i}")).join("data.img").exists())
+        .filter(|i| !w.join(format!("osd.{i}.wal")).exists())
+        .map(|i| format!("osd.{i}"))
+        .collect();
+    if lost.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "the WAL of {} is gone from {} (it lives in /dev/shm, which a reboot empties): those \
+         OSDs cannot open their stores, and their latest writes were only in the WAL. This dev \
+         cluster cannot start again: `cairn dev down --dir {} --purge`, then `cairn dev up` \
+         creates a new one",
+        lost.join(", "),
+        w.display(),
+        dir.display()
+    )
+}
+
+fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     for sub in ["log", "run"] {
         std::fs::create_dir_all(dir.join(sub))
             .with_context(|| format!("cannot create {}", dir.join(sub).display()))?;
     }
+    // Pid files of daemons that stopped before this run: they are started again below, and
+    // must not read as daemons that died while starting.
+    if let Ok(rd) = std::fs::read_dir(dir.join("run")) {
+        for e in rd.flatten() {
+            if !read_pid(&e.path()).is_some_and(pid_alive) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
     let state = match load_state(&dir)? {
         Some(mut s) => {
+            check_fixed(a, &s)?;
             eprintln!("restarting the cluster in {}", dir.display());
+            if let Some(n) = &a.nbd {
+                let addr = nbd_addr(n)?;
+                if s.nbd.as_ref() != Some(&addr) {
+                    eprintln!("  the NBD server moves to {addr}");
+                    stop_one(&dir, "nbd");
+                    s.nbd = Some(addr);
+                    std::fs::write(dir.join("dev.toml"), toml::to_string(&s)?)
+                        .context("cannot write dev.toml")?;
+                }
+            }
             // More OSDs than the cluster has: add them (data moves to them by placement).
-            if a.osds > s.osds {
-                eprintln!("  adding {} OSD(s)", a.osds - s.osds);
-                s.osds = a.osds;
+            let want = a.osds.unwrap_or(s.osds);
+            if want < s.osds {
+                bail!(
+                    "--osds {want}: the cluster in {} has {} OSDs and `dev up` only adds OSDs \
+                     (mark one out with `cairn osd out ID` to drain it)",
+                    dir.display(),
+                    s.osds
+                );
+            }
+            if want > s.osds {
+                eprintln!("  adding {} OSD(s)", want - s.osds);
+                s.osds = want;
                 std::fs::write(dir.join("dev.toml"), toml::to_string(&s)?)
                     .context("cannot write dev.toml")?;
             }
             s
         }
         None => {
-            let s = new_state(&a)?;
+            let s = new_state(a)?;
             std::fs::write(dir.join("dev.toml"), toml::to_string(&s)?)
                 .context("cannot write dev.toml")?;
             eprintln!("creating a cluster in {}", dir.display());
@@ -306,18 +498,19 @@ fn up(a: UpArgs) -> Result<()> {
         std::fs::create_dir_all(w).with_context(|| format!("cannot create {}", w.display()))?;
     }
     let timeout = Duration::from_secs(a.timeout);
+    check_wals(&dir, &state)?;
     start_mons(&dir, &state)?;
     let mon = MonClient::new(state.mons.clone()).with_timeout(Duration::from_secs(2));
     eprintln!(
         "  waiting for {} monitor(s) to form a quorum...",
         state.mons.len()
     );
-    wait_for("the monitors", timeout, || {
+    wait_for(&dir, "the monitors", timeout, || {
         Ok(block_on(mon.status())?.ok().filter(|s| s.leader.is_some()))
     })?;
     eprintln!("  starting {} OSD(s)...", state.osds);
     start_osds(&dir, &state, &mon, timeout)?;
-    wait_for("the OSDs", timeout, || {
+    wait_for(&dir, "the OSDs", timeout, || {
         let map = block_on(mon.get_map())??;
         Ok((map.osd_counts().1 >= state.osds as usize).then_some(()))
     })?;
@@ -334,7 +527,7 @@ fn up(a: UpArgs) -> Result<()> {
         block_on(mon.command(c))??;
         eprintln!("  created pool `default` (size {size}, 64 pgs, durability wal)");
     }
-    wait_for("all PGs to be active+clean", timeout, || {
+    wait_for(&dir, "all PGs to be active+clean", timeout, || {
         let map = block_on(mon.get_map())??;
         let c = pg_counts(&map, &[]);
         Ok((c.clean == c.total).then_some(()))
@@ -421,7 +614,7 @@ fn start_nbd(dir: &Path, s: &DevState, addr: &str, size: u64, timeout: Duration)
     .map(|x| x.to_string())
     .collect();
     spawn(dir, "nbd", &args)?;
-    wait_for(&format!("the NBD server on {addr}"), timeout, || {
+    wait_for(dir, &format!("the NBD server on {addr}"), timeout, || {
         Ok(std::net::TcpStream::connect(addr).ok().map(|_| ()))
     })?;
     eprintln!("  serving pool `default`'s volumes over NBD on {addr}");
@@ -489,7 +682,7 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
         let known = block_on(mon.get_map())??.osds.len() as u32;
         spawn(dir, &format!("osd.{i}"), &args)?;
         if known <= i {
-            wait_for(&format!("osd.{i} to register"), timeout, || {
+            wait_for(dir, &format!("osd.{i} to register"), timeout, || {
                 Ok((block_on(mon.get_map())??.osds.len() as u32 > i).then_some(()))
             })?;
         }
@@ -498,6 +691,14 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
 }
 
 fn down(a: DownArgs) -> Result<()> {
+    if !a.dir.join("dev.toml").exists() && !a.dir.join("run").exists() {
+        println!(
+            "no dev cluster in {}: nothing to stop{}",
+            a.dir.display(),
+            if a.purge { " or remove" } else { "" }
+        );
+        return Ok(());
+    }
     let run = a.dir.join("run");
     let mut pids = Vec::new();
     if let Ok(rd) = std::fs::read_dir(&run) {

@@ -1,4 +1,4 @@
-//! Byte sizes on the command line: `4096`, `64K`, `4MiB`, `1G`, `1.5GiB`, `1P` (powers of
+//! Byte sizes (and dates) on the command line: `4096`, `64K`, `4MiB`, `1G`, `1.5GiB`, `1P` (powers of
 //! 1024). Decimal units (`GB`) are refused rather than guessed: tools disagree on them.
 
 /// Parses a size: a number of bytes, or with a suffix K, M, G, T or P (powers of 1024,
@@ -70,6 +70,27 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+/// Unix seconds as an ISO 8601 UTC date and time: `2026-11-23T20:41:24Z`.
+pub fn iso8601(unix: u64) -> String {
+    let (days, secs) = (unix / 86_400, unix % 86_400);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm, era = 400 years).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +113,14 @@ mod tests {
         assert!(parse_size("").is_err());
         assert!(parse_size("M").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn dates_print_as_iso8601() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso8601(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso8601(1_795_552_884), "2026-11-24T20:41:24Z");
+        assert_eq!(iso8601(4_102_444_799), "2099-12-31T23:59:59Z");
     }
 
     #[test]

@@ -151,6 +151,7 @@ fn header_json(name: &str, h: &Header) -> serde_json::Value {
         "object_size": h.object_size,
         "id": format!("{:016x}", h.id),
         "created": h.created,
+        "created_at": crate::size::iso8601(h.created),
     })
 }
 
@@ -177,7 +178,7 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
         human(allocated)
     );
     println!("id:          {:016x}", h.id);
-    println!("created:     {} (unix time)", h.created);
+    println!("created:     {}", crate::size::iso8601(h.created));
 }
 
 async fn resize(
@@ -188,6 +189,10 @@ async fn resize(
     allow_shrink: bool,
 ) -> Result<()> {
     let cur = cairn_volume::info(client, pool, name).await?.header.size;
+    if size == cur {
+        println!("volume {name} is already {}: nothing to do", human(cur));
+        return Ok(());
+    }
     if size < cur && !allow_shrink {
         bail!(
             "{} is smaller than the volume's {}: shrinking deletes the data beyond the new end; \

@@ -466,6 +466,18 @@ fn vol_commands_create_list_resize_and_remove() {
     let info: serde_json::Value =
         serde_json::from_str(&c.ok(&["vol", "info", "v1", "--json"])).expect("json");
     assert_eq!(info["allocated_objects"], 20, "{info}");
+    // The creation date, as ISO 8601 UTC in JSON and text alike.
+    let at = info["created_at"].as_str().expect("created_at");
+    assert!(
+        at.len() == 20 && at.ends_with('Z') && at.as_bytes()[10] == b'T',
+        "{at}"
+    );
+    assert!(c
+        .ok(&["vol", "info", "v1"])
+        .contains(&format!("created:     {at}")));
+    // Resizing to the size it has changes nothing, and says so.
+    let same = c.ok(&["vol", "resize", "v1", "--size", "20M"]);
+    assert!(same.contains("already 20 MiB: nothing to do"), "{same}");
     let cut = 10 * MIB + MIB / 2;
     c.ok(&[
         "vol",

@@ -1,0 +1,136 @@
+//! `cairn dev up|down` explains what goes wrong: options that cannot change on an existing
+//! cluster, a daemon that dies while starting, a WAL lost with /dev/shm, a failed start that
+//! would leave processes behind, a missing directory.
+
+mod common;
+
+use common::cluster::{text, Cluster};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+fn cairn(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .expect("run the cairn binary")
+}
+
+/// `dev up` of an existing test cluster with `extra` arguments; must fail. Returns stderr.
+fn dev_up_fails(c: &Cluster, extra: &[&str]) -> String {
+    let d = c.dir.display().to_string();
+    let mut args = vec!["dev", "up", "--dir", &d, "--no-pool", "--timeout", "30"];
+    args.extend_from_slice(extra);
+    let o = cairn(&args);
+    assert!(!o.status.success(), "dev up {extra:?} should fail");
+    text(&o.stderr)
+}
+
+fn dev_toml(c: &Cluster) -> toml::Value {
+    let t = std::fs::read_to_string(c.dir.join("dev.toml")).expect("read dev.toml");
+    toml::from_str(&t).expect("parse dev.toml")
+}
+
+#[test]
+fn dev_down_of_a_missing_dir_says_so_and_succeeds() {
+    let dir = std::env::temp_dir().join(format!("cairn-test-nodir-{}", std::process::id()));
+    let d = dir.display().to_string();
+    let o = cairn(&["dev", "down", "--dir", &d, "--purge"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("no dev cluster in"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert!(!dir.exists());
+}
+
+#[test]
+fn dev_up_refuses_changes_and_explains_failed_starts() {
+    let c = Cluster::up("dev-explains", 1, 1);
+    let d = c.dir.display().to_string();
+
+    // Options fixed at creation are refused, naming them; the cluster keeps running.
+    let e = dev_up_fails(&c, &["--osd-size", "2G", "--mons", "3"]);
+    assert!(
+        e.contains("cannot change") && e.contains("--osd-size 2147483648 (it has 1073741824)"),
+        "{e}"
+    );
+    assert!(e.contains("--mons 3 (it has 1)"), "{e}");
+    assert_eq!(c.status()["osds"]["up"], 1);
+
+    // A monitor that cannot start (its port taken) is reported at once with its own error.
+    c.ok(&["dev", "down", "--dir", &d]);
+    let mon = c.mons()[0].clone();
+    let squatter = std::net::TcpListener::bind(&mon).expect("take the monitor's port");
+    let t0 = Instant::now();
+    let e = dev_up_fails(&c, &[]);
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(e.contains("mon.0 stopped while starting"), "{e}");
+    assert!(e.to_lowercase().contains("in use"), "{e}");
+    drop(squatter);
+
+    // The WAL gone (as after a reboot): refused before anything starts, saying why.
+    let wal = dev_toml(&c)["wal_dir"]
+        .as_str()
+        .map(|w| format!("{w}/osd.0.wal"));
+    if let Some(wal) = wal {
+        std::fs::rename(&wal, format!("{wal}.away")).expect("hide the WAL");
+        let e = dev_up_fails(&c, &[]);
+        assert!(e.contains("the WAL of osd.0 is gone"), "{e}");
+        assert!(e.contains("--purge"), "{e}");
+        std::fs::rename(format!("{wal}.away"), &wal).expect("restore the WAL");
+    }
+    // All back: the same cluster starts again.
+    c.ok(&["dev", "up", "--dir", &d, "--no-pool", "--timeout", "60"]);
+    assert_eq!(c.status()["osds"]["up"], 1);
+}
+
+#[test]
+fn a_failed_dev_up_stops_what_it_started_and_a_new_nbd_address_is_taken() {
+    let dir = std::env::temp_dir().join(format!("cairn-test-dev-nbd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let c = Cluster {
+        conf: dir.join("cairn.toml"),
+        dir,
+    };
+    let d = c.dir.display().to_string();
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = squatter.local_addr().expect("addr").to_string();
+    let up = |nbd: &str| {
+        cairn(&[
+            "dev",
+            "up",
+            "--dir",
+            &d,
+            "--osds",
+            "1",
+            "--osd-size",
+            "1G",
+            "--volume-size",
+            "64M",
+            "--nbd",
+            nbd,
+            "--timeout",
+            "60",
+        ])
+    };
+    let o = up(&taken);
+    let e = text(&o.stderr);
+    assert!(!o.status.success(), "the NBD port is taken");
+    assert!(e.contains("another program listens there"), "{e}");
+    assert!(e.contains("stopped what this `dev up` started"), "{e}");
+    for name in ["mon.0", "osd.0"] {
+        let pidfile = c.dir.join("run").join(format!("{name}.pid"));
+        assert!(!pidfile.exists(), "{name} left running");
+    }
+    // The suggested fix works: another NBD address on the same cluster.
+    let o = up("127.0.0.1:0");
+    assert!(o.status.success(), "{}\n{}", text(&o.stderr), c.logs());
+    let addr = c.nbd_addr();
+    assert_ne!(addr, taken);
+    std::net::TcpStream::connect(&addr).expect("the NBD server listens on its new address");
+}
