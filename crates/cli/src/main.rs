@@ -94,7 +94,10 @@ enum BenchCmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
     let daemon = matches!(
         cli.cmd,
         Cmd::Mon(_) | Cmd::Osd(osd_cmd::OsdCmd::Run(_)) | Cmd::Nbd(_)
@@ -125,6 +128,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints a command-line error in the same style as every other error (`cairn: error: ...`,
+/// then clap's usage hint), exit status 2; help and version go to stdout, status 0.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(2);
+    }
+    let rendered = e.render().to_string();
+    let body = rendered.strip_prefix("error: ").unwrap_or(&rendered);
+    eprint!("cairn: error: {body}");
+    ExitCode::from(2)
 }
 
 /// The error and its causes on one line ("what: why: root cause"), skipping a cause whose

@@ -241,6 +241,8 @@ fn wrong_arguments_give_clear_errors() {
     assert!(e.contains("seconds"), "{e}");
     let e = fails(&["store", "frobnicate"], 2);
     assert!(e.contains("frobnicate"), "{e}");
+    // Usage errors read like every other error (one style), with the usage hint after.
+    assert!(e.starts_with("cairn: error: "), "{e}");
     // Sizes: negative refused as such (not as an unknown argument), decimal units refused
     // as ambiguous; nothing is created.
     let e = fails(&["store", "mkfs", "--data", &missing, "--size", "-5G"], 2);

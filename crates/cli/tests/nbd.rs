@@ -199,10 +199,18 @@ impl Mounts {
 impl Drop for Mounts {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.loop_mnt).status();
-        let _ = Command::new("fusermount3")
+        let fuse_unmounted = Command::new("fusermount3")
             .arg("-u")
             .arg(&self.fuse_mnt)
-            .status();
+            .status()
+            .is_ok_and(|s| s.success());
+        if !fuse_unmounted {
+            // No fusermount3 (or it failed): a lazy unmount, so no dead FUSE mount is left.
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.fuse_mnt)
+                .status();
+        }
         if let Some(mut ch) = self.nbdfuse.take() {
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
