@@ -91,6 +91,10 @@ pub struct DownArgs {
     /// Also delete all data (DIR and the WAL files).
     #[arg(long)]
     pub purge: bool,
+    /// Also delete the WAL directories in /dev/shm of dev clusters whose directory is gone
+    /// (deleted by hand instead of `dev down --purge`); works without a cluster in DIR.
+    #[arg(long)]
+    pub purge_orphan_wals: bool,
 }
 
 /// What `dev up` needs to restart the same cluster.
@@ -496,7 +500,9 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     )?;
     if let Some(w) = &state.wal_dir {
         std::fs::create_dir_all(w).with_context(|| format!("cannot create {}", w.display()))?;
+        crate::dev_wals::claim(w, &dir)?;
     }
+    crate::dev_wals::report();
     let timeout = Duration::from_secs(a.timeout);
     check_wals(&dir, &state)?;
     start_mons(&dir, &state)?;
@@ -691,6 +697,16 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
 }
 
 fn down(a: DownArgs) -> Result<()> {
+    stop_cluster(&a)?;
+    if a.purge_orphan_wals {
+        crate::dev_wals::remove_orphans()
+    } else {
+        crate::dev_wals::report();
+        Ok(())
+    }
+}
+
+fn stop_cluster(a: &DownArgs) -> Result<()> {
     if !a.dir.join("dev.toml").exists() && !a.dir.join("run").exists() {
         println!(
             "no dev cluster in {}: nothing to stop{}",

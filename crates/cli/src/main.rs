@@ -8,6 +8,7 @@ mod admin;
 mod bench;
 mod conf;
 mod dev;
+mod dev_wals;
 mod logging;
 mod mon_cmd;
 mod nbd_cmd;

@@ -134,3 +134,38 @@ fn a_failed_dev_up_stops_what_it_started_and_a_new_nbd_address_is_taken() {
     assert_ne!(addr, taken);
     std::net::TcpStream::connect(&addr).expect("the NBD server listens on its new address");
 }
+
+#[test]
+fn wals_of_a_cluster_whose_directory_was_deleted_are_found_and_removed() {
+    let gone = Cluster::up("dev-orphan", 1, 1);
+    let Some(wal) = dev_toml(&gone)["wal_dir"]
+        .as_str()
+        .map(std::path::PathBuf::from)
+    else {
+        return; // no /dev/shm on this machine: WALs live in the cluster directory
+    };
+    let kept = Cluster::up("dev-kept", 1, 1);
+    let kept_wal = dev_toml(&kept)["wal_dir"]
+        .as_str()
+        .map(std::path::PathBuf::from)
+        .expect("wal dir");
+    // Stopped, then its directory deleted by hand: the WALs stay in /dev/shm.
+    let d = gone.dir.display().to_string();
+    gone.ok(&["dev", "down", "--dir", &d]);
+    std::fs::remove_dir_all(&gone.dir).expect("delete the cluster directory");
+    assert!(wal.exists());
+    // Any dev command tells; the purge removes exactly the orphans.
+    let o = cairn(&["dev", "down", "--dir", &d]);
+    assert!(o.status.success());
+    let e = text(&o.stderr);
+    assert!(
+        e.contains("belong") && e.contains("--purge-orphan-wals"),
+        "{e}"
+    );
+    let o = cairn(&["dev", "down", "--dir", &d, "--purge-orphan-wals"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("removed {}", wal.display())));
+    assert!(!wal.exists(), "the orphaned WALs are gone");
+    assert!(kept_wal.exists(), "a live cluster's WALs stay");
+    assert_eq!(kept.status()["osds"]["up"], 1);
+}
