@@ -6,6 +6,7 @@ use cairn_monclient::MonClient;
 use clap::{Args, Subcommand};
 use std::future::Future;
 use std::path::Path;
+use std::time::Duration;
 
 /// `--json` for listing commands.
 #[derive(Args)]
@@ -24,6 +25,27 @@ pub fn block_on<T>(f: impl Future<Output = T>) -> Result<T> {
     Ok(rt.block_on(f))
 }
 
+/// How long a command waits for the monitors in silence before it says it is waiting.
+const MON_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Runs a call to the monitors at `addrs`; if it has not answered within a moment, says on
+/// stderr that it is still trying (the call itself gives up at its own deadline).
+pub fn block_on_mon<T>(addrs: &[String], f: impl Future<Output = T>) -> Result<T> {
+    block_on(async {
+        let mut f = std::pin::pin!(f);
+        match tokio::time::timeout(MON_PATIENCE, &mut f).await {
+            Ok(v) => v,
+            Err(_) => {
+                eprintln!(
+                    "cairn: no answer yet from the monitors at {}; still trying...",
+                    addrs.join(", ")
+                );
+                f.await
+            }
+        }
+    })
+}
+
 /// A monitor client for the configured cluster.
 pub fn mon_client(conf: Option<&Path>) -> Result<MonClient> {
     Ok(MonClient::new(crate::conf::load(conf)?.cluster.mons))
@@ -32,7 +54,7 @@ pub fn mon_client(conf: Option<&Path>) -> Result<MonClient> {
 /// Sends a map change and reports the outcome.
 pub fn change(conf: Option<&Path>, c: MapChange, what: &str) -> Result<()> {
     let mon = mon_client(conf)?;
-    match block_on(mon.command(c))?? {
+    match block_on_mon(mon.addrs(), mon.command(c))?? {
         ChangeOutcome::Changed { epoch, .. } => println!("{what}: done (map epoch {epoch})"),
         ChangeOutcome::Unchanged => println!("{what}: already so (nothing changed)"),
     }
@@ -204,7 +226,7 @@ fn pool_json(p: &cairn_map::Pool) -> serde_json::Value {
 /// Fetches the map.
 pub fn get_map(conf: Option<&Path>) -> Result<ClusterMap> {
     let mon = mon_client(conf)?;
-    Ok(block_on(mon.get_map())??)
+    Ok(block_on_mon(mon.addrs(), mon.get_map())??)
 }
 
 pub fn osd_ls(conf: Option<&Path>, json: bool) -> Result<()> {
@@ -312,8 +334,9 @@ fn pg_osds_json(d: &cairn_proto::msg::osd::DownPg) -> serde_json::Value {
 
 pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
     let mon = mon_client(conf)?;
-    let (map, mons) = block_on(async { (mon.get_map().await, mon.status().await) })?;
-    let map = map?;
+    // Monitor status only once the map came: when no monitor answers, one wait is enough.
+    let map = block_on_mon(mon.addrs(), mon.get_map())??;
+    let mons = block_on(mon.status())?;
     let addrs: Vec<(u32, String)> = map
         .osds
         .values()

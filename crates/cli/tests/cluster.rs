@@ -444,8 +444,14 @@ fn cli_pool_osd_and_object_commands() {
         .output()
         .expect("run");
     let msg = common::cluster::text(&e.stderr);
+    let lines: Vec<&str> = msg.lines().collect();
+    // A notice that it is still trying, then one error line naming the address.
     assert!(
-        !e.status.success() && msg.lines().count() == 1 && msg.contains("127.0.0.1:1"),
+        !e.status.success()
+            && lines.len() == 2
+            && lines[0].contains("still trying")
+            && lines[1].starts_with("cairn: error: ")
+            && lines[1].contains("127.0.0.1:1"),
         "{msg}"
     );
 }
