@@ -16,6 +16,26 @@ pub struct JsonFlag {
     pub json: bool,
 }
 
+#[derive(Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Fraction of an OSD's capacity from which it is reported near full (HEALTH_WARN).
+    #[arg(long, default_value_t = crate::capacity::NEARFULL_RATIO, value_parser = parse_ratio)]
+    pub nearfull_ratio: f64,
+    /// Fraction from which it is reported full (HEALTH_ERR: writes to it soon fail).
+    #[arg(long, default_value_t = crate::capacity::FULL_RATIO, value_parser = parse_ratio)]
+    pub full_ratio: f64,
+}
+
+fn parse_ratio(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a fraction in (0, 1]")),
+    }
+}
+
 /// Runs a future on a small runtime (commands are short-lived).
 pub fn block_on<T>(f: impl Future<Output = T>) -> Result<T> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -332,7 +352,29 @@ fn pg_osds_json(d: &cairn_proto::msg::osd::DownPg) -> serde_json::Value {
     serde_json::json!({"pg": pg.to_string(), "osds": d.osds})
 }
 
-pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
+/// Problems of OSDs past the near-full or full ratio; whether any is full.
+fn fullness(uses: &[crate::capacity::OsdUse], a: &StatusArgs) -> (Vec<String>, bool, bool) {
+    let (mut lines, mut near, mut full) = (Vec::new(), false, false);
+    for u in uses {
+        let pct = (u.ratio() * 100.0).floor();
+        let of = crate::size::human(u.capacity);
+        if u.ratio() >= a.full_ratio {
+            full = true;
+            lines.push(format!(
+                "osd.{} is full ({pct}% of {of}): writes to its PGs will soon fail; add OSDs or \
+                 remove data",
+                u.osd
+            ));
+        } else if u.ratio() >= a.nearfull_ratio {
+            near = true;
+            lines.push(format!("osd.{} is near full ({pct}% of {of})", u.osd));
+        }
+    }
+    (lines, near, full)
+}
+
+pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
+    let json = a.json;
     let mon = mon_client(conf)?;
     // Monitor status only once the map came: when no monitor answers, one wait is enough.
     let map = block_on_mon(mon.addrs(), mon.get_map())??;
@@ -377,9 +419,20 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
             Err(_) => unreachable.push(*id),
         }
     }
+    let uses: Vec<crate::capacity::OsdUse> = usage
+        .iter()
+        .filter_map(|(id, r)| r.as_ref().ok().map(|s| (id, s)))
+        .map(|(id, s)| crate::capacity::OsdUse {
+            osd: *id,
+            used: s.used_bytes,
+            capacity: s.capacity_bytes,
+        })
+        .collect();
+    let (full_lines, nearfull, full) = fullness(&uses, a);
+    let usable = |size: u8| crate::capacity::usable(&map, &uses, size);
     let (osds, up, inn) = map.osd_counts();
     let pgs = pg_counts(&map, &down_pgs);
-    let health = if pgs.inactive > 0 || scrub_bad > 0 || !down_pgs.is_empty() {
+    let health = if pgs.inactive > 0 || scrub_bad > 0 || !down_pgs.is_empty() || full {
         "HEALTH_ERR"
     } else if pgs.degraded > 0
         || up < osds
@@ -388,13 +441,14 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         || degraded > 0
         || misplaced > 0
         || !lost_pgs.is_empty()
+        || nearfull
     {
         "HEALTH_WARN"
     } else {
         "HEALTH_OK"
     };
     let seconds_left = (degraded > 0 && rec_ops > 0).then(|| degraded.div_ceil(rec_ops));
-    let mut problems = Vec::new();
+    let mut problems = full_lines;
     for o in map.osds.values().filter(|o| !o.up) {
         let lost = if o.lost_at > 0 {
             " (declared lost)"
@@ -506,7 +560,11 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
                          "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
                          "seconds_left": seconds_left},
             "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
-            "pools": map.pools.values().map(pool_json).collect::<Vec<_>>(),
+            "pools": map.pools.values().map(|p| {
+                let mut v = pool_json(p);
+                v["usable_bytes"] = serde_json::json!(usable(p.size));
+                v
+            }).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -549,8 +607,11 @@ pub fn status(conf: Option<&Path>, json: bool) -> Result<()> {
         "  scrub:  {scrub_repaired} object copies repaired since the OSDs started, {scrub_bad} left inconsistent"
     );
     for p in map.pools.values() {
+        let room = usable(p.size).map_or("usable space unknown".to_string(), |b| {
+            format!("room for about {} more", crate::size::human(b))
+        });
         println!(
-            "  pool {}: size {} min_size {} pgs {} durability {}",
+            "  pool {}: size {} min_size {} pgs {} durability {}; {room}",
             p.name,
             p.size,
             p.min_size,

@@ -75,9 +75,10 @@ pub struct UpArgs {
     #[arg(long, value_name = "MS")]
     pub recovery_sleep_ms: Option<u64>,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
-    /// written).
-    #[arg(long, default_value = "10G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
-    pub volume_size: u64,
+    /// written) [default: 10G, or less so that it fits: what the pool can hold, rounded down
+    /// to whole GiB].
+    #[arg(long, value_parser = crate::size::parse_size, allow_hyphen_values = true)]
+    pub volume_size: Option<u64>,
 }
 
 /// The volume `dev up` creates and serves as the default NBD export.
@@ -577,20 +578,49 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// The default volume's size: 10 GiB, or what the `default` pool can hold when less (whole
+/// GiB; below 1 GiB, 64 MiB steps, at least 64 MiB), so that writing it full does not run out
+/// of space.
+async fn default_volume_size(client: &cairn_client::Client) -> u64 {
+    const GIB: u64 = 1 << 30;
+    const STEP: u64 = 64 << 20;
+    let map = client.map();
+    let Some(p) = map.pool_by_name("default") else {
+        return 10 * GIB;
+    };
+    let uses = crate::capacity::osd_uses(&map).await;
+    let room = crate::capacity::usable(&map, &uses, p.size).unwrap_or(10 * GIB);
+    if room >= GIB {
+        (room / GIB).min(10) * GIB
+    } else {
+        (room / STEP).max(1) * STEP
+    }
+}
+
 /// Creates the default volume if the pool has none and starts the NBD server serving it.
-fn start_nbd(dir: &Path, s: &DevState, addr: &str, size: u64, timeout: Duration) -> Result<()> {
+fn start_nbd(
+    dir: &Path,
+    s: &DevState,
+    addr: &str,
+    size: Option<u64>,
+    timeout: Duration,
+) -> Result<()> {
     // One runtime for the client's whole life: its connections are tasks of that runtime.
     let created = block_on(async {
         let cfg = cairn_client::ClientConfig::new(s.mons.clone());
         let client = cairn_client::Client::connect(cfg).await?;
         if !cairn_volume::list(&client, "default").await?.is_empty() {
-            return Ok(false);
+            return Ok(None);
         }
+        let size = match size {
+            Some(b) => b,
+            None => default_volume_size(&client).await,
+        };
         let os = cairn_volume::DEFAULT_OBJECT_SIZE;
         cairn_volume::create(&client, "default", DEFAULT_VOLUME, size, os).await?;
-        anyhow::Ok(true)
+        anyhow::Ok(Some(size))
     })??;
-    if created {
+    if let Some(size) = created {
         eprintln!(
             "  created volume {DEFAULT_VOLUME} ({}, thin) in pool `default`",
             crate::size::human(size)

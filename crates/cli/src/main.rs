@@ -6,6 +6,7 @@
 
 mod admin;
 mod bench;
+mod capacity;
 mod conf;
 mod dev;
 mod dev_wals;
@@ -49,7 +50,7 @@ enum Cmd {
     #[command(subcommand)]
     Dev(dev::DevCmd),
     /// Cluster health, OSDs, PGs and pools at a glance.
-    Status(admin::JsonFlag),
+    Status(admin::StatusArgs),
     /// Create, list, remove and configure pools.
     #[command(subcommand)]
     Pool(admin::PoolCmd),
@@ -108,7 +109,7 @@ fn main() -> ExitCode {
     let ok = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let r = match cli.cmd {
         Cmd::Dev(c) => ok(dev::run(c)),
-        Cmd::Status(j) => ok(admin::status(conf, j.json)),
+        Cmd::Status(a) => ok(admin::status(conf, &a)),
         Cmd::Pool(c) => ok(admin::pool(c, conf)),
         Cmd::Osd(c) => ok(osd_cmd::run(c, conf)),
         Cmd::Pg(c) => pg_cmd::run(c, conf),

@@ -90,6 +90,7 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
                     human(u64::from(h.object_size)),
                     pool.pool
                 );
+                warn_if_larger_than_room(&client, &pool.pool, &name, h.size).await;
             }
             VolCmd::Ls { pool, json } => ls(&client, &pool.pool, json).await?,
             VolCmd::Info { name, pool, json } => {
@@ -179,6 +180,28 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
     );
     println!("id:          {:016x}", h.id);
     println!("created:     {}", crate::size::iso8601(h.created));
+}
+
+/// Warns when a thin volume is larger than what its pool can still hold: writing it full
+/// would fail with ENOSPC part way.
+async fn warn_if_larger_than_room(client: &Client, pool: &str, name: &str, size: u64) {
+    let map = client.map();
+    let Some(p) = map.pool_by_name(pool) else {
+        return;
+    };
+    let uses = crate::capacity::osd_uses(&map).await;
+    if let Some(room) = crate::capacity::usable(&map, &uses, p.size) {
+        if size > room {
+            eprintln!(
+                "warning: volume {name} ({}) is larger than the about {} pool {pool} can still \
+                 hold with {} copies: it is thin, but writing more than that fails (no space). \
+                 Add OSDs or use a smaller size",
+                human(size),
+                human(room),
+                p.size
+            );
+        }
+    }
 }
 
 async fn resize(

@@ -424,6 +424,33 @@ fn cli_pool_osd_and_object_commands() {
     c.ok(&["obj", "put", "p", "fast", &srcs]);
     c.ok(&["obj", "get", "p", "fast", &out.display().to_string()]);
     assert_eq!(std::fs::read(&out).expect("read back"), data);
+
+    // Capacity: room per pool; OSDs past the near-full / full ratios (set low here, as the
+    // OSDs hold only a little) are named, turning health to WARN / ERR.
+    let st = c.status();
+    let room = st["pools"][0]["usable_bytes"]
+        .as_u64()
+        .expect("usable_bytes");
+    assert!(room > 100 << 20 && room < 1 << 30, "{st}");
+    let near: serde_json::Value =
+        serde_json::from_str(&c.ok(&["status", "--json", "--nearfull-ratio", "0.00001"]))
+            .expect("json");
+    assert!(
+        near["problems"].to_string().contains("is near full"),
+        "{near}"
+    );
+    assert_ne!(near["health"], "HEALTH_OK");
+    let full: serde_json::Value = serde_json::from_str(&c.ok(&[
+        "status",
+        "--json",
+        "--nearfull-ratio",
+        "0.00001",
+        "--full-ratio",
+        "0.00002",
+    ]))
+    .expect("json");
+    assert!(full["problems"].to_string().contains("is full"), "{full}");
+    assert_eq!(full["health"], "HEALTH_ERR");
     let e = c.cairn(&["pool", "rm", "p"]);
     assert!(!e.status.success());
     c.ok(&["pool", "rm", "p", "--yes-i-really-mean-it"]);

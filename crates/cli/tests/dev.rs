@@ -169,3 +169,38 @@ fn wals_of_a_cluster_whose_directory_was_deleted_are_found_and_removed() {
     assert!(kept_wal.exists(), "a live cluster's WALs stay");
     assert_eq!(kept.status()["osds"]["up"], 1);
 }
+
+#[test]
+fn the_default_volume_fits_in_the_default_pool() {
+    // One 1 GiB OSD: the 10 GiB default would fail part way when written full.
+    let dir = std::env::temp_dir().join(format!("cairn-test-dev-fit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let c = Cluster {
+        conf: dir.join("cairn.toml"),
+        dir,
+    };
+    let d = c.dir.display().to_string();
+    let o = cairn(&[
+        "dev",
+        "up",
+        "--dir",
+        &d,
+        "--osds",
+        "1",
+        "--osd-size",
+        "1G",
+        "--nbd",
+        "127.0.0.1:0",
+        "--timeout",
+        "60",
+    ]);
+    assert!(o.status.success(), "{}\n{}", text(&o.stderr), c.logs());
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", "disk0", "--json"])).expect("json");
+    let size = info["size"].as_u64().expect("size");
+    let room = c.status()["pools"][0]["usable_bytes"]
+        .as_u64()
+        .expect("usable_bytes");
+    assert!(size > 0 && size <= room, "volume {size} > room {room}");
+    assert_eq!(size % (64 << 20), 0, "{size}");
+}

@@ -483,6 +483,15 @@ fn vol_commands_create_list_resize_and_remove() {
     assert!(c
         .ok(&["vol", "info", "v1"])
         .contains(&format!("created:     {at}")));
+    // A thin volume larger than the pool can hold is created, with a warning.
+    let o = c.cairn(&["vol", "create", "huge", "--size", "100T"]);
+    let e = text(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("warning: volume huge (100 TiB) is larger than"),
+        "{e}"
+    );
+    c.ok(&["vol", "rm", "huge"]);
     // Resizing to the size it has changes nothing, and says so.
     let same = c.ok(&["vol", "resize", "v1", "--size", "20M"]);
     assert!(same.contains("already 20 MiB: nothing to do"), "{same}");

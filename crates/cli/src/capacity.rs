@@ -1,0 +1,121 @@
+//! Capacity as an operator reads it: how full each OSD is, and how much new data a pool can
+//! still take with its copies.
+//!
+//! Placement spreads a pool's data over the OSDs that are in, by weight, so the pool is full
+//! when its fullest OSD (relative to its weight) is: usable = min over OSDs of
+//! (free / weight share) / copies. The same estimate Ceph shows as MAX AVAIL.
+
+use cairn_map::ClusterMap;
+use std::time::Duration;
+
+/// Default fraction of an OSD's capacity at which status warns (`HEALTH_WARN`).
+pub const NEARFULL_RATIO: f64 = 0.85;
+/// Default fraction at which status reports it full (`HEALTH_ERR`): writes to it soon fail.
+pub const FULL_RATIO: f64 = 0.95;
+
+/// One OSD's use as it reported it.
+#[derive(Debug, Clone, Copy)]
+pub struct OsdUse {
+    pub osd: u32,
+    pub used: u64,
+    pub capacity: u64,
+}
+
+impl OsdUse {
+    /// Used fraction of its capacity.
+    pub fn ratio(&self) -> f64 {
+        if self.capacity == 0 {
+            return 1.0;
+        }
+        self.used as f64 / self.capacity as f64
+    }
+}
+
+/// Bytes of new data a pool of `size` copies can take, from the OSDs that reported (only
+/// those in, with a weight, count); `None` when none did.
+pub fn usable(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
+    let placed: Vec<(OsdUse, f64)> = osds
+        .iter()
+        .filter_map(|u| {
+            let w = map.osds.get(&u.osd)?.placement_weight();
+            (w > 0).then_some((*u, f64::from(w)))
+        })
+        .collect();
+    let total_w: f64 = placed.iter().map(|(_, w)| w).sum();
+    if placed.is_empty() || total_w == 0.0 || size == 0 {
+        return None;
+    }
+    // Stop counting at the full ratio: past it an OSD refuses writes.
+    let raw = placed
+        .iter()
+        .map(|(u, w)| {
+            let limit = u.capacity as f64 * FULL_RATIO;
+            (limit - u.used as f64).max(0.0) / (w / total_w)
+        })
+        .fold(f64::INFINITY, f64::min);
+    Some((raw / f64::from(size)) as u64)
+}
+
+/// The use of every up OSD of `map` that answers (an unreachable one is left out).
+pub async fn osd_uses(map: &ClusterMap) -> Vec<OsdUse> {
+    let mut out = Vec::new();
+    for o in map.osds.values().filter(|o| o.up) {
+        if let Ok(s) = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await {
+            out.push(OsdUse {
+                osd: o.id,
+                used: s.used_bytes,
+                capacity: s.capacity_bytes,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_map::MapChange;
+
+    fn map(osds: u8) -> ClusterMap {
+        let mut m = ClusterMap::new([1; 16]);
+        for n in 0..osds {
+            m.apply(&MapChange::OsdBoot {
+                store_id: [n; 16],
+                addr: format!("127.0.0.1:{}", 7000 + n as u16),
+                host: "h".into(),
+                weight: 0x10000,
+            })
+            .unwrap();
+        }
+        m
+    }
+
+    fn used(osd: u32, used: u64, capacity: u64) -> OsdUse {
+        OsdUse {
+            osd,
+            used,
+            capacity,
+        }
+    }
+
+    #[test]
+    fn the_fullest_osd_limits_what_a_pool_can_take() {
+        let m = map(3);
+        let g = 1u64 << 30;
+        // Three empty 4 GiB OSDs, 3 copies: about 3.8 GiB (95% of 4 GiB).
+        let even = [used(0, 0, 4 * g), used(1, 0, 4 * g), used(2, 0, 4 * g)];
+        let u = usable(&m, &even, 3).unwrap();
+        assert_eq!(u, (4.0 * g as f64 * FULL_RATIO) as u64);
+        // One OSD half full: it fills first.
+        let skewed = [used(0, 2 * g, 4 * g), used(1, 0, 4 * g), used(2, 0, 4 * g)];
+        assert!(usable(&m, &skewed, 3).unwrap() < u / 2 + g / 8);
+        // One copy: three times as much.
+        assert_eq!(usable(&m, &even, 1).unwrap(), 3 * u);
+        // An OSD out does not count.
+        let mut out = m.clone();
+        out.apply(&MapChange::OsdOut { id: 2 }).unwrap();
+        assert_eq!(usable(&out, &even, 1).unwrap(), 2 * u);
+        assert_eq!(usable(&m, &[], 3), None);
+        assert!((used(0, 87, 100).ratio() - 0.87).abs() < 1e-9);
+    }
+}
