@@ -91,12 +91,7 @@ fn dev_up_refuses_changes_and_explains_failed_starts() {
 
 #[test]
 fn a_failed_dev_up_stops_what_it_started_and_a_new_nbd_address_is_taken() {
-    let dir = std::env::temp_dir().join(format!("cairn-test-dev-nbd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let c = Cluster {
-        conf: dir.join("cairn.toml"),
-        dir,
-    };
+    let c = Cluster::at("dev-nbd");
     let d = c.dir.display().to_string();
     let squatter = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let taken = squatter.local_addr().expect("addr").to_string();
@@ -173,12 +168,7 @@ fn wals_of_a_cluster_whose_directory_was_deleted_are_found_and_removed() {
 #[test]
 fn the_default_volume_fits_in_the_default_pool() {
     // One 1 GiB OSD: the 10 GiB default would fail part way when written full.
-    let dir = std::env::temp_dir().join(format!("cairn-test-dev-fit-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let c = Cluster {
-        conf: dir.join("cairn.toml"),
-        dir,
-    };
+    let c = Cluster::at("dev-fit");
     let d = c.dir.display().to_string();
     let o = cairn(&[
         "dev",

@@ -26,14 +26,20 @@ fn cairn(args: &[&str]) -> Output {
 }
 
 impl Cluster {
-    /// Starts `mons` monitors and `osds` OSDs, no pool, with extra `dev up` arguments.
-    pub fn up_with(name: &str, mons: u32, osds: u32, extra: &[&str]) -> Cluster {
+    /// The (emptied) directory of test cluster `name`, nothing started: the caller runs
+    /// `dev up` itself. Torn down on drop like any other.
+    pub fn at(name: &str) -> Cluster {
         let dir = std::env::temp_dir().join(format!("cairn-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let c = Cluster {
+        Cluster {
             conf: dir.join("cairn.toml"),
             dir,
-        };
+        }
+    }
+
+    /// Starts `mons` monitors and `osds` OSDs, no pool, with extra `dev up` arguments.
+    pub fn up_with(name: &str, mons: u32, osds: u32, extra: &[&str]) -> Cluster {
+        let c = Cluster::at(name);
         c.dev_up_with(mons, osds, extra);
         c
     }
@@ -46,12 +52,7 @@ impl Cluster {
     /// Starts a cluster with the `default` pool (size min(3, osds)), a 1 GiB volume `disk0`
     /// and the NBD server on a free port serving the pool's volumes.
     pub fn up_with_nbd(name: &str, osds: u32) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("cairn-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let c = Cluster {
-            conf: dir.join("cairn.toml"),
-            dir,
-        };
+        let c = Cluster::at(name);
         let d = c.dir.display().to_string();
         let n = osds.to_string();
         c.run_dev_up(&[
