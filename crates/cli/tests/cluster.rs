@@ -646,6 +646,32 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             matches!(r, PgDone::Failed(ref why) if why.contains("does not exist")),
             "{r:?}"
         );
+        // An activation claiming a future epoch (it would rank this copy first in peering)
+        // is refused, and so is one from an OSD that is not the PG's primary.
+        for (epoch, from, want) in [
+            (map.epoch + 1000, primary, "newer than this OSD's map"),
+            (map.epoch, 99, "stale"),
+        ] {
+            let push = PgPush {
+                epoch,
+                pool,
+                pg: 0,
+                primary: from,
+                kind: PushKind::Activate { epoch },
+            };
+            let body = cairn_proto::msg::encode(&push);
+            write_frame(&mut s, PG_PUSH, 9, &body, &[])
+                .await
+                .expect("send");
+            let f = read_frame(&mut s, &limits).await.expect("push reply");
+            let r: PgDone = cairn_proto::msg::decode("pg done", &f.control).expect("decode");
+            let ok = match &r {
+                PgDone::Failed(why) => why.contains(want),
+                PgDone::Stale { .. } => want == "stale",
+                _ => false,
+            };
+            assert!(ok, "activation at {epoch} from osd.{from}: {r:?}");
+        }
         // Scrub requests: garbage -> ERROR; a map of a PG that does not exist, or of more
         // names than allowed, is refused; so is a scrub of a PG that does not exist.
         use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG};

@@ -7,7 +7,6 @@ use crate::types::{BasicNode, NodeId, Raft};
 use cairn_map::{ChangeOutcome, MapChange, MapError};
 use cairn_proto::msg::mon::{
     CommandReply, FailureReport, Heartbeat, MonStatus, PastIntervalsQuery, PastIntervalsReply,
-    MAX_HEARTBEAT_PGS,
 };
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{RaftMetrics, ServerState};
@@ -105,9 +104,8 @@ impl Ctx {
                 if !self.failure.heard(hb.osd, life, Instant::now()) {
                     return CommandReply::Refused(MapError::Reported { osd: hb.osd });
                 }
-                let n = hb.pgs.len().min(MAX_HEARTBEAT_PGS);
                 self.view
-                    .with_map(|m| self.starts.report(m, hb.osd, &hb.pgs[..n]));
+                    .with_map(|m| self.starts.report(m, hb.osd, &hb.pgs));
                 let grace_ms = self.failure.grace().as_millis() as u64;
                 CommandReply::Alive { grace_ms }
             }

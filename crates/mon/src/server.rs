@@ -15,8 +15,9 @@ use crate::raft_net;
 use cairn_map::MapChange;
 use cairn_proto::msg::mon::{
     CommandReply, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, PastIntervalsQuery,
-    Subscribe, COMMAND, COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP, MON_STATUS,
-    MON_STATUS_REPLY, PAST_INTERVALS, PAST_INTERVALS_REPLY, SUBSCRIBE,
+    Subscribe, COMMAND, COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP,
+    MAX_HEARTBEAT_PGS, MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS, PAST_INTERVALS_REPLY,
+    SUBSCRIBE,
 };
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::stream::{
@@ -186,6 +187,12 @@ async fn dispatch(
         }
         HEARTBEAT => {
             let hb: Heartbeat = decode("heartbeat", &f.control).map_err(|e| e.to_string())?;
+            if hb.pgs.len() > MAX_HEARTBEAT_PGS {
+                return Err(format!(
+                    "heartbeat reports {} PGs, over the limit of {MAX_HEARTBEAT_PGS}",
+                    hb.pgs.len()
+                ));
+            }
             frame(COMMAND_REPLY, rid, &ctx.heartbeat(hb))
         }
         FAILURE_REPORT => {

@@ -136,6 +136,28 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     assert_eq!(frames[0].request_id, 5);
     assert!(error_message(&frames[0]).contains("malformed"));
 
+    // A heartbeat reporting more PGs than allowed is refused as a whole.
+    let too_many = cairn_proto::msg::mon::Heartbeat {
+        osd: 0,
+        up_from: 1,
+        pgs: vec![
+            cairn_proto::msg::mon::PgStarted {
+                pool: 1,
+                pg: 0,
+                epoch: 1
+            };
+            cairn_proto::msg::mon::MAX_HEARTBEAT_PGS + 1
+        ],
+    };
+    let mut s = raw_connect(&addr).await;
+    let body = cairn_proto::msg::encode(&too_many);
+    write_frame(&mut s, HEARTBEAT, 8, &body, &[])
+        .await
+        .expect("send");
+    let frames = until_closed(&mut s).await;
+    assert_eq!(frames.len(), 1, "one ERROR, then close");
+    assert!(error_message(&frames[0]).contains("over the limit"));
+
     // Malformed past-intervals queries and heartbeats (a PG list longer than its bytes).
     for (t, body) in [
         (PAST_INTERVALS, vec![0xff; 9]),

@@ -47,7 +47,9 @@ pub fn handle(
             let pg = pg_id(p.pool, p.pg);
             let map = shard.osd.map();
             check_pg(&map, pg)?;
-            let r = if map.epoch >= p.epoch
+            let r = if let Some(why) = bad_activation(&p, map.epoch) {
+                PgDone::Failed(why)
+            } else if map.epoch >= p.epoch
                 && shard.pg(&map, pg).placement.primary() != Some(p.primary)
             {
                 PgDone::Stale { epoch: map.epoch }
@@ -80,6 +82,27 @@ pub fn handle(
         other => return Err(format!("message type {other} is not a peering request")),
     }
     Ok(())
+}
+
+/// Why an `Activate` push must be refused: its epoch ranks this copy's history (authority goes
+/// by it first), so it is taken only for the push's own epoch, and only once this OSD's map
+/// has reached it, so that the sender was checked to be the PG's primary at that epoch.
+fn bad_activation(p: &PgPush, map_epoch: u64) -> Option<String> {
+    let PushKind::Activate { epoch } = p.kind else {
+        return None;
+    };
+    if epoch != p.epoch {
+        return Some(format!(
+            "activation at epoch {epoch} sent in a push of epoch {}",
+            p.epoch
+        ));
+    }
+    (epoch > map_epoch).then(|| {
+        format!(
+            "activation at epoch {epoch} is newer than this OSD's map (epoch {map_epoch}): \
+             retry once it has caught up"
+        )
+    })
 }
 
 /// Refuses a PG this OSD's map does not have (a push must never create one).
@@ -392,4 +415,40 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
         st.last_version = v;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod activation_tests {
+    use super::*;
+
+    fn push(epoch: u64, kind: PushKind) -> PgPush {
+        PgPush {
+            epoch,
+            pool: 1,
+            pg: 0,
+            primary: 0,
+            kind,
+        }
+    }
+
+    #[test]
+    fn an_activation_is_taken_only_for_its_push_epoch_and_a_map_that_reached_it() {
+        assert_eq!(
+            bad_activation(&push(7, PushKind::Activate { epoch: 7 }), 7),
+            None
+        );
+        assert_eq!(
+            bad_activation(&push(7, PushKind::Activate { epoch: 7 }), 9),
+            None
+        );
+        let e = bad_activation(&push(7, PushKind::Activate { epoch: 1000 }), 9);
+        assert!(e.is_some_and(|e| e.contains("push of epoch 7")));
+        let e = bad_activation(&push(10, PushKind::Activate { epoch: 10 }), 9);
+        assert!(e.is_some_and(|e| e.contains("newer than this OSD's map")));
+        assert_eq!(
+            bad_activation(&push(10, PushKind::Reset), 9),
+            None,
+            "other pushes"
+        );
+    }
 }

@@ -390,6 +390,7 @@ async fn query(
     };
     let f = rpc.call(PG_QUERY, PG_INFO, &encode(&q), &[]).await?;
     let info: PgInfo = decode("pg info", &f.control).map_err(|e| e.to_string())?;
+    check_claims(&info, id, map.epoch)?;
     let entries: Vec<LogEntry> = decode("pg log entries", &f.data).map_err(|e| e.to_string())?;
     Ok(Member {
         id,
@@ -397,6 +398,19 @@ async fn query(
         info,
         entries,
     })
+}
+
+/// Refuses a member's info whose `last_epoch_started` no map of this OSD's can have made
+/// (it ranks authority: a forged future epoch would make that copy win).
+fn check_claims(info: &PgInfo, osd: u32, map_epoch: u64) -> Result<(), String> {
+    if info.last_epoch_started > map_epoch {
+        return Err(format!(
+            "osd.{osd} claims the PG went active at epoch {}, after this OSD's map epoch \
+             {map_epoch}",
+            info.last_epoch_started
+        ));
+    }
+    Ok(())
 }
 
 /// A plan for the log: its kind and how many objects.
@@ -415,5 +429,25 @@ fn summary(p: &Plan, info: &PgInfo) -> String {
             )
         }
         Plan::Backfill => "backfill".into(),
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use super::*;
+
+    #[test]
+    fn a_member_claiming_a_future_activation_is_refused() {
+        let mut info = PgInfo {
+            last_version: 3,
+            last_epoch: 5,
+            tail: Some(1),
+            missing: Vec::new(),
+            last_epoch_started: 9,
+        };
+        assert!(check_claims(&info, 2, 9).is_ok());
+        info.last_epoch_started = 10;
+        let e = check_claims(&info, 2, 9).unwrap_err();
+        assert!(e.contains("osd.2") && e.contains("epoch 10"), "{e}");
     }
 }
