@@ -379,20 +379,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     // Monitor status only once the map came: when no monitor answers, one wait is enough.
     let map = block_on_mon(mon.addrs(), mon.get_map())??;
     let mons = block_on(mon.status())?;
-    let addrs: Vec<(u32, String)> = map
-        .osds
-        .values()
-        .filter(|o| o.up)
-        .map(|o| (o.id, o.addr.clone()))
-        .collect();
-    let usage = block_on(async {
-        let mut out = Vec::new();
-        for (id, addr) in addrs {
-            let r = cairn_client::osd_stats(&addr, std::time::Duration::from_secs(2)).await;
-            out.push((id, r));
-        }
-        out
-    })?;
+    let usage = block_on(crate::capacity::up_osd_stats(&map))?;
     let (mut used, mut capacity) = (0u64, 0u64);
     let (mut peering, mut recovered) = (0u64, 0u64);
     let (mut scrub_bad, mut scrub_repaired) = (0u64, 0u64);
@@ -419,15 +406,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             Err(_) => unreachable.push(*id),
         }
     }
-    let uses: Vec<crate::capacity::OsdUse> = usage
-        .iter()
-        .filter_map(|(id, r)| r.as_ref().ok().map(|s| (id, s)))
-        .map(|(id, s)| crate::capacity::OsdUse {
-            osd: *id,
-            used: s.used_bytes,
-            capacity: s.capacity_bytes,
-        })
-        .collect();
+    let uses = crate::capacity::uses_of(&usage);
     let (full_lines, nearfull, full) = fullness(&uses, a);
     let usable = |size: u8| crate::capacity::usable(&map, &uses, size);
     let (osds, up, inn) = map.osd_counts();

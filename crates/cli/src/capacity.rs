@@ -45,7 +45,7 @@ pub fn usable(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
     if placed.is_empty() || total_w == 0.0 || size == 0 {
         return None;
     }
-    // Stop counting at the full ratio: past it an OSD refuses writes.
+    // Counted up to the full ratio, where status reports the OSD full.
     let raw = placed
         .iter()
         .map(|(u, w)| {
@@ -56,19 +56,42 @@ pub fn usable(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
     Some((raw / f64::from(size)) as u64)
 }
 
-/// The use of every up OSD of `map` that answers (an unreachable one is left out).
-pub async fn osd_uses(map: &ClusterMap) -> Vec<OsdUse> {
+/// What every up OSD of `map` answers to `OSD_STATS` (or why it did not).
+pub async fn up_osd_stats(
+    map: &ClusterMap,
+) -> Vec<(
+    u32,
+    Result<cairn_client::OsdStats, cairn_client::ClientError>,
+)> {
     let mut out = Vec::new();
     for o in map.osds.values().filter(|o| o.up) {
-        if let Ok(s) = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await {
-            out.push(OsdUse {
-                osd: o.id,
-                used: s.used_bytes,
-                capacity: s.capacity_bytes,
-            });
-        }
+        let r = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await;
+        out.push((o.id, r));
     }
     out
+}
+
+/// The use of the OSDs among `stats` that answered.
+pub fn uses_of(
+    stats: &[(
+        u32,
+        Result<cairn_client::OsdStats, cairn_client::ClientError>,
+    )],
+) -> Vec<OsdUse> {
+    stats
+        .iter()
+        .filter_map(|(id, r)| r.as_ref().ok().map(|s| (*id, s)))
+        .map(|(osd, s)| OsdUse {
+            osd,
+            used: s.used_bytes,
+            capacity: s.capacity_bytes,
+        })
+        .collect()
+}
+
+/// The use of every up OSD of `map` that answers (an unreachable one is left out).
+pub async fn osd_uses(map: &ClusterMap) -> Vec<OsdUse> {
+    uses_of(&up_osd_stats(map).await)
 }
 
 #[cfg(test)]

@@ -79,17 +79,7 @@ async fn workload(c: &Cluster, pool: u32, clients: u32, keys: u32, dur: Duration
 }
 
 fn pool_create(c: &Cluster, name: &str, size: u8, min_size: u8) {
-    c.ok(&[
-        "pool",
-        "create",
-        name,
-        "--size",
-        &size.to_string(),
-        "--min-size",
-        &min_size.to_string(),
-        "--pgs",
-        "32",
-    ]);
+    c.pool_create(name, size, min_size, 32);
 }
 
 #[test]

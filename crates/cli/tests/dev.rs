@@ -25,6 +25,25 @@ fn dev_up_fails(c: &Cluster, extra: &[&str]) -> String {
     text(&o.stderr)
 }
 
+/// `dev up` of a new one-monitor, one-OSD (1 GiB) cluster in `c`'s directory, with `extra`.
+fn new_one_osd(c: &Cluster, extra: &[&str]) -> Output {
+    let d = c.dir.display().to_string();
+    let mut args = vec![
+        "dev",
+        "up",
+        "--dir",
+        &d,
+        "--osds",
+        "1",
+        "--osd-size",
+        "1G",
+        "--timeout",
+        "60",
+    ];
+    args.extend_from_slice(extra);
+    cairn(&args)
+}
+
 fn dev_toml(c: &Cluster) -> toml::Value {
     let t = std::fs::read_to_string(c.dir.join("dev.toml")).expect("read dev.toml");
     toml::from_str(&t).expect("parse dev.toml")
@@ -92,27 +111,9 @@ fn dev_up_refuses_changes_and_explains_failed_starts() {
 #[test]
 fn a_failed_dev_up_stops_what_it_started_and_a_new_nbd_address_is_taken() {
     let c = Cluster::at("dev-nbd");
-    let d = c.dir.display().to_string();
     let squatter = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let taken = squatter.local_addr().expect("addr").to_string();
-    let up = |nbd: &str| {
-        cairn(&[
-            "dev",
-            "up",
-            "--dir",
-            &d,
-            "--osds",
-            "1",
-            "--osd-size",
-            "1G",
-            "--volume-size",
-            "64M",
-            "--nbd",
-            nbd,
-            "--timeout",
-            "60",
-        ])
-    };
+    let up = |nbd: &str| new_one_osd(&c, &["--volume-size", "64M", "--nbd", nbd]);
     let o = up(&taken);
     let e = text(&o.stderr);
     assert!(!o.status.success(), "the NBD port is taken");
@@ -169,21 +170,7 @@ fn wals_of_a_cluster_whose_directory_was_deleted_are_found_and_removed() {
 fn the_default_volume_fits_in_the_default_pool() {
     // One 1 GiB OSD: the 10 GiB default would fail part way when written full.
     let c = Cluster::at("dev-fit");
-    let d = c.dir.display().to_string();
-    let o = cairn(&[
-        "dev",
-        "up",
-        "--dir",
-        &d,
-        "--osds",
-        "1",
-        "--osd-size",
-        "1G",
-        "--nbd",
-        "127.0.0.1:0",
-        "--timeout",
-        "60",
-    ]);
+    let o = new_one_osd(&c, &["--nbd", "127.0.0.1:0"]);
     assert!(o.status.success(), "{}\n{}", text(&o.stderr), c.logs());
     let info: serde_json::Value =
         serde_json::from_str(&c.ok(&["vol", "info", "disk0", "--json"])).expect("json");

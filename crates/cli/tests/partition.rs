@@ -214,17 +214,7 @@ fn run(name: &str, net: Net, cut: fn(&Cluster, Net) -> Partition, mon_says: Opti
         cfg.op_timeout = Duration::from_secs(3);
         let cut_off = cairn_client::Client::connect(cfg).await.expect("client");
         wait_up(&client, 3, true, Duration::from_secs(30)).await;
-        c.ok(&[
-            "pool",
-            "create",
-            "p",
-            "--size",
-            "3",
-            "--min-size",
-            "2",
-            "--pgs",
-            "16",
-        ]);
+        c.pool_create("p", 3, 2, 16);
         let start = Instant::now();
         let pool = loop {
             if let Ok(id) = client.pool_id("p") {

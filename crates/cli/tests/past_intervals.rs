@@ -45,17 +45,7 @@ fn pg_query(c: &Cluster, pg: &str) -> serde_json::Value {
 /// osd.1 killed, `x` = v2 acknowledged by osd.0 alone; osd.0 killed; osd.1 started alone.
 /// Returns the client (osd.1 up, osd.0 down) and the pool id.
 async fn story(c: &Cluster) -> (Client, u32) {
-    c.ok(&[
-        "pool",
-        "create",
-        "pi",
-        "--size",
-        "2",
-        "--min-size",
-        "1",
-        "--pgs",
-        "1",
-    ]);
+    c.pool_create("pi", 2, 1, 1);
     let client = c.client().await;
     let pool = client.pool_id("pi").expect("pool");
     client.write_full(pool, b"x", b"v1").await.expect("v1");
@@ -217,17 +207,7 @@ fn a_pg_remapped_onto_older_copies_waits_for_the_osds_that_took_the_last_writes(
     let c = Cluster::up("pi-remap", 1, 4);
     let rt = runtime();
     rt.block_on(async {
-        c.ok(&[
-            "pool",
-            "create",
-            "p",
-            "--size",
-            "3",
-            "--min-size",
-            "2",
-            "--pgs",
-            "1",
-        ]);
+        c.pool_create("p", 3, 2, 1);
         let client = c.client().await;
         let pool = client.pool_id("p").expect("pool");
         client.write_full(pool, b"k", b"old").await.expect("old");
@@ -325,28 +305,8 @@ fn thrashing_osds_never_makes_a_read_return_an_overwritten_value() {
     let rt = runtime();
     rt.block_on(async {
         // min_size 1 (two copies) and min_size 2 (three copies).
-        c.ok(&[
-            "pool",
-            "create",
-            "one",
-            "--size",
-            "2",
-            "--min-size",
-            "1",
-            "--pgs",
-            "8",
-        ]);
-        c.ok(&[
-            "pool",
-            "create",
-            "two",
-            "--size",
-            "3",
-            "--min-size",
-            "2",
-            "--pgs",
-            "8",
-        ]);
+        c.pool_create("one", 2, 1, 8);
+        c.pool_create("two", 3, 2, 8);
         // Short deadlines: ops on a down or inactive PG give up and the workers go on.
         let client = client_with_deadline(&c, 3).await;
         let names: Arc<Vec<String>> = Arc::new((0..24).map(|i| format!("reg-{i}")).collect());

@@ -19,17 +19,7 @@ fn name(object: u32) -> Vec<u8> {
 
 /// Creates pool `p` (size 3, this min_size and PG count) and returns a client and its id.
 async fn pool(c: &Cluster, min_size: u8, pgs: u32) -> (cairn_client::Client, u32) {
-    c.ok(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        &min_size.to_string(),
-        "--pgs",
-        &pgs.to_string(),
-    ]);
+    c.pool_create("p", 3, min_size, pgs);
     let client = c.client().await;
     let id = client.pool_id("p").expect("pool");
     (client, id)

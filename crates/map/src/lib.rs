@@ -203,13 +203,9 @@ impl ClusterMap {
     /// weight, when there are at least two such hosts; otherwise such OSDs (every copy on
     /// another OSD of the one host). A pool whose size exceeds it can never be fully placed.
     pub fn failure_domains(&self) -> (usize, &'static str) {
-        let placeable = || self.osds.values().filter(|o| o.placement_weight() > 0);
-        let hosts: std::collections::BTreeSet<&str> =
-            placeable().map(|o| o.host.as_str()).collect();
-        if hosts.len() >= 2 {
-            (hosts.len(), "hosts")
-        } else {
-            (placeable().count(), "OSDs")
+        match cairn_placement::Placer::new(&self.hierarchy()).domains() {
+            (n, FailureDomain::Host) => (n, "hosts"),
+            (n, FailureDomain::Osd) => (n, "OSDs"),
         }
     }
 

@@ -24,7 +24,7 @@ pub(crate) struct Ctx {
     pub failure: FailureDetector,
     pub command_timeout: Duration,
     /// Every PG's last start, for trimming the map history (leader only).
-    pub starts: crate::les::PgStarts,
+    pub starts: crate::pg_starts::PgStarts,
     /// Epochs of history kept at least.
     pub history_keep: u64,
 }

@@ -6,7 +6,7 @@
 //! transaction as the applied state), snapshots carry base and incrementals, and only a
 //! replicated `MapChange::TrimHistory` drops epochs, once no PG needs them: the leader
 //! trims to the oldest `last_epoch_started` the primaries of all PGs report
-//! (`crate::les`).
+//! (`crate::pg_starts`).
 
 use crate::store::{dec, enc, StoreError, META};
 use cairn_map::{ClusterMap, Incremental};

@@ -156,6 +156,15 @@ impl Placer {
         out
     }
 
+    /// How many copies of a PG placement can put apart under [`Placer::default_domain`]:
+    /// the hosts with weight, or, on a single host, its OSDs with weight.
+    pub fn domains(&self) -> (usize, FailureDomain) {
+        match self.default_domain() {
+            FailureDomain::Host => (draw::domain_count(&self.cands), FailureDomain::Host),
+            FailureDomain::Osd => (self.cands.len(), FailureDomain::Osd),
+        }
+    }
+
     /// [`default_domain`] of the prepared hierarchy.
     pub fn default_domain(&self) -> FailureDomain {
         if draw::domain_count(&self.cands) >= 2 {

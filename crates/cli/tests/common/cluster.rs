@@ -158,6 +158,22 @@ impl Cluster {
         cairn(&all)
     }
 
+    /// `cairn pool create NAME --size S --min-size M --pgs N`, which must succeed.
+    pub fn pool_create(&self, name: &str, size: u8, min_size: u8, pgs: u32) {
+        let (size, min_size, pgs) = (size.to_string(), min_size.to_string(), pgs.to_string());
+        self.ok(&[
+            "pool",
+            "create",
+            name,
+            "--size",
+            &size,
+            "--min-size",
+            &min_size,
+            "--pgs",
+            &pgs,
+        ]);
+    }
+
     /// Runs a command that must succeed; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let o = self.cairn(args);

@@ -153,6 +153,7 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
     match result {
         Ok(Peered { backlog, report }) if interval(&map, &st.placement.acting) == iv => {
             st.down = None;
+            st.failure = None;
             note_given_up(pg, st, &report);
             st.report = Some(report);
             st.peered = Some(iv.clone());
@@ -216,7 +217,6 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
 
 /// Logs and remembers the intervals a peering gave up (their OSDs declared lost).
 fn note_given_up(pg: PgId, st: &mut crate::pgstate::PgState, report: &Report) {
-    st.failure = None;
     for iv in &report.coverage.given_up {
         if st.lost_intervals.contains(iv) {
             continue;
