@@ -8,6 +8,13 @@ use common::cluster::{text, Cluster};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+/// The tests of this file run one at a time: they stop clusters and take their freed ports
+/// (a cluster created meanwhile by another test could pick the same port).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn cairn(args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(args)
@@ -51,6 +58,7 @@ fn dev_toml(c: &Cluster) -> toml::Value {
 
 #[test]
 fn dev_down_of_a_missing_dir_says_so_and_succeeds() {
+    let _serial = serial();
     let dir = std::env::temp_dir().join(format!("cairn-test-nodir-{}", std::process::id()));
     let d = dir.display().to_string();
     let o = cairn(&["dev", "down", "--dir", &d, "--purge"]);
@@ -65,6 +73,7 @@ fn dev_down_of_a_missing_dir_says_so_and_succeeds() {
 
 #[test]
 fn dev_up_refuses_changes_and_explains_failed_starts() {
+    let _serial = serial();
     let c = Cluster::up("dev-explains", 1, 1);
     let d = c.dir.display().to_string();
 
@@ -110,6 +119,7 @@ fn dev_up_refuses_changes_and_explains_failed_starts() {
 
 #[test]
 fn a_failed_dev_up_stops_what_it_started_and_a_new_nbd_address_is_taken() {
+    let _serial = serial();
     let c = Cluster::at("dev-nbd");
     let squatter = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let taken = squatter.local_addr().expect("addr").to_string();
@@ -133,6 +143,7 @@ fn a_failed_dev_up_stops_what_it_started_and_a_new_nbd_address_is_taken() {
 
 #[test]
 fn wals_of_a_cluster_whose_directory_was_deleted_are_found_and_removed() {
+    let _serial = serial();
     let gone = Cluster::up("dev-orphan", 1, 1);
     let Some(wal) = dev_toml(&gone)["wal_dir"]
         .as_str()
@@ -168,6 +179,7 @@ fn wals_of_a_cluster_whose_directory_was_deleted_are_found_and_removed() {
 
 #[test]
 fn the_default_volume_fits_in_the_default_pool() {
+    let _serial = serial();
     // One 1 GiB OSD: the 10 GiB default would fail part way when written full.
     let c = Cluster::at("dev-fit");
     let o = new_one_osd(&c, &["--nbd", "127.0.0.1:0"]);
