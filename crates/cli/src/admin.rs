@@ -27,6 +27,17 @@ pub struct StatusArgs {
     /// Fraction from which it is reported full (HEALTH_ERR: writes to it soon fail).
     #[arg(long, default_value_t = crate::capacity::FULL_RATIO, value_parser = parse_ratio)]
     pub full_ratio: f64,
+    /// Thin overcommit from which a pool is reported (HEALTH_WARN): the sum of its volumes'
+    /// sizes over what it can hold. Above 1.0, writing every volume full would fail.
+    #[arg(long, default_value_t = crate::capacity::OVERCOMMIT_RATIO, value_parser = parse_overcommit)]
+    pub overcommit_ratio: f64,
+}
+
+fn parse_overcommit(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a positive ratio (e.g. 1.0 or 2.5)")),
+    }
 }
 
 fn parse_ratio(s: &str) -> std::result::Result<f64, String> {
@@ -87,12 +98,15 @@ pub enum PoolCmd {
     Create(PoolCreate),
     /// List pools with their settings.
     Ls(JsonFlag),
-    /// Remove a pool and all its objects.
+    /// Remove a pool and all its objects. Refused while volumes of it are served.
     Rm {
         name: String,
         /// Required: removing a pool destroys its data.
         #[arg(long)]
         yes_i_really_mean_it: bool,
+        /// Remove even while volumes of it are served: the servers close them first.
+        #[arg(long)]
+        force: bool,
     },
     /// Change a pool setting: size N, min_size N or durability wal|memory.
     Set {
@@ -193,10 +207,12 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
         PoolCmd::Rm {
             name,
             yes_i_really_mean_it,
+            force,
         } => {
             if !yes_i_really_mean_it {
                 bail!("removing pool {name:?} destroys its objects; add --yes-i-really-mean-it");
             }
+            crate::vol_cmd::close_pool_volumes(conf, &name, force)?;
             change(
                 conf,
                 MapChange::PoolRemove { name: name.clone() },
@@ -409,8 +425,36 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let uses = crate::capacity::uses_of(&usage);
     let (full_lines, nearfull, full) = fullness(&uses, a);
     let usable = |size: u8| crate::capacity::usable(&map, &uses, size);
+    let pool_capacity = |size: u8| crate::capacity::pool_capacity(&map, &uses, size);
     let (osds, up, inn) = map.osd_counts();
     let pgs = pg_counts(&map, &down_pgs);
+    // Listing volumes needs every PG: skipped while some cannot answer.
+    let provisioned = if pgs.inactive == 0 && down_pgs.is_empty() {
+        block_on(crate::capacity::provisioned(mon.addrs(), &map))?
+    } else {
+        Default::default()
+    };
+    let overcommit = |p: &cairn_map::Pool| -> Option<(u64, u64, f64)> {
+        let prov = *provisioned.get(&p.name)?.as_ref().ok()?;
+        let cap = pool_capacity(p.size)?;
+        (prov > 0 && cap > 0).then(|| (prov, cap, prov as f64 / cap as f64))
+    };
+    let overcommitted: Vec<String> = map
+        .pools
+        .values()
+        .filter_map(|p| {
+            let (prov, cap, ratio) = overcommit(p)?;
+            (ratio > a.overcommit_ratio).then(|| {
+                format!(
+                    "pool {} is overcommitted: its volumes total {} (thin), {ratio:.1}x the about                      {} it can hold with {} copies; writing them full would fail (no space). Add                      OSDs, or shrink or remove volumes",
+                    p.name,
+                    crate::size::human(prov),
+                    crate::size::human(cap),
+                    p.size
+                )
+            })
+        })
+        .collect();
     let health = if pgs.inactive > 0 || scrub_bad > 0 || !down_pgs.is_empty() || full {
         "HEALTH_ERR"
     } else if pgs.degraded > 0
@@ -421,6 +465,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         || misplaced > 0
         || !lost_pgs.is_empty()
         || nearfull
+        || !overcommitted.is_empty()
     {
         "HEALTH_WARN"
     } else {
@@ -428,6 +473,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     };
     let seconds_left = (degraded > 0 && rec_ops > 0).then(|| degraded.div_ceil(rec_ops));
     let mut problems = full_lines;
+    problems.extend(overcommitted);
     for o in map.osds.values().filter(|o| !o.up) {
         let lost = if o.lost_at > 0 {
             " (declared lost)"
@@ -542,6 +588,12 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             "pools": map.pools.values().map(|p| {
                 let mut v = pool_json(p);
                 v["usable_bytes"] = serde_json::json!(usable(p.size));
+                v["capacity_bytes"] = serde_json::json!(pool_capacity(p.size));
+                v["provisioned_bytes"] = match provisioned.get(&p.name) {
+                    Some(Ok(b)) => serde_json::json!(b),
+                    _ => serde_json::Value::Null,
+                };
+                v["overcommit"] = serde_json::json!(overcommit(p).map(|o| o.2));
                 v
             }).collect::<Vec<_>>(),
         });
@@ -586,9 +638,15 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         "  scrub:  {scrub_repaired} object copies repaired since the OSDs started, {scrub_bad} left inconsistent"
     );
     for p in map.pools.values() {
-        let room = usable(p.size).map_or("usable space unknown".to_string(), |b| {
+        let mut room = usable(p.size).map_or("usable space unknown".to_string(), |b| {
             format!("room for about {} more", crate::size::human(b))
         });
+        if let Some((prov, _, ratio)) = overcommit(p) {
+            room.push_str(&format!(
+                "; volumes {} provisioned ({ratio:.1}x its capacity)",
+                crate::size::human(prov)
+            ));
+        }
         println!(
             "  pool {}: size {} min_size {} pgs {} durability {}; {room}",
             p.name,

@@ -56,6 +56,49 @@ pub fn usable(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
     Some((raw / f64::from(size)) as u64)
 }
 
+/// What a pool of `size` copies could hold in all, empty (the base thin overcommit is
+/// measured against).
+pub fn pool_capacity(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
+    let empty: Vec<OsdUse> = osds.iter().map(|u| OsdUse { used: 0, ..*u }).collect();
+    usable(map, &empty, size)
+}
+
+/// Default ratio of provisioned volume sizes to a pool's capacity above which status warns.
+pub const OVERCOMMIT_RATIO: f64 = 1.0;
+
+/// How long status waits for a pool listing (it must answer even when PGs are stuck).
+const LIST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Sum of the sizes of each pool's volumes (thin: what they could take if written full), by
+/// pool name, or why it could not be found out.
+pub async fn provisioned(
+    mons: &[String],
+    map: &ClusterMap,
+) -> std::collections::BTreeMap<String, Result<u64, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut cfg = cairn_client::ClientConfig::new(mons.to_vec());
+    cfg.op_timeout = LIST_TIMEOUT;
+    let client = match cairn_client::Client::connect(cfg).await {
+        Ok(c) => c,
+        Err(e) => {
+            for p in map.pools.values() {
+                out.insert(p.name.clone(), Err(e.to_string()));
+            }
+            return out;
+        }
+    };
+    for p in map.pools.values() {
+        let sum = cairn_volume::list(&client, &p.name).await.map(|vols| {
+            vols.iter()
+                .filter_map(|v| v.header.as_ref().ok())
+                .map(|h| h.size)
+                .sum()
+        });
+        out.insert(p.name.clone(), sum.map_err(|e| e.to_string()));
+    }
+    out
+}
+
 /// What every up OSD of `map` answers to `OSD_STATS` (or why it did not).
 pub async fn up_osd_stats(
     map: &ClusterMap,
@@ -139,6 +182,8 @@ mod tests {
         out.apply(&MapChange::OsdOut { id: 2 }).unwrap();
         assert_eq!(usable(&out, &even, 1).unwrap(), 2 * u);
         assert_eq!(usable(&m, &[], 3), None);
+        // Capacity counts the OSDs as if empty.
+        assert_eq!(pool_capacity(&m, &skewed, 3), Some(u));
         assert!((used(0, 87, 100).ratio() - 0.87).abs() < 1e-9);
     }
 }

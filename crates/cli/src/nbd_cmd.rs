@@ -22,7 +22,10 @@ Clients connect with the volume's name, e.g. `nbdinfo nbd://127.0.0.1/disk0`, \
 too; a resized volume shows its new size on the next connection.\n\n\
 Writes are durable at the pool's durability level when acknowledged, so FLUSH and FUA cost \
 nothing. Several connections to one export are safe (multi-conn): serve each volume from one \
-`cairn nbd serve` only, since the server keeps the map of which parts of a volume exist.";
+`cairn nbd serve` only, since the server keeps the map of which parts of a volume exist.\n\n\
+While a volume has clients, the server holds an open lease on it: `cairn vol rm` refuses, and \
+`cairn vol rm --force` makes the server close it first. SIGTERM or Ctrl-C stops the server \
+cleanly: connections drain and the leases are released.";
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -57,13 +60,47 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
         cfg.merge_threshold = a.merge_threshold;
         let client = Client::connect(cfg).await?;
         client.pool_id(&a.pool)?;
-        let exports = Arc::new(VolumeExports::new(client, &a.pool, a.default_export));
-        tracing::info!(listen = %a.listen, pool = %a.pool, "serving volumes over NBD");
-        eprintln!(
-            "serving the volumes of pool {} on nbd://{}",
-            a.pool, a.listen
-        );
-        cairn_nbd::serve(listener, exports, std::future::pending()).await;
+        // The address bound (with port 0, the port the system chose).
+        let addr = listener
+            .local_addr()
+            .map_or(a.listen.clone(), |l| l.to_string());
+        let holder = format!("cairn nbd serve on {}, nbd://{addr}", hostname());
+        let exports = Arc::new(VolumeExports::new(
+            client,
+            &a.pool,
+            a.default_export,
+            &holder,
+        ));
+        tracing::info!(listen = %addr, pool = %a.pool, "serving volumes over NBD");
+        eprintln!("serving the volumes of pool {} on nbd://{addr}", a.pool);
+        cairn_nbd::serve(listener, exports.clone(), stop_signal()).await;
+        // Release the volumes' open leases now rather than have `vol rm` wait for them to expire.
+        exports.close_all().await;
+        eprintln!("stopped serving pool {}", a.pool);
         Ok(())
     })
+}
+
+/// Resolves on SIGINT or SIGTERM (or never, if the handlers cannot be installed).
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!("cannot install signal handlers; stop the server with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("stopping: signal received");
+}
+
+/// This machine's name, for people reading a volume's lease.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown host".into())
 }

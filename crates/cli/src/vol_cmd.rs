@@ -54,11 +54,25 @@ pub enum VolCmd {
         #[command(flatten)]
         pool: PoolArg,
     },
-    /// Remove a volume and all its data (progress on stderr). Stop serving it first.
+    /// Remove a volume and all its data (progress on stderr). Refused while a server has it
+    /// open (the holders are named); --force makes the servers close it first.
     Rm {
         name: String,
         #[command(flatten)]
         pool: PoolArg,
+        /// Remove even while served: the servers close the volume (their clients' I/O then
+        /// fails) within a few seconds, or their lease expires (15 s) if they are gone.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Find the data objects of volumes that no longer exist (left by an interrupted or
+    /// forced removal) and remove them.
+    Gc {
+        #[command(flatten)]
+        pool: PoolArg,
+        /// Only report what would be removed.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -103,13 +117,17 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
                 allow_shrink,
                 pool,
             } => resize(&client, &pool.pool, &name, size, allow_shrink).await?,
-            VolCmd::Rm { name, pool } => {
-                let mut progress = crate::progress::Progress::new("removing data objects");
-                cairn_volume::remove(&client, &pool.pool, &name, &mut |d, t| progress.show(d, t))
-                    .await?;
-                progress.finish();
+            VolCmd::Rm { name, pool, force } => {
+                let mut events = RemoveOutput::new(&name);
+                let r = cairn_volume::remove(&client, &pool.pool, &name, force, &mut |e| {
+                    events.show(e)
+                })
+                .await;
+                events.finish();
+                r?;
                 eprintln!("removed volume {name} from pool {}", pool.pool);
             }
+            VolCmd::Gc { pool, dry_run } => gc(&client, &pool.pool, dry_run).await?,
         }
         Ok(())
     })?
@@ -134,15 +152,122 @@ async fn ls(client: &Client, pool: &str, json: bool) -> Result<()> {
         match &v.header {
             Ok(h) => writeln!(
                 out,
-                "{:<32} {:>12} {:>12}",
+                "{:<32} {:>12} {:>12}{}",
                 v.name,
                 human(h.size),
-                human(u64::from(h.object_size))
+                human(u64::from(h.object_size)),
+                if h.removing { "  (being removed)" } else { "" }
             )?,
             Err(why) => writeln!(out, "{:<32} damaged header: {why}", v.name)?,
         }
     }
     Ok(())
+}
+
+/// Progress of a removal on stderr: who is being waited for, then objects removed.
+pub struct RemoveOutput<'a> {
+    name: &'a str,
+    progress: crate::progress::Progress,
+    last_wait: Option<std::time::Instant>,
+}
+
+impl<'a> RemoveOutput<'a> {
+    pub fn new(name: &'a str) -> RemoveOutput<'a> {
+        RemoveOutput {
+            name,
+            progress: crate::progress::Progress::new("removing data objects"),
+            last_wait: None,
+        }
+    }
+
+    pub fn show(&mut self, e: cairn_volume::RemoveEvent<'_>) {
+        match e {
+            cairn_volume::RemoveEvent::Waiting(holders) => {
+                if self.last_wait.is_none_or(|t| t.elapsed().as_secs() >= 2) {
+                    self.last_wait = Some(std::time::Instant::now());
+                    eprintln!(
+                        "waiting for the server(s) to close volume {}: {}",
+                        self.name,
+                        cairn_volume::describe_holders(holders)
+                    );
+                }
+            }
+            cairn_volume::RemoveEvent::Removed { done, total } => self.progress.show(done, total),
+        }
+    }
+
+    pub fn finish(&self) {
+        self.progress.finish();
+    }
+}
+
+async fn gc(client: &Client, pool: &str, dry_run: bool) -> Result<()> {
+    let found = cairn_volume::find_orphans(client, pool).await?;
+    for name in &found.interrupted {
+        eprintln!(
+            "volume {name} is flagged for removal (an interrupted `vol rm`): `cairn vol rm \
+             {name} --pool {pool}` finishes it"
+        );
+    }
+    if found.by_id.is_empty() {
+        println!("pool {pool}: no orphaned volume objects");
+        return Ok(());
+    }
+    for (id, objects) in &found.by_id {
+        println!(
+            "volume id {id:016x}: {} objects, no volume has this id",
+            objects.len()
+        );
+    }
+    if dry_run {
+        println!(
+            "pool {pool}: {} orphaned objects of {} removed volumes (dry run: nothing removed)",
+            found.objects(),
+            found.by_id.len()
+        );
+        return Ok(());
+    }
+    let mut progress = crate::progress::Progress::new("removing orphaned objects");
+    cairn_volume::remove_orphans(client, pool, &found, &mut |d, t| progress.show(d, t)).await?;
+    progress.finish();
+    println!(
+        "pool {pool}: removed {} orphaned objects of {} removed volumes",
+        found.objects(),
+        found.by_id.len()
+    );
+    Ok(())
+}
+
+/// Before `pool rm`: refuses while volumes of the pool are open, or with `force` makes their
+/// servers close them and waits (so no server writes into a pool being removed).
+pub fn close_pool_volumes(conf: Option<&Path>, pool: &str, force: bool) -> Result<()> {
+    let mons = crate::conf::load(conf)?.cluster.mons;
+    block_on(async move {
+        let client = Client::connect(ClientConfig::new(mons)).await?;
+        if client.pool_id(pool).is_err() {
+            return Ok(()); // the monitors say what is wrong with the name
+        }
+        let open = cairn_volume::open_volumes(&client, pool).await?;
+        if open.is_empty() {
+            return Ok(());
+        }
+        if !force {
+            let list: Vec<String> = open
+                .iter()
+                .map(|(v, h)| format!("{v} ({})", cairn_volume::describe_holders(h)))
+                .collect();
+            bail!(
+                "pool {pool} has open volumes: {}; stop serving them, or add --force to make \
+                 the servers close them first",
+                list.join("; ")
+            );
+        }
+        for (name, _) in &open {
+            let mut events = RemoveOutput::new(name);
+            cairn_volume::close_for_removal(&client, pool, name, &mut |e| events.show(e)).await?;
+        }
+        Ok(())
+    })?
 }
 
 fn header_json(name: &str, h: &Header) -> serde_json::Value {
@@ -153,6 +278,7 @@ fn header_json(name: &str, h: &Header) -> serde_json::Value {
         "id": format!("{:016x}", h.id),
         "created": h.created,
         "created_at": crate::size::iso8601(h.created),
+        "removing": h.removing,
     })
 }
 

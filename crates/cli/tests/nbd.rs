@@ -491,7 +491,23 @@ fn vol_commands_create_list_resize_and_remove() {
         e.contains("warning: volume huge (100 TiB) is larger than"),
         "{e}"
     );
+    // Status reports the thin overcommit, with the pool named.
+    let overcommitted = |s: &serde_json::Value| {
+        s["problems"].as_array().expect("problems").iter().any(|p| {
+            p.as_str()
+                .is_some_and(|p| p.starts_with("pool default is overcommitted"))
+        })
+    };
+    let s = c.status();
+    assert!(overcommitted(&s) && s["health"] != "HEALTH_OK", "{s}");
+    let pool = &s["pools"][0];
+    assert!(
+        pool["provisioned_bytes"].as_u64() > Some(100 << 40),
+        "{pool}"
+    );
+    assert!(pool["overcommit"].as_f64() > Some(1000.0), "{pool}");
     c.ok(&["vol", "rm", "huge"]);
+    assert!(!overcommitted(&c.status()));
     // Resizing to the size it has changes nothing, and says so.
     let same = c.ok(&["vol", "resize", "v1", "--size", "20M"]);
     assert!(same.contains("already 20 MiB: nothing to do"), "{same}");
@@ -538,4 +554,321 @@ fn vol_commands_create_list_resize_and_remove() {
     let ls = c.ok(&["vol", "ls", "--json"]);
     assert!(!ls.contains("\"v1\"") && ls.contains("\"disk0\""), "{ls}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `cairn nbd serve` of one pool on a free port, killed on drop.
+struct NbdServer {
+    child: Child,
+    addr: String,
+}
+
+impl NbdServer {
+    fn start(c: &Cluster, pool: &str) -> NbdServer {
+        use std::io::BufRead;
+        let conf = c.conf.display().to_string();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["-c", &conf, "nbd", "serve", "--pool", pool])
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start cairn nbd serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.starts_with("serving the volumes") {
+                    let addr = line.rsplit("nbd://").next().unwrap_or("").to_string();
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("cairn nbd serve did not start\n{}", c.logs()));
+        NbdServer { child, addr }
+    }
+
+    fn uri(&self, volume: &str) -> String {
+        format!("nbd://{}/{volume}", self.addr)
+    }
+
+    fn signal(&self, sig: i32) {
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Waits (30 s at most) for the server to exit.
+    fn wait_exit(&mut self) {
+        let start = Instant::now();
+        while self.child.try_wait().expect("try_wait").is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "nbd serve did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for NbdServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An NBD client (nbdsh) running `script` with `URI` set, for at most `secs` seconds.
+fn nbd_client(uri: &str, secs: u32, script: &str) -> Child {
+    Command::new("timeout")
+        .args(["-k", "5", &secs.to_string(), "nbdsh", "-c", script])
+        .env("URI", uri)
+        .env("PATH", system_path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nbdsh (apt-get install libnbd-bin python3-libnbd)")
+}
+
+/// Writes 64 KiB blocks over the first 64 MiB (16 data objects) until an error or 60 s.
+const WRITER: &str = r#"
+import nbd, os, time
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+end = time.time() + 60
+n = 0
+try:
+    while time.time() < end:
+        h.pwrite(b"\x77" * 65536, (n * 65536) % (64 << 20)); n += 1
+    print("done", n)
+except nbd.Error as e:
+    print("error after", n, "writes:", e)
+"#;
+
+/// Connects, writes one block, and keeps the connection open (idle) for 60 s.
+const HOLDER: &str = r#"
+import nbd, os, time
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+h.pwrite(b"\x42" * 4096, 0)
+print("connected", flush=True)
+time.sleep(60)
+"#;
+
+/// Object names of `pool` that contain `part`.
+fn objects_with(c: &Cluster, pool: &str, part: &str) -> Vec<String> {
+    c.ok(&["obj", "ls", pool])
+        .lines()
+        .filter(|l| l.contains(part))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits (30 s at most) until `pool` has an object whose name contains `part`.
+fn wait_object(c: &Cluster, pool: &str, part: &str) {
+    let start = Instant::now();
+    while objects_with(c, pool, part).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no object {part}* in pool {pool}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn volume_id(c: &Cluster, pool: &str, name: &str) -> String {
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", name, "-p", pool, "--json"])).expect("json");
+    info["id"].as_str().expect("id").to_string()
+}
+
+#[test]
+fn served_volumes_are_not_removed_under_their_writers() {
+    let c = Cluster::up_with_nbd("nbd-rm", 3);
+    c.ok(&["vol", "create", "busy", "--size", "256M"]);
+    let id = volume_id(&c, "default", "busy");
+    let writer = nbd_client(&c.nbd_uri("busy"), 90, WRITER);
+    wait_object(&c, "default", &format!("vopen.{id}."));
+    wait_object(&c, "default", &format!("vdata.{id}."));
+
+    // A plain rm refuses, names the server, and leaves the volume as it was.
+    let o = c.cairn(&["vol", "rm", "busy"]);
+    let e = text(&o.stderr);
+    assert!(!o.status.success(), "rm of a served volume succeeded");
+    assert!(
+        e.contains("volume \"busy\" is open: cairn nbd serve on")
+            && e.contains(&c.nbd_addr())
+            && e.contains("--force"),
+        "{e}"
+    );
+    let ls: serde_json::Value = serde_json::from_str(&c.ok(&["vol", "ls", "--json"])).unwrap();
+    let busy = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "busy")
+        .cloned();
+    assert_eq!(busy.map(|v| v["removing"].clone()), Some(false.into()));
+
+    // --force: the server closes the volume, its writer gets errors, and nothing the writer
+    // did re-creates an object of the removed volume (it used to: 256 orphans).
+    let o = c.cairn(&["vol", "rm", "busy", "--force"]);
+    let e = text(&o.stderr);
+    assert!(o.status.success(), "{e}\n{}", c.logs());
+    assert!(
+        e.contains("waiting for the server(s) to close volume busy"),
+        "{e}"
+    );
+    let w = writer.wait_with_output().expect("writer");
+    let out = text(&w.stdout);
+    assert!(out.contains("error after"), "writer not stopped: {out}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(objects_with(&c, "default", &id), Vec::<String>::new());
+    assert!(!tool(30, "nbdinfo", &[&c.nbd_uri("busy")]).status.success());
+
+    // gc: objects of a volume id no header has are found and removed; disk0's are not.
+    let disk0 = volume_id(&c, "default", "disk0");
+    let holder = nbd_client(&c.nbd_uri("disk0"), 90, HOLDER);
+    wait_object(&c, "default", &format!("vdata.{disk0}."));
+    let junk = std::env::temp_dir().join(format!("cairn-gc-{}", std::process::id()));
+    std::fs::write(&junk, b"left behind").unwrap();
+    let junk = junk.display().to_string();
+    for name in [
+        "vdata.00000000deadbeef.0000000000000003",
+        "vdata.00000000deadbeef.0000000000000004",
+        "vopen.00000000deadbeef.0000000000000001",
+    ] {
+        c.ok(&["obj", "put", "default", name, &junk]);
+    }
+    let dry = c.ok(&["vol", "gc", "--dry-run"]);
+    assert!(
+        dry.contains("volume id 00000000deadbeef: 3 objects")
+            && dry.contains("3 orphaned objects of 1 removed volumes (dry run"),
+        "{dry}"
+    );
+    assert_eq!(objects_with(&c, "default", "deadbeef").len(), 3);
+    let gc = c.ok(&["vol", "gc"]);
+    assert!(gc.contains("removed 3 orphaned objects"), "{gc}");
+    assert!(objects_with(&c, "default", "deadbeef").is_empty());
+    assert!(!objects_with(&c, "default", &format!("vdata.{disk0}.")).is_empty());
+    assert!(c.ok(&["vol", "gc"]).contains("no orphaned volume objects"));
+    let _ = std::fs::remove_file(&junk);
+
+    // SIGTERM stops the server cleanly: connections drain and leases are released at once.
+    c.signal("nbd", libc::SIGTERM);
+    let start = Instant::now();
+    while common::cluster::alive(c.pid("nbd")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nbd serve did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(objects_with(&c, "default", "vopen."), Vec::<String>::new());
+    drop(holder);
+}
+
+#[test]
+fn pool_rm_and_dead_servers() {
+    let c = Cluster::up_with_nbd("nbd-poolrm", 3);
+    c.pool_create("p2", 3, 2, 8);
+    c.ok(&["vol", "create", "v2", "-p", "p2", "--size", "64M"]);
+    let mut server = NbdServer::start(&c, "p2");
+    let holder = nbd_client(&server.uri("v2"), 90, HOLDER);
+    let v2 = volume_id(&c, "p2", "v2");
+    wait_object(&c, "p2", &format!("vopen.{v2}."));
+
+    // pool rm refuses while one of its volumes is served.
+    let o = c.cairn(&["pool", "rm", "p2", "--yes-i-really-mean-it"]);
+    let e = text(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "pool rm with a served volume succeeded"
+    );
+    assert!(
+        e.contains("pool p2 has open volumes: v2 (cairn nbd serve on"),
+        "{e}"
+    );
+
+    // A server killed -9 leaves its lease: a plain rm refuses until it expires, a forced
+    // one waits for that (15 s at most), then removes everything.
+    server.signal(libc::SIGKILL);
+    server.wait_exit();
+    drop(holder);
+    let o = c.cairn(&["vol", "rm", "v2", "-p", "p2"]);
+    let e = text(&o.stderr);
+    assert!(!o.status.success() && e.contains("lease valid"), "{e}");
+    let start = Instant::now();
+    let o = c.cairn(&["vol", "rm", "v2", "-p", "p2", "--force"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        start.elapsed() < Duration::from_secs(25),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(objects_with(&c, "p2", &v2), Vec::<String>::new());
+
+    // pool rm --force makes a live server close the pool's volumes first.
+    c.ok(&["vol", "create", "v3", "-p", "p2", "--size", "64M"]);
+    let server = NbdServer::start(&c, "p2");
+    let holder = nbd_client(&server.uri("v3"), 90, HOLDER);
+    wait_object(&c, "p2", "vopen.");
+    let o = c.cairn(&["pool", "rm", "p2", "--yes-i-really-mean-it", "--force"]);
+    let e = text(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("waiting for the server(s) to close volume v3"),
+        "{e}"
+    );
+    assert!(!c.ok(&["pool", "ls"]).contains("p2"));
+    drop(holder);
+    drop(server);
+}
+
+/// Writes, says so, then (while the test has the OSDs stopped) writes and reads back again.
+const STALLED: &str = r#"
+import nbd, os, time
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+h.pwrite(b"\x11" * 4096, 0)
+print("ready", flush=True)
+time.sleep(1.5)
+t = time.time()
+h.pwrite(b"\x22" * 4096, 8 << 20)
+assert h.pread(4096, 8 << 20) == b"\x22" * 4096
+print("resumed after %.1f s" % (time.time() - t), flush=True)
+"#;
+
+#[test]
+fn io_stalls_while_the_open_lease_cannot_be_renewed_then_resumes() {
+    use std::io::BufRead;
+    let c = Cluster::up_with_nbd("nbd-lapse", 3);
+    let mut client = nbd_client(&c.nbd_uri("disk0"), 120, STALLED);
+    let mut lines = std::io::BufReader::new(client.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    // Every OSD stopped for longer than the server may go without renewing its lease (10 s):
+    // the write in flight is dropped, then sent again once the lease is renewed.
+    let osds = ["osd.0", "osd.1", "osd.2"];
+    for o in osds {
+        c.signal(o, libc::SIGSTOP);
+    }
+    std::thread::sleep(Duration::from_secs(14));
+    for o in osds {
+        c.signal(o, libc::SIGCONT);
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = client.wait_with_output().expect("client");
+    let resumed = rest.iter().find(|l| l.starts_with("resumed after"));
+    assert!(
+        resumed.is_some() && out.status.success(),
+        "client failed: {rest:?}\n{}\n{}",
+        text(&out.stderr),
+        c.logs()
+    );
+    let log = std::fs::read_to_string(c.dir.join("log/nbd.log")).expect("nbd log");
+    assert!(
+        log.contains("open lease lapsed during an I/O"),
+        "no lapse logged:\n{}",
+        c.logs()
+    );
 }

@@ -8,7 +8,7 @@ use cairn_client::{Client, ClientError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Data objects removed at once by `rm` and `resize`.
-const REMOVE_PARALLEL: usize = 32;
+pub(crate) const REMOVE_PARALLEL: usize = 32;
 
 /// A volume as `ls` shows it.
 #[derive(Debug, Clone)]
@@ -31,6 +31,7 @@ pub struct VolumeInfo {
 ///
 /// Not safe against two creators of the same name at the same instant (the header is checked
 /// then written); `cairn vol create` is an operator action, not a race.
+/// (Removal is in `remove.rs`: it has to deal with servers that have the volume open.)
 pub async fn create(
     client: &Client,
     pool_name: &str,
@@ -61,6 +62,8 @@ pub async fn create(
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        removing: false,
+        close: false,
     };
     client.write_full(pool, &obj, &h.encode()).await?;
     Ok(h)
@@ -143,26 +146,8 @@ pub async fn resize(
     Ok(h)
 }
 
-/// Removes a volume: its data objects (reporting progress as `(done, total)`), then its
-/// header. An interrupted remove leaves the volume listed; run it again to finish.
-pub async fn remove(
-    client: &Client,
-    pool_name: &str,
-    name: &str,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<(), VolumeError> {
-    header::check_name(name)?;
-    let pool = client.pool_id(pool_name)?;
-    let h = read_header(client, pool, pool_name, name).await?;
-    let objects = data_objects(client, pool, h.id).await?;
-    remove_objects(client, pool, name, h.id, &objects, progress).await?;
-    match client.remove(pool, &header::header_object(name)).await {
-        Ok(()) | Err(ClientError::NoSuchObject { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn remove_objects(
+/// Removes data objects `objnos` of volume `id`, reporting `(done, total)`.
+pub(crate) async fn remove_objects(
     client: &Client,
     pool: u32,
     name: &str,

@@ -30,6 +30,12 @@ pub enum VolumeError {
         object: String,
         source: ClientError,
     },
+    #[error("volume {name:?} in pool {pool} is being removed; run `cairn vol rm {name}` again if it was interrupted")]
+    Removing { pool: String, name: String },
+    #[error("volume {name:?} is closed: {why}")]
+    Closed { name: String, why: String },
+    #[error("volume {name:?} is open: {holders}; stop serving it (disconnect its clients), or add --force to make the server close it first")]
+    Open { name: String, holders: String },
     #[error("{0}")]
     Client(#[from] ClientError),
 }

@@ -6,25 +6,57 @@ use crate::volume::{read_header, Volume};
 use cairn_client::{Client, ClientError};
 use cairn_nbd::{Export, ExportError, Exports, Extent};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Every volume of one pool, each served under its own name.
 pub struct VolumeExports {
     client: Client,
     pool: String,
     default: Option<String>,
-    /// One open volume per name, shared by all its connections (one object map per volume).
-    open: tokio::sync::Mutex<HashMap<String, Arc<Volume>>>,
+    /// Who serves, as the volumes' open leases name it.
+    holder: String,
+    /// One open volume per name, shared by all its connections (one object map per volume);
+    /// the last connection to leave closes it (and releases its lease).
+    open: tokio::sync::Mutex<HashMap<String, Weak<Volume>>>,
+    /// Of every volume opened and not yet released: turns true once released.
+    releases: std::sync::Mutex<Vec<tokio::sync::watch::Receiver<bool>>>,
 }
 
 impl VolumeExports {
     /// Serves the volumes of `pool`; the empty export name means `default`, if given.
-    pub fn new(client: Client, pool: &str, default: Option<String>) -> VolumeExports {
+    /// `holder` describes this server in the leases of the volumes it opens (`vol rm` shows it).
+    pub fn new(client: Client, pool: &str, default: Option<String>, holder: &str) -> VolumeExports {
         VolumeExports {
             client,
             pool: pool.to_string(),
             default,
+            holder: holder.to_string(),
             open: tokio::sync::Mutex::new(HashMap::new()),
+            releases: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock_releases(&self) -> std::sync::MutexGuard<'_, Vec<tokio::sync::watch::Receiver<bool>>> {
+        self.releases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes every open volume (in-flight I/O finishes, leases are released): call before
+    /// the process exits, so `vol rm` does not have to wait for the leases to expire.
+    pub async fn close_all(&self) {
+        let open: Vec<Arc<Volume>> = self
+            .open
+            .lock()
+            .await
+            .drain()
+            .filter_map(|(_, v)| v.upgrade())
+            .collect();
+        for v in open {
+            v.close().await;
+        }
+        // Volumes whose last client left are released in the background: wait for those too.
+        let pending = std::mem::take(&mut *self.lock_releases());
+        for r in pending {
+            crate::holder::wait_released(r).await;
         }
     }
 }
@@ -71,18 +103,32 @@ impl Exports for VolumeExports {
             Err(VolumeError::NoSuchVolume { .. }) => return Ok(None),
             Err(e) => return Err(export_error(e)),
         };
+        if header.removing {
+            tracing::info!(
+                volume = name,
+                "refusing to open a volume that is being removed"
+            );
+            return Ok(None);
+        }
         let mut open = self.open.lock().await;
-        let volume = match open.get(name) {
+        let volume = match open.get(name).and_then(Weak::upgrade) {
             Some(v) if v.header().id == header.id => {
                 v.set_size(header.size);
-                v.clone()
+                v
             }
             _ => {
-                let v = Volume::open(self.client.clone(), &self.pool, name)
-                    .await
-                    .map_err(export_error)?;
-                let v = Arc::new(v);
-                open.insert(name.to_string(), v.clone());
+                let v =
+                    match Volume::open(self.client.clone(), &self.pool, name, &self.holder).await {
+                        Ok(v) => Arc::new(v),
+                        Err(VolumeError::NoSuchVolume { .. } | VolumeError::Removing { .. }) => {
+                            return Ok(None)
+                        }
+                        Err(e) => return Err(export_error(e)),
+                    };
+                open.insert(name.to_string(), Arc::downgrade(&v));
+                let mut releases = self.lock_releases();
+                releases.retain(|r| !*r.borrow());
+                releases.push(v.released());
                 v
             }
         };

@@ -22,6 +22,10 @@ pub const MAX_NAME: usize = 128;
 pub const HEADER_PREFIX: &str = "vol.";
 /// Prefix of data object names: `vdata.<id:016x>.<objno:016x>`.
 pub const DATA_PREFIX: &str = "vdata.";
+/// Header flag: `vol rm` has begun; the volume cannot be opened any more (docs/format/volume.md).
+pub const FLAG_REMOVING: u16 = 1;
+/// Header flag: `vol rm --force`: servers that have the volume open close it.
+pub const FLAG_CLOSE: u16 = 2;
 
 /// A volume's identity and geometry, as stored in its header object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +41,10 @@ pub struct Header {
     pub features: u64,
     /// Creation time, seconds since the Unix epoch.
     pub created: u64,
+    /// `vol rm` has begun: no one opens the volume any more.
+    pub removing: bool,
+    /// `vol rm --force` has begun: servers that have it open close it.
+    pub close: bool,
 }
 
 impl Header {
@@ -45,7 +53,9 @@ impl Header {
         let mut b = Vec::with_capacity(HEADER_LEN);
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        b.extend_from_slice(&0u16.to_le_bytes());
+        let flags =
+            if self.removing { FLAG_REMOVING } else { 0 } | if self.close { FLAG_CLOSE } else { 0 };
+        b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.object_size.to_le_bytes());
         b.extend_from_slice(&self.size.to_le_bytes());
         b.extend_from_slice(&self.id.to_le_bytes());
@@ -74,8 +84,9 @@ impl Header {
                 "format version {version}; this cairn reads version {FORMAT_VERSION}"
             ));
         }
-        if b[10..12] != [0, 0] {
-            return Err("reserved bytes are not zero".into());
+        let flags = u16::from_le_bytes([b[10], b[11]]);
+        if flags & !(FLAG_REMOVING | FLAG_CLOSE) != 0 {
+            return Err(format!("unknown flags {flags:#x}"));
         }
         let h = Header {
             object_size: u32_at(b, 12),
@@ -83,6 +94,8 @@ impl Header {
             id: u64_at(b, 24),
             features: u64_at(b, 32),
             created: u64_at(b, 40),
+            removing: flags & FLAG_REMOVING != 0,
+            close: flags & FLAG_CLOSE != 0,
         };
         if h.features != 0 {
             return Err(format!("unknown feature bits {:#x}", h.features));
@@ -207,6 +220,8 @@ mod tests {
             object_size: DEFAULT_OBJECT_SIZE,
             features: 0,
             created: 1_800_000_000,
+            removing: false,
+            close: false,
         }
     }
 
@@ -216,6 +231,12 @@ mod tests {
         let b = h.encode();
         assert_eq!(b.len(), HEADER_LEN);
         assert_eq!(Header::decode(&b), Ok(h));
+        let removing = Header {
+            removing: true,
+            close: true,
+            ..h
+        };
+        assert_eq!(Header::decode(&removing.encode()), Ok(removing));
     }
 
     #[test]

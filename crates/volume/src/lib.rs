@@ -10,13 +10,20 @@ mod admin;
 mod error;
 mod export;
 pub mod header;
+mod holder;
 mod join;
 mod layout;
+pub mod lease;
 mod objmap;
+mod remove;
 mod volume;
 
-pub use admin::{create, info, list, remove, resize, VolumeEntry, VolumeInfo};
+pub use admin::{create, info, list, resize, VolumeEntry, VolumeInfo};
 pub use error::VolumeError;
 pub use export::{VolumeExport, VolumeExports};
 pub use header::{Header, DEFAULT_OBJECT_SIZE};
+pub use remove::{
+    close_for_removal, describe_holders, find_orphans, open_volumes, remove, remove_orphans,
+    Orphans, RemoveEvent,
+};
 pub use volume::{Allocation, Volume};

@@ -2,8 +2,10 @@
 
 use crate::error::VolumeError;
 use crate::header::{self, data_object, Header, HEADER_LEN};
+use crate::holder::HeldLease;
 use crate::join::join_all;
 use crate::layout::{pieces, Piece};
+use crate::lease::LAPSE_PATIENCE;
 use crate::objmap::ObjectMap;
 use cairn_client::{Client, ClientError};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,14 +31,30 @@ pub struct Volume {
     header: Header,
     size: AtomicU64,
     map: ObjectMap,
+    /// The open lease: every I/O passes it, and it closes the volume when `vol rm` asks.
+    lease: HeldLease,
 }
 
 impl Volume {
-    /// Opens a volume: reads its header and lists its data objects.
-    pub async fn open(client: Client, pool_name: &str, name: &str) -> Result<Volume, VolumeError> {
+    /// Opens a volume: reads its header, takes an open lease (docs/format/volume.md) that
+    /// names this process as `holder` (for `vol rm` to show), and lists its data objects.
+    /// A volume being removed does not open.
+    pub async fn open(
+        client: Client,
+        pool_name: &str,
+        name: &str,
+        holder: &str,
+    ) -> Result<Volume, VolumeError> {
         header::check_name(name)?;
         let pool = client.pool_id(pool_name)?;
         let header = read_header(&client, pool, pool_name, name).await?;
+        if header.removing {
+            return Err(VolumeError::Removing {
+                pool: pool_name.to_string(),
+                name: name.to_string(),
+            });
+        }
+        let lease = HeldLease::acquire(&client, pool, pool_name, name, header, holder).await?;
         let existing = crate::admin::data_objects(&client, pool, header.id).await?;
         Ok(Volume {
             client,
@@ -46,7 +64,39 @@ impl Volume {
             header,
             size: AtomicU64::new(header.size),
             map: ObjectMap::new(existing),
+            lease,
         })
+    }
+
+    /// Closes the volume: waits for in-flight I/O, then releases the lease; later I/O fails.
+    /// (Dropping the volume does the same in the background.)
+    pub async fn close(&self) {
+        self.lease.close().await;
+    }
+
+    /// Turns true once the volume is closed and its lease released, also when that happens
+    /// in the background after the volume was dropped (so a server can wait for it at exit).
+    pub fn released(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.lease.released()
+    }
+
+    /// Runs one I/O under the lease: refused once the volume is closed, and dropped if the
+    /// lease lapses meanwhile (no write of this process may land after `vol rm` saw the lease
+    /// expire), then run again once it is renewed; I/O is idempotent, so a dropped attempt
+    /// that did land is harmless.
+    async fn gated<T, F>(&self, io: impl Fn() -> F) -> Result<T, VolumeError>
+    where
+        F: std::future::Future<Output = Result<T, VolumeError>>,
+    {
+        let give_up = tokio::time::Instant::now() + LAPSE_PATIENCE;
+        loop {
+            let mut permit = self.lease.enter(give_up).await?;
+            tokio::select! {
+                r = io() => return r,
+                () = permit.lapsed() => tracing::warn!(volume = %self.name,
+                    "open lease lapsed during an I/O; it is sent again once the lease is renewed"),
+            }
+        }
     }
 
     /// The volume's name.
@@ -102,6 +152,10 @@ impl Volume {
 
     /// Reads `len` bytes at `offset`; never-written ranges read as zeros.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
+        self.gated(|| self.read_ungated(offset, len)).await
+    }
+
+    async fn read_ungated(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
         self.check_range(offset, len)?;
         let ps = pieces(self.object_size(), offset, len);
         let mut out = vec![0u8; len as usize];
@@ -139,6 +193,10 @@ impl Volume {
 
     /// Writes `data` at `offset`. Durable at the pool's durability level when it returns.
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<(), VolumeError> {
+        self.gated(|| self.write_ungated(offset, data)).await
+    }
+
+    async fn write_ungated(&self, offset: u64, data: &[u8]) -> Result<(), VolumeError> {
         self.check_range(offset, data.len() as u64)?;
         let ps = pieces(self.object_size(), offset, data.len() as u64);
         let write = |p: Piece| async move {
@@ -163,6 +221,10 @@ impl Volume {
     /// Makes a range read as zeros. With `punch`, whole data objects in it are removed (the
     /// space is freed); without, every object in the range is kept or created (allocated).
     pub async fn zero(&self, offset: u64, len: u64, punch: bool) -> Result<(), VolumeError> {
+        self.gated(|| self.zero_ungated(offset, len, punch)).await
+    }
+
+    async fn zero_ungated(&self, offset: u64, len: u64, punch: bool) -> Result<(), VolumeError> {
         self.check_range(offset, len)?;
         // Bounded concurrency: a discard of a whole disk spans thousands of objects.
         for chunk in pieces(self.object_size(), offset, len).chunks(ZERO_PARALLEL) {
@@ -215,7 +277,8 @@ impl Volume {
     /// durability level. Writes are durable at that level when acknowledged, so there is
     /// nothing to wait for.
     pub async fn flush(&self) -> Result<(), VolumeError> {
-        Ok(())
+        // Still refused once closed: a FLUSH that succeeds promises the writes are there.
+        self.gated(|| async { Ok(()) }).await
     }
 
     /// The allocation map of `offset..offset+len` at data object granularity, in order,

@@ -1,0 +1,284 @@
+//! The holder's side of an open lease: written at open, renewed in the background, and the
+//! gate every I/O passes. The renewal also re-reads the header, so a `vol rm --force` (header
+//! flag `close`) or a removed volume closes the volume here within [`RENEW_EVERY`]: in-flight
+//! I/O finishes, new I/O fails, and the lease object goes, which is what `vol rm` waits for.
+
+use crate::error::VolumeError;
+use crate::header::Header;
+use crate::lease::{
+    lease_object, now_ms, LeaseRecord, LAPSE_PATIENCE, LEASE_FOR, RENEW_EVERY, SELF_FENCE_AFTER,
+};
+use crate::volume::read_header;
+use cairn_client::{Client, ClientError};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{watch, Notify, RwLock, RwLockReadGuard};
+use tokio::time::Instant;
+
+/// Where a held lease stands.
+#[derive(Debug, Clone)]
+enum State {
+    /// I/O may run until `until` (the last successful renewal's start + SELF_FENCE_AFTER).
+    Valid { until: Instant },
+    /// Closed for good, and why.
+    Closed(String),
+}
+
+struct Shared {
+    client: Client,
+    pool: u32,
+    pool_name: String,
+    name: String,
+    id: u64,
+    record: Mutex<LeaseRecord>,
+    /// I/O holds it shared; closing takes it exclusively, so a close waits for in-flight I/O.
+    io: RwLock<()>,
+    state: watch::Sender<State>,
+    stop: Notify,
+}
+
+/// A lease held on one open volume; dropping it releases the lease in the background.
+pub(crate) struct HeldLease {
+    shared: Arc<Shared>,
+    /// Becomes true once the lease is released (the renewal task ended).
+    released: watch::Receiver<bool>,
+}
+
+/// Permission for one I/O: holds off a close until dropped.
+pub(crate) struct IoPermit<'a> {
+    _io: RwLockReadGuard<'a, ()>,
+    state: watch::Receiver<State>,
+}
+
+impl IoPermit<'_> {
+    /// Resolves once the lease lapses (no renewal in time): the I/O must then be dropped, so
+    /// that nothing of it lands after others may consider the lease expired.
+    pub async fn lapsed(&mut self) {
+        loop {
+            let until = match &*self.state.borrow_and_update() {
+                State::Valid { until } => *until,
+                State::Closed(_) => return,
+            };
+            if Instant::now() >= until {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                changed = self.state.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+}
+
+impl HeldLease {
+    /// Takes a lease on volume `header.id` for a holder described by `desc`, and checks that
+    /// the volume is still there and not being removed (after writing the lease, so that a
+    /// concurrent `vol rm` sees the lease or this sees its flag).
+    pub async fn acquire(
+        client: &Client,
+        pool: u32,
+        pool_name: &str,
+        name: &str,
+        header: Header,
+        desc: &str,
+    ) -> Result<HeldLease, VolumeError> {
+        let record = LeaseRecord {
+            holder: rand::random(),
+            expires_at_ms: 0,
+            pid: std::process::id(),
+            desc: desc.to_string(),
+        };
+        let shared = Arc::new(Shared {
+            client: client.clone(),
+            pool,
+            pool_name: pool_name.to_string(),
+            name: name.to_string(),
+            id: header.id,
+            record: Mutex::new(record),
+            io: RwLock::new(()),
+            state: watch::Sender::new(State::Closed("not yet open".into())),
+            stop: Notify::new(),
+        });
+        let started = Instant::now();
+        shared.write_record().await?;
+        let refused = match shared.current_header().await {
+            Ok(h) if h.removing => Some(VolumeError::Removing {
+                pool: pool_name.to_string(),
+                name: name.to_string(),
+            }),
+            Ok(_) => None,
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refused {
+            shared.remove_record().await;
+            return Err(e);
+        }
+        shared.set(State::Valid {
+            until: started + SELF_FENCE_AFTER,
+        });
+        let (done, released) = watch::channel(false);
+        let renewing = shared.clone();
+        tokio::spawn(async move {
+            renew(renewing).await;
+            let _ = done.send(true);
+        });
+        Ok(HeldLease { shared, released })
+    }
+
+    /// Waits until I/O may run: at once while the lease is valid; while it has lapsed, until
+    /// it is renewed or `give_up`. Fails once the volume is closed.
+    pub async fn enter(&self, give_up: Instant) -> Result<IoPermit<'_>, VolumeError> {
+        let mut state = self.shared.state.subscribe();
+        loop {
+            let now = Instant::now();
+            match state.borrow_and_update().clone() {
+                State::Closed(why) => return Err(self.shared.closed(why)),
+                State::Valid { until } if now < until => break,
+                State::Valid { .. } if now >= give_up => return Err(self.shared.lapsed()),
+                State::Valid { .. } => {}
+            }
+            tokio::select! {
+                changed = state.changed() => if changed.is_err() {
+                    return Err(self.shared.closed("its lease is gone".into()));
+                },
+                () = tokio::time::sleep_until(give_up) => {}
+            }
+        }
+        let io = self.shared.io.read().await;
+        // Closed while this waited for the lock (a close holds it until it is done).
+        if let State::Closed(why) = self.shared.get() {
+            return Err(self.shared.closed(why));
+        }
+        Ok(IoPermit { _io: io, state })
+    }
+
+    /// Closes: waits for in-flight I/O, refuses new I/O and removes the lease object.
+    pub async fn close(&self) {
+        self.shared.stop.notify_one();
+        wait_released(self.released.clone()).await;
+    }
+
+    /// Becomes true once the lease is released, also after the volume was dropped.
+    pub fn released(&self) -> watch::Receiver<bool> {
+        self.released.clone()
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        // The renewal task sees it and closes (it owns a reference to everything it needs).
+        self.shared.stop.notify_one();
+    }
+}
+
+impl Shared {
+    fn get(&self) -> State {
+        self.state.borrow().clone()
+    }
+
+    fn set(&self, s: State) {
+        self.state.send_replace(s);
+    }
+
+    fn closed(&self, why: String) -> VolumeError {
+        VolumeError::Closed {
+            name: self.name.clone(),
+            why,
+        }
+    }
+
+    fn lapsed(&self) -> VolumeError {
+        self.closed(format!(
+            "its open lease has not been renewed for {} s (cluster unreachable?); I/O resumes \
+             once it is",
+            (SELF_FENCE_AFTER + LAPSE_PATIENCE).as_secs()
+        ))
+    }
+
+    fn object(&self) -> Vec<u8> {
+        let holder = self.record.lock().unwrap_or_else(|p| p.into_inner()).holder;
+        lease_object(self.id, holder)
+    }
+
+    async fn write_record(&self) -> Result<(), VolumeError> {
+        let bytes = {
+            let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+            r.expires_at_ms = now_ms() + LEASE_FOR.as_millis() as u64;
+            r.encode()
+        };
+        self.client
+            .write_full(self.pool, &self.object(), &bytes)
+            .await
+            .map(|_| ())
+            .map_err(VolumeError::from)
+    }
+
+    async fn remove_record(&self) {
+        match self.client.remove(self.pool, &self.object()).await {
+            Ok(()) | Err(ClientError::NoSuchObject { .. }) => {}
+            Err(e) => tracing::warn!(volume = %self.name, error = %e,
+                "could not remove the volume's open lease; it expires by itself"),
+        }
+    }
+
+    /// The volume's header, as long as it is still the volume this lease is on.
+    async fn current_header(&self) -> Result<Header, VolumeError> {
+        let h = read_header(&self.client, self.pool, &self.pool_name, &self.name).await?;
+        if h.id != self.id {
+            return Err(VolumeError::NoSuchVolume {
+                pool: self.pool_name.clone(),
+                name: self.name.clone(),
+            });
+        }
+        Ok(h)
+    }
+
+    /// Closes for good: in-flight I/O ends first, then the lease object goes.
+    async fn close(&self, why: String) {
+        {
+            let _all = self.io.write().await;
+            self.set(State::Closed(why));
+        }
+        self.remove_record().await;
+    }
+}
+
+/// Returns once `released` turns true (or its task is gone).
+pub(crate) async fn wait_released(mut released: watch::Receiver<bool>) {
+    let _ = released.wait_for(|r| *r).await;
+}
+
+/// Renews the lease until stopped or until the header says the volume is going.
+async fn renew(s: Arc<Shared>) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(RENEW_EVERY) => {}
+            () = s.stop.notified() => {
+                s.close("the server closed it".into()).await;
+                return;
+            }
+        }
+        let started = Instant::now();
+        if let Err(e) = s.write_record().await {
+            tracing::warn!(volume = %s.name, error = %e, "could not renew the volume's open lease");
+            continue;
+        }
+        match s.current_header().await {
+            Ok(h) if h.close => {
+                let why = "it is being removed (cairn vol rm --force)";
+                tracing::warn!(volume = %s.name, why, "closing the volume");
+                s.close(why.into()).await;
+                return;
+            }
+            Ok(_) => s.set(State::Valid {
+                until: started + SELF_FENCE_AFTER,
+            }),
+            Err(e @ VolumeError::NoSuchVolume { .. }) => {
+                tracing::warn!(volume = %s.name, reason = %e, "closing the volume");
+                s.close(e.to_string()).await;
+                return;
+            }
+            Err(e) => tracing::warn!(volume = %s.name, error = %e,
+                "could not re-read the volume's header while renewing its lease"),
+        }
+    }
+}
