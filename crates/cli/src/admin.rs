@@ -423,8 +423,19 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         }
     }
     let uses = crate::capacity::uses_of(&usage);
-    let (full_lines, nearfull, full) = fullness(&uses, a);
+    let (mut full_lines, nearfull, full) = fullness(&uses, a);
     let usable = |size: u8| crate::capacity::usable(&map, &uses, size);
+    if nearfull || full {
+        // Every pool spreads over every OSD in, so the fullest OSD limits them all.
+        for p in map.pools.values() {
+            let room = usable(p.size).map_or("unknown".into(), crate::size::human);
+            let state = if full { "full" } else { "near full" };
+            full_lines.push(format!(
+                "pool {} is {state}: room for about {room} more",
+                p.name
+            ));
+        }
+    }
     let pool_capacity = |size: u8| crate::capacity::pool_capacity(&map, &uses, size);
     let (osds, up, inn) = map.osd_counts();
     let pgs = pg_counts(&map, &down_pgs);

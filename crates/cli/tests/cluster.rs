@@ -425,8 +425,9 @@ fn cli_pool_osd_and_object_commands() {
     let near: serde_json::Value =
         serde_json::from_str(&c.ok(&["status", "--json", "--nearfull-ratio", "0.00001"]))
             .expect("json");
+    let problems = near["problems"].to_string();
     assert!(
-        near["problems"].to_string().contains("is near full"),
+        problems.contains("is near full") && problems.contains("pool p is near full: room for"),
         "{near}"
     );
     assert_ne!(near["health"], "HEALTH_OK");
@@ -439,7 +440,11 @@ fn cli_pool_osd_and_object_commands() {
         "0.00002",
     ]))
     .expect("json");
-    assert!(full["problems"].to_string().contains("is full"), "{full}");
+    let problems = full["problems"].to_string();
+    assert!(
+        problems.contains("is full") && problems.contains("pool p is full"),
+        "{full}"
+    );
     assert_eq!(full["health"], "HEALTH_ERR");
     let e = c.cairn(&["pool", "rm", "p"]);
     assert!(!e.status.success());
