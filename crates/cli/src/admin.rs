@@ -457,7 +457,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             let (prov, cap, ratio) = overcommit(p)?;
             (ratio > a.overcommit_ratio).then(|| {
                 format!(
-                    "pool {} is overcommitted: its volumes total {} (thin), {ratio:.1}x the about                      {} it can hold with {} copies; writing them full would fail (no space). Add                      OSDs, or shrink or remove volumes",
+                    "pool {} is overcommitted: its volumes total {} (thin), {ratio:.1}x the about \
+                     {} it can hold with {} copies; writing them full would fail (no space). Add \
+                     OSDs, or shrink or remove volumes",
                     p.name,
                     crate::size::human(prov),
                     crate::size::human(cap),

@@ -872,3 +872,56 @@ fn io_stalls_while_the_open_lease_cannot_be_renewed_then_resumes() {
         c.logs()
     );
 }
+
+#[test]
+fn a_full_pool_is_enospc_to_nbd_clients_and_status_says_so() {
+    // Three 256 MiB OSDs, 3 copies, a 1 GiB volume: about 240 MiB fit.
+    let c = Cluster::at("nbd-full");
+    let d = c.dir.display().to_string();
+    let o = c.cairn(&[
+        "dev",
+        "up",
+        "--dir",
+        &d,
+        "--osds",
+        "3",
+        "--osd-size",
+        "256M",
+        "--nbd",
+        "127.0.0.1:0",
+        "--volume-size",
+        "1G",
+        "--timeout",
+        "60",
+    ]);
+    assert!(o.status.success(), "{}\n{}", text(&o.stderr), c.logs());
+    let out = tool(
+        300,
+        "fio",
+        &[
+            "--name=fill",
+            "--ioengine=nbd",
+            &format!("--uri={}", c.nbd_uri("disk0")),
+            "--rw=write",
+            "--bs=1M",
+            "--size=1G",
+            "--iodepth=4",
+            "--output-format=json",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    let json_start = stdout.find('{').unwrap_or(0);
+    let v: serde_json::Value = serde_json::from_str(&stdout[json_start..])
+        .unwrap_or_else(|e| panic!("fio json ({e}): {stdout}\n{}", text(&out.stderr)));
+    let job = &v["jobs"][0];
+    // ENOSPC (28), not EIO: the OSDs' typed "no space" reaches the NBD client as such.
+    assert_eq!(job["error"], 28, "{job}\n{}", text(&out.stderr));
+    let written = job["write"]["io_bytes"].as_u64().expect("io_bytes");
+    assert!(written > 64 << 20 && written < 256 << 20, "wrote {written}");
+    let s = c.status();
+    let problems = s["problems"].to_string();
+    assert!(
+        s["health"] == "HEALTH_ERR" && problems.contains("pool default is full"),
+        "{s}"
+    );
+}

@@ -1,5 +1,6 @@
 //! Errors of the client API.
 
+use cairn_proto::msg::osd::FailCode;
 use std::time::Duration;
 
 /// Why an op failed.
@@ -12,8 +13,9 @@ pub enum ClientError {
     NoSuchObject { pool: String, object: String },
     #[error("invalid request: {0}")]
     Invalid(String),
-    #[error("the OSD failed the op: {0}")]
-    Failed(String),
+    /// An OSD failed the op; match on `code` (e.g. [`FailCode::NoSpace`]), show `why`.
+    #[error("the OSD failed the op: {why}")]
+    Failed { code: FailCode, why: String },
     #[error("{what} did not complete within {after:?} ({last}); check `cairn status`")]
     Timeout {
         what: &'static str,

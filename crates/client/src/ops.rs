@@ -530,8 +530,11 @@ enum Target<'a> {
 fn unexpected(r: OpReply) -> ClientError {
     match r {
         OpReply::Invalid(s) => ClientError::Invalid(s),
-        OpReply::Failed(s) => ClientError::Failed(s),
-        other => ClientError::Failed(format!("unexpected reply {other:?}")),
+        OpReply::Failed { code, why } => ClientError::Failed { code, why },
+        other => ClientError::Failed {
+            code: cairn_proto::msg::osd::FailCode::Other,
+            why: format!("unexpected reply {other:?}"),
+        },
     }
 }
 

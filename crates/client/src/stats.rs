@@ -46,7 +46,10 @@ pub async fn pg_status(
 }
 
 fn fail(addr: &str, why: String) -> ClientError {
-    ClientError::Failed(format!("osd at {addr}: {why}"))
+    ClientError::Failed {
+        code: cairn_proto::msg::osd::FailCode::Other,
+        why: format!("osd at {addr}: {why}"),
+    }
 }
 
 /// Sends one request on a connection of its own; returns the reply's control part.

@@ -171,11 +171,9 @@ async fn read_answers(
                 tracing::warn!(peer, have, "peer missed a write; peering the PG again");
                 inflight.gap(frame.request_id);
             }
-            Ok(RepReply::Failed(why)) => {
-                inflight.fail(
-                    frame.request_id,
-                    &OpReply::Failed(format!("replica osd.{peer}: {why}")),
-                );
+            Ok(RepReply::Failed { code, why }) => {
+                let why = format!("replica osd.{peer}: {why}");
+                inflight.fail(frame.request_id, &OpReply::Failed { code, why });
             }
             Err(e) => {
                 tracing::warn!(peer, error = %e, "bad reply from peer");

@@ -93,8 +93,9 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 let (down_pgs, lost_write_pgs) = osd.pg_troubles();
                 let reply = OsdStats {
                     osd: osd.id(),
-                    used_bytes: st.live_bytes + st.pending_bytes,
-                    capacity_bytes: st.capacity_bytes,
+                    // What fills up to a NoSpace refusal, so the full ratio means what it says.
+                    used_bytes: st.used_bytes,
+                    capacity_bytes: st.writable_bytes,
                     inflight: osd.inflight.count() as u64,
                     recovered_objects: osd.recovery.objects.load(Ordering::Relaxed),
                     recovery_bytes: osd.recovery.bytes.load(Ordering::Relaxed),

@@ -8,7 +8,7 @@ use crate::daemon::Osd;
 use crate::op;
 use crate::pgstate::PgState;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{OpReply, OpRequest, RepOp, RepReply};
+use cairn_proto::msg::osd::{OpRequest, RepOp, RepReply};
 use cairn_proto::stream::{begin_batch, end_batch, FrameSender};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -206,10 +206,10 @@ impl Shard {
                     op::write::rep_reply(&to, req_id, &RepReply::Done)
                 }
                 (Err(e), OnDurable::Local { tid }) => {
-                    self.osd.inflight.fail(tid, &OpReply::Failed(e.to_string()))
+                    self.osd.inflight.fail(tid, &op::store_failed(e))
                 }
                 (Err(e), OnDurable::Ack { to, req_id }) => {
-                    op::write::rep_reply(&to, req_id, &RepReply::Failed(e.to_string()))
+                    op::write::rep_reply(&to, req_id, &op::rep_store_failed(e))
                 }
             }
         }

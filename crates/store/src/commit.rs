@@ -434,15 +434,22 @@ pub(crate) fn wake_maint(sh: &Shared, st: &State) {
     }
 }
 
-/// Space left for new data blocks before the reserve.
-pub(crate) fn available_blocks(sh: &Shared, st: &State) -> u64 {
+/// Blocks data and checkpoints may fill: all segments but the reserve kept for the cleaner,
+/// the flusher and the next checkpoints.
+pub(crate) fn writable_blocks(sh: &Shared, st: &State) -> u64 {
     let seg = st.segs.seg_blocks as u64;
     let reserve = (sh.cfg.reserve_segments as u64 + sh.flusher_keep_segments(st)) * seg;
-    let used = st.segs.live_blocks() + st.pending_blocks + st.segs.ckpt_blocks_total();
-    st.segs
-        .total_blocks()
-        .saturating_sub(reserve)
-        .saturating_sub(used)
+    st.segs.total_blocks().saturating_sub(reserve)
+}
+
+/// Blocks in use by data (flushed and pending) and checkpoints: what fills the writable space.
+pub(crate) fn used_blocks(st: &State) -> u64 {
+    st.segs.live_blocks() + st.pending_blocks + st.segs.ckpt_blocks_total()
+}
+
+/// Space left for new data blocks before the reserve.
+pub(crate) fn available_blocks(sh: &Shared, st: &State) -> u64 {
+    writable_blocks(sh, st).saturating_sub(used_blocks(st))
 }
 
 fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State>, u64)> {

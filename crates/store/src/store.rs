@@ -88,8 +88,13 @@ pub struct StoreStats {
     pub checkpoints: u64,
     pub segments_total: u32,
     pub segments_free: u32,
-    /// Bytes of the segment area (what data can occupy).
+    /// Bytes of the segment area.
     pub capacity_bytes: u64,
+    /// Bytes data and checkpoints may fill before writes fail with `NoSpace` (the segment
+    /// area less the reserve for the cleaner, the flusher and checkpoints).
+    pub writable_bytes: u64,
+    /// Bytes of that in use (live and pending data, checkpoints): at `writable_bytes`, full.
+    pub used_bytes: u64,
     /// Bytes held by the read cache.
     pub read_cache_bytes: u64,
     pub segments_cleaned: u64,
@@ -624,6 +629,8 @@ impl Store {
             checkpoints: st.checkpoints,
             segments_total: st.segs.count(),
             capacity_bytes: self.sh.data_blocks * BLOCK_SIZE as u64,
+            writable_bytes: crate::commit::writable_blocks(&self.sh, &st) * BLOCK,
+            used_bytes: crate::commit::used_blocks(&st) * BLOCK,
             read_cache_bytes: self
                 .sh
                 .data

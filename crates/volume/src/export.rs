@@ -3,7 +3,7 @@
 use crate::admin;
 use crate::error::VolumeError;
 use crate::volume::{read_header, Volume};
-use cairn_client::{Client, ClientError};
+use cairn_client::{Client, ClientError, FailCode};
 use cairn_nbd::{Export, ExportError, Exports, Extent};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -226,7 +226,15 @@ fn client_error(e: ClientError) -> ExportError {
 /// The NBD error a client sees, with the full story in the server's log.
 fn export_error(e: VolumeError) -> ExportError {
     tracing::warn!(error = %e, "volume i/o failed");
-    let full = |e: &ClientError| matches!(e, ClientError::Failed(s) if s.contains("no space"));
+    let full = |e: &ClientError| {
+        matches!(
+            e,
+            ClientError::Failed {
+                code: FailCode::NoSpace,
+                ..
+            }
+        )
+    };
     match &e {
         VolumeError::OutOfRange { .. } | VolumeError::BadArgument { .. } => {
             ExportError::Invalid(e.to_string())

@@ -7,11 +7,40 @@ pub mod write;
 
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{OpReply, OpRequest, MAX_OBJECT_NAME, OP_REPLY};
+use cairn_proto::msg::osd::{FailCode, OpReply, OpRequest, RepReply, MAX_OBJECT_NAME, OP_REPLY};
 use cairn_proto::stream::FrameSender;
+use cairn_store::StoreError;
 use std::sync::Arc;
 
 /// Sends an op reply (a client that went away needs none).
+/// The wire code of a store failure: what a client (the NBD server's ENOSPC) matches on.
+pub fn fail_code(e: &StoreError) -> FailCode {
+    match e {
+        StoreError::NoSpace { .. } => FailCode::NoSpace,
+        StoreError::Io { .. } | StoreError::BadDevice { .. } | StoreError::Failed(_) => {
+            FailCode::Device
+        }
+        StoreError::Corrupt { .. } | StoreError::CorruptData { .. } => FailCode::Corrupt,
+        _ => FailCode::Other,
+    }
+}
+
+/// A client's answer to an op the store failed.
+pub fn store_failed(e: &StoreError) -> OpReply {
+    OpReply::Failed {
+        code: fail_code(e),
+        why: e.to_string(),
+    }
+}
+
+/// A primary's answer to a replicated write the store failed.
+pub fn rep_store_failed(e: &StoreError) -> RepReply {
+    RepReply::Failed {
+        code: fail_code(e),
+        why: e.to_string(),
+    }
+}
+
 pub fn reply(to: &FrameSender, req_id: u64, r: &OpReply, data: &[u8]) {
     let control = cairn_proto::msg::encode(r);
     let _ = to.send(OP_REPLY, req_id, &control, data);
@@ -99,4 +128,29 @@ fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<()
         return Err(OpReply::NotPrimary { epoch: map.epoch });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_get_the_code_callers_match_on() {
+        let full = StoreError::NoSpace {
+            needed: 8192,
+            available: 0,
+        };
+        assert_eq!(fail_code(&full), FailCode::NoSpace);
+        assert_eq!(fail_code(&StoreError::Failed("x".into())), FailCode::Device);
+        let io = StoreError::io("data0", 0, std::io::Error::other("boom"));
+        assert_eq!(fail_code(&io), FailCode::Device);
+        assert_eq!(fail_code(&StoreError::Invalid("x".into())), FailCode::Other);
+        match store_failed(&full) {
+            OpReply::Failed { code, why } => {
+                assert_eq!(code, FailCode::NoSpace);
+                assert!(why.contains("no space left"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -61,7 +61,7 @@ pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, r
 fn store_error(e: StoreError) -> OpReply {
     match e {
         StoreError::NoObject { .. } | StoreError::NoCollection(_) => OpReply::NoSuchObject,
-        e => OpReply::Failed(e.to_string()),
+        e => super::store_failed(&e),
     }
 }
 

@@ -5,7 +5,9 @@
 use super::{reply, txn};
 use crate::shard::{OnDurable, Shard};
 use cairn_map::{ClusterMap, Durability, PgId};
-use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, RepOp, RepReply, REP, REP_REPLY};
+use cairn_proto::msg::osd::{
+    FailCode, OpKind, OpReply, OpRequest, RepOp, RepReply, REP, REP_REPLY,
+};
 use cairn_proto::stream::FrameSender;
 
 /// Runs a client write on the primary (the caller checked that this OSD is primary).
@@ -113,7 +115,7 @@ pub fn primary_write(
         }
         Err(e) => {
             tracing::error!(pg = %pg, error = %e, "local commit failed");
-            osd.inflight.fail(w.tid, &OpReply::Failed(e.to_string()));
+            osd.inflight.fail(w.tid, &super::store_failed(&e));
             osd.note_store_error(&e);
         }
     }
@@ -171,7 +173,13 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
         &data,
     ) {
         Ok(t) => t,
-        Err(r) => return rep_reply(&to, req_id, &RepReply::Failed(format!("{r:?}"))),
+        Err(r) => {
+            let failed = RepReply::Failed {
+                code: FailCode::Other,
+                why: format!("{r:?}"),
+            };
+            return rep_reply(&to, req_id, &failed);
+        }
     };
     match osd.store.submit(&t) {
         Ok(seq) => {
@@ -185,7 +193,7 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
         }
         Err(e) => {
             tracing::error!(pg = %pg, error = %e, "replica commit failed");
-            rep_reply(&to, req_id, &RepReply::Failed(e.to_string()));
+            rep_reply(&to, req_id, &super::rep_store_failed(&e));
             osd.note_store_error(&e);
         }
     }

@@ -121,8 +121,12 @@ pub enum OpReply {
     NoSuchPool,
     /// The request is invalid (bad range, name too long, ...): do not retry.
     Invalid(String),
-    /// The OSD failed to store or read (device error, full): do not retry blindly.
-    Failed(String),
+    /// The OSD failed to store or read: `code` says why for programs (a full store is
+    /// `NoSpace`), `why` for people. Do not retry blindly.
+    Failed {
+        code: FailCode,
+        why: String,
+    },
     /// The PG is down: an interval that may have acknowledged writes has no member up, so
     /// serving now could return older data. It waits for one of `waiting_for` to come back
     /// (or for an operator to declare them lost); retry later.
@@ -186,30 +190,40 @@ pub struct RepOp {
     pub kind: OpKind,
 }
 
+/// Why an OSD failed an op, for callers to match on (the text beside it is for people).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailCode {
+    /// A store has no space left for the write (ENOSPC); nothing was applied there.
+    NoSpace,
+    /// A store's device failed, or the store stopped accepting writes after a failure.
+    Device,
+    /// Stored data failed its checksum.
+    Corrupt,
+    /// Anything else.
+    Other,
+}
+
 /// A replica's answer to a [`RepOp`] (same request id).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RepReply {
     /// Held at the pool's durability level.
     Done,
     /// The replica's map says the sender is not primary at `epoch`.
-    Stale {
-        epoch: u64,
-    },
-    Failed(String),
+    Stale { epoch: u64 },
+    /// The replica could not apply the write (see [`FailCode`]).
+    Failed { code: FailCode, why: String },
     /// The write's version does not follow the replica's last one (`have`): it missed a
     /// write (a connection broke). Nothing was applied; the primary must peer the PG again.
-    Gap {
-        have: u64,
-    },
+    Gap { have: u64 },
 }
 
 /// An OSD's usage, for `cairn status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdStats {
     pub osd: u32,
-    /// Bytes of live object data.
+    /// Bytes in use: object data (flushed and pending) and the store's checkpoints.
     pub used_bytes: u64,
-    /// Bytes data can occupy.
+    /// Bytes that can be used before writes fail for no space (the store's reserve excluded).
     pub capacity_bytes: u64,
     /// Writes in flight.
     pub inflight: u64,
