@@ -368,6 +368,48 @@ fn pg_osds_json(d: &cairn_proto::msg::osd::DownPg) -> serde_json::Value {
     serde_json::json!({"pg": pg.to_string(), "osds": d.osds})
 }
 
+/// The OSDs' read caches and memory, summed.
+#[derive(Default)]
+struct CacheTotals {
+    hits: u64,
+    misses: u64,
+    bytes: u64,
+    capacity: u64,
+    memory_used: u64,
+    memory_target: u64,
+}
+
+impl CacheTotals {
+    fn add(&mut self, s: &cairn_client::OsdStats) {
+        self.hits += s.cache_hits;
+        self.misses += s.cache_misses;
+        self.bytes += s.cache_bytes;
+        self.capacity += s.cache_capacity_bytes;
+        self.memory_used += s.memory_used_bytes;
+        self.memory_target += s.memory_target_bytes;
+    }
+
+    /// Fraction of data reads answered from memory; `None` before any read.
+    fn hit_ratio(&self) -> Option<f64> {
+        let all = self.hits + self.misses;
+        (all > 0).then(|| self.hits as f64 / all as f64)
+    }
+
+    fn line(&self) -> String {
+        let h = crate::size::human;
+        let reads = self.hit_ratio().map_or("no data reads yet".into(), |r| {
+            format!("{:.0}% of data reads from memory", r * 100.0)
+        });
+        format!(
+            "{reads}; {} cached of {}; OSD memory {} used of a {} target",
+            h(self.bytes),
+            h(self.capacity),
+            h(self.memory_used),
+            h(self.memory_target)
+        )
+    }
+}
+
 /// Problems of OSDs past the near-full or full ratio; whether any is full.
 fn fullness(uses: &[crate::capacity::OsdUse], a: &StatusArgs) -> (Vec<String>, bool, bool) {
     let (mut lines, mut near, mut full) = (Vec::new(), false, false);
@@ -401,6 +443,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let (mut scrub_bad, mut scrub_repaired) = (0u64, 0u64);
     let (mut degraded, mut rec_bps, mut rec_ops) = (0u64, 0u64, 0u64);
     let mut misplaced = 0u64;
+    let mut cache = CacheTotals::default();
     let (mut down_pgs, mut lost_pgs) = (Vec::new(), Vec::new());
     let mut unreachable = Vec::new();
     for (id, r) in &usage {
@@ -416,6 +459,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                 rec_ops += s.recovery_objects_per_sec;
                 scrub_repaired += s.scrub_repaired;
                 misplaced += s.pgs_misplaced;
+                cache.add(s);
                 down_pgs.extend(s.down_pgs.iter().cloned());
                 lost_pgs.extend(s.lost_write_pgs.iter().cloned());
             }
@@ -598,6 +642,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                          "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
                          "seconds_left": seconds_left},
             "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
+            "cache": {"hits": cache.hits, "misses": cache.misses, "hit_ratio": cache.hit_ratio(),
+                      "bytes": cache.bytes, "capacity_bytes": cache.capacity},
+            "memory": {"used_bytes": cache.memory_used, "target_bytes": cache.memory_target},
             "pools": map.pools.values().map(|p| {
                 let mut v = pool_json(p);
                 v["usable_bytes"] = serde_json::json!(usable(p.size));
@@ -647,6 +694,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         );
     }
     println!("  recovered: {recovered} objects since the OSDs started");
+    println!("  cache:  {}", cache.line());
     println!(
         "  scrub:  {scrub_repaired} object copies repaired since the OSDs started, {scrub_bad} left inconsistent"
     );

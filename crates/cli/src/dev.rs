@@ -687,6 +687,13 @@ fn start_mons(dir: &Path, s: &DevState) -> Result<()> {
     Ok(())
 }
 
+/// Each OSD's memory target on a dev cluster: the machine's memory split between its OSDs,
+/// half of it for them all, from 256 MiB to 4 GiB each.
+fn dev_memory_target(osds: u32) -> u64 {
+    let total = cairn_osd::machine_memory().unwrap_or(2 << 30);
+    (total / 2 / u64::from(osds.max(1))).clamp(cairn_osd::MIN_MEMORY_TARGET, 4 << 30)
+}
+
 /// Starts the OSDs that are not running. A new OSD gets the next id at its first boot, so new
 /// ones are started one at a time: `osd.N` (directory, log, pid file) is OSD id N.
 fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> Result<()> {
@@ -698,6 +705,8 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
             dir.join(format!("osd.{i}")).display().to_string(),
             "--data-size".into(),
             s.osd_size.to_string(),
+            "--memory-target".into(),
+            dev_memory_target(s.osds).to_string(),
         ];
         if s.recovery_sleep_ms > 0 {
             args.push("--recovery-sleep-ms".into());

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 #[derive(Subcommand)]
 pub enum OsdCmd {
     /// Run an OSD daemon (creates and formats its store on first start).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// List OSDs: id, address, host, up/down, in/out, weight.
     Ls(crate::admin::JsonFlag),
     /// Stop placing data on an OSD (its PGs move to others).
@@ -80,6 +80,22 @@ pub struct RunArgs {
     /// a client op waits for does not count). More recovers faster and leaves clients less.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub recovery_max_active: u32,
+    /// Memory this OSD aims to use, e.g. 4G; three quarters of it is the read cache. Default:
+    /// a quarter of the machine's memory, from 256M to 4G. Give several OSDs on one machine
+    /// their share (`cairn dev up` does: half the memory split between its OSDs).
+    #[arg(long, value_parser = parse_memory_target, allow_hyphen_values = true)]
+    pub memory_target: Option<u64>,
+}
+
+fn parse_memory_target(s: &str) -> std::result::Result<u64, String> {
+    let v = crate::size::parse_size(s)?;
+    if v < cairn_osd::MIN_MEMORY_TARGET {
+        return Err(format!(
+            "{s} is below the smallest memory target, {}",
+            crate::size::human(cairn_osd::MIN_MEMORY_TARGET)
+        ));
+    }
+    Ok(v)
 }
 
 fn parse_share(s: &str) -> std::result::Result<f64, String> {
@@ -91,7 +107,7 @@ fn parse_share(s: &str) -> std::result::Result<f64, String> {
 
 pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
     match cmd {
-        OsdCmd::Run(a) => run_daemon(a, conf),
+        OsdCmd::Run(a) => run_daemon(*a, conf),
         OsdCmd::Ls(j) => crate::admin::osd_ls(conf, j.json),
         OsdCmd::Out { id } => change(conf, MapChange::OsdOut { id }, &format!("osd.{id} out")),
         OsdCmd::In { id } => change(conf, MapChange::OsdIn { id }, &format!("osd.{id} in")),
@@ -148,6 +164,9 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.recovery_share = a.recovery_share;
     cfg.recovery_sleep = std::time::Duration::from_millis(a.recovery_sleep_ms);
     cfg.recovery_max_active = a.recovery_max_active;
+    if let Some(m) = a.memory_target {
+        cfg.memory_target = m;
+    }
     cairn_osd::run(cfg)?;
     Ok(())
 }

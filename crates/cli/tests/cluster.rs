@@ -362,6 +362,21 @@ fn cli_pool_osd_and_object_commands() {
     let out = c.dir.join("out.bin");
     c.ok(&["obj", "get", "p", "blob", &out.display().to_string()]);
     assert_eq!(std::fs::read(&out).expect("read back"), data);
+    // Read again once flushed (<= 50 ms): from the primary's read cache, which status counts.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    c.ok(&["obj", "get", "p", "blob", &out.display().to_string()]);
+    let st = c.status();
+    let (cache, memory) = (&st["cache"], &st["memory"]);
+    assert!(cache["hits"].as_u64() >= Some(1), "{st}");
+    let target = memory["target_bytes"].as_u64().expect("memory target");
+    let capacity = cache["capacity_bytes"].as_u64().expect("cache capacity");
+    assert!(target >= 3 * (256 << 20), "{st}");
+    assert!(
+        capacity <= target / 4 * 3 && capacity + 3 * 4096 * 4 >= target / 4 * 3,
+        "{st}"
+    );
+    assert!(memory["used_bytes"].as_u64() > Some(1 << 20), "{st}");
+    assert!(c.ok(&["status"]).contains("% of data reads from memory;"));
     assert!(c.ok(&["obj", "stat", "p", "blob"]).contains("100000 bytes"));
     assert_eq!(c.ok(&["obj", "ls", "p"]).trim(), "blob");
     c.ok(&["obj", "rm", "p", "blob"]);

@@ -875,26 +875,8 @@ fn io_stalls_while_the_open_lease_cannot_be_renewed_then_resumes() {
 
 #[test]
 fn a_full_pool_is_enospc_to_nbd_clients_and_status_says_so() {
-    // Three 256 MiB OSDs, 3 copies, a 1 GiB volume: about 240 MiB fit.
-    let c = Cluster::at("nbd-full");
-    let d = c.dir.display().to_string();
-    let o = c.cairn(&[
-        "dev",
-        "up",
-        "--dir",
-        &d,
-        "--osds",
-        "3",
-        "--osd-size",
-        "256M",
-        "--nbd",
-        "127.0.0.1:0",
-        "--volume-size",
-        "1G",
-        "--timeout",
-        "60",
-    ]);
-    assert!(o.status.success(), "{}\n{}", text(&o.stderr), c.logs());
+    // Three 256 MiB OSDs, 3 copies, a 1 GiB volume: about 180 MiB fit.
+    let c = Cluster::up_with_nbd_sized("nbd-full", 3, "256M");
     let out = tool(
         300,
         "fio",

@@ -44,6 +44,52 @@ pub struct OsdConfig {
     /// How long after a heartbeat the monitors accepted this OSD keeps serving client ops
     /// (`lease.rs`); at most half the monitors' OSD grace, whatever this says. Default 2 s.
     pub lease: Duration,
+    /// Memory this OSD aims to use; the read cache gets [`cache_share`] of it. Default
+    /// [`default_memory_target`].
+    pub memory_target: u64,
+}
+
+/// Smallest memory target: below it the read cache would be too small to matter.
+pub const MIN_MEMORY_TARGET: u64 = 256 << 20;
+
+/// The default memory target: a quarter of the machine's memory, from 256 MiB to 4 GiB (the
+/// upper bound is Ceph's `osd_memory_target` default). Several OSDs on one machine should be
+/// given their share explicitly (`cairn dev up` does).
+pub fn default_memory_target() -> u64 {
+    (machine_memory().unwrap_or(2 << 30) / 4).clamp(MIN_MEMORY_TARGET, 4 << 30)
+}
+
+/// Total memory of this machine (`MemTotal` of /proc/meminfo).
+pub fn machine_memory() -> Option<u64> {
+    kib_field(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemTotal:")
+}
+
+/// The read cache's part of a memory target: three quarters. The rest is for the store's
+/// index (about 100 bytes per 4 KiB block stored), data waiting for the flusher (16 MiB),
+/// connections and message buffers.
+pub fn cache_share(memory_target: u64) -> u64 {
+    memory_target / 4 * 3
+}
+
+/// This process's resident memory (`VmRSS` of /proc/self/status; 0 when unreadable).
+pub fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| kib_field(&s, "VmRSS:"))
+        .unwrap_or(0)
+}
+
+/// A `Name:  1234 kB` field of a /proc file, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(name))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Default time between two scrubs of one PG.
@@ -69,6 +115,7 @@ impl OsdConfig {
             recovery_sleep: Duration::ZERO,
             recovery_max_active: 2,
             lease: Duration::from_secs(2),
+            memory_target: default_memory_target(),
         }
     }
 
@@ -87,4 +134,21 @@ pub fn default_host() -> String {
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_figures() {
+        let meminfo = "MemTotal:       24558420 kB\nMemFree:  100 kB\n";
+        assert_eq!(kib_field(meminfo, "MemTotal:"), Some(24_558_420 * 1024));
+        assert_eq!(kib_field(meminfo, "VmRSS:"), None);
+        assert_eq!(kib_field("MemTotal: lots kB", "MemTotal:"), None);
+        let t = default_memory_target();
+        assert!((MIN_MEMORY_TARGET..=4 << 30).contains(&t), "{t}");
+        assert_eq!(cache_share(4 << 30), 3 << 30);
+        assert!(resident_bytes() > 0);
+    }
 }

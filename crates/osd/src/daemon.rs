@@ -35,6 +35,8 @@ pub struct Osd {
     pub scrub: crate::scrub::ScrubStats,
     /// The monitors, for peering's questions (past intervals).
     pub mon: cairn_monclient::MonClient,
+    /// Memory this OSD aims to use (`OsdConfig::memory_target`), reported in its stats.
+    pub memory_target: u64,
 }
 
 impl Osd {
@@ -230,7 +232,10 @@ pub fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
         data: vec![data],
         wal,
     };
-    let store_cfg = StoreConfig::default();
+    let store_cfg = StoreConfig {
+        read_cache_bytes: crate::config::cache_share(cfg.memory_target),
+        ..StoreConfig::default()
+    };
     let err = |source| OsdError::Store {
         path: data_path.display().to_string(),
         source,
@@ -312,6 +317,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         ),
         scrub: crate::scrub::ScrubStats::default(),
         mon: cairn_monclient::MonClient::new(cfg.mons.clone()).with_source(source),
+        memory_target: cfg.memory_target,
     });
     let weak = Arc::downgrade(&osd);
     osd.inflight.set_done_hook(Box::new(move |pg| {

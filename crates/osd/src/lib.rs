@@ -30,6 +30,6 @@ mod scrub;
 mod server;
 mod shard;
 
-pub use config::OsdConfig;
+pub use config::{default_memory_target, machine_memory, OsdConfig, MIN_MEMORY_TARGET};
 pub use daemon::run;
 pub use error::OsdError;

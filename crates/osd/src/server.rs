@@ -95,6 +95,12 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                     osd: osd.id(),
                     // What fills up to a NoSpace refusal, so the full ratio means what it says.
                     used_bytes: st.used_bytes,
+                    memory_target_bytes: osd.memory_target,
+                    memory_used_bytes: crate::config::resident_bytes(),
+                    cache_bytes: st.read_cache_bytes,
+                    cache_capacity_bytes: st.read_cache_capacity,
+                    cache_hits: st.read_cache_hits,
+                    cache_misses: st.read_cache_misses,
                     capacity_bytes: st.writable_bytes,
                     inflight: osd.inflight.count() as u64,
                     recovered_objects: osd.recovery.objects.load(Ordering::Relaxed),

@@ -21,6 +21,9 @@ const B: u64 = BLOCK_SIZE as u64;
 pub struct BlockCache {
     cap: usize,
     generation: AtomicU64,
+    /// Reads answered wholly from the cache, and those that went to a device.
+    hits: AtomicU64,
+    misses: AtomicU64,
     inner: Mutex<Inner>,
 }
 
@@ -36,6 +39,8 @@ impl BlockCache {
         BlockCache {
             cap: (bytes / B).max(1) as usize,
             generation: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -52,6 +57,13 @@ impl BlockCache {
     /// Copies the blocks at `off..off + out.len()` into `out` when every one is cached and
     /// `verify(i, block)` accepts it; false otherwise (`out` is then unspecified).
     pub fn get_all(&self, off: u64, out: &mut [u8], verify: impl Fn(usize, &[u8]) -> bool) -> bool {
+        let hit = self.copy_out(off, out, verify);
+        let counter = if hit { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        hit
+    }
+
+    fn copy_out(&self, off: u64, out: &mut [u8], verify: impl Fn(usize, &[u8]) -> bool) -> bool {
         let inner = self.lock();
         for (i, chunk) in out.chunks_mut(BLOCK_SIZE).enumerate() {
             match inner.blocks.get(&(off + i as u64 * B)) {
@@ -60,6 +72,19 @@ impl BlockCache {
             }
         }
         true
+    }
+
+    /// Reads answered from the cache and reads that were not, since the store opened.
+    pub fn hits_misses(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The most bytes it holds.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.cap as u64 * B
     }
 
     /// Caches whole blocks of `data` at `off` (the caller holds them as written or verified).
@@ -147,6 +172,9 @@ mod tests {
         c.invalidate(B + 100, 10);
         assert!(!c.get_all(B, &mut out[..BLOCK_SIZE], |_, _| true));
         assert!(c.get_all(2 * B, &mut out[..BLOCK_SIZE], |_, _| true));
+        // Two reads were answered from memory; the refused, evicted and invalidated ones not.
+        assert_eq!(c.hits_misses(), (2, 3));
+        assert_eq!(c.capacity_bytes(), 2 * B);
     }
 
     #[test]

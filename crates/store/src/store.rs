@@ -97,6 +97,11 @@ pub struct StoreStats {
     pub used_bytes: u64,
     /// Bytes held by the read cache.
     pub read_cache_bytes: u64,
+    /// The most the read cache holds (0: no cache).
+    pub read_cache_capacity: u64,
+    /// Data reads answered from the read cache, and those that went to a device.
+    pub read_cache_hits: u64,
+    pub read_cache_misses: u64,
     pub segments_cleaned: u64,
     pub cleaned_bytes: u64,
     pub live_bytes: u64,
@@ -637,6 +642,14 @@ impl Store {
                 .cache
                 .as_ref()
                 .map_or(0, |c| c.len() as u64 * BLOCK),
+            read_cache_capacity: self
+                .sh
+                .data
+                .cache
+                .as_ref()
+                .map_or(0, |c| c.capacity_bytes()),
+            read_cache_hits: self.sh.data.cache.as_ref().map_or(0, |c| c.hits_misses().0),
+            read_cache_misses: self.sh.data.cache.as_ref().map_or(0, |c| c.hits_misses().1),
             segments_free: st.segs.free_segments(),
             segments_cleaned: st.cleaned_segments,
             cleaned_bytes: st.cleaned_bytes,

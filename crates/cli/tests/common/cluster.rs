@@ -52,6 +52,11 @@ impl Cluster {
     /// Starts a cluster with the `default` pool (size min(3, osds)), a 1 GiB volume `disk0`
     /// and the NBD server on a free port serving the pool's volumes.
     pub fn up_with_nbd(name: &str, osds: u32) -> Cluster {
+        Cluster::up_with_nbd_sized(name, osds, "2G")
+    }
+
+    /// As [`Cluster::up_with_nbd`], with OSDs of `osd_size` (e.g. "256M").
+    pub fn up_with_nbd_sized(name: &str, osds: u32, osd_size: &str) -> Cluster {
         let c = Cluster::at(name);
         let d = c.dir.display().to_string();
         let n = osds.to_string();
@@ -63,7 +68,7 @@ impl Cluster {
             "--osds",
             &n,
             "--osd-size",
-            "2G",
+            osd_size,
             "--nbd",
             "127.0.0.1:0",
             "--volume-size",

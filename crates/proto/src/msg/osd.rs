@@ -255,6 +255,15 @@ pub struct OsdStats {
     /// PGs this OSD leads that went active without some interval's writes (its OSDs were
     /// declared lost), since it started.
     pub lost_write_pgs: Vec<DownPg>,
+    /// Memory: the OSD's target, and what it uses (resident).
+    pub memory_target_bytes: u64,
+    pub memory_used_bytes: u64,
+    /// Read cache: bytes held, the most it holds, and data reads answered from it or not
+    /// since the OSD started.
+    pub cache_bytes: u64,
+    pub cache_capacity_bytes: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
 }
 
 /// A PG and OSDs that matter to it (waited for, or given up as lost).
