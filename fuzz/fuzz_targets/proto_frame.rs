@@ -1,14 +1,19 @@
-//! The wire frame decoder on arbitrary byte streams, fed in two pieces.
+//! The wire frame readers on arbitrary byte streams: the sans-I/O `Decoder`, fed in two
+//! pieces, and `stream::read_frame` (what every connection runs), which must read the bytes
+//! exactly as the decoder does (`check_readers_agree` panics otherwise).
 #![no_main]
 
+use cairn_proto::stream::check_readers_agree;
 use cairn_proto::{Decoder, Limits};
 use libfuzzer_sys::fuzz_target;
 
+const LIMITS: Limits = Limits {
+    max_control: 1 << 16,
+    max_data: 1 << 20,
+};
+
 fuzz_target!(|data: &[u8]| {
-    let mut d = Decoder::new(Limits {
-        max_control: 1 << 16,
-        max_data: 1 << 20,
-    });
+    let mut d = Decoder::new(LIMITS);
     let cut = data.first().map_or(0, |&b| b as usize).min(data.len());
     d.push(&data[..cut]);
     while let Ok(Some(_)) = d.next_frame() {}
@@ -16,4 +21,5 @@ fuzz_target!(|data: &[u8]| {
     while let Ok(Some(f)) = d.next_frame() {
         assert!(f.control.len() <= 1 << 16 && f.data.len() <= 1 << 20);
     }
+    check_readers_agree(data, &LIMITS);
 });

@@ -68,6 +68,22 @@ fn u32_at(b: &[u8], o: usize) -> u32 {
 }
 
 impl FrameHeader {
+    /// The frame of this (checked) header and its body, once the body's checksum matches.
+    /// Every reader of frames ends here: [`Decoder`] and `stream::read_frame` alike.
+    pub fn frame(&self, control: Vec<u8>, data: Vec<u8>) -> Result<Frame, FrameError> {
+        if body_crc(&control, &data) != self.body_crc {
+            return Err(FrameError::BodyChecksum {
+                request_id: self.request_id,
+            });
+        }
+        Ok(Frame {
+            msg_type: self.msg_type,
+            request_id: self.request_id,
+            control,
+            data,
+        })
+    }
+
     /// Encodes the header, sealing it with its crc.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut h = [0u8; HEADER_LEN];
@@ -211,17 +227,7 @@ impl Decoder {
         let mut control = std::mem::replace(&mut self.buf, rest);
         let data = control.split_off(c);
         self.header = None;
-        if body_crc(&control, &data) != hdr.body_crc {
-            return Err(FrameError::BodyChecksum {
-                request_id: hdr.request_id,
-            });
-        }
-        Ok(Some(Frame {
-            msg_type: hdr.msg_type,
-            request_id: hdr.request_id,
-            control,
-            data,
-        }))
+        hdr.frame(control, data).map(Some)
     }
 }
 

@@ -1,6 +1,9 @@
 //! Frames over tokio streams: one frame per call, header checked before the body is read.
 
-use crate::{body_crc, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, PROTOCOL_VERSION};
+use crate::{
+    body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, PROTOCOL_VERSION,
+};
+use std::future::Future;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Read buffer size for connections: large enough that one receive call brings in many
@@ -46,18 +49,35 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     r.read_exact(&mut control).await?;
     let mut data = vec![0u8; hdr.data_len as usize];
     r.read_exact(&mut data).await?;
-    if body_crc(&control, &data) != hdr.body_crc {
-        return Err(FrameError::BodyChecksum {
-            request_id: hdr.request_id,
+    Ok(hdr.frame(control, data)?)
+}
+
+/// Checks that [`read_frame`] (what connections run) and [`Decoder`] (sans I/O) read `bytes`
+/// alike: the same frames, then the same error, or the end of the bytes for both (a cut frame
+/// is `Closed`/an I/O error to one, "more bytes needed" to the other). The fuzz target
+/// `proto_frame` and a property test run it, so the fuzzed reader is the one that runs.
+/// Panics on a difference.
+pub fn check_readers_agree(bytes: &[u8], limits: &Limits) {
+    let mut dec = Decoder::new(*limits);
+    dec.push(bytes);
+    let mut r = bytes;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        let mut read = std::pin::pin!(read_frame(&mut r, limits));
+        // A byte slice never makes a read wait, so one poll completes it.
+        let std::task::Poll::Ready(got) = read.as_mut().poll(&mut cx) else {
+            panic!("read_frame over a byte slice did not complete");
+        };
+        match (got, dec.next_frame()) {
+            (Ok(a), Ok(Some(b))) => assert_eq!(a, b, "the readers disagree on a frame"),
+            (Err(ReadError::Frame(a)), Err(b)) => {
+                assert_eq!(a, b, "the readers fail differently");
+                return;
+            }
+            (Err(ReadError::Closed | ReadError::Io(_)), Ok(None)) => return,
+            (a, b) => panic!("the readers disagree: read_frame {a:?}, Decoder {b:?}"),
         }
-        .into());
     }
-    Ok(Frame {
-        msg_type: hdr.msg_type,
-        request_id: hdr.request_id,
-        control,
-        data,
-    })
 }
 
 /// The sealed header of a frame made of these parts.
@@ -429,4 +449,48 @@ pub fn handshake_blocking(
     let (theirs, _) = crate::Hello::decode(&all)?;
     let v = crate::negotiate(&ours, &theirs)?;
     Ok((theirs, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: Limits = Limits {
+        max_control: 1 << 12,
+        max_data: 1 << 16,
+    };
+
+    /// Frames encoded back to back.
+    fn stream(frames: &[(u16, Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, (t, c, d)) in frames.iter().enumerate() {
+            encode_parts(&mut out, *t, i as u64, c, d);
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn read_frame_and_the_decoder_agree(
+            frames in proptest::collection::vec(
+                (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..64),
+                 proptest::collection::vec(any::<u8>(), 0..300)),
+                0..6),
+            flip in proptest::option::of((any::<proptest::sample::Index>(), 1u8..=255)),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            let mut bytes = stream(&frames);
+            check_readers_agree(&bytes, &LIMITS);
+            if let Some((at, x)) = flip {
+                if !bytes.is_empty() {
+                    let i = at.index(bytes.len());
+                    bytes[i] ^= x;
+                }
+            }
+            check_readers_agree(&bytes, &LIMITS);
+            let end = cut.index(bytes.len() + 1);
+            check_readers_agree(&bytes[..end], &LIMITS);
+        }
+    }
 }
