@@ -45,11 +45,24 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         Err(e) => return Err(e.into()),
     }
     let hdr = FrameHeader::decode(&h, limits)?;
-    let mut control = vec![0u8; hdr.control_len as usize];
-    r.read_exact(&mut control).await?;
-    let mut data = vec![0u8; hdr.data_len as usize];
-    r.read_exact(&mut data).await?;
+    let control = read_exactly(r, hdr.control_len).await?;
+    let data = read_exactly(r, hdr.data_len).await?;
     Ok(hdr.frame(control, data)?)
+}
+
+/// Reads exactly `len` bytes into a new buffer, without zero-filling it first (the length
+/// was checked against the limits before).
+async fn read_exactly<R: AsyncRead + Unpin>(r: &mut R, len: u32) -> std::io::Result<Vec<u8>> {
+    let len = len as usize;
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        // `read_buf` fills the spare capacity; limited so it never reads past this part.
+        let mut part = (&mut *r).take((len - buf.len()) as u64);
+        if part.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(buf)
 }
 
 /// Checks that [`read_frame`] (what connections run) and [`Decoder`] (sans I/O) read `bytes`

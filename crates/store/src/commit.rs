@@ -266,16 +266,22 @@ fn resolve(sh: &Shared, idx: &Index, op: &Op, out: &mut Vec<Effect>) -> Result<(
             }
             let end = offset + data.len() as u64;
             let (first, last) = (offset / B, end.div_ceil(B));
-            let mut buf = vec![0u8; ((last - first) * B) as usize];
-            if offset % B != 0 {
-                buf[..BLOCK_SIZE].copy_from_slice(&old_block(sh, idx, *coll, obj, first)?);
-            }
-            if !end.is_multiple_of(B) && (last - 1 != first || offset % B == 0) {
-                let tail = buf.len() - BLOCK_SIZE;
-                buf[tail..].copy_from_slice(&old_block(sh, idx, *coll, obj, last - 1)?);
-            }
-            let at = (offset - first * B) as usize;
-            buf[at..at + data.len()].copy_from_slice(data);
+            let buf = if offset % B == 0 && end.is_multiple_of(B) {
+                // Whole blocks: the data is the blocks (no zero-filled buffer to copy into).
+                data.to_vec()
+            } else {
+                let mut buf = vec![0u8; ((last - first) * B) as usize];
+                if offset % B != 0 {
+                    buf[..BLOCK_SIZE].copy_from_slice(&old_block(sh, idx, *coll, obj, first)?);
+                }
+                if !end.is_multiple_of(B) && (last - 1 != first || offset % B == 0) {
+                    let tail = buf.len() - BLOCK_SIZE;
+                    buf[tail..].copy_from_slice(&old_block(sh, idx, *coll, obj, last - 1)?);
+                }
+                let at = (offset - first * B) as usize;
+                buf[at..at + data.len()].copy_from_slice(data);
+                buf
+            };
             out.push(Effect::SetBlocks {
                 coll: *coll,
                 obj: o.clone(),
