@@ -82,6 +82,24 @@ pub fn plan(auth: (&PgInfo, &[LogEntry]), m: (&PgInfo, &[LogEntry])) -> Plan {
     Plan::Delta { common, objects }
 }
 
+/// Whether this OSD (`me`) holds current copies of every object the authority has marked
+/// missing, so that the PG can go on with that authority and recover those objects to it from
+/// here: it has none of them marked missing itself, and it shares the authority's history up
+/// to a point after which neither log touches them. (The authority got newer entries, e.g. a
+/// write that reached it as a replica while the primary died before its own WAL sync, and
+/// then lost its source of the objects a recovery had marked missing on it.)
+pub fn can_source_missing(auth: (&PgInfo, &[LogEntry]), me: (&PgInfo, &[LogEntry])) -> bool {
+    let missing: BTreeSet<&[u8]> = auth.0.missing.iter().map(Vec::as_slice).collect();
+    if me.0.missing.iter().any(|o| missing.contains(o.as_slice())) {
+        return false;
+    }
+    match plan(auth, me) {
+        Plan::UpToDate => true,
+        Plan::Delta { objects, .. } => objects.keys().all(|o| !missing.contains(o.as_slice())),
+        Plan::Backfill => false,
+    }
+}
+
 /// Adds a member's missing marks to its plan: those objects are copied whole whatever its
 /// log says.
 pub fn with_missing(p: Plan, info: &PgInfo) -> Plan {
@@ -175,7 +193,19 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
             report,
         });
     };
-    if !members[auth_i].info.missing.is_empty() {
+    let mine = members.iter().position(|m| m.rpc.is_none()).unwrap_or(0);
+    let auth_missing = members[auth_i].info.missing.len();
+    let sourced_here = auth_i != mine
+        && auth_missing > 0
+        && can_source_missing(
+            (&members[auth_i].info, &members[auth_i].entries),
+            (&members[mine].info, &members[mine].entries),
+        );
+    if sourced_here {
+        tracing::info!(pg = %pg, authority = members[auth_i].id, objects = auth_missing,
+            "the newest history lacks objects this OSD has current: recovering them from here");
+    }
+    if auth_missing > 0 && !sourced_here {
         let why = format!(
             "the newest history is on osd.{} but {} of its objects are not current there \
              (marked missing) and no OSD that answered has them",
@@ -197,7 +227,6 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
     let auth_id = members[auth_i].id;
     let mut backlog = Backlog::default();
     // This OSD first: it is the source for everyone else.
-    let mine = members.iter().position(|m| m.rpc.is_none()).unwrap_or(0);
     let p = with_missing(
         plan(
             (&auth_info, &auth_entries),

@@ -243,3 +243,41 @@ fn writes_wait_out_a_copy_of_their_object_and_reads_do_not() {
         &op("cold", OpKind::WriteFull)
     ));
 }
+
+#[test]
+fn the_primary_sources_the_authoritys_missing_objects_only_when_it_has_them_current() {
+    use super::primary::can_source_missing;
+    let missing = |i: PgInfo, m: &[&str]| PgInfo {
+        missing: m.iter().map(|o| o.as_bytes().to_vec()).collect(),
+        ..i
+    };
+    // The authority has one entry more (c, never acknowledged) and lacks a current `a`.
+    let auth = vec![e(1, 3, "a"), e(2, 3, "b"), e(3, 4, "c")];
+    let me = auth[..2].to_vec();
+    let a_missing = missing(info(&auth), &["a"]);
+    assert!(can_source_missing((&a_missing, &auth), (&info(&me), &me)));
+    // Same history: the primary's `a` is current.
+    assert!(can_source_missing(
+        (&a_missing, &auth),
+        (&info(&auth), &auth)
+    ));
+    // The missing object changed after the shared history: the primary's copy is old.
+    let c_missing = missing(info(&auth), &["c"]);
+    assert!(!can_source_missing((&c_missing, &auth), (&info(&me), &me)));
+    // The primary lacks it too.
+    assert!(!can_source_missing(
+        (&a_missing, &auth),
+        (&missing(info(&me), &["a"]), &me)
+    ));
+    // The primary's own divergent entry touched it: its copy is not the authority's.
+    let divergent = vec![e(1, 3, "a"), e(2, 3, "b"), e(3, 2, "a")];
+    assert!(!can_source_missing(
+        (&a_missing, &auth),
+        (&info(&divergent), &divergent)
+    ));
+    // Logs that do not meet: no.
+    let far = vec![e(7, 9, "z")];
+    let far_auth = vec![e(20, 9, "q")];
+    let q = missing(info(&far_auth), &["a"]);
+    assert!(!can_source_missing((&q, &far_auth), (&info(&far), &far)));
+}
