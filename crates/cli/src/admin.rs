@@ -368,42 +368,63 @@ fn pg_osds_json(d: &cairn_proto::msg::osd::DownPg) -> serde_json::Value {
     serde_json::json!({"pg": pg.to_string(), "osds": d.osds})
 }
 
-/// The OSDs' read caches and memory, summed.
-#[derive(Default)]
-struct CacheTotals {
-    hits: u64,
-    misses: u64,
-    bytes: u64,
+/// What the OSDs that answered report, summed. Saturating: the figures come off the network.
+#[derive(Default, Clone, Copy)]
+struct OsdTotals {
+    used: u64,
     capacity: u64,
+    peering: u64,
+    recovered: u64,
+    scrub_bad: u64,
+    scrub_repaired: u64,
+    degraded: u64,
+    rec_bps: u64,
+    rec_ops: u64,
+    misplaced: u64,
+    cache_hits: u64,
+    cache_misses: u64,
+    cache_bytes: u64,
+    cache_capacity: u64,
     memory_used: u64,
     memory_target: u64,
 }
 
-impl CacheTotals {
+impl OsdTotals {
     fn add(&mut self, s: &cairn_client::OsdStats) {
-        self.hits += s.cache_hits;
-        self.misses += s.cache_misses;
-        self.bytes += s.cache_bytes;
-        self.capacity += s.cache_capacity_bytes;
-        self.memory_used += s.memory_used_bytes;
-        self.memory_target += s.memory_target_bytes;
+        let sum = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        sum(&mut self.used, s.used_bytes);
+        sum(&mut self.capacity, s.capacity_bytes);
+        sum(&mut self.peering, s.peering_pgs);
+        sum(&mut self.recovered, s.recovered_objects);
+        sum(&mut self.scrub_bad, s.scrub_unrepaired);
+        sum(&mut self.scrub_repaired, s.scrub_repaired);
+        sum(&mut self.degraded, s.recovery_pending_objects);
+        sum(&mut self.rec_bps, s.recovery_bytes_per_sec);
+        sum(&mut self.rec_ops, s.recovery_objects_per_sec);
+        sum(&mut self.misplaced, s.pgs_misplaced);
+        sum(&mut self.cache_hits, s.cache_hits);
+        sum(&mut self.cache_misses, s.cache_misses);
+        sum(&mut self.cache_bytes, s.cache_bytes);
+        sum(&mut self.cache_capacity, s.cache_capacity_bytes);
+        sum(&mut self.memory_used, s.memory_used_bytes);
+        sum(&mut self.memory_target, s.memory_target_bytes);
     }
 
     /// Fraction of data reads answered from memory; `None` before any read.
     fn hit_ratio(&self) -> Option<f64> {
-        let all = self.hits + self.misses;
-        (all > 0).then(|| self.hits as f64 / all as f64)
+        let all = self.cache_hits.saturating_add(self.cache_misses);
+        (all > 0).then(|| self.cache_hits as f64 / all as f64)
     }
 
-    fn line(&self) -> String {
+    fn cache_line(&self) -> String {
         let h = crate::size::human;
         let reads = self.hit_ratio().map_or("no data reads yet".into(), |r| {
             format!("{:.0}% of data reads from memory", r * 100.0)
         });
         format!(
             "{reads}; {} cached of {}; OSD memory {} used of a {} target",
-            h(self.bytes),
-            h(self.capacity),
+            h(self.cache_bytes),
+            h(self.cache_capacity),
             h(self.memory_used),
             h(self.memory_target)
         )
@@ -438,34 +459,32 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let map = block_on_mon(mon.addrs(), mon.get_map())??;
     let mons = block_on(mon.status())?;
     let usage = block_on(crate::capacity::up_osd_stats(&map))?;
-    let (mut used, mut capacity) = (0u64, 0u64);
-    let (mut peering, mut recovered) = (0u64, 0u64);
-    let (mut scrub_bad, mut scrub_repaired) = (0u64, 0u64);
-    let (mut degraded, mut rec_bps, mut rec_ops) = (0u64, 0u64, 0u64);
-    let mut misplaced = 0u64;
-    let mut cache = CacheTotals::default();
+    let mut totals = OsdTotals::default();
     let (mut down_pgs, mut lost_pgs) = (Vec::new(), Vec::new());
     let mut unreachable = Vec::new();
     for (id, r) in &usage {
         match r {
             Ok(s) => {
-                used += s.used_bytes;
-                capacity += s.capacity_bytes;
-                peering += s.peering_pgs;
-                recovered += s.recovered_objects;
-                scrub_bad += s.scrub_unrepaired;
-                degraded += s.recovery_pending_objects;
-                rec_bps += s.recovery_bytes_per_sec;
-                rec_ops += s.recovery_objects_per_sec;
-                scrub_repaired += s.scrub_repaired;
-                misplaced += s.pgs_misplaced;
-                cache.add(s);
+                totals.add(s);
                 down_pgs.extend(s.down_pgs.iter().cloned());
                 lost_pgs.extend(s.lost_write_pgs.iter().cloned());
             }
             Err(_) => unreachable.push(*id),
         }
     }
+    let OsdTotals {
+        used,
+        capacity,
+        peering,
+        recovered,
+        scrub_bad,
+        scrub_repaired,
+        degraded,
+        rec_bps,
+        rec_ops,
+        misplaced,
+        ..
+    } = totals;
     let uses = crate::capacity::uses_of(&usage);
     let (mut full_lines, nearfull, full) = fullness(&uses, a);
     let usable = |size: u8| crate::capacity::usable(&map, &uses, size);
@@ -642,9 +661,10 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                          "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
                          "seconds_left": seconds_left},
             "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
-            "cache": {"hits": cache.hits, "misses": cache.misses, "hit_ratio": cache.hit_ratio(),
-                      "bytes": cache.bytes, "capacity_bytes": cache.capacity},
-            "memory": {"used_bytes": cache.memory_used, "target_bytes": cache.memory_target},
+            "cache": {"hits": totals.cache_hits, "misses": totals.cache_misses,
+                      "hit_ratio": totals.hit_ratio(), "bytes": totals.cache_bytes,
+                      "capacity_bytes": totals.cache_capacity},
+            "memory": {"used_bytes": totals.memory_used, "target_bytes": totals.memory_target},
             "pools": map.pools.values().map(|p| {
                 let mut v = pool_json(p);
                 v["usable_bytes"] = serde_json::json!(usable(p.size));
@@ -694,7 +714,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         );
     }
     println!("  recovered: {recovered} objects since the OSDs started");
-    println!("  cache:  {}", cache.line());
+    println!("  cache:  {}", totals.cache_line());
     println!(
         "  scrub:  {scrub_repaired} object copies repaired since the OSDs started, {scrub_bad} left inconsistent"
     );

@@ -437,24 +437,14 @@ fn cli_pool_osd_and_object_commands() {
         .as_u64()
         .expect("usable_bytes");
     assert!(room > 100 << 20 && room < 1 << 30, "{st}");
-    let near: serde_json::Value =
-        serde_json::from_str(&c.ok(&["status", "--json", "--nearfull-ratio", "0.00001"]))
-            .expect("json");
+    let near = c.status_with(&["--nearfull-ratio", "0.00001"]);
     let problems = near["problems"].to_string();
     assert!(
         problems.contains("is near full") && problems.contains("pool p is near full: room for"),
         "{near}"
     );
     assert_ne!(near["health"], "HEALTH_OK");
-    let full: serde_json::Value = serde_json::from_str(&c.ok(&[
-        "status",
-        "--json",
-        "--nearfull-ratio",
-        "0.00001",
-        "--full-ratio",
-        "0.00002",
-    ]))
-    .expect("json");
+    let full = c.status_with(&["--nearfull-ratio", "0.00001", "--full-ratio", "0.00002"]);
     let problems = full["problems"].to_string();
     assert!(
         problems.contains("is full") && problems.contains("pool p is full"),

@@ -753,6 +753,24 @@ fn served_volumes_are_not_removed_under_their_writers() {
     assert!(objects_with(&c, "default", "deadbeef").is_empty());
     assert!(!objects_with(&c, "default", &format!("vdata.{disk0}.")).is_empty());
     assert!(c.ok(&["vol", "gc"]).contains("no orphaned volume objects"));
+    // A damaged header stops gc (which objects that volume owns cannot be told), loses nothing.
+    c.ok(&["obj", "put", "default", "vol.broken", &junk]);
+    c.ok(&[
+        "obj",
+        "put",
+        "default",
+        "vdata.00000000deadbeef.0000000000000005",
+        &junk,
+    ]);
+    let o = c.cairn(&["vol", "gc"]);
+    let e = text(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("\"broken\": header object is damaged"),
+        "{e}"
+    );
+    assert_eq!(objects_with(&c, "default", "deadbeef").len(), 1);
+    c.ok(&["obj", "rm", "default", "vol.broken"]);
+    assert!(c.ok(&["vol", "gc"]).contains("removed 1 orphaned objects"));
     let _ = std::fs::remove_file(&junk);
 
     // SIGTERM stops the server cleanly: connections drain and leases are released at once.

@@ -17,6 +17,16 @@ use std::sync::Mutex;
 
 const B: u64 = BLOCK_SIZE as u64;
 
+/// A read cache's figures: bytes held and the most it holds; reads answered from it and
+/// reads that were not, since the store opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub bytes: u64,
+    pub capacity: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
 /// Cached blocks with first-in-first-out eviction, bounded in blocks.
 pub struct BlockCache {
     cap: usize,
@@ -74,17 +84,14 @@ impl BlockCache {
         true
     }
 
-    /// Reads answered from the cache and reads that were not, since the store opened.
-    pub fn hits_misses(&self) -> (u64, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.misses.load(Ordering::Relaxed),
-        )
-    }
-
-    /// The most bytes it holds.
-    pub fn capacity_bytes(&self) -> u64 {
-        self.cap as u64 * B
+    /// What it holds and how it served, for the store's stats.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            bytes: self.len() as u64 * B,
+            capacity: self.cap as u64 * B,
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
     }
 
     /// Caches whole blocks of `data` at `off` (the caller holds them as written or verified).
@@ -173,8 +180,13 @@ mod tests {
         assert!(!c.get_all(B, &mut out[..BLOCK_SIZE], |_, _| true));
         assert!(c.get_all(2 * B, &mut out[..BLOCK_SIZE], |_, _| true));
         // Two reads were answered from memory; the refused, evicted and invalidated ones not.
-        assert_eq!(c.hits_misses(), (2, 3));
-        assert_eq!(c.capacity_bytes(), 2 * B);
+        let s = c.stats();
+        assert_eq!((s.hits, s.misses), (2, 3));
+        assert_eq!(
+            (s.bytes, s.capacity),
+            (B, 2 * B),
+            "one block left after the invalidation"
+        );
     }
 
     #[test]

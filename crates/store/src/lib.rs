@@ -33,6 +33,7 @@ mod store;
 mod txn;
 pub mod wal;
 
+pub use cache::CacheStats;
 pub use device::{AlignedBuf, BlockDevice, FileDevice, MemDevice, BLOCK_SIZE};
 pub use error::{Result, StoreError};
 pub use mirror::IoStats;

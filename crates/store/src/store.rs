@@ -95,13 +95,8 @@ pub struct StoreStats {
     pub writable_bytes: u64,
     /// Bytes of that in use (live and pending data, checkpoints): at `writable_bytes`, full.
     pub used_bytes: u64,
-    /// Bytes held by the read cache.
-    pub read_cache_bytes: u64,
-    /// The most the read cache holds (0: no cache).
-    pub read_cache_capacity: u64,
-    /// Data reads answered from the read cache, and those that went to a device.
-    pub read_cache_hits: u64,
-    pub read_cache_misses: u64,
+    /// The read cache (all zero without one).
+    pub read_cache: crate::cache::CacheStats,
     pub segments_cleaned: u64,
     pub cleaned_bytes: u64,
     pub live_bytes: u64,
@@ -636,20 +631,13 @@ impl Store {
             capacity_bytes: self.sh.data_blocks * BLOCK_SIZE as u64,
             writable_bytes: crate::commit::writable_blocks(&self.sh, &st) * BLOCK,
             used_bytes: crate::commit::used_blocks(&st) * BLOCK,
-            read_cache_bytes: self
+            read_cache: self
                 .sh
                 .data
                 .cache
                 .as_ref()
-                .map_or(0, |c| c.len() as u64 * BLOCK),
-            read_cache_capacity: self
-                .sh
-                .data
-                .cache
-                .as_ref()
-                .map_or(0, |c| c.capacity_bytes()),
-            read_cache_hits: self.sh.data.cache.as_ref().map_or(0, |c| c.hits_misses().0),
-            read_cache_misses: self.sh.data.cache.as_ref().map_or(0, |c| c.hits_misses().1),
+                .map(|c| c.stats())
+                .unwrap_or_default(),
             segments_free: st.segs.free_segments(),
             segments_cleaned: st.cleaned_segments,
             cleaned_bytes: st.cleaned_bytes,

@@ -654,7 +654,7 @@ fn flushed_data_is_read_from_the_cache_and_only_when_it_is_on() {
                 device_reads, 0,
                 "blocks just flushed are served from the cache"
             );
-            assert!(s.stats().read_cache_bytes >= 8 * 4096);
+            assert!(s.stats().read_cache.bytes >= 8 * 4096);
         }
     }
 }

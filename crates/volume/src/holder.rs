@@ -17,8 +17,11 @@ use tokio::time::Instant;
 /// Where a held lease stands.
 #[derive(Debug, Clone)]
 enum State {
-    /// I/O may run until `until` (the last successful renewal's start + SELF_FENCE_AFTER).
+    /// I/O may run until `until` (the last successful renewal's start + SELF_FENCE_AFTER),
+    /// when the watchdog turns it `Lapsed` unless a renewal came first.
     Valid { until: Instant },
+    /// Not renewed in time: no I/O until the next renewal.
+    Lapsed,
     /// Closed for good, and why.
     Closed(String),
 }
@@ -51,19 +54,12 @@ pub(crate) struct IoPermit<'a> {
 
 impl IoPermit<'_> {
     /// Resolves once the lease lapses (no renewal in time): the I/O must then be dropped, so
-    /// that nothing of it lands after others may consider the lease expired.
+    /// that nothing of it lands after others may consider the lease expired. No timer per
+    /// I/O: the volume's one watchdog marks the lapse.
     pub async fn lapsed(&mut self) {
-        loop {
-            let until = match &*self.state.borrow_and_update() {
-                State::Valid { until } => *until,
-                State::Closed(_) => return,
-            };
-            if Instant::now() >= until {
+        while matches!(*self.state.borrow_and_update(), State::Valid { .. }) {
+            if self.state.changed().await.is_err() {
                 return;
-            }
-            tokio::select! {
-                () = tokio::time::sleep_until(until) => {}
-                changed = self.state.changed() => if changed.is_err() { return },
             }
         }
     }
@@ -121,6 +117,7 @@ impl HeldLease {
             renew(renewing).await;
             let _ = done.send(true);
         });
+        tokio::spawn(watchdog(shared.clone()));
         Ok(HeldLease { shared, released })
     }
 
@@ -129,18 +126,16 @@ impl HeldLease {
     pub async fn enter(&self, give_up: Instant) -> Result<IoPermit<'_>, VolumeError> {
         let mut state = self.shared.state.subscribe();
         loop {
-            let now = Instant::now();
-            match state.borrow_and_update().clone() {
-                State::Closed(why) => return Err(self.shared.closed(why)),
-                State::Valid { until } if now < until => break,
-                State::Valid { .. } if now >= give_up => return Err(self.shared.lapsed()),
-                State::Valid { .. } => {}
+            match &*state.borrow_and_update() {
+                State::Closed(why) => return Err(self.shared.closed(why.clone())),
+                State::Valid { .. } => break,
+                State::Lapsed => {}
             }
             tokio::select! {
                 changed = state.changed() => if changed.is_err() {
                     return Err(self.shared.closed("its lease is gone".into()));
                 },
-                () = tokio::time::sleep_until(give_up) => {}
+                () = tokio::time::sleep_until(give_up) => return Err(self.shared.lapsed()),
             }
         }
         let io = self.shared.io.read().await;
@@ -245,6 +240,37 @@ impl Shared {
 /// Returns once `released` turns true (or its task is gone).
 pub(crate) async fn wait_released(mut released: watch::Receiver<bool>) {
     let _ = released.wait_for(|r| *r).await;
+}
+
+/// Turns the lease `Lapsed` when a renewal does not come by its `until`; ends once closed.
+async fn watchdog(s: Arc<Shared>) {
+    let mut state = s.state.subscribe();
+    loop {
+        let until = match &*state.borrow_and_update() {
+            State::Valid { until } => Some(*until),
+            State::Lapsed => None,
+            State::Closed(_) => return,
+        };
+        let Some(until) = until else {
+            if state.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => {
+                // A renewal meanwhile moved `until` on: then this lapse is not due.
+                s.state.send_if_modified(|st| match st {
+                    State::Valid { until } if *until <= Instant::now() => {
+                        *st = State::Lapsed;
+                        true
+                    }
+                    _ => false,
+                });
+            }
+            changed = state.changed() => if changed.is_err() { return },
+        }
+    }
 }
 
 /// Renews the lease until stopped or until the header says the volume is going.

@@ -282,7 +282,14 @@ impl Cluster {
 
     /// `cairn status --json` parsed.
     pub fn status(&self) -> serde_json::Value {
-        serde_json::from_str(&self.ok(&["status", "--json"])).expect("status json")
+        self.status_with(&[])
+    }
+
+    /// `cairn status --json ARGS` parsed.
+    pub fn status_with(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["status", "--json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&all)).expect("status json")
     }
 }
 

@@ -12,7 +12,6 @@ use cairn_proto::stream::FrameSender;
 use cairn_store::StoreError;
 use std::sync::Arc;
 
-/// Sends an op reply (a client that went away needs none).
 /// The wire code of a store failure: what a client (the NBD server's ENOSPC) matches on.
 pub fn fail_code(e: &StoreError) -> FailCode {
     match e {
@@ -41,6 +40,7 @@ pub fn rep_store_failed(e: &StoreError) -> RepReply {
     }
 }
 
+/// Sends an op reply (a client that went away needs none).
 pub fn reply(to: &FrameSender, req_id: u64, r: &OpReply, data: &[u8]) {
     let control = cairn_proto::msg::encode(r);
     let _ = to.send(OP_REPLY, req_id, &control, data);
