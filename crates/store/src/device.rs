@@ -90,6 +90,21 @@ impl AlignedBuf {
         }
     }
 
+    /// A buffer of `len` bytes (rounded up to whole blocks) kept in `slot` for the next call:
+    /// allocated only when the one there is too small. Its bytes are whatever the last user
+    /// left, so the caller must overwrite all of them (a fresh large zeroed allocation per
+    /// call costs page faults and page clearing on every flush).
+    pub fn reuse(slot: &mut Option<AlignedBuf>, len: usize) -> &mut AlignedBuf {
+        let want = len.div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE;
+        if slot.as_ref().is_none_or(|b| b.cap < want) {
+            *slot = Some(Self::zeroed(want));
+        }
+        let b = slot.get_or_insert_with(|| Self::zeroed(want));
+        // The allocation holds at least `want` initialised bytes (zeroed, then written).
+        b.len = want;
+        b
+    }
+
     /// A buffer holding `data`, zero-padded to whole blocks.
     pub fn from_slice(data: &[u8]) -> Self {
         let mut b = Self::zeroed(data.len());

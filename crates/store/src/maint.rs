@@ -134,6 +134,16 @@ fn next_work(sh: &Shared) -> Work {
                 throttle: !critical,
             };
         }
+        // Idle with nothing pending: the flusher's staging buffer is not held meanwhile
+        // (freed outside the lock, then everything is looked at again).
+        if st.dirty.is_empty() {
+            if let Some(buf) = FLUSH_BUF.with_borrow_mut(Option::take) {
+                drop(st);
+                drop(buf);
+                st = sh.lock();
+                continue;
+            }
+        }
         let tick = cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
         st.maint_idle = true;
         st = sh
@@ -238,6 +248,11 @@ fn make_space(sh: &Shared) -> Result<bool> {
     Ok(false)
 }
 
+thread_local! {
+    /// The flusher's staging buffer, reused from one flush to the next.
+    static FLUSH_BUF: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Writes up to one batch of pending data; returns the number of blocks written.
 fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
     let (pieces, runs) = {
@@ -287,15 +302,18 @@ fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         (pieces, runs)
     };
     let total: u64 = pieces.iter().map(|p| p.nblocks as u64).sum();
-    // Lay the pieces out contiguously over the runs.
-    let mut buf = AlignedBuf::zeroed((total * B) as usize);
-    let mut at = 0;
-    for p in &pieces {
-        let n = p.nblocks as usize * BLOCK_SIZE;
-        buf[at..at + n].copy_from_slice(&p.data[p.data_off..p.data_off + n]);
-        at += n;
-    }
-    write_runs(sh, &buf, &runs)?;
+    // Lay the pieces out contiguously over the runs, in a buffer kept from the last flush
+    // (every byte of it is overwritten: the pieces cover `total` whole blocks).
+    FLUSH_BUF.with_borrow_mut(|slot| {
+        let buf = AlignedBuf::reuse(slot, (total * B) as usize);
+        let mut at = 0;
+        for p in &pieces {
+            let n = p.nblocks as usize * BLOCK_SIZE;
+            buf[at..at + n].copy_from_slice(&p.data[p.data_off..p.data_off + n]);
+            at += n;
+        }
+        write_runs(sh, &buf[..at], &runs)
+    })?;
     let mut st = sh.lock();
     let st = &mut *st;
     let mut pos = 0u64; // block position within the laid-out batch
