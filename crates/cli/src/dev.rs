@@ -74,6 +74,10 @@ pub struct UpArgs {
     /// purpose, e.g. to watch it) [default: 0]. Fixed when the cluster is created.
     #[arg(long, value_name = "MS")]
     pub recovery_sleep_ms: Option<u64>,
+    /// The OSDs' `--direct-write-min`: whole-block writes of at least this size go straight
+    /// to the data device [default: 0, off]. Fixed when the cluster is created.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    pub direct_write_min: Option<u64>,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written) [default: 10G, or less so that it fits: what the pool can hold, rounded down
     /// to whole GiB].
@@ -121,6 +125,9 @@ struct DevState {
     /// The OSDs' pause after each recovered object, in milliseconds.
     #[serde(default)]
     recovery_sleep_ms: u64,
+    /// The OSDs' `--direct-write-min` in bytes (0: off).
+    #[serde(default)]
+    direct_write_min: u64,
 }
 
 pub fn run(cmd: DevCmd) -> Result<()> {
@@ -211,6 +218,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         history_keep: Some(a.history_keep.unwrap_or(cairn_mon::DEFAULT_HISTORY_KEEP)),
         scrub_interval: Some(a.scrub_interval.unwrap_or(7 * 24 * 3600)),
         recovery_sleep_ms: a.recovery_sleep_ms.unwrap_or(0),
+        direct_write_min: a.direct_write_min.unwrap_or(0),
     })
 }
 
@@ -239,6 +247,11 @@ fn check_fixed(a: &UpArgs, s: &DevState) -> Result<()> {
         "recovery-sleep-ms",
         a.recovery_sleep_ms,
         Some(s.recovery_sleep_ms),
+    );
+    check(
+        "direct-write-min",
+        a.direct_write_min,
+        Some(s.direct_write_min),
     );
     if differ.is_empty() {
         return Ok(());
@@ -708,6 +721,10 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
             "--memory-target".into(),
             dev_memory_target(s.osds).to_string(),
         ];
+        if s.direct_write_min > 0 {
+            args.push("--direct-write-min".into());
+            args.push(s.direct_write_min.to_string());
+        }
         if s.recovery_sleep_ms > 0 {
             args.push("--recovery-sleep-ms".into());
             args.push(s.recovery_sleep_ms.to_string());

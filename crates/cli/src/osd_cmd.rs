@@ -85,6 +85,23 @@ pub struct RunArgs {
     /// their share (`cairn dev up` does: half the memory split between its OSDs).
     #[arg(long, value_parser = parse_memory_target, allow_hyphen_values = true)]
     pub memory_target: Option<u64>,
+    /// Write whole-block writes of at least this size (e.g. 1M) straight to the data device,
+    /// with only their metadata through the WAL: every byte written once, WAL traffic cut to
+    /// the metadata. 0 = off (the default): every write goes through the WAL and the
+    /// flusher. Worth it where the data device writes and flushes large blocks about as fast
+    /// as the WAL takes them; see docs/operator/store.md for what was measured.
+    #[arg(long, value_parser = parse_direct_write_min, default_value = "0")]
+    pub direct_write_min: u64,
+}
+
+fn parse_direct_write_min(s: &str) -> std::result::Result<u64, String> {
+    let v = crate::size::parse_size(s)?;
+    if v != 0 && (v < 64 << 10 || v % 4096 != 0) {
+        return Err(format!(
+            "{s} is not 0 (off) or a multiple of 4 KiB of at least 64K"
+        ));
+    }
+    Ok(v)
 }
 
 fn parse_memory_target(s: &str) -> std::result::Result<u64, String> {
@@ -164,6 +181,7 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.recovery_share = a.recovery_share;
     cfg.recovery_sleep = std::time::Duration::from_millis(a.recovery_sleep_ms);
     cfg.recovery_max_active = a.recovery_max_active;
+    cfg.direct_write_min = a.direct_write_min;
     if let Some(m) = a.memory_target {
         cfg.memory_target = m;
     }

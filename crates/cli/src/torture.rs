@@ -7,7 +7,8 @@
 //! - `START <thread> <counter>`: the thread resumes after `<counter>`, read from the store.
 //! - `TRY <thread> <counter>`: the thread is about to commit transaction `<counter>`.
 //! - `ACK <thread> <counter>`: that commit returned Ok, so the transaction is durable.
-//! - `STATS <commits> <checkpoints> <segments cleaned> <free segments>`: every 100 ms, the
+//! - `STATS <commits> <checkpoints> <segments cleaned> <free segments> <direct writes>`:
+//!   every 100 ms, the
 //!   store's counters since this process opened it.
 //!
 //! Transaction `<counter>` of `<thread>` is [`workload::txn`]`(seed, thread, counter)`. A
@@ -40,6 +41,10 @@ pub struct TortureArgs {
     /// Longest time data waits in memory before the flusher writes it (default: the store's).
     #[arg(long, value_name = "MS")]
     flush_max_delay_ms: Option<u64>,
+    /// Whole-block writes of at least this many bytes go straight to the data device
+    /// (`StoreConfig::direct_write_min_bytes`; default: the store's, off).
+    #[arg(long, value_name = "BYTES")]
+    direct_write_min: Option<u64>,
 }
 
 /// Prints one protocol line and flushes it; exits quietly when stdout is gone.
@@ -61,6 +66,9 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
     }
     if let Some(ms) = a.flush_max_delay_ms {
         cfg.flush_max_delay = Duration::from_millis(ms);
+    }
+    if let Some(b) = a.direct_write_min {
+        cfg.direct_write_min_bytes = b;
     }
     let t0 = Instant::now();
     let store = Arc::new(Store::open(&devs, cfg).context("cannot open the store")?);
@@ -118,8 +126,8 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(100));
         let s = store.stats();
         emit(format_args!(
-            "STATS {} {} {} {}",
-            s.commits, s.checkpoints, s.segments_cleaned, s.segments_free
+            "STATS {} {} {} {} {}",
+            s.commits, s.checkpoints, s.segments_cleaned, s.segments_free, s.direct_writes
         ));
         if handles.iter().all(|h| h.is_finished()) {
             break;

@@ -326,6 +326,10 @@ fn bench_store_smoke() {
             "randwrite-4k-qd32",
             "randread-4k-qd1",
             "randread-4k-qd32",
+            "write-128k-qd8-wal",
+            "write-128k-qd8-direct",
+            "write-1m-qd8-wal",
+            "write-1m-qd8-direct",
             "mix70-4k-qd32-separated",
             "mix70-4k-qd32-unseparated"
         ]
@@ -357,10 +361,36 @@ fn bench_store_smoke() {
             assert!(w["read_lat_us"]["p99"].is_number(), "{name}");
             assert!(w["dev_flushes"].is_number(), "{name}");
         }
+        if name.starts_with("write-") {
+            // Large writes: the -direct runs' bytes skipped the WAL (but for a few that took
+            // the WAL path while free segments ran short on this small device), none of -wal's.
+            let (direct, bytes) = (
+                w["direct_bytes"].as_u64().unwrap(),
+                w["block_bytes"].as_u64().unwrap(),
+            );
+            let ops = w["ops"].as_u64().unwrap();
+            if name.ends_with("-direct") {
+                assert!(
+                    direct >= ops * bytes / 2 && direct <= ops * bytes,
+                    "{name}: {w}"
+                );
+                assert!(
+                    w["wal_write_bytes"].as_u64().unwrap() < ops * bytes / 2,
+                    "{name}: {w}"
+                );
+            } else {
+                assert_eq!(direct, 0, "{name}");
+                assert!(
+                    w["wal_write_bytes"].as_u64().unwrap() >= ops * bytes,
+                    "{name}: {w}"
+                );
+            }
+            assert!(w["mb_per_s"].as_f64().unwrap() > 0.0, "{name}");
+        }
     }
     assert_eq!(
         err.lines().filter(|l| l.contains("IOPS")).count(),
-        6,
+        10,
         "{err}"
     );
     // The benchmark removes its files.

@@ -143,7 +143,8 @@ struct Seen {
     acks: BTreeMap<usize, u64>,
     ack_count: BTreeMap<usize, u64>,
     protocol: Vec<String>,
-    /// The last STATS line: commits, checkpoints, segments cleaned, free segments.
+    /// The last STATS line: commits, checkpoints, segments cleaned, free segments, direct
+    /// writes.
     stats: Vec<u64>,
     eof: bool,
 }
@@ -217,6 +218,10 @@ struct Harness {
     ctr: Vec<u64>,
     round: usize,
     total_acks: u64,
+    /// The torture process's `--direct-write-min` (None: the store's default, off).
+    direct_write_min: Option<u64>,
+    /// Direct writes the torture processes reported (their last STATS lines).
+    direct_writes: u64,
 }
 
 impl Harness {
@@ -239,6 +244,8 @@ impl Harness {
             ctr: vec![0; workload::MAX_THREADS],
             round: 0,
             total_acks: 0,
+            direct_write_min: None,
+            direct_writes: 0,
         }
     }
 
@@ -260,6 +267,9 @@ impl Harness {
         }
         if let Some(ms) = p.flush_ms {
             args.extend(["--flush-max-delay-ms".into(), ms.to_string()]);
+        }
+        if let Some(b) = self.direct_write_min {
+            args.extend(["--direct-write-min".into(), b.to_string()]);
         }
         Command::new(BIN)
             .args(&args)
@@ -356,9 +366,10 @@ impl Harness {
         }
         let acks: u64 = seen.ack_count.values().sum();
         self.total_acks += acks;
+        self.direct_writes += seen.stats.get(4).copied().unwrap_or(0);
         eprintln!(
             "{ctx}: killed after {:?}: {acks} commits acknowledged, last ACK {:?}, last TRY \
-             {:?}; store counters (commits, checkpoints, segments cleaned, free): {:?}",
+             {:?}; store counters (commits, checkpoints, segments cleaned, free, direct): {:?}",
             t0.elapsed(),
             seen.acks,
             seen.tries,
@@ -759,4 +770,47 @@ fn kill9_mirror_with_cleaning() {
         h.round(random_plan(&mut r));
     }
     h.final_scrub();
+}
+
+/// Whole-block writes of two blocks or more go straight to the data file (only their
+/// metadata through the WAL), one-block and unaligned ones through the WAL: kills land
+/// between a direct write's data and its record too.
+#[test]
+fn kill9_with_large_writes_written_once() {
+    let files = Files::new("direct", 1, true);
+    let mut h = Harness::new(
+        "kill9_direct",
+        files,
+        &["--size", "256M", "--wal-size", "64M"],
+    );
+    h.direct_write_min = Some(8192);
+    let mut r = Rng::new(h.seed ^ 0x2718_2818);
+    for i in 0..4 {
+        h.round(Plan {
+            threads: 2 + r.below(3) as usize,
+            from: if i == 1 {
+                KillFrom::Spawn
+            } else {
+                KillFrom::AllAcked(10)
+            },
+            delay: if i == 1 {
+                ms(&mut r, 0, 300)
+            } else {
+                ms(&mut r, 100, 1000)
+            },
+            checkpoint_ms: (i % 2 == 0).then(|| 50 + r.below(300)),
+            flush_ms: None,
+            close: i == 3,
+        });
+    }
+    for _ in 0..extra_rounds() {
+        h.round(random_plan(&mut r));
+    }
+    h.final_scrub();
+    assert!(h.total_acks > 0, "{}: no commit was acknowledged", h.ctx());
+    assert!(
+        h.direct_writes > 0,
+        "{}: no write went straight to the data file",
+        h.ctx()
+    );
 }

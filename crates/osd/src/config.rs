@@ -47,6 +47,11 @@ pub struct OsdConfig {
     /// Memory this OSD aims to use; the read cache gets [`cache_share`] of it. Default
     /// [`default_memory_target`].
     pub memory_target: u64,
+    /// Writes of whole blocks at least this large go straight to the data device, with only
+    /// their metadata in the WAL (`StoreConfig::direct_write_min_bytes`); 0 = off. Default 0:
+    /// the shard thread waits for the data device's write and flush, which costs more than
+    /// it saves where the data device is slower than the WAL (docs/operator/store.md).
+    pub direct_write_min: u64,
 }
 
 /// Smallest memory target: below it the read cache would be too small to matter.
@@ -116,6 +121,7 @@ impl OsdConfig {
             recovery_max_active: 2,
             lease: Duration::from_secs(2),
             memory_target: default_memory_target(),
+            direct_write_min: 0,
         }
     }
 

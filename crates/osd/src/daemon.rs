@@ -234,6 +234,7 @@ pub fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     };
     let store_cfg = StoreConfig {
         read_cache_bytes: crate::config::cache_share(cfg.memory_target),
+        direct_write_min_bytes: cfg.direct_write_min,
         ..StoreConfig::default()
     };
     let err = |source| OsdError::Store {

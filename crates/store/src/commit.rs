@@ -2,9 +2,12 @@
 //! validate -> resolve into effects and apply them to the index -> encode one WAL record ->
 //! group-commit it (the first waiting thread writes and flushes everyone's records) -> return.
 //! `submit` + `sync_through` split the last step, so one thread can group its own commits.
-//! No data-device write or flush happens here.
+//! No data-device write happens here, except for large writes written once (`direct.rs`):
+//! those are written before their transaction is applied, and a batch carrying their records
+//! flushes the data devices before the WAL.
 
 use crate::device::BLOCK_SIZE;
+use crate::direct::{self, Placement, Placements};
 use crate::effect::{self, Effect, Name, Payload};
 use crate::error::{Result, StoreError};
 use crate::index::{ApplyOut, Freed, Index, Loc};
@@ -76,8 +79,13 @@ fn check_range(off: u64, len: u64) -> Result<()> {
     }
 }
 
-/// Checks limits and collection existence; returns (new data blocks, encoded size estimate).
-fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
+/// Checks limits and collection existence; returns (new data blocks the WAL path carries,
+/// encoded size estimate). Ops with a placement in `placed` carry only their metadata.
+pub(crate) fn validate(
+    idx: &Index,
+    txn: &Transaction,
+    placed: &[Option<Placement>],
+) -> Result<(u64, u64)> {
     if txn.ops.len() > limits::OPS {
         return Err(too_large(
             "transaction (operations)",
@@ -89,7 +97,7 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
     // a vector beats a map; nothing is allocated for the common case of none).
     let mut changed: Vec<(CollId, bool)> = Vec::new();
     let (mut blocks, mut bytes) = (0u64, 64u64);
-    for op in &txn.ops {
+    for (i, op) in txn.ops.iter().enumerate() {
         let c = op.coll();
         let present = changed
             .iter()
@@ -117,8 +125,14 @@ fn validate(idx: &Index, txn: &Transaction) -> Result<(u64, u64)> {
                 check_range(*offset, data.len() as u64)?;
                 let first = offset / B;
                 let end = (offset + data.len() as u64).div_ceil(B);
-                blocks += end.saturating_sub(first);
-                bytes += data.len() as u64;
+                if let Some(Some(p)) = placed.get(i) {
+                    // One effect per run: its header, name, offset and a crc per block.
+                    let runs = p.runs.len() as u64;
+                    bytes += runs * (40 + obj.len() as u64) + 4 * (end - first);
+                } else {
+                    blocks += end.saturating_sub(first);
+                    bytes += data.len() as u64;
+                }
             }
             Op::Zero {
                 obj, offset, len, ..
@@ -237,7 +251,13 @@ fn has_block(idx: &Index, coll: CollId, obj: &[u8], block: u64) -> bool {
 
 /// Turns one op into effects against the current index (which already holds the effects
 /// of the transaction's earlier ops).
-fn resolve(sh: &Shared, idx: &Index, op: &Op, out: &mut Vec<Effect>) -> Result<()> {
+fn resolve(
+    sh: &Shared,
+    idx: &Index,
+    op: &Op,
+    placed: Option<&Placement>,
+    out: &mut Vec<Effect>,
+) -> Result<()> {
     let name = |o: &[u8]| -> Name { Arc::from(o) };
     match op {
         Op::CreateCollection(c) => out.push(Effect::CreateColl(*c)),
@@ -266,29 +286,19 @@ fn resolve(sh: &Shared, idx: &Index, op: &Op, out: &mut Vec<Effect>) -> Result<(
             }
             let end = offset + data.len() as u64;
             let (first, last) = (offset / B, end.div_ceil(B));
-            let buf = if offset % B == 0 && end.is_multiple_of(B) {
-                // Whole blocks: the data is the blocks (no zero-filled buffer to copy into).
-                data.to_vec()
+            if let Some(p) = placed {
+                place_effects(*coll, &o, first, p, out);
             } else {
-                let mut buf = vec![0u8; ((last - first) * B) as usize];
-                if offset % B != 0 {
-                    buf[..BLOCK_SIZE].copy_from_slice(&old_block(sh, idx, *coll, obj, first)?);
-                }
-                if !end.is_multiple_of(B) && (last - 1 != first || offset % B == 0) {
-                    let tail = buf.len() - BLOCK_SIZE;
-                    buf[tail..].copy_from_slice(&old_block(sh, idx, *coll, obj, last - 1)?);
-                }
-                let at = (offset - first * B) as usize;
-                buf[at..at + data.len()].copy_from_slice(data);
-                buf
-            };
-            out.push(Effect::SetBlocks {
-                coll: *coll,
-                obj: o.clone(),
-                first_block: first,
-                nblocks: (last - first) as u32,
-                data: Payload::Owned(Arc::new(buf)),
-            });
+                out.push(Effect::SetBlocks {
+                    coll: *coll,
+                    obj: o.clone(),
+                    first_block: first,
+                    nblocks: (last - first) as u32,
+                    data: Payload::Owned(Arc::new(whole_blocks(
+                        sh, idx, *coll, obj, *offset, data,
+                    )?)),
+                });
+            }
             let size = idx.object(*coll, obj).map_or(0, |x| x.size);
             if end > size || idx.object(*coll, obj).is_none() {
                 out.push(Effect::SetSize {
@@ -359,6 +369,53 @@ fn resolve(sh: &Shared, idx: &Index, op: &Op, out: &mut Vec<Effect>) -> Result<(
     Ok(())
 }
 
+/// The whole blocks a write of `data` at `offset` covers: the data itself when it is
+/// block-aligned, else merged with the old contents of its edge blocks.
+fn whole_blocks(
+    sh: &Shared,
+    idx: &Index,
+    coll: CollId,
+    obj: &[u8],
+    offset: u64,
+    data: &[u8],
+) -> Result<Vec<u8>> {
+    let end = offset + data.len() as u64;
+    if offset.is_multiple_of(B) && end.is_multiple_of(B) {
+        // Whole blocks: the data is the blocks (no zero-filled buffer to copy into).
+        return Ok(data.to_vec());
+    }
+    let (first, last) = (offset / B, end.div_ceil(B));
+    let mut buf = vec![0u8; ((last - first) * B) as usize];
+    if !offset.is_multiple_of(B) {
+        buf[..BLOCK_SIZE].copy_from_slice(&old_block(sh, idx, coll, obj, first)?);
+    }
+    if !end.is_multiple_of(B) && (last - 1 != first || offset.is_multiple_of(B)) {
+        let tail = buf.len() - BLOCK_SIZE;
+        buf[tail..].copy_from_slice(&old_block(sh, idx, coll, obj, last - 1)?);
+    }
+    let at = (offset - first * B) as usize;
+    buf[at..at + data.len()].copy_from_slice(data);
+    Ok(buf)
+}
+
+/// One [`Effect::PlaceBlocks`] per run of a direct write that starts at object block `first`.
+fn place_effects(coll: CollId, obj: &Name, first: u64, p: &Placement, out: &mut Vec<Effect>) {
+    let mut blk = first;
+    let mut at = 0usize;
+    for &(off, n) in &p.runs {
+        out.push(Effect::PlaceBlocks {
+            coll,
+            obj: obj.clone(),
+            first_block: blk,
+            nblocks: n,
+            off,
+            crcs: p.crcs[at..at + n as usize].into(),
+        });
+        blk += n as u64;
+        at += n as usize;
+    }
+}
+
 /// Effects that make bytes `start..end` read as zeros: whole blocks become holes, partial
 /// edge blocks that hold data are rewritten.
 fn zero_range(
@@ -407,6 +464,16 @@ fn zero_range(
 
 /// Applies space accounting and flusher work for applied effects.
 pub(crate) fn account(st: &mut State, out: ApplyOut) {
+    for p in out.placed {
+        if let Some(s) = st.segs.seg_of(p.off) {
+            st.segs.summaries[s as usize].push(crate::segments::Summary {
+                coll: p.coll,
+                obj: p.obj,
+                first_block: p.first_block,
+                nblocks: p.nblocks,
+            });
+        }
+    }
     // New pending blocks first: a transaction may overwrite its own new data, and those
     // blocks are freed from what it added.
     if !out.dirty.is_empty() && st.dirty.is_empty() {
@@ -459,6 +526,19 @@ pub(crate) fn available_blocks(sh: &Shared, st: &State) -> u64 {
 }
 
 fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State>, u64)> {
+    let placed = direct::place(sh, txn)?;
+    let r = submit_placed(sh, txn, &placed);
+    if r.is_err() && !placed.is_empty() {
+        direct::settle(&mut sh.lock(), &placed, false);
+    }
+    r
+}
+
+fn submit_placed<'a>(
+    sh: &'a Shared,
+    txn: &Transaction,
+    placed: &Placements,
+) -> Result<(MutexGuard<'a, State>, u64)> {
     let mut st = sh.lock();
     loop {
         if let Some(f) = &st.failed {
@@ -473,14 +553,14 @@ fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State
     // Validation is repeated after every wait: the lock is released while waiting, and
     // other transactions may change what this one depends on (a removed collection).
     loop {
-        let (new_blocks, est) = validate(&st.index, txn)?;
+        let (new_blocks, est) = validate(&st.index, txn, placed)?;
         check_limits(sh, &st, new_blocks, est)?;
         // Wait while too much data waits for the flusher, and for WAL room (a wrap can cost
         // up to one more batch, hence the factor two).
         let wal_full = sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size;
         let pending_full = st.pending_blocks + new_blocks > sh.pending_limit_blocks();
         if !wal_full && !pending_full && !st.barrier {
-            return apply_and_log(sh, st, txn, est);
+            return apply_and_log(sh, st, txn, placed, est);
         }
         if let Some(f) = &st.failed {
             return Err(StoreError::Failed(f.clone()));
@@ -530,6 +610,7 @@ fn apply_and_log<'a>(
     sh: &'a Shared,
     mut st: MutexGuard<'a, State>,
     txn: &Transaction,
+    placed: &Placements,
     est: u64,
 ) -> Result<(MutexGuard<'a, State>, u64)> {
     let st_ref = &mut *st;
@@ -539,9 +620,10 @@ fn apply_and_log<'a>(
     let mut effects = Vec::with_capacity(txn.ops.len() + 1);
     let mut out = ApplyOut::default();
     let no_record: RecordBuf = Arc::new(Vec::new());
-    for op in &txn.ops {
+    for (i, op) in txn.ops.iter().enumerate() {
         let start = effects.len();
-        if let Err(e) = resolve(sh, &st_ref.index, op, &mut effects) {
+        let p = placed.get(i).and_then(Option::as_ref);
+        if let Err(e) = resolve(sh, &st_ref.index, op, p, &mut effects) {
             if let Some(idx) = rollback {
                 st_ref.index = idx;
                 return Err(e);
@@ -568,6 +650,7 @@ fn apply_and_log<'a>(
     );
     st_ref.next_seq += 1;
     st_ref.commits += 1;
+    direct::settle(st_ref, placed, true);
     account(st_ref, out);
     st_ref.queue_bytes += rec.len() as u64;
     st_ref.queue.push(rec);
@@ -628,15 +711,20 @@ pub(crate) fn write_batch<'a>(
     let end = tail + wal::batch_footprint(&sh.wal, tail, len);
     let fits = end - st.head_lsn <= sh.wal.ring_size;
     st.tail_lsn = end;
+    // Records of direct writes name data written before they were queued: make it durable
+    // before the records are (one flush for every such write in the batch).
+    let flush_data = std::mem::take(&mut st.data_unflushed);
     drop(st);
     let layout = layout_batch(&sh.wal, tail, &records, first_seq, prev_crc, sh.wal_tag);
     debug_assert_eq!(layout.end_lsn, end);
-    let result = if fits {
-        write_layout(sh, &layout)
-    } else {
+    let result = if !fits {
         Err(StoreError::Failed(
             "WAL ring overflow (accounting bug)".into(),
         ))
+    } else if flush_data {
+        sh.data.flush().and_then(|()| write_layout(sh, &layout))
+    } else {
+        write_layout(sh, &layout)
     };
     let mut st = sh.lock();
     st.writing = false;

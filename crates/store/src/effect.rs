@@ -38,6 +38,17 @@ pub enum Effect {
         nblocks: u32,
         data: Payload,
     },
+    /// Replaces whole blocks `first_block..first_block + nblocks` with blocks already written
+    /// (and flushed) at byte `off` of the data devices, whose crcs it carries: a large write
+    /// that went straight to its place, so the record holds its metadata only.
+    PlaceBlocks {
+        coll: CollId,
+        obj: Name,
+        first_block: u64,
+        nblocks: u32,
+        off: u64,
+        crcs: Box<[u32]>,
+    },
     /// Makes whole blocks holes.
     PunchBlocks {
         coll: CollId,
@@ -125,6 +136,24 @@ fn encode_one(e: &Effect, rec: &[u8], out: &mut Vec<u8>) {
             match data {
                 Payload::Owned(bytes) => out.extend_from_slice(&bytes[..len]),
                 Payload::InRecord(off) => out.extend_from_slice(&rec[*off..*off + len]),
+            }
+        }
+        Effect::PlaceBlocks {
+            coll,
+            obj,
+            first_block,
+            nblocks,
+            off,
+            crcs,
+        } => {
+            w.u8(13);
+            w.u64(*coll);
+            w.name(obj);
+            w.u64(*first_block);
+            w.u32(*nblocks);
+            w.u64(*off);
+            for c in crcs.iter() {
+                w.u32(*c);
             }
         }
         Effect::PunchBlocks {
@@ -223,13 +252,7 @@ fn decode_one(r: &mut Reader, base: usize) -> Result<Effect, DecodeError> {
         2 => Effect::RemoveColl(coll),
         3 => Effect::Touch { coll, obj: obj(r)? },
         4 => {
-            let obj = obj(r)?;
-            let first_block = r.u64()?;
-            let nblocks = r.u32()?;
-            if nblocks == 0 || nblocks > MAX_BLOCKS_PER_EFFECT {
-                return Err(DecodeError(format!("bad block count {nblocks}")));
-            }
-            check_blocks(first_block, nblocks as u64)?;
+            let (obj, first_block, nblocks) = block_run(r)?;
             let off = base + r.pos();
             r.take(nblocks as usize * BLOCK_SIZE)?;
             Effect::SetBlocks {
@@ -286,8 +309,41 @@ fn decode_one(r: &mut Reader, base: usize) -> Result<Effect, DecodeError> {
             start: r.name(limits::KV_KEY)?.to_vec(),
             end: r.name(limits::KV_KEY)?.to_vec(),
         },
+        13 => {
+            let (obj, first_block, nblocks) = block_run(r)?;
+            let off = r.u64()?;
+            if !off.is_multiple_of(BLOCK_SIZE as u64) {
+                return Err(DecodeError(format!("unaligned data offset {off}")));
+            }
+            // Sized from the input only once the input is known to hold it.
+            let raw = r.take(nblocks as usize * 4)?;
+            let crcs = raw
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            Effect::PlaceBlocks {
+                coll,
+                obj,
+                first_block,
+                nblocks,
+                off,
+                crcs,
+            }
+        }
         t => return Err(DecodeError(format!("unknown effect tag {t}"))),
     })
+}
+
+/// The object, first block and block count of a `SetBlocks` or `PlaceBlocks`, checked.
+fn block_run(r: &mut Reader) -> Result<(Name, u64, u32), DecodeError> {
+    let obj = obj(r)?;
+    let first_block = r.u64()?;
+    let nblocks = r.u32()?;
+    if nblocks == 0 || nblocks > MAX_BLOCKS_PER_EFFECT {
+        return Err(DecodeError(format!("bad block count {nblocks}")));
+    }
+    check_blocks(first_block, nblocks as u64)?;
+    Ok((obj, first_block, nblocks))
 }
 
 fn check_blocks(first: u64, n: u64) -> Result<(), DecodeError> {
@@ -326,6 +382,14 @@ mod tests {
                 obj: o.clone(),
                 first_block: 0,
                 nblocks: 2,
+            },
+            Effect::PlaceBlocks {
+                coll: 1,
+                obj: o.clone(),
+                first_block: 8,
+                nblocks: 2,
+                off: 1 << 20,
+                crcs: vec![7, 8].into(),
             },
             Effect::SetSize {
                 coll: 1,

@@ -103,11 +103,22 @@ pub struct Dirty {
     pub id: u64,
 }
 
+/// Blocks an [`Effect::PlaceBlocks`] put into the index, already on the data devices.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub coll: CollId,
+    pub obj: Name,
+    pub first_block: u64,
+    pub nblocks: u32,
+    pub off: u64,
+}
+
 /// Side effects of applying effects, for space accounting and the flusher.
 #[derive(Debug, Default)]
 pub struct ApplyOut {
     pub freed: Vec<Freed>,
     pub dirty: Vec<Dirty>,
+    pub placed: Vec<Placed>,
 }
 
 fn free_extent(e: &Extent, out: &mut Vec<Freed>) {
@@ -305,6 +316,34 @@ impl Index {
                     first_block: *first_block,
                     nblocks: *nblocks,
                     id: *next_id,
+                });
+            }
+            Effect::PlaceBlocks {
+                coll,
+                obj,
+                first_block,
+                nblocks,
+                off,
+                crcs,
+            } => {
+                let Some((name, o)) = self.object_entry_mut(*coll, obj) else {
+                    return;
+                };
+                o.punch(*first_block, *nblocks as u64, &mut out.freed);
+                o.extents.insert(
+                    *first_block,
+                    Extent {
+                        nblocks: *nblocks,
+                        loc: Loc::Disk(*off),
+                        crcs: crcs.clone(),
+                    },
+                );
+                out.placed.push(Placed {
+                    coll: *coll,
+                    obj: name,
+                    first_block: *first_block,
+                    nblocks: *nblocks,
+                    off: *off,
                 });
             }
             Effect::PunchBlocks {

@@ -7,7 +7,7 @@ use crate::device::{align_up, AlignedBuf, BLOCK_SIZE};
 use crate::error::{Result, StoreError};
 use crate::format::WalHeader;
 use crate::index::{Dirty, Loc, LocMatch};
-use crate::segments::Summary;
+use crate::segments::{Head, Summary};
 use crate::store::{Shared, State};
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -169,8 +169,10 @@ struct Piece {
 /// Who allocates: the flusher leaves a few segments to the cleaner and checkpoints, so that
 /// they can always make room.
 #[derive(PartialEq, Eq, Clone, Copy)]
-enum Use {
+pub(crate) enum Use {
     Flush,
+    /// A large write going straight to its place: it leaves what the flusher leaves.
+    Direct,
     /// The flusher when nothing can be cleaned, and a checkpoint writing pending data: it
     /// leaves only what a checkpoint needs.
     FlushRelaxed,
@@ -184,13 +186,13 @@ pub(crate) fn ckpt_estimate(index_bytes: u64) -> u64 {
     last + last / 4 + 4
 }
 
-fn alloc(sh: &Shared, st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32)>> {
+pub(crate) fn alloc(sh: &Shared, st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32)>> {
     let no_space = |st: &State| StoreError::NoSpace {
         needed: n as u64 * B,
         available: st.segs.free_segments() as u64 * st.segs.seg_blocks as u64 * B,
     };
     let keep = match user {
-        Use::Flush => sh.flusher_keep_segments(st),
+        Use::Flush | Use::Direct => sh.flusher_keep_segments(st),
         // Only the cleaner's segment may be used: the checkpoint's room (for its index part
         // and for pending data it may have to carry inline) stays.
         Use::FlushRelaxed => sh.flusher_keep_segments(st) - 1,
@@ -200,7 +202,15 @@ fn alloc(sh: &Shared, st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32
     if keep > 0 && (st.segs.free_segments() as u64) < segs_needed + keep {
         return Err(no_space(st));
     }
-    let r = st.segs.alloc(n, user == Use::Ckpt);
+    let head = match user {
+        Use::Ckpt => Head::Ckpt,
+        Use::Direct => Head::Direct,
+        _ => Head::Data,
+    };
+    let r = st.segs.alloc(n, head);
+    if r.is_none() && keep > 0 {
+        return Err(no_space(st));
+    }
     r.ok_or_else(|| {
         let who = if user == Use::Ckpt { "checkpoint" } else { "cleaner" };
         StoreError::Failed(format!(
@@ -554,7 +564,7 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
         let blocks = (align_up(root_bytes.len() as u64) / B) as u32;
         // The root is read back in one piece: keep it within one segment.
         if st.segs.ckpt_head_room() < blocks {
-            st.segs.close_ckpt_head();
+            st.segs.close(Head::Ckpt);
         }
         alloc(sh, &mut st, blocks, Use::Ckpt)?
     };
@@ -577,7 +587,7 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     let mut st = sh.lock();
     st.header_gen = header_gen;
     st.head_lsn = lsn;
-    st.segs.close_ckpt_head();
+    st.segs.close(Head::Ckpt);
     let old = std::mem::replace(
         &mut st.ckpt_runs,
         runs.into_iter().chain(root_runs).collect(),

@@ -1,6 +1,6 @@
 //! Segment allocation and exact space accounting for the log-structured data devices.
 //!
-//! Data is appended to one open segment at a time. Every block is accounted to its segment as
+//! Data is appended to one open segment per append point ([`Head`]). Every block is accounted to its segment as
 //! live data or live checkpoint; a segment whose blocks are all dead goes to *limbo* and is
 //! reused only after a checkpoint taken after it died is durable, because the previous
 //! checkpoint may still point into it.
@@ -20,6 +20,18 @@ pub enum SegState {
     Used,
     /// Dead since the given checkpoint generation was started.
     Limbo(u64),
+}
+
+/// Which append point an allocation takes blocks from. Each has a segment of its own, so that
+/// every stream stays sequential on the device and releasing one frees whole segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Head {
+    /// Pending data written by the flusher, and live blocks moved by the cleaner.
+    Data,
+    /// Large writes that go straight to their place (see `commit::direct`).
+    Direct,
+    /// Checkpoint pieces and roots.
+    Ckpt,
 }
 
 /// What a segment holds, for the cleaner: written ranges of objects (some may be dead since).
@@ -43,10 +55,13 @@ pub struct Segments {
     state: Vec<SegState>,
     free: BTreeSet<u32>,
     limbo: Vec<u32>,
-    /// Open segment (and blocks used in it) for data, and for checkpoints. Checkpoints get
-    /// segments of their own so that releasing one frees whole segments at once.
-    head: Option<(u32, u32)>,
-    ckpt_head: Option<(u32, u32)>,
+    /// Open segment (and blocks used in it) of each [`Head`], indexed by `Head as usize`.
+    heads: [Option<(u32, u32)>; 3],
+    /// Blocks allocated to writes still in flight (written, not yet in the index), per
+    /// segment: the cleaner leaves such a segment alone, as it cannot see those blocks.
+    in_flight: Vec<u32>,
+    /// Segments that replay keeps open (see [`Segments::replay_place`]).
+    replay_open: Vec<u32>,
     pub summaries: Vec<Vec<Summary>>,
     /// Checkpoint snapshots started / made durable in this incarnation.
     pub snap_started: u64,
@@ -68,8 +83,9 @@ impl Segments {
             state: vec![SegState::Free; n],
             free: (0..count).collect(),
             limbo: Vec::new(),
-            head: None,
-            ckpt_head: None,
+            heads: [None; 3],
+            in_flight: vec![0; n],
+            replay_open: Vec::new(),
             summaries: vec![Vec::new(); n],
             snap_started: 0,
             snap_durable: 0,
@@ -94,12 +110,12 @@ impl Segments {
         self.base + s as u64 * self.seg_blocks as u64 * BLOCK
     }
 
-    /// Allocates `n` blocks at the head, as runs of (byte offset, blocks) each within one
-    /// segment, accounted as live data (or checkpoint when `ckpt`); the caller frees blocks that
-    /// turn out dead. `None` (and nothing allocated) when free segments run out.
-    pub fn alloc(&mut self, n: u32, ckpt: bool) -> Option<Vec<(u64, u32)>> {
-        let head = if ckpt { self.ckpt_head } else { self.head };
-        let head_room = head.map_or(0, |(_, used)| self.seg_blocks - used);
+    /// Allocates `n` blocks at `head`, as runs of (byte offset, blocks) each within one
+    /// segment, accounted as live data (or checkpoint for [`Head::Ckpt`]); the caller frees
+    /// blocks that turn out dead. `None` (and nothing allocated) when free segments run out.
+    pub fn alloc(&mut self, n: u32, head: Head) -> Option<Vec<(u64, u32)>> {
+        let h = head as usize;
+        let head_room = self.heads[h].map_or(0, |(_, used)| self.seg_blocks - used);
         let extra = n.saturating_sub(head_room);
         if extra.div_ceil(self.seg_blocks) as usize > self.free.len() {
             return None;
@@ -107,15 +123,10 @@ impl Segments {
         let mut runs = Vec::new();
         let mut left = n;
         while left > 0 {
-            let cur = if ckpt { self.ckpt_head } else { self.head };
-            let (seg, used) = match cur {
-                Some(h) if h.1 < self.seg_blocks => h,
+            let (seg, used) = match self.heads[h] {
+                Some(cur) if cur.1 < self.seg_blocks => cur,
                 _ => {
-                    if ckpt {
-                        self.close_ckpt_head();
-                    } else {
-                        self.close_head();
-                    }
+                    self.close(head);
                     let s = self.free.pop_first()?;
                     self.state[s as usize] = SegState::Open;
                     self.death[s as usize] = 0;
@@ -125,25 +136,21 @@ impl Segments {
             let take = left.min(self.seg_blocks - used);
             let off = self.seg_offset(seg) + used as u64 * BLOCK;
             // Account before the head can be closed, or the segment would look dead.
-            if ckpt {
+            if head == Head::Ckpt {
                 self.ckpt_blocks(off, take, true);
             } else {
                 self.add_live(off, take);
             }
             runs.push((off, take));
-            if ckpt {
-                self.ckpt_head = Some((seg, used + take));
-            } else {
-                self.head = Some((seg, used + take));
-            }
+            self.heads[h] = Some((seg, used + take));
             left -= take;
         }
         Some(runs)
     }
 
-    /// Closes the open segment (the next allocation starts a new one).
-    pub fn close_head(&mut self) {
-        if let Some((s, _)) = self.head.take() {
+    /// Closes the open segment of `head` (its next allocation starts a new one).
+    pub fn close(&mut self, head: Head) {
+        if let Some((s, _)) = self.heads[head as usize].take() {
             self.state[s as usize] = SegState::Used;
             self.maybe_dead(s);
         }
@@ -151,14 +158,19 @@ impl Segments {
 
     /// Blocks left in the open checkpoint segment.
     pub fn ckpt_head_room(&self) -> u32 {
-        self.ckpt_head.map_or(0, |(_, used)| self.seg_blocks - used)
+        self.heads[Head::Ckpt as usize].map_or(0, |(_, used)| self.seg_blocks - used)
     }
 
-    /// Closes the open checkpoint segment (each checkpoint starts a segment of its own).
-    pub fn close_ckpt_head(&mut self) {
-        if let Some((s, _)) = self.ckpt_head.take() {
-            self.state[s as usize] = SegState::Used;
-            self.maybe_dead(s);
+    /// Marks (`hold`) or unmarks allocated runs as written but not yet in the index.
+    pub fn in_flight(&mut self, runs: &[(u64, u32)], hold: bool) {
+        for &(off, n) in runs {
+            self.for_runs(off, n, |t, s, k| {
+                t.in_flight[s] = if hold {
+                    t.in_flight[s] + k
+                } else {
+                    t.in_flight[s].saturating_sub(k)
+                };
+            });
         }
     }
 
@@ -196,6 +208,36 @@ impl Segments {
                 t.state[s] = SegState::Used;
             }
         });
+    }
+
+    /// Replay of a record that placed `n` blocks at `off`: they are live, and their segment
+    /// was the open direct head when they were written, so it stays open (it must not die
+    /// between the records that fill it) until [`Segments::end_replay`].
+    pub fn replay_place(&mut self, off: u64, n: u32) {
+        self.for_runs(off, n, |t, s, _| {
+            match t.state[s] {
+                SegState::Free => {
+                    t.free.remove(&(s as u32));
+                }
+                SegState::Limbo(_) => t.limbo.retain(|&x| x as usize != s),
+                SegState::Open | SegState::Used => {}
+            }
+            if t.state[s] != SegState::Open {
+                t.state[s] = SegState::Open;
+                t.replay_open.push(s as u32);
+            }
+        });
+        self.add_live(off, n);
+    }
+
+    /// Closes the segments replay kept open.
+    pub fn end_replay(&mut self) {
+        for s in std::mem::take(&mut self.replay_open) {
+            if self.state[s as usize] == SegState::Open {
+                self.state[s as usize] = SegState::Used;
+                self.maybe_dead(s);
+            }
+        }
     }
 
     /// Accounts `n` live data blocks at `off` as dead.
@@ -250,6 +292,7 @@ impl Segments {
     pub fn clean_candidate(&self) -> Option<u32> {
         (0..self.state.len())
             .filter(|&i| self.state[i] == SegState::Used && self.live[i] > 0)
+            .filter(|&i| self.in_flight[i] == 0)
             .filter(|&i| self.live[i] + self.ckpt[i] < self.seg_blocks)
             .min_by_key(|&i| self.live[i])
             .map(|i| i as u32)
@@ -334,7 +377,7 @@ mod tests {
     #[test]
     fn dead_segments_wait_for_a_later_checkpoint() {
         let mut t = Segments::new(4096, 4 * BLOCK, 3);
-        let runs = t.alloc(6, false).unwrap();
+        let runs = t.alloc(6, Head::Data).unwrap();
         assert_eq!(runs, vec![(4096, 4), (4096 + 4 * BLOCK, 2)]);
         t.free_live(4096, 4);
         assert_eq!(t.state(0), SegState::Limbo(0));
@@ -345,10 +388,10 @@ mod tests {
         t.release_limbo();
         assert_eq!(t.free_segments(), 2);
         assert_eq!(t.live_blocks(), 2);
-        assert!(t.alloc(11, false).is_none());
+        assert!(t.alloc(11, Head::Data).is_none());
         // Checkpoints take whole segments of their own: two free segments hold 8 blocks.
-        assert!(t.alloc(9, true).is_none());
-        assert!(t.alloc(8, true).is_some());
+        assert!(t.alloc(9, Head::Ckpt).is_none());
+        assert!(t.alloc(8, Head::Ckpt).is_some());
         assert_eq!(t.ckpt_blocks_total(), 8);
     }
 }

@@ -49,6 +49,12 @@ pub struct StoreConfig {
     /// Segments kept free for the cleaner and checkpoints; writes get ENOSPC before
     /// touching them. Default 4.
     pub reserve_segments: u32,
+    /// Writes of whole blocks at least this large go straight to the data devices (data
+    /// written once, then only their metadata through the WAL; the WAL batch that carries
+    /// them flushes the data devices first) instead of through the WAL and the flusher; 0
+    /// turns this off. Default 0: the committing thread waits for the data device, which
+    /// pays where it writes large blocks about as fast as the WAL (docs/operator/store.md).
+    pub direct_write_min_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -66,6 +72,7 @@ impl Default for StoreConfig {
             clean_below_free_segments: 8,
             clean_rate: 64 << 20,
             reserve_segments: 4,
+            direct_write_min_bytes: 0,
         }
     }
 }
@@ -110,6 +117,10 @@ pub struct StoreStats {
     pub waits_for_wal_space: u64,
     /// Times a commit waited for a checkpoint's snapshot barrier.
     pub waits_for_checkpoint: u64,
+    /// Transactions whose large writes went straight to the data devices (written once, not
+    /// through the WAL), and the bytes of those writes.
+    pub direct_writes: u64,
+    pub direct_bytes: u64,
 }
 
 /// Facts about an object.
@@ -158,6 +169,12 @@ pub(crate) struct State {
     pub waits_for_flusher: u64,
     pub waits_for_wal_space: u64,
     pub waits_for_checkpoint: u64,
+    /// Transactions whose large writes went straight to the data devices, and their bytes.
+    pub direct_writes: u64,
+    pub direct_bytes: u64,
+    /// Direct writes reached the data devices since the last batch took this flag: the next
+    /// WAL batch flushes the data devices before it is written.
+    pub data_unflushed: bool,
 }
 
 /// Condition variables committers wait on, by sequence number.
@@ -455,6 +472,9 @@ impl Store {
             waits_for_flusher: 0,
             waits_for_wal_space: 0,
             waits_for_checkpoint: 0,
+            direct_writes: 0,
+            direct_bytes: 0,
+            data_unflushed: false,
         };
         for d in dirty.drain(..) {
             st.pending_blocks += d.nblocks as u64;
@@ -649,6 +669,8 @@ impl Store {
             waits_for_flusher: st.waits_for_flusher,
             waits_for_wal_space: st.waits_for_wal_space,
             waits_for_checkpoint: st.waits_for_checkpoint,
+            direct_writes: st.direct_writes,
+            direct_bytes: st.direct_bytes,
         }
     }
 
@@ -963,6 +985,24 @@ fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
         for e in &effects {
             st.index.apply(e, &rec, &mut st.next_id, &mut out);
         }
+        // Blocks a record placed were written before it: they are live from here on (at run
+        // time they were accounted when allocated).
+        for p in &out.placed {
+            let end = p.off + p.nblocks as u64 * BLOCK - 1;
+            let seg = st.segs.seg_of(p.off);
+            if seg.is_none() || seg != st.segs.seg_of(end) {
+                return Err(StoreError::corrupt(
+                    "WAL record",
+                    sh.wal.dev.name(),
+                    r.lsn,
+                    format!(
+                        "record {} places {} blocks at {} on the data devices, outside one segment",
+                        r.next_seq, p.nblocks, p.off
+                    ),
+                ));
+            }
+            st.segs.replay_place(p.off, p.nblocks);
+        }
         crate::commit::account(st, out);
     }
     if r.corruption_follows()? {
@@ -977,6 +1017,7 @@ fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
             ),
         ));
     }
+    st.segs.end_replay();
     st.next_seq = r.next_seq;
     st.last_crc = r.last_crc;
     st.durable_seq = r.next_seq - 1;

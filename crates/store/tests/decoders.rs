@@ -273,6 +273,21 @@ fn effect_strategy() -> impl Strategy<Value = Effect> {
                 data: Payload::Owned(Arc::new(vec![fill; nblocks as usize * BLOCK_SIZE])),
             }
         ),
+        (
+            c(),
+            obj_name(),
+            block(),
+            prop::collection::vec(any::<u32>(), 1..5),
+            0u64..(1 << 30)
+        )
+            .prop_map(|(coll, obj, first_block, crcs, blk)| Effect::PlaceBlocks {
+                coll,
+                obj,
+                first_block,
+                nblocks: crcs.len() as u32,
+                off: blk * BLOCK_SIZE as u64,
+                crcs: crcs.into(),
+            }),
         (c(), obj_name(), block(), 0u64..1000).prop_map(|(coll, obj, first_block, nblocks)| {
             Effect::PunchBlocks {
                 coll,
@@ -369,6 +384,20 @@ fn assert_effect_in_limits(e: &Effect, rec_len: usize) {
                 panic!("a decoded payload is not in the record")
             };
             assert!(off + *nblocks as usize * BLOCK_SIZE <= rec_len);
+        }
+        Effect::PlaceBlocks {
+            obj,
+            first_block,
+            nblocks,
+            off,
+            crcs,
+            ..
+        } => {
+            name_ok(obj);
+            assert!(*nblocks >= 1 && *nblocks as usize <= limits::TXN_BYTES / BLOCK_SIZE);
+            assert!(first_block + *nblocks as u64 <= max_block());
+            assert_eq!(crcs.len(), *nblocks as usize);
+            assert_eq!(off % BLOCK_SIZE as u64, 0);
         }
         Effect::PunchBlocks {
             obj,

@@ -678,6 +678,9 @@ fn model_cfg() -> StoreConfig {
         clean_below_free_segments: 10,
         clean_rate: 0,
         reserve_segments: 4,
+        // Aligned writes of two blocks or more go straight to the data devices, one-block
+        // writes through the WAL: both paths, and their mix in one transaction.
+        direct_write_min_bytes: 2 * B,
         ..StoreConfig::default()
     }
 }

@@ -57,6 +57,8 @@ pub struct Worker {
     pub abuf: AlignedBuf,
     /// The block to write: random bytes, tagged per write.
     data: Vec<u8>,
+    /// The chunk of a large write ([`Worker::chunk_for`]).
+    big: Vec<u8>,
     n: u64,
 }
 
@@ -69,8 +71,24 @@ impl Worker {
             rng,
             abuf: AlignedBuf::zeroed(BLK as usize),
             data,
+            big: Vec::new(),
             n: 0,
         }
+    }
+
+    /// The bytes of a write of `len` bytes (whole blocks) from working-set block `b`: the
+    /// worker's random bytes, each block tagged with its address and a write counter.
+    pub fn chunk_for(&mut self, b: u64, len: usize) -> &[u8] {
+        if self.big.len() != len {
+            self.big = vec![0u8; len];
+            self.rng.fill_bytes(&mut self.big);
+        }
+        self.n += 1;
+        for (i, blk) in self.big.chunks_mut(BLK as usize).enumerate() {
+            super::ops::tag(blk, b + i as u64);
+            blk[16..24].copy_from_slice(&self.n.to_le_bytes());
+        }
+        &self.big
     }
 
     /// The bytes of a write of working-set block `b`: tagged with `b` and a write counter.

@@ -51,11 +51,23 @@ const RANDREAD_QD1: &str = "randread-4k-qd1";
 const RANDREAD_QD32: &str = "randread-4k-qd32";
 const MIX_SEP: &str = "mix70-4k-qd32-separated";
 const MIX_UNSEP: &str = "mix70-4k-qd32-unseparated";
-const WORKLOADS: [&str; 6] = [
+/// Large writes: (name, bytes per write, whether they go straight to the data device).
+const LARGE: [(&str, u64, bool); 4] = [
+    ("write-128k-qd8-wal", 128 << 10, false),
+    ("write-128k-qd8-direct", 128 << 10, true),
+    ("write-1m-qd8-wal", 1 << 20, false),
+    ("write-1m-qd8-direct", 1 << 20, true),
+];
+const LARGE_THREADS: usize = 8;
+const WORKLOADS: [&str; 10] = [
     RANDWRITE_QD1,
     RANDWRITE_QD32,
     RANDREAD_QD1,
     RANDREAD_QD32,
+    LARGE[0].0,
+    LARGE[1].0,
+    LARGE[2].0,
+    LARGE[3].0,
     MIX_SEP,
     MIX_UNSEP,
 ];
@@ -74,12 +86,18 @@ collection; qdN = N threads each doing synchronous operations):
       70% reads / 30% writes on a store with TWO mirrored data devices whose flushes are slowed to \
 5 ms by the fault-injecting device, checkpointing every 25 ms (each checkpoint flushes the data \
 devices), with read/flush separation on / off.
-The single-device workloads use StoreConfig::default().
+  write-128k-qd8-wal, write-128k-qd8-direct, write-1m-qd8-wal, write-1m-qd8-direct
+      store.commit() of one 128 KiB / 1 MiB write at a random aligned offset, 8 threads, on the \
+single-device store reopened with such writes going through the WAL and the flusher (-wal) or \
+straight to the data device with only their metadata in the WAL (-direct).
+The single-device workloads use StoreConfig::default() (large writes: as said).
 
 Baselines (same size, same queue depth, same run):
   writes: pwrite + fdatasync of 4 KiB at random aligned offsets of a file in --wal-dir
   reads:  pread (O_DIRECT where supported) of 4 KiB at random aligned offsets of a prefilled file in --data-dir
   mixes:  70% of the reads above, 30% of the writes above
+  large writes: pwrite (O_DIRECT where supported) + fdatasync of the same size at random aligned \
+offsets of a file in --data-dir
 
 JSON: {\"workloads\": [...], ...}; each workload has name, threads, ops, iops, \
 lat_us {p50,p99,p999,max}, dev_writes, dev_write_mean_bytes, dev_read_bytes, dev_flushes (data \
@@ -88,7 +106,8 @@ baseline_lat_us {p50,p99}, ratio_to_baseline = iops / baseline_iops (above 1: fa
 baseline), lat_p50_ratio_to_baseline = lat_us.p50 / baseline_lat_us.p50 (below 1: faster), and \
 for the mixes read_lat_us and write_lat_us {p50,p99,p999,max}. Store counters over the timed \
 part: commits, wal_flushes, commits_per_wal_flush (group commit), checkpoints, segments_cleaned, \
-commit_waits {flusher, wal_space, checkpoint} (times a commit waited, by cause). Latencies are in \
+commit_waits {flusher, wal_space, checkpoint} (times a commit waited, by cause); large writes \
+also block_bytes, mb_per_s, baseline_mb_per_s and direct_bytes (bytes that skipped the WAL). Latencies are in \
 microseconds (recorded in nanoseconds, reported with 0.1 us resolution).";
 
 #[derive(Args)]
@@ -280,13 +299,23 @@ pub fn run(args: BenchStoreArgs) -> Result<()> {
 
 /// Creates the baseline files the selected workloads need.
 fn raw_files(ctx: &mut Ctx) -> Result<RawFiles> {
-    let needs_write = ctx.selected.iter().any(|w| !w.starts_with("randread"));
-    let needs_read = ctx.selected.iter().any(|w| !w.starts_with("randwrite"));
+    let wants = |p: &[&str]| {
+        ctx.selected
+            .iter()
+            .any(|w| p.iter().any(|p| w.starts_with(p)))
+    };
+    let needs_write = wants(&["randwrite", "mix"]);
+    let needs_read = wants(&["randread", "mix"]);
     let mut raw = RawFiles {
         write: None,
         read: None,
+        large: None,
         blocks: ctx.ws.blocks,
     };
+    if wants(&["write-"]) {
+        let p = ctx.files.path(&ctx.args.data_dir, "baseline-large-write");
+        raw.large = Some(ops::large_write_file(&p, ctx.ws.blocks)?);
+    }
     if needs_write {
         let p = ctx.files.path(&ctx.args.wal_dir, "baseline-write");
         ops::preallocate(&p, ctx.ws.blocks * BLK)?;
@@ -387,7 +416,11 @@ fn prefill(store: &Store, ws: &WorkingSet) -> Result<()> {
 /// `StoreConfig::default()`.
 fn single_device_workloads(ctx: &mut Ctx, raw: &RawFiles) -> Result<()> {
     let mine = [RANDWRITE_QD1, RANDWRITE_QD32, RANDREAD_QD1, RANDREAD_QD32];
-    if !mine.iter().any(|w| ctx.wants(w)) {
+    if !mine
+        .iter()
+        .chain(LARGE.iter().map(|l| &l.0))
+        .any(|w| ctx.wants(w))
+    {
         return Ok(());
     }
     let mark = ctx.files.paths.len();
@@ -431,8 +464,46 @@ fn single_device_workloads(ctx: &mut Ctx, raw: &RawFiles) -> Result<()> {
         ctx.push(entry(name, &m, &base, &s0, &s1));
     }
     store.close().context("closing the benchmark store")?;
+    large_write_workloads(ctx, raw, &devs)?;
     // Free the space before the mirrored store is created.
     ctx.files.remove_since(mark);
+    Ok(())
+}
+
+/// Large sequential-sized writes at random aligned offsets, 8 threads, on the single-device
+/// store reopened with large writes going through the WAL (and the flusher) or straight to
+/// the data device; baseline: the same pwrite + fdatasync on the data device's file system.
+fn large_write_workloads(ctx: &mut Ctx, raw: &RawFiles, devs: &Devices) -> Result<()> {
+    let dur = ctx.dur;
+    for (name, len, direct) in LARGE {
+        if !ctx.wants(name) {
+            continue;
+        }
+        let cfg = StoreConfig {
+            direct_write_min_bytes: if direct { len } else { 0 },
+            ..StoreConfig::default()
+        };
+        let store = Store::open(devs, cfg).context("reopening the benchmark store")?;
+        let ws = &ctx.ws;
+        let s0 = store.stats();
+        let m = measure(LARGE_THREADS, dur, 1, |w| {
+            ops::store_write_large(&store, ws, w, len)
+        })?;
+        let s1 = store.stats();
+        // What the WAL path left pending is written before the next workload starts.
+        store.close().context("closing the benchmark store")?;
+        let base = measure(LARGE_THREADS, dur, 1, |w| ops::raw_write_large(raw, w, len))?;
+        let (o, row) = entry(name, &m, &base, &s0, &s1);
+        let o = o
+            .put("block_bytes", len)
+            .put("direct_bytes", s1.direct_bytes - s0.direct_bytes)
+            .put("mb_per_s", round(m.iops() * len as f64 / 1e6, 1))
+            .put(
+                "baseline_mb_per_s",
+                round(base.iops() * len as f64 / 1e6, 1),
+            );
+        ctx.push((o, row));
+    }
     Ok(())
 }
 

@@ -62,6 +62,19 @@ pub fn store_write(store: &Store, ws: &WorkingSet, w: &mut Worker) -> Result<Kin
     Ok(Kind::Write)
 }
 
+/// A write of `len` bytes (whole blocks, within one object) at a random `len`-aligned offset.
+pub fn store_write_large(store: &Store, ws: &WorkingSet, w: &mut Worker, len: u64) -> Result<Kind> {
+    let chunks = ws.blocks * BLK / len;
+    let b = w.rng.gen_range(0..chunks) * (len / BLK);
+    let (o, off) = ws.locate(b);
+    let mut t = Transaction::new();
+    t.write(COLL, &ws.names[o], off, w.chunk_for(b, len as usize));
+    store
+        .commit(&t)
+        .with_context(|| format!("commit of a {len}-byte write at {off} of object {o}"))?;
+    Ok(Kind::Write)
+}
+
 pub fn store_read(store: &Store, ws: &WorkingSet, w: &mut Worker) -> Result<Kind> {
     let b = w.rng.gen_range(0..ws.blocks);
     let (o, off) = ws.locate(b);
@@ -84,6 +97,8 @@ pub struct RawFiles {
     pub write: Option<File>,
     /// In the data dir, prefilled with tagged blocks: pread (O_DIRECT where supported).
     pub read: Option<File>,
+    /// In the data dir: large pwrite (O_DIRECT where supported) + fdatasync.
+    pub large: Option<File>,
     pub blocks: u64,
 }
 
@@ -91,6 +106,20 @@ pub fn raw_write(f: &RawFiles, w: &mut Worker) -> Result<Kind> {
     let file = f.write.as_ref().context("no write baseline file")?;
     let b = w.rng.gen_range(0..f.blocks);
     file.write_all_at(w.block_for(b), b * BLK)
+        .context("baseline pwrite")?;
+    file.sync_data().context("baseline fdatasync")?;
+    Ok(Kind::Write)
+}
+
+/// pwrite (O_DIRECT where supported) + fdatasync of `len` bytes at a random `len`-aligned
+/// offset of the large-write baseline file, on the data device's file system.
+pub fn raw_write_large(f: &RawFiles, w: &mut Worker, len: u64) -> Result<Kind> {
+    let file = f.large.as_ref().context("no large-write baseline file")?;
+    let chunks = f.blocks * BLK / len;
+    let b = w.rng.gen_range(0..chunks) * (len / BLK);
+    let mut buf = AlignedBuf::zeroed(len as usize);
+    buf.copy_from_slice(w.chunk_for(b, len as usize));
+    file.write_all_at(&buf, b * BLK)
         .context("baseline pwrite")?;
     file.sync_data().context("baseline fdatasync")?;
     Ok(Kind::Write)
@@ -108,23 +137,7 @@ pub fn raw_read(f: &RawFiles, w: &mut Worker) -> Result<Kind> {
 /// Writes the read baseline's file: every block of the working set, tagged, then fdatasync.
 /// Returns whether it is open with O_DIRECT.
 pub fn fill_read_file(path: &Path, blocks: u64) -> Result<(File, bool)> {
-    let open = |direct: bool| {
-        let mut o = OpenOptions::new();
-        o.read(true).write(true).create(true).truncate(true);
-        if direct {
-            std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_DIRECT);
-        }
-        o.open(path)
-    };
-    let (f, direct) = match open(true) {
-        Ok(f) => (f, true),
-        // tmpfs has no O_DIRECT.
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
-            open(false).with_context(|| format!("cannot create {}", path.display()))?,
-            false,
-        ),
-        Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
-    };
+    let (f, direct) = open_maybe_direct(path)?;
     let mut buf = AlignedBuf::zeroed((BLOCKS_PER_OBJ * BLK) as usize);
     let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(7);
     rand::RngCore::fill_bytes(&mut rng, &mut buf);
@@ -143,6 +156,36 @@ pub fn fill_read_file(path: &Path, blocks: u64) -> Result<(File, bool)> {
     f.sync_data()
         .with_context(|| format!("cannot flush {}", path.display()))?;
     Ok((f, direct))
+}
+
+/// Creates `path` (truncated), opened with O_DIRECT where the file system supports it;
+/// returns whether it is.
+fn open_maybe_direct(path: &Path) -> Result<(File, bool)> {
+    let open = |direct: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).create(true).truncate(true);
+        if direct {
+            std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_DIRECT);
+        }
+        o.open(path)
+    };
+    match open(true) {
+        Ok(f) => Ok((f, true)),
+        // tmpfs has no O_DIRECT.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((
+            open(false).with_context(|| format!("cannot create {}", path.display()))?,
+            false,
+        )),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+    }
+}
+
+/// Creates the large-write baseline's file of `blocks` blocks (O_DIRECT where supported).
+pub fn large_write_file(path: &Path, blocks: u64) -> Result<File> {
+    let (f, _) = open_maybe_direct(path)?;
+    f.set_len(blocks * BLK)
+        .with_context(|| format!("cannot size {}", path.display()))?;
+    Ok(f)
 }
 
 /// Files the benchmark creates, removed when dropped (also after an error or Ctrl-C).

@@ -237,6 +237,10 @@ impl Cluster {
             args.push("--wal".into());
             args.push(format!("{w}/{name}.wal"));
         }
+        if let Some(d) = v.get("direct_write_min").and_then(|d| d.as_integer()) {
+            args.push("--direct-write-min".into());
+            args.push(d.to_string());
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
