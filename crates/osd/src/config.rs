@@ -49,8 +49,8 @@ pub struct OsdConfig {
     pub memory_target: u64,
     /// Writes of whole blocks at least this large go straight to the data device, with only
     /// their metadata in the WAL (`StoreConfig::direct_write_min_bytes`); 0 = off. Default 0:
-    /// the shard thread waits for the data device's write and flush, which costs more than
-    /// it saves where the data device is slower than the WAL (docs/operator/store.md).
+    /// acknowledgements then wait for the data device's write and flush, which costs more
+    /// than it saves where the data device is much slower than the WAL (docs/operator/store.md).
     pub direct_write_min: u64,
 }
 

@@ -37,6 +37,8 @@ pub struct Osd {
     pub mon: cairn_monclient::MonClient,
     /// Memory this OSD aims to use (`OsdConfig::memory_target`), reported in its stats.
     pub memory_target: u64,
+    /// The syncer thread (`syncer.rs`), for syncs that would wait for a data device.
+    pub syncer: crate::syncer::SyncTx,
 }
 
 impl Osd {
@@ -166,6 +168,13 @@ impl Osd {
     pub fn queue_all(&self, msg: impl Fn() -> ShardMsg) {
         for s in self.shards() {
             let _ = s.tx.send(msg());
+        }
+    }
+
+    /// Queues a message to shard `i`.
+    pub fn queue_shard(&self, i: usize, msg: ShardMsg) {
+        if let Some(s) = self.shards().get(i) {
+            let _ = s.tx.send(msg);
         }
     }
 
@@ -300,6 +309,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
     let boot = crate::mapwatch::boot(&boot_rt, &mon, store_id, &addr, &cfg)?;
     drop(boot_rt);
 
+    let (sync_tx, sync_rx) = std::sync::mpsc::channel();
     let osd = Arc::new(Osd {
         store,
         map: RwLock::new(boot.map.clone()),
@@ -319,7 +329,9 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         scrub: crate::scrub::ScrubStats::default(),
         mon: cairn_monclient::MonClient::new(cfg.mons.clone()).with_source(source),
         memory_target: cfg.memory_target,
+        syncer: sync_tx,
     });
+    crate::syncer::start(Arc::downgrade(&osd), sync_rx).map_err(OsdError::Runtime)?;
     let weak = Arc::downgrade(&osd);
     osd.inflight.set_done_hook(Box::new(move |pg| {
         if let Some(osd) = weak.upgrade() {
@@ -342,6 +354,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             pgs: HashMap::new(),
             unsynced: Vec::new(),
             last_seq: 0,
+            syncing: 0,
         }));
         let (rt, thread) = start_shard(i, state.clone(), rx)?;
         handles.push(ShardHandle { tx, state, rt });

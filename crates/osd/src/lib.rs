@@ -29,6 +29,7 @@ mod recovery;
 mod scrub;
 mod server;
 mod shard;
+mod syncer;
 
 pub use config::{default_memory_target, machine_memory, OsdConfig, MIN_MEMORY_TARGET};
 pub use daemon::run;

@@ -63,6 +63,11 @@ pub enum ShardMsg {
     Unpeer(PgId),
     /// The map changed: peer the PGs whose acting set changed.
     MapChanged,
+    /// The syncer thread made writes durable (or failed to): complete them.
+    Synced {
+        done: Vec<OnDurable>,
+        result: Result<(), Arc<cairn_store::StoreError>>,
+    },
 }
 
 /// The shard index of a PG among `n` shards.
@@ -89,6 +94,9 @@ pub struct Shard {
     pub unsynced: Vec<OnDurable>,
     /// Store sequence number of the last submitted write.
     pub last_seq: u64,
+    /// Syncs handed to the syncer thread and not completed yet: later ones follow them
+    /// there, so that completions keep their order and this thread never waits behind one.
+    pub syncing: usize,
 }
 
 /// How other threads reach a shard.
@@ -164,6 +172,10 @@ impl Shard {
             ShardMsg::Repeer(pg) => crate::peering::repeer(self, pg),
             ShardMsg::Unpeer(pg) => crate::peering::unpeer(self, pg),
             ShardMsg::MapChanged => crate::peering::on_map(self),
+            ShardMsg::Synced { done, result } => {
+                self.syncing = self.syncing.saturating_sub(1);
+                self.complete(done, result.as_ref().map_err(|e| e.as_ref()));
+            }
         }
     }
 
@@ -189,13 +201,36 @@ impl Shard {
     }
 
     /// Makes every submitted write durable (one WAL write and flush for all of them) and
-    /// completes them.
+    /// completes them; on the syncer thread when that would wait for a data device (or a
+    /// sync is already there), so that this thread goes on serving meanwhile.
     pub fn sync(&mut self) {
         if self.unsynced.is_empty() {
             return;
         }
         let done = std::mem::take(&mut self.unsynced);
-        let result = self.osd.store.sync_through(self.last_seq);
+        let done = if self.syncing > 0 || self.osd.store.sync_waits_for_data_device() {
+            let job = crate::syncer::SyncJob {
+                shard: self.index,
+                seq: self.last_seq,
+                done,
+            };
+            match self.osd.syncer.send(job) {
+                Ok(()) => {
+                    self.syncing += 1;
+                    return;
+                }
+                // The syncer is gone (the OSD is stopping): sync here.
+                Err(back) => back.0.done,
+            }
+        } else {
+            done
+        };
+        let result = self.osd.store.sync_through(self.last_seq).map(|_| ());
+        self.complete(done, result.as_ref());
+    }
+
+    /// Completes writes whose durability is known.
+    fn complete(&mut self, done: Vec<OnDurable>, result: Result<&(), &cairn_store::StoreError>) {
         begin_batch();
         for d in done {
             match (&result, d) {
@@ -216,7 +251,7 @@ impl Shard {
         end_batch();
         if let Err(e) = result {
             tracing::error!(error = %e, "WAL sync failed");
-            self.osd.note_store_error(&e);
+            self.osd.note_store_error(e);
         }
     }
 

@@ -529,7 +529,7 @@ fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State
     let placed = direct::place(sh, txn)?;
     let r = submit_placed(sh, txn, &placed);
     if r.is_err() && !placed.is_empty() {
-        direct::settle(&mut sh.lock(), &placed, false);
+        direct::abandon(&mut sh.lock(), &placed);
     }
     r
 }
@@ -550,6 +550,7 @@ fn submit_placed<'a>(
         st.waits_for_checkpoint += 1;
         st = wait(&sh.durable_cv, st);
     }
+    let placed_blocks: u64 = placed.iter().flatten().map(|p| p.crcs.len() as u64).sum();
     // Validation is repeated after every wait: the lock is released while waiting, and
     // other transactions may change what this one depends on (a removed collection).
     loop {
@@ -559,11 +560,24 @@ fn submit_placed<'a>(
         // up to one more batch, hence the factor two).
         let wal_full = sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size;
         let pending_full = st.pending_blocks + new_blocks > sh.pending_limit_blocks();
-        if !wal_full && !pending_full && !st.barrier {
+        // Direct writes waiting for their batch hold their data in memory: bounded alike
+        // (one always goes, however large).
+        let queued = direct::queued_blocks(&st);
+        let direct_full = queued > 0 && queued + placed_blocks > sh.pending_limit_blocks();
+        if !wal_full && !pending_full && !direct_full && !st.barrier {
             return apply_and_log(sh, st, txn, placed, est);
         }
         if let Some(f) = &st.failed {
             return Err(StoreError::Failed(f.clone()));
+        }
+        if direct_full && !wal_full && !pending_full {
+            // Only a batch write drains them: write it here unless one is being written.
+            if !st.writing && !st.queue.is_empty() {
+                st = write_batch(sh, st);
+            } else {
+                st = wait(&sh.space_cv, st);
+            }
+            continue;
         }
         // A full WAL needs a checkpoint; too much pending data only needs the flusher.
         if wal_full {
@@ -620,6 +634,7 @@ fn apply_and_log<'a>(
     let mut effects = Vec::with_capacity(txn.ops.len() + 1);
     let mut out = ApplyOut::default();
     let no_record: RecordBuf = Arc::new(Vec::new());
+    let mut jobs = Vec::new();
     for (i, op) in txn.ops.iter().enumerate() {
         let start = effects.len();
         let p = placed.get(i).and_then(Option::as_ref);
@@ -633,9 +648,14 @@ fn apply_and_log<'a>(
             return Err(StoreError::Failed(msg));
         }
         for e in &effects[start..] {
-            st_ref
-                .index
-                .apply(e, &no_record, &mut st_ref.next_id, &mut out);
+            match (e, p) {
+                (Effect::PlaceBlocks { .. }, Some(pl)) => {
+                    jobs.extend(direct::apply_run(st_ref, e, op, pl, &mut out));
+                }
+                _ => st_ref
+                    .index
+                    .apply(e, &no_record, &mut st_ref.next_id, &mut out),
+            }
         }
     }
     let seq = st_ref.next_seq;
@@ -650,7 +670,11 @@ fn apply_and_log<'a>(
     );
     st_ref.next_seq += 1;
     st_ref.commits += 1;
-    direct::settle(st_ref, placed, true);
+    for p in placed.iter().flatten() {
+        st_ref.direct_writes += 1;
+        st_ref.direct_bytes += p.data.len() as u64;
+    }
+    st_ref.direct_jobs.extend(jobs);
     account(st_ref, out);
     st_ref.queue_bytes += rec.len() as u64;
     st_ref.queue.push(rec);
@@ -711,9 +735,10 @@ pub(crate) fn write_batch<'a>(
     let end = tail + wal::batch_footprint(&sh.wal, tail, len);
     let fits = end - st.head_lsn <= sh.wal.ring_size;
     st.tail_lsn = end;
-    // Records of direct writes name data written before they were queued: make it durable
-    // before the records are (one flush for every such write in the batch).
-    let flush_data = std::mem::take(&mut st.data_unflushed);
+    // The data of the batch's direct writes goes to its blocks and is made durable before the
+    // records naming it are written (one flush for all of them).
+    let jobs = std::mem::take(&mut st.direct_jobs);
+    st.writing_direct = !jobs.is_empty();
     drop(st);
     let layout = layout_batch(&sh.wal, tail, &records, first_seq, prev_crc, sh.wal_tag);
     debug_assert_eq!(layout.end_lsn, end);
@@ -721,17 +746,28 @@ pub(crate) fn write_batch<'a>(
         Err(StoreError::Failed(
             "WAL ring overflow (accounting bug)".into(),
         ))
-    } else if flush_data {
-        sh.data.flush().and_then(|()| write_layout(sh, &layout))
+    } else if !jobs.is_empty() {
+        direct::write_jobs(sh, &jobs)
+            .and_then(|()| sh.data.flush())
+            .and_then(|()| write_layout(sh, &layout))
     } else {
         write_layout(sh, &layout)
     };
     let mut st = sh.lock();
     st.writing = false;
+    st.writing_direct = false;
     st.last_crc = layout.last_crc;
     let last_seq = first_seq + records.len() as u64 - 1;
     match result {
-        Ok(()) => st.durable_seq = last_seq,
+        Ok(()) => {
+            st.durable_seq = last_seq;
+            if !jobs.is_empty() {
+                direct::finish(&mut st, jobs);
+                if st.cv_waiters > 0 {
+                    sh.space_cv.notify_all(); // committers waiting for direct-write room
+                }
+            }
+        }
         Err(e) => {
             let msg = format!("WAL write failed: {e}");
             sh.fail(&mut st, msg);

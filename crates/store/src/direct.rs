@@ -3,38 +3,63 @@
 //! segment of its own append point, and only its metadata (where, and one crc per block) goes
 //! through the WAL, as [`Effect::PlaceBlocks`](crate::effect::Effect::PlaceBlocks).
 //!
-//! Order, for crash safety: allocate (under the lock), write the data (outside it), then log
-//! the effect like any other; the batch that carries the record flushes the data devices
-//! before it writes the WAL. A crash before the record is durable leaves blocks no record
-//! names, in space the next open counts free; the record is never durable before its data. Small writes keep the WAL path: on NVM a WAL write costs far
-//! less than a data-device flush.
+//! The committing thread does no device I/O for it: it allocates the blocks, applies the write
+//! to the index with the data held in memory (reads are served from there meanwhile) and queues
+//! the record with a [`DirectJob`]. The thread that writes the WAL batch (`commit::write_batch`)
+//! writes the batch's jobs to their blocks, flushes the data devices, then writes the WAL: a
+//! record is never durable before its data, and the jobs of one batch share one flush. Then
+//! the index points at the blocks on the device. A crash before the record is durable leaves
+//! blocks no record names, in space the next open counts free. Small writes keep the WAL path:
+//! on NVM a WAL write costs far less than a data-device flush.
 
 use crate::device::{AlignedBuf, BLOCK_SIZE};
+use crate::effect::{Effect, Name};
 use crate::error::Result;
-use crate::index::block_crcs;
-use crate::maint::{alloc, Use};
+use crate::index::{block_crcs, ApplyOut, LocMatch, MemRef};
+use crate::maint::{alloc, free_unmoved, Use};
+use crate::segments::Summary;
 use crate::store::{Shared, State};
-use crate::txn::{Op, Transaction};
+use crate::txn::{CollId, Op, Transaction};
+use std::sync::Arc;
 
 const B: u64 = BLOCK_SIZE as u64;
-/// Largest staging buffer a thread keeps between direct writes.
+/// Largest staging buffer a thread keeps between batches.
 const KEEP_STAGING: usize = 4 << 20;
+/// Marks the ids of in-memory extents of direct writes (the flusher's ids never reach it):
+/// freeing one is not freeing pending data, since its blocks are accounted where they go.
+pub(crate) const DIRECT_ID: u64 = 1 << 63;
 
 thread_local! {
-    /// The committing thread's staging buffer for direct writes.
+    /// The batch writer's staging buffer for direct writes.
     static STAGING: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Where one direct write went: runs of (byte offset, blocks) on the data devices, in object
-/// block order, and the crc of every block.
+/// Where one direct write goes: runs of (byte offset, blocks) on the data devices, in object
+/// block order, the crc of every block and the bytes.
 #[derive(Debug)]
 pub(crate) struct Placement {
     pub runs: Vec<(u64, u32)>,
     pub crcs: Box<[u32]>,
+    pub data: Arc<Vec<u8>>,
 }
 
 /// Placements of a transaction's ops, by op index (`None`: the op takes the WAL path).
 pub(crate) type Placements = Vec<Option<Placement>>;
+
+/// One run of a direct write applied to the index and waiting for its batch to write it.
+#[derive(Debug)]
+pub(crate) struct DirectJob {
+    pub coll: CollId,
+    pub obj: Name,
+    pub first_block: u64,
+    pub nblocks: u32,
+    /// Where the blocks go.
+    pub disk: u64,
+    /// The in-memory extent's id and bytes (from `buf_off`).
+    pub id: u64,
+    pub buf: Arc<Vec<u8>>,
+    pub buf_off: usize,
+}
 
 /// Whether `op` is a write that goes straight to the data devices.
 pub(crate) fn is_direct(op: &Op, min_bytes: u64) -> bool {
@@ -47,112 +72,193 @@ pub(crate) fn is_direct(op: &Op, min_bytes: u64) -> bool {
     }
 }
 
-/// Writes the transaction's large writes to newly allocated blocks and makes them durable.
-/// Returns no placements when the transaction has no such write, or when space is short (the
-/// WAL path then admits or refuses the data as usual). The blocks are accounted live and held
-/// from the cleaner until [`settle`] is called with the lock held.
+/// Allocates blocks for the transaction's large writes. Returns no placements when the
+/// transaction has no such write, and none for a write when free segments run short (the WAL
+/// path then admits or refuses it as usual). The blocks are accounted live and held from the
+/// cleaner until their job is done ([`finish`]) or the transaction is refused ([`abandon`]).
 pub(crate) fn place(sh: &Shared, txn: &Transaction) -> Result<Placements> {
     let min = sh.cfg.direct_write_min_bytes;
     if !txn.ops.iter().any(|op| is_direct(op, min)) {
         return Ok(Vec::new());
     }
-    let mut placed: Placements = Vec::with_capacity(txn.ops.len());
+    let mut runs: Vec<Option<Vec<(u64, u32)>>> = Vec::with_capacity(txn.ops.len());
     {
         let mut st = sh.lock();
         if let Some(f) = &st.failed {
             return Err(crate::StoreError::Failed(f.clone()));
         }
-        // Refuse what the commit would refuse before writing anything.
+        // Refuse what the commit would refuse before allocating anything.
         crate::commit::validate(&st.index, txn, &[])?;
         for op in &txn.ops {
-            let Op::Write { data, .. } = op else {
-                placed.push(None);
-                continue;
-            };
-            if !is_direct(op, min) {
-                placed.push(None);
-                continue;
-            }
-            let blocks = data.len() as u64 / B;
-            match alloc(sh, &mut st, blocks as u32, Use::Direct) {
-                Ok(runs) => {
-                    st.segs.in_flight(&runs, true);
-                    placed.push(Some(Placement {
-                        runs,
-                        crcs: Box::new([]),
-                    }));
-                }
-                // Free segments ran short but dead blocks wait for the cleaner: the WAL path
-                // takes the data (and the flusher makes room). Without that room at all, the
-                // write is refused here, before anything is written.
-                Err(_) => {
-                    let avail = crate::commit::available_blocks(sh, &st);
-                    if avail < blocks {
-                        settle(&mut st, &placed, false);
-                        return Err(crate::StoreError::NoSpace {
-                            needed: blocks * B,
-                            available: avail * B,
-                        });
+            let r = match op {
+                Op::Write { data, .. } if is_direct(op, min) => {
+                    match alloc_runs(sh, &mut st, data.len() as u64 / B) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            release(&mut st, runs.iter().flatten(), true);
+                            return Err(e);
+                        }
                     }
-                    placed.push(None);
                 }
-            }
+                _ => None,
+            };
+            runs.push(r);
         }
     }
-    if let Err(e) = write_placed(sh, txn, &mut placed) {
-        let mut st = sh.lock();
-        settle(&mut st, &placed, false);
-        return Err(e);
-    }
-    Ok(placed)
+    // Checksums and the copy the index serves reads from until the batch writes it, outside
+    // the lock.
+    Ok(txn
+        .ops
+        .iter()
+        .zip(runs)
+        .map(|(op, r)| match (op, r) {
+            (Op::Write { data, .. }, Some(runs)) => Some(Placement {
+                runs,
+                crcs: block_crcs(data),
+                data: Arc::new(data.to_vec()),
+            }),
+            _ => None,
+        })
+        .collect())
 }
 
-/// Writes every placed op's data over its runs. The flush that makes them durable is the
-/// group commit's: the batch that carries their record flushes the data devices before it is
-/// written (`commit::write_batch`), so concurrent large writes share one flush.
-fn write_placed(sh: &Shared, txn: &Transaction, placed: &mut Placements) -> Result<()> {
-    let mut bytes = 0u64;
-    for (op, p) in txn.ops.iter().zip(placed.iter_mut()) {
-        let (Op::Write { data, .. }, Some(p)) = (op, p) else {
-            continue;
-        };
-        p.crcs = block_crcs(data);
-        STAGING.with_borrow_mut(|slot| -> Result<()> {
-            // O_DIRECT needs an aligned buffer: the one copy of the payload on this path,
-            // into a buffer kept from the last write (a fresh one costs page faults each time).
-            let buf = AlignedBuf::reuse(slot, data.len());
-            buf.copy_from_slice(data);
-            let mut at = 0usize;
-            for &(off, n) in &p.runs {
-                let len = n as usize * BLOCK_SIZE;
-                sh.data.write_data(&buf[at..at + len], off)?;
-                at += len;
+/// Blocks for one direct write, or `None` when it must take the WAL path (free segments
+/// short but dead blocks waiting for the cleaner); `NoSpace` when the store has no room for
+/// it at all.
+fn alloc_runs(sh: &Shared, st: &mut State, blocks: u64) -> Result<Option<Vec<(u64, u32)>>> {
+    match alloc(sh, st, blocks as u32, Use::Direct) {
+        Ok(runs) => {
+            st.segs.in_flight(&runs, true);
+            Ok(Some(runs))
+        }
+        Err(_) => {
+            let avail = crate::commit::available_blocks(sh, st);
+            if avail < blocks {
+                return Err(crate::StoreError::NoSpace {
+                    needed: blocks * B,
+                    available: avail * B,
+                });
             }
-            if data.len() > KEEP_STAGING {
-                *slot = None;
-            }
-            Ok(())
-        })?;
-        bytes += data.len() as u64;
+            Ok(None)
+        }
     }
-    if bytes > 0 {
-        let mut st = sh.lock();
-        st.data_unflushed = true;
-        st.direct_writes += 1;
-        st.direct_bytes += bytes;
-    }
-    Ok(())
 }
 
-/// Ends the hold on placed blocks: once their effects are in the index (`applied`), or by
-/// freeing them when the transaction was refused after all.
-pub(crate) fn settle(st: &mut State, placed: &Placements, applied: bool) {
-    for p in placed.iter().flatten() {
-        st.segs.in_flight(&p.runs, false);
-        if !applied {
-            for &(off, n) in &p.runs {
+/// Ends the hold on runs; frees their blocks too when nothing refers to them (`free`).
+fn release<'a>(st: &mut State, runs: impl Iterator<Item = &'a Vec<(u64, u32)>>, free: bool) {
+    for r in runs {
+        st.segs.in_flight(r, false);
+        if free {
+            for &(off, n) in r {
                 st.segs.free_live(off, n);
             }
         }
+    }
+}
+
+/// Frees the blocks of a transaction refused after [`place`].
+pub(crate) fn abandon(st: &mut State, placed: &Placements) {
+    release(st, placed.iter().flatten().map(|p| &p.runs), true);
+}
+
+/// Applies one run of a direct write (an [`Effect::PlaceBlocks`] of `op`) to the index with
+/// its data in memory; returns the job that writes it. Were the collection gone (validation
+/// rules that out), the run's blocks are freed instead.
+pub(crate) fn apply_run(
+    st: &mut State,
+    e: &Effect,
+    op: &Op,
+    p: &Placement,
+    out: &mut ApplyOut,
+) -> Option<DirectJob> {
+    let (
+        Effect::PlaceBlocks {
+            coll,
+            obj,
+            first_block,
+            nblocks,
+            off,
+            crcs,
+        },
+        Op::Write { offset, .. },
+    ) = (e, op)
+    else {
+        return None;
+    };
+    st.next_id += 1;
+    let id = st.next_id | DIRECT_ID;
+    let buf_off = ((first_block - offset / B) * B) as usize;
+    let mem = MemRef {
+        id,
+        buf: p.data.clone(),
+        off: buf_off,
+    };
+    let Some(name) = st
+        .index
+        .place_in_memory(*coll, obj, *first_block, crcs, mem, out)
+    else {
+        release(st, std::iter::once(&vec![(*off, *nblocks)]), true);
+        return None;
+    };
+    Some(DirectJob {
+        coll: *coll,
+        obj: name,
+        first_block: *first_block,
+        nblocks: *nblocks,
+        disk: *off,
+        id,
+        buf: p.data.clone(),
+        buf_off,
+    })
+}
+
+/// Blocks of direct writes queued and not yet written (bounded like pending data).
+pub(crate) fn queued_blocks(st: &State) -> u64 {
+    st.direct_jobs.iter().map(|j| j.nblocks as u64).sum()
+}
+
+/// Writes the jobs' data to their blocks (not flushed: the caller flushes once for all).
+/// One after the other: writing up to four at once from scoped threads measured no faster
+/// on the benchmark machine, whose bottleneck is the data device's flush.
+pub(crate) fn write_jobs(sh: &Shared, jobs: &[DirectJob]) -> Result<()> {
+    STAGING.with_borrow_mut(|slot| {
+        for j in jobs {
+            let len = j.nblocks as usize * BLOCK_SIZE;
+            // O_DIRECT needs an aligned buffer, kept from the last job (a fresh one costs
+            // page faults every time).
+            let buf = AlignedBuf::reuse(slot, len);
+            buf.copy_from_slice(&j.buf[j.buf_off..j.buf_off + len]);
+            sh.data.write(buf, j.disk)?;
+        }
+        if slot.as_ref().is_some_and(|b| b.len() > KEEP_STAGING) {
+            *slot = None;
+        }
+        Ok(())
+    })
+}
+
+/// Points the index at the written blocks of durable jobs (blocks overwritten meanwhile are
+/// freed), records them for the cleaner and ends their hold.
+pub(crate) fn finish(st: &mut State, jobs: Vec<DirectJob>) {
+    for j in jobs {
+        let from = LocMatch::Mem {
+            id: j.id,
+            off: j.buf_off,
+        };
+        let end = j.first_block + j.nblocks as u64;
+        let moved = st
+            .index
+            .existing_object_mut(j.coll, &j.obj)
+            .map_or_else(Vec::new, |o| o.relocate(j.first_block, end, &from, j.disk));
+        free_unmoved(st, j.disk, j.nblocks, &moved);
+        if let Some(s) = st.segs.seg_of(j.disk) {
+            st.segs.summaries[s as usize].push(Summary {
+                coll: j.coll,
+                obj: j.obj,
+                first_block: j.first_block,
+                nblocks: j.nblocks,
+            });
+        }
+        st.segs.in_flight(&[(j.disk, j.nblocks)], false);
     }
 }

@@ -122,11 +122,14 @@ pub struct ApplyOut {
 }
 
 fn free_extent(e: &Extent, out: &mut Vec<Freed>) {
-    out.push(match e.loc {
+    out.push(match &e.loc {
         Loc::Disk(off) => Freed::Disk {
-            off,
+            off: *off,
             nblocks: e.nblocks,
         },
+        // A direct write's blocks are accounted where they go; its job frees what nothing
+        // points to once written (`direct::finish`).
+        Loc::Mem(m) if m.id & crate::direct::DIRECT_ID != 0 => return,
         Loc::Mem(_) => Freed::Mem { nblocks: e.nblocks },
     });
 }
@@ -409,6 +412,32 @@ impl Index {
                 }
             }
         }
+    }
+
+    /// Applies a direct write's run (the fields of an [`Effect::PlaceBlocks`]) with its data
+    /// still in memory, at `mem`; returns the index's copy of the object name, or `None` if
+    /// the collection is missing.
+    pub fn place_in_memory(
+        &mut self,
+        coll: CollId,
+        obj: &Name,
+        first_block: u64,
+        crcs: &[u32],
+        mem: MemRef,
+        out: &mut ApplyOut,
+    ) -> Option<Name> {
+        let (name, o) = self.object_entry_mut(coll, obj)?;
+        let nblocks = crcs.len() as u32;
+        o.punch(first_block, nblocks as u64, &mut out.freed);
+        o.extents.insert(
+            first_block,
+            Extent {
+                nblocks,
+                loc: Loc::Mem(mem),
+                crcs: crcs.into(),
+            },
+        );
+        Some(name)
     }
 
     /// Calls `f` for every on-disk extent (for space accounting at open).

@@ -381,7 +381,7 @@ fn repoint(
 
 /// Frees the blocks of a written run that no longer back anything (overwritten meanwhile):
 /// the complement of the `moved` runs within `n` blocks at `disk`.
-fn free_unmoved(st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
+pub(crate) fn free_unmoved(st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
     let mut at = 0u64;
     for &(rel, k) in moved.iter().chain(std::iter::once(&(n as u64, 0))) {
         if rel > at {

@@ -52,8 +52,9 @@ pub struct StoreConfig {
     /// Writes of whole blocks at least this large go straight to the data devices (data
     /// written once, then only their metadata through the WAL; the WAL batch that carries
     /// them flushes the data devices first) instead of through the WAL and the flusher; 0
-    /// turns this off. Default 0: the committing thread waits for the data device, which
-    /// pays where it writes large blocks about as fast as the WAL (docs/operator/store.md).
+    /// turns this off. Default 0: durability then waits for the data device's write and
+    /// flush, which pays where it takes large blocks about as fast as the WAL
+    /// (docs/operator/store.md).
     pub direct_write_min_bytes: u64,
 }
 
@@ -172,9 +173,11 @@ pub(crate) struct State {
     /// Transactions whose large writes went straight to the data devices, and their bytes.
     pub direct_writes: u64,
     pub direct_bytes: u64,
-    /// Direct writes reached the data devices since the last batch took this flag: the next
-    /// WAL batch flushes the data devices before it is written.
-    pub data_unflushed: bool,
+    /// Direct writes applied to the index whose data the next WAL batch writes (and flushes)
+    /// before its records.
+    pub direct_jobs: Vec<crate::direct::DirectJob>,
+    /// The batch being written carries direct writes (it writes and flushes a data device).
+    pub writing_direct: bool,
 }
 
 /// Condition variables committers wait on, by sequence number.
@@ -474,7 +477,8 @@ impl Store {
             waits_for_checkpoint: 0,
             direct_writes: 0,
             direct_bytes: 0,
-            data_unflushed: false,
+            direct_jobs: Vec::new(),
+            writing_direct: false,
         };
         for d in dirty.drain(..) {
             st.pending_blocks += d.nblocks as u64;
@@ -488,6 +492,7 @@ impl Store {
             space_cv: Condvar::new(),
             wal: region,
             data,
+
             cfg,
             wal_counters: IoCounters::default(),
             store_id: hdr.store_id,
@@ -637,6 +642,14 @@ impl Store {
     /// The store's identity (random at mkfs; also in every superblock and WAL header).
     pub fn store_id(&self) -> [u8; 16] {
         self.sh.store_id
+    }
+
+    /// Whether making the submitted transactions durable now would wait for a data device:
+    /// large writes written once are queued or being written (see `direct.rs`). A caller that
+    /// must not block on a data device (an OSD shard's event loop) syncs elsewhere then.
+    pub fn sync_waits_for_data_device(&self) -> bool {
+        let st = self.sh.lock();
+        !st.direct_jobs.is_empty() || st.writing_direct
     }
 
     /// Counters and space usage.

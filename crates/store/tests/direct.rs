@@ -159,3 +159,49 @@ fn placed_blocks_damaged_on_the_device_are_detected() {
     let rep = s.scrub();
     assert_eq!(rep.issues.len(), 1, "{:?}", rep.issues);
 }
+
+/// The committing thread does no device I/O for a large write: `submit` applies it with the
+/// data in memory (reads see it at once), and the thread that writes the WAL batch writes the
+/// data, flushes the data device and only then the record.
+#[test]
+fn submit_does_no_device_io_and_the_batch_writes_the_data() {
+    let devs = MemDevs::new(1, 32 << 20, Some(4 << 20));
+    let s = devs.mkfs_open(cfg());
+    s.commit(Transaction::new().create_collection(1)).unwrap();
+    let before = s.stats();
+    let data = pattern(MIB, 9);
+    let mut t = Transaction::new();
+    t.write(1, b"o", 0, &data);
+    let seq = s.submit(&t).unwrap();
+    let mid = s.stats();
+    assert_eq!(
+        mid.data_io.writes, before.data_io.writes,
+        "submit wrote the data device"
+    );
+    assert_eq!(mid.data_io.flushes, before.data_io.flushes);
+    assert_eq!(s.read(1, b"o", 0, MIB as u64).unwrap(), data);
+    assert!(
+        s.block_location(1, b"o", 0).is_none(),
+        "on the device before its batch"
+    );
+    // An overwrite of part of it before the batch: the older blocks it hides are freed when
+    // the batch has written them.
+    let mut t = Transaction::new();
+    t.write(1, b"o", 64 * 1024, &pattern(64 * 1024, 10));
+    let seq2 = s.submit(&t).unwrap();
+    s.sync_through(seq.max(seq2)).unwrap();
+    let after = s.stats();
+    assert!(after.data_io.writes > mid.data_io.writes);
+    assert!(after.data_io.flushes > mid.data_io.flushes);
+    assert!(s.block_location(1, b"o", 0).is_some());
+    let mut want = data.clone();
+    want[64 * 1024..128 * 1024].copy_from_slice(&pattern(64 * 1024, 10));
+    assert_eq!(s.read(1, b"o", 0, MIB as u64).unwrap(), want);
+    s.check_space_accounting().unwrap();
+    // The 64 KiB the overwrite hid were freed once written; the overwrite took 64 KiB.
+    assert_eq!(after.live_bytes, MIB as u64);
+    drop(s);
+    let s = Store::open(&devs.devices(), cfg()).unwrap();
+    assert_eq!(s.read(1, b"o", 0, MIB as u64).unwrap(), want);
+    s.check_space_accounting().unwrap();
+}

@@ -1,0 +1,42 @@
+//! Makes a shard's submitted writes durable off the shard's thread when that would wait for
+//! a data device: a batch that carries large writes written once writes and flushes their
+//! data before its WAL records (`cairn_store`'s `direct.rs`), milliseconds during which the
+//! shard's event loop would serve nobody. The syncer thread waits instead and hands the
+//! completions back to the shard, in order ([`ShardMsg::Synced`]).
+
+use crate::daemon::Osd;
+use crate::shard::{OnDurable, ShardMsg};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Weak};
+
+/// Writes of shard `shard` up to store sequence `seq`, and what to do once they are durable.
+pub struct SyncJob {
+    pub shard: usize,
+    pub seq: u64,
+    pub done: Vec<OnDurable>,
+}
+
+/// The queue to the syncer thread.
+pub type SyncTx = Sender<SyncJob>;
+
+/// Starts the syncer thread on the jobs of `rx`; it ends when the OSD is gone.
+pub fn start(osd: Weak<Osd>, rx: Receiver<SyncJob>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("osd-syncer".into())
+        .spawn(move || run(osd, rx))
+        .map(|_| ())
+}
+
+fn run(osd: Weak<Osd>, rx: Receiver<SyncJob>) {
+    while let Ok(job) = rx.recv() {
+        let Some(osd) = osd.upgrade() else { return };
+        let result = osd.store.sync_through(job.seq).map(|_| ());
+        osd.queue_shard(
+            job.shard,
+            ShardMsg::Synced {
+                done: job.done,
+                result: result.map_err(Arc::new),
+            },
+        );
+    }
+}
