@@ -8,6 +8,7 @@ use crate::device::BLOCK_SIZE;
 use crate::effect::Name;
 use crate::index::{block_crcs, Collection, Dirty, Extent, Index, Loc, MemRef, Object};
 use crate::txn::limits;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Magic at the start of a checkpoint body.
@@ -21,7 +22,13 @@ const EXT_INLINE: u8 = 1;
 
 /// Serialises a snapshot of the index; `replay_seq` is the first WAL record not in it.
 /// Returns the body and how many of its bytes are inline data.
-pub fn encode(index: &Index, replay_seq: u64) -> (Vec<u8>, usize) {
+/// `direct` maps in-memory extents of direct writes (by id) to (offset in their buffer,
+/// data-device offset): those are encoded as disk extents.
+pub fn encode(
+    index: &Index,
+    replay_seq: u64,
+    direct: &HashMap<u64, (usize, u64)>,
+) -> (Vec<u8>, usize) {
     let mut v = Vec::new();
     let mut w = Writer(&mut v);
     w.bytes(CKPT_MAGIC);
@@ -30,12 +37,17 @@ pub fn encode(index: &Index, replay_seq: u64) -> (Vec<u8>, usize) {
     w.u64(index.colls.len() as u64);
     let mut inline = 0;
     for (id, c) in &index.colls {
-        inline += encode_coll(&mut v, *id, c);
+        inline += encode_coll(&mut v, *id, c, direct);
     }
     (v, inline)
 }
 
-fn encode_coll(v: &mut Vec<u8>, id: u64, c: &Collection) -> usize {
+fn encode_coll(
+    v: &mut Vec<u8>,
+    id: u64,
+    c: &Collection,
+    direct: &HashMap<u64, (usize, u64)>,
+) -> usize {
     let mut w = Writer(v);
     w.u64(id);
     w.u64(c.kv.len() as u64);
@@ -46,11 +58,16 @@ fn encode_coll(v: &mut Vec<u8>, id: u64, c: &Collection) -> usize {
     w.u64(c.objects.len() as u64);
     c.objects
         .iter()
-        .map(|(name, o)| encode_obj(v, name, o))
+        .map(|(name, o)| encode_obj(v, name, o, direct))
         .sum()
 }
 
-fn encode_obj(v: &mut Vec<u8>, name: &[u8], o: &Object) -> usize {
+fn encode_obj(
+    v: &mut Vec<u8>,
+    name: &[u8],
+    o: &Object,
+    direct: &HashMap<u64, (usize, u64)>,
+) -> usize {
     let mut w = Writer(v);
     w.name(name);
     w.u64(o.size);
@@ -64,12 +81,19 @@ fn encode_obj(v: &mut Vec<u8>, name: &[u8], o: &Object) -> usize {
     for (first, e) in &o.extents {
         w.u64(*first);
         w.u32(e.nblocks);
-        match &e.loc {
-            Loc::Disk(off) => {
+        let on_disk = match &e.loc {
+            Loc::Disk(off) => Ok(*off),
+            Loc::Mem(m) => direct
+                .get(&m.id)
+                .map(|&(buf_off, disk)| disk + (m.off - buf_off) as u64)
+                .ok_or(m),
+        };
+        match on_disk {
+            Ok(off) => {
                 w.u8(EXT_DISK);
-                w.u64(*off);
+                w.u64(off);
             }
-            Loc::Mem(m) => {
+            Err(m) => {
                 w.u8(EXT_INLINE);
                 w.bytes(&m.buf[m.off..m.off + e.nblocks as usize * BLOCK_SIZE]);
                 inline += e.nblocks as usize * BLOCK_SIZE;
@@ -330,7 +354,7 @@ mod tests {
         ] {
             idx.apply(&e, &rec, &mut id, &mut out);
         }
-        let (bytes, inline) = encode(&idx, 9);
+        let (bytes, inline) = encode(&idx, 9, &HashMap::new());
         assert_eq!(inline, 2 * BLOCK_SIZE);
         let d = decode(&bytes, &mut id).unwrap();
         assert_eq!(d.replay_seq, 9);

@@ -540,16 +540,6 @@ fn submit_placed<'a>(
     placed: &Placements,
 ) -> Result<(MutexGuard<'a, State>, u64)> {
     let mut st = sh.lock();
-    loop {
-        if let Some(f) = &st.failed {
-            return Err(StoreError::Failed(f.clone()));
-        }
-        if !st.barrier {
-            break;
-        }
-        st.waits_for_checkpoint += 1;
-        st = wait(&sh.durable_cv, st);
-    }
     let placed_blocks: u64 = placed.iter().flatten().map(|p| p.crcs.len() as u64).sum();
     // Validation is repeated after every wait: the lock is released while waiting, and
     // other transactions may change what this one depends on (a removed collection).
@@ -564,7 +554,7 @@ fn submit_placed<'a>(
         // (one always goes, however large).
         let queued = direct::queued_blocks(&st);
         let direct_full = queued > 0 && queued + placed_blocks > sh.pending_limit_blocks();
-        if !wal_full && !pending_full && !direct_full && !st.barrier {
+        if !wal_full && !pending_full && !direct_full {
             return apply_and_log(sh, st, txn, placed, est);
         }
         if let Some(f) = &st.failed {
@@ -585,8 +575,6 @@ fn submit_placed<'a>(
             st.waits_for_wal_space += 1;
         } else if pending_full {
             st.waits_for_flusher += 1;
-        } else {
-            st.waits_for_checkpoint += 1;
         }
         wake_maint(sh, &st);
         st = wait(&sh.space_cv, st);
@@ -674,6 +662,9 @@ fn apply_and_log<'a>(
         st_ref.direct_writes += 1;
         st_ref.direct_bytes += p.data.len() as u64;
     }
+    for j in &jobs {
+        st_ref.direct_dest.insert(j.id, (j.buf_off, j.disk));
+    }
     st_ref.direct_jobs.extend(jobs);
     account(st_ref, out);
     st_ref.queue_bytes += rec.len() as u64;
@@ -720,17 +711,28 @@ fn wait_until_durable<'a>(
     }
 }
 
-/// Writes every queued record as one batch and flushes the WAL device (the group commit).
+/// Writes the queued records as one batch (all of them, or those before a checkpoint's cut)
+/// and flushes the WAL device (the group commit).
 /// Positions are reserved under the lock; sealing, writing and flushing happen outside it.
 pub(crate) fn write_batch<'a>(
     sh: &'a Shared,
     mut st: MutexGuard<'a, State>,
 ) -> MutexGuard<'a, State> {
-    let records = std::mem::take(&mut st.queue);
+    let queued = st.queue.len();
+    let first_seq = st.next_seq - queued as u64;
+    // A checkpoint's cut ends this batch at the last record it snapshotted.
+    let take = match st.cut {
+        Some(c) if c > first_seq && c - first_seq < queued as u64 => (c - first_seq) as usize,
+        _ => queued,
+    };
+    let records: Vec<Vec<u8>> = if take == queued {
+        std::mem::take(&mut st.queue)
+    } else {
+        st.queue.drain(..take).collect()
+    };
     let len: u64 = records.iter().map(|r| r.len() as u64).sum();
-    st.queue_bytes = 0;
+    st.queue_bytes = st.queue_bytes.saturating_sub(len);
     st.writing = true;
-    let first_seq = st.next_seq - records.len() as u64;
     let (tail, prev_crc) = (st.tail_lsn, st.last_crc);
     let end = tail + wal::batch_footprint(&sh.wal, tail, len);
     let fits = end - st.head_lsn <= sh.wal.ring_size;
@@ -761,6 +763,10 @@ pub(crate) fn write_batch<'a>(
     match result {
         Ok(()) => {
             st.durable_seq = last_seq;
+            if st.cut == Some(last_seq + 1) {
+                st.cut = None;
+                st.cut_point = Some((end, layout.last_crc));
+            }
             if !jobs.is_empty() {
                 direct::finish(&mut st, jobs);
                 if st.cv_waiters > 0 {
@@ -784,8 +790,8 @@ pub(crate) fn write_batch<'a>(
             sh.seq_cv(last_seq + 1).notify_all();
         }
     }
-    if st.barrier {
-        sh.durable_cv.notify_all(); // a checkpoint waits for the queue to drain
+    if st.cut.is_some() || st.cut_point.is_some() {
+        sh.durable_cv.notify_all(); // a checkpoint waits for the records before its cut
     }
     st
 }

@@ -241,6 +241,7 @@ pub(crate) fn write_jobs(sh: &Shared, jobs: &[DirectJob]) -> Result<()> {
 /// freed), records them for the cleaner and ends their hold.
 pub(crate) fn finish(st: &mut State, jobs: Vec<DirectJob>) {
     for j in jobs {
+        st.direct_dest.remove(&j.id);
         let from = LocMatch::Mem {
             id: j.id,
             off: j.buf_off,

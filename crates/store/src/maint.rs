@@ -485,8 +485,7 @@ fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
 }
 
 /// Writes pending data for a checkpoint: what was pending when called (new writes keep
-/// coming while commits go on; chasing them would starve the checkpoint), or everything when
-/// commits are held by the barrier. It may use the cleaner's segment: written data needs the
+/// coming while commits go on; chasing them would starve the checkpoint). It may use the cleaner's segment: written data needs the
 /// same room as the checkpoint would need to carry it inline, and stays written.
 fn flush_all(sh: &Shared) -> Result<()> {
     let mut left = sh.lock().pending_blocks;
@@ -495,7 +494,7 @@ fn flush_all(sh: &Shared) -> Result<()> {
             Ok(0) if sh.lock().dirty.is_empty() => return Ok(()),
             Ok(n) => {
                 left = left.saturating_sub(n);
-                if left == 0 && !sh.lock().barrier {
+                if left == 0 {
                     return Ok(());
                 }
             }
@@ -506,53 +505,34 @@ fn flush_all(sh: &Shared) -> Result<()> {
     }
 }
 
-/// Takes a checkpoint (also used at open, before the thread starts): write pending data, snapshot the index at a WAL batch boundary, write
-/// it to segments, flush the data devices, then point the WAL header at it and reclaim WAL
-/// space. Commits pause only while the last few pending blocks are written (the barrier), so
-/// the checkpoint normally carries no data inline and stays small.
+/// Takes a checkpoint (also used at open, before the thread starts): write pending data,
+/// snapshot the index, wait until the records it holds end a durable WAL batch, write it to
+/// segments, flush the data devices, then point the WAL header at it and reclaim WAL space.
+/// Commits never wait for it: the snapshot is taken under the lock at any time, and the batch
+/// writers end a batch at its records (the cut) so that replay can start right after them.
 pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     flush_all(sh)?;
-    {
+    let (snap, seq, gen, dest) = {
         let mut st = sh.lock();
         st.ckpt_wanted = false;
-        st.barrier = true;
-        // Committers blocked by the barrier enqueue nothing. Records queued by `submit`
-        // may have no thread waiting to write them, so the checkpoint writes what is queued
-        // itself when no one else is writing.
-        while st.writing || !st.queue.is_empty() {
-            if st.failed.is_some() {
-                st.barrier = false;
-                return Err(StoreError::Failed("WAL failed during checkpoint".into()));
-            }
-            if !st.writing {
-                st = crate::commit::write_batch(sh, st);
-                continue;
-            }
-            st = sh.durable_cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-    if let Err(e) = flush_all(sh) {
-        sh.lock().barrier = false;
-        sh.durable_cv.notify_all();
-        sh.space_cv.notify_all();
-        return Err(e);
-    }
-    let (snap, seq, lsn, prev_crc, gen) = {
-        let mut st = sh.lock();
         st.segs.snap_started += 1;
-        let r = (
+        let seq = st.next_seq;
+        if !st.writing && st.queue.is_empty() {
+            st.cut_point = Some((st.tail_lsn, st.last_crc));
+        } else {
+            st.cut = Some(seq);
+        }
+        (
             st.index.clone(),
-            st.next_seq,
-            st.tail_lsn,
-            st.last_crc,
+            seq,
             st.segs.snap_started,
-        );
-        st.barrier = false;
-        sh.durable_cv.notify_all();
-        sh.space_cv.notify_all();
-        r
+            st.direct_dest.clone(),
+        )
     };
-    let (body, inline_bytes) = checkpoint::encode(&snap, seq);
+    let (lsn, prev_crc) = wait_for_cut(sh)?;
+    // The direct writes the snapshot holds in memory are on the data devices by now (their
+    // records are durable, and a batch writes and flushes their data first): named there.
+    let (body, inline_bytes) = checkpoint::encode(&snap, seq, &dest);
     drop(snap);
     let (root, runs) = write_body(sh, &body, gen)?;
     let body_len = body.len();
@@ -602,6 +582,27 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     st.checkpoints += 1;
     sh.space_cv.notify_all();
     Ok(())
+}
+
+/// Waits until the records before the checkpoint's cut are durable and end a batch; returns
+/// where replay resumes: (LSN, crc of the last record before it). Writes the queued batch
+/// itself when no one else is writing (records submitted without a waiter).
+fn wait_for_cut(sh: &Shared) -> Result<(u64, u32)> {
+    let mut st = sh.lock();
+    loop {
+        if st.failed.is_some() {
+            st.cut = None;
+            return Err(StoreError::Failed("WAL failed during checkpoint".into()));
+        }
+        if let Some(p) = st.cut_point.take() {
+            return Ok(p);
+        }
+        if !st.writing && !st.queue.is_empty() {
+            st = crate::commit::write_batch(sh, st);
+            continue;
+        }
+        st = sh.durable_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+    }
 }
 
 fn contiguous(runs: &[(u64, u32)]) -> Result<u64> {

@@ -116,8 +116,6 @@ pub struct StoreStats {
     pub waits_for_flusher: u64,
     /// Times a commit waited for WAL space (a checkpoint to reclaim it).
     pub waits_for_wal_space: u64,
-    /// Times a commit waited for a checkpoint's snapshot barrier.
-    pub waits_for_checkpoint: u64,
     /// Transactions whose large writes went straight to the data devices (written once, not
     /// through the WAL), and the bytes of those writes.
     pub direct_writes: u64,
@@ -156,7 +154,15 @@ pub(crate) struct State {
     pub pending_blocks: u64,
     pub next_id: u64,
     pub failed: Option<String>,
-    pub barrier: bool,
+    /// A checkpoint snapshotted the index when this was the next sequence number: batches
+    /// end before it (`commit::write_batch`), so that its records end a batch.
+    pub cut: Option<u64>,
+    /// Where the records before the cut end, once durable: (LSN of the next batch, crc of
+    /// the last record), for the checkpoint's replay point.
+    pub cut_point: Option<(u64, u32)>,
+    /// In-memory extents of direct writes whose jobs are not done: id -> (offset in their
+    /// buffer, data-device offset), so that a checkpoint names where they are going.
+    pub direct_dest: std::collections::HashMap<u64, (usize, u64)>,
     pub ckpt_wanted: bool,
     pub shutdown: bool,
     pub ckpt_runs: Vec<(u64, u32)>,
@@ -169,7 +175,6 @@ pub(crate) struct State {
     pub cleaned_bytes: u64,
     pub waits_for_flusher: u64,
     pub waits_for_wal_space: u64,
-    pub waits_for_checkpoint: u64,
     /// Transactions whose large writes went straight to the data devices, and their bytes.
     pub direct_writes: u64,
     pub direct_bytes: u64,
@@ -458,7 +463,9 @@ impl Store {
             pending_blocks: 0,
             next_id,
             failed: None,
-            barrier: false,
+            cut: None,
+            cut_point: None,
+            direct_dest: std::collections::HashMap::new(),
             ckpt_wanted: false,
             shutdown: false,
             ckpt_runs: ckpt_runs.clone(),
@@ -474,7 +481,6 @@ impl Store {
             cleaned_bytes: 0,
             waits_for_flusher: 0,
             waits_for_wal_space: 0,
-            waits_for_checkpoint: 0,
             direct_writes: 0,
             direct_bytes: 0,
             direct_jobs: Vec::new(),
@@ -681,7 +687,6 @@ impl Store {
             wal_size: self.sh.wal.ring_size,
             waits_for_flusher: st.waits_for_flusher,
             waits_for_wal_space: st.waits_for_wal_space,
-            waits_for_checkpoint: st.waits_for_checkpoint,
             direct_writes: st.direct_writes,
             direct_bytes: st.direct_bytes,
         }

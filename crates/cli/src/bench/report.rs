@@ -168,7 +168,6 @@ pub fn entry(
             serde_json::json!({
                 "flusher": s1.waits_for_flusher.saturating_sub(s0.waits_for_flusher),
                 "wal_space": s1.waits_for_wal_space.saturating_sub(s0.waits_for_wal_space),
-                "checkpoint": s1.waits_for_checkpoint.saturating_sub(s0.waits_for_checkpoint),
             }),
         );
     let read_p99 = mixed.then(|| q(&m.reads, 0.99));
