@@ -126,9 +126,11 @@ pub(crate) fn validate(
                 let first = offset / B;
                 let end = (offset + data.len() as u64).div_ceil(B);
                 if let Some(Some(p)) = placed.get(i) {
-                    // One effect per run: its header, name, offset and a crc per block.
-                    let runs = p.runs.len() as u64;
-                    bytes += runs * (40 + obj.len() as u64) + 4 * (end - first);
+                    // An effect per run (or part of one): header, name, offset and a crc
+                    // per block.
+                    let effects =
+                        p.runs.len() as u64 + (end - first) / effect::MAX_BLOCKS_PER_EFFECT as u64;
+                    bytes += effects * (40 + obj.len() as u64) + 4 * (end - first);
                 } else {
                     blocks += end.saturating_sub(first);
                     bytes += data.len() as u64;
@@ -402,17 +404,23 @@ fn whole_blocks(
 fn place_effects(coll: CollId, obj: &Name, first: u64, p: &Placement, out: &mut Vec<Effect>) {
     let mut blk = first;
     let mut at = 0usize;
-    for &(off, n) in &p.runs {
-        out.push(Effect::PlaceBlocks {
-            coll,
-            obj: obj.clone(),
-            first_block: blk,
-            nblocks: n,
-            off,
-            crcs: p.crcs[at..at + n as usize].into(),
-        });
-        blk += n as u64;
-        at += n as usize;
+    for &(run_off, run_n) in &p.runs {
+        // A run spans at most a segment, which mkfs may make larger than one effect may carry.
+        let mut done = 0u32;
+        while done < run_n {
+            let n = (run_n - done).min(effect::MAX_BLOCKS_PER_EFFECT);
+            out.push(Effect::PlaceBlocks {
+                coll,
+                obj: obj.clone(),
+                first_block: blk,
+                nblocks: n,
+                off: run_off + done as u64 * B,
+                crcs: p.crcs[at..at + n as usize].into(),
+            });
+            blk += n as u64;
+            at += n as usize;
+            done += n;
+        }
     }
 }
 

@@ -92,7 +92,8 @@ pub enum Effect {
     },
 }
 
-const MAX_BLOCKS_PER_EFFECT: u32 = (limits::TXN_BYTES / BLOCK_SIZE) as u32;
+/// Most blocks one `SetBlocks` or `PlaceBlocks` effect carries (the decoder's limit).
+pub(crate) const MAX_BLOCKS_PER_EFFECT: u32 = (limits::TXN_BYTES / BLOCK_SIZE) as u32;
 
 /// Appends the encoding of `effects` to `out`. Payloads must be [`Payload::Owned`] (payloads
 /// already in a record are copied from `rec`).
