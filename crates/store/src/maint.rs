@@ -485,8 +485,9 @@ fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
 }
 
 /// Writes pending data for a checkpoint: what was pending when called (new writes keep
-/// coming while commits go on; chasing them would starve the checkpoint). It may use the cleaner's segment: written data needs the
-/// same room as the checkpoint would need to carry it inline, and stays written.
+/// coming while commits go on; chasing them would starve the checkpoint). It may use the
+/// cleaner's segment: written data needs the same room as the checkpoint would need to carry
+/// it inline, and stays written.
 fn flush_all(sh: &Shared) -> Result<()> {
     let mut left = sh.lock().pending_blocks;
     loop {
