@@ -81,9 +81,12 @@ impl Inflight {
         let _ = self.repeer_hook.set(hook);
     }
 
-    /// A replica of write `tid`'s PG missed a write: fails it (the client resends) and has
-    /// the PG peered again.
-    pub fn gap(&self, tid: u64) {
+    /// Replica `member` of write `tid`'s PG missed a write: fails it (the client resends) and
+    /// has the PG peered again. Ignored unless the write waits on `member`.
+    pub fn gap(&self, tid: u64, member: u32) {
+        if !self.waits_on(tid, member) {
+            return;
+        }
         let pg = self.pg_of(tid);
         self.fail(tid, &OpReply::Retry);
         if let (Some(pg), Some(hook)) = (pg, self.repeer_hook.get()) {
@@ -149,6 +152,24 @@ impl Inflight {
         self.slot(tid).get(&tid).map(|w| w.pg)
     }
 
+    /// Whether write `tid` still waits on `member`: only such a member's answer may end it
+    /// (a peer's reply names a request id, a claim checked here).
+    fn waits_on(&self, tid: u64, member: u32) -> bool {
+        let Some(w) = self.slot(tid).get(&tid).cloned() else {
+            return false;
+        };
+        let waits = w.lock().waiting.contains(&member);
+        waits
+    }
+
+    /// Member `member` failed write `tid`: ends it with `reply`, unless it does not wait on
+    /// that member (or already completed).
+    pub fn member_failed(&self, tid: u64, member: u32, reply: &OpReply) {
+        if self.waits_on(tid, member) {
+            self.fail(tid, reply);
+        }
+    }
+
     /// Ends write `tid` with `reply` (a failure) unless it already completed.
     pub fn fail(&self, tid: u64, reply: &OpReply) {
         let Some(w) = self.slot(tid).get(&tid).cloned() else {
@@ -197,5 +218,45 @@ impl Inflight {
             .iter()
             .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sender over a loopback connection (its replies go nowhere anyone reads).
+    async fn sender() -> (FrameSender, tokio::net::TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = tokio::net::TcpStream::connect(l.local_addr().unwrap());
+        let (c, a) = tokio::join!(c, l.accept());
+        let (_, w) = c.unwrap().into_split();
+        (FrameSender::new(w), a.unwrap().0)
+    }
+
+    #[test]
+    fn only_a_member_the_write_waits_on_can_fail_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (to, _peer) = sender().await;
+            let inf = Inflight::new();
+            let pg = PgId { pool: 1, pg: 2 };
+            let w = inf.register(pg, 7, vec![0, 1, 2], to, 9);
+            let failed = OpReply::Retry;
+            // A reply naming this write from an OSD outside its acting set changes nothing.
+            inf.member_failed(w.tid, 5, &failed);
+            inf.gap(w.tid, 5);
+            assert!(!w.is_done());
+            // Nor does one from a member that already answered.
+            inf.member_done(w.tid, 1);
+            inf.member_failed(w.tid, 1, &failed);
+            assert!(!w.is_done());
+            // A member it waits on ends it.
+            inf.member_failed(w.tid, 2, &failed);
+            assert!(w.is_done());
+        });
     }
 }

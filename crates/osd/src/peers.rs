@@ -165,15 +165,16 @@ async fn read_answers(
             Ok(RepReply::Done) => inflight.member_done(frame.request_id, peer),
             Ok(RepReply::Stale { epoch }) => {
                 tracing::info!(peer, epoch, "peer says this OSD is not primary");
-                inflight.fail(frame.request_id, &OpReply::Retry);
+                inflight.member_failed(frame.request_id, peer, &OpReply::Retry);
             }
             Ok(RepReply::Gap { have }) => {
                 tracing::warn!(peer, have, "peer missed a write; peering the PG again");
-                inflight.gap(frame.request_id);
+                inflight.gap(frame.request_id, peer);
             }
             Ok(RepReply::Failed { code, why }) => {
                 let why = format!("replica osd.{peer}: {why}");
-                inflight.fail(frame.request_id, &OpReply::Failed { code, why });
+                let failed = OpReply::Failed { code, why };
+                inflight.member_failed(frame.request_id, peer, &failed);
             }
             Err(e) => {
                 tracing::warn!(peer, error = %e, "bad reply from peer");

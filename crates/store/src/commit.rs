@@ -2,9 +2,8 @@
 //! validate -> resolve into effects and apply them to the index -> encode one WAL record ->
 //! group-commit it (the first waiting thread writes and flushes everyone's records) -> return.
 //! `submit` + `sync_through` split the last step, so one thread can group its own commits.
-//! No data-device write happens here, except for large writes written once (`direct.rs`):
-//! those are written before their transaction is applied, and a batch carrying their records
-//! flushes the data devices before the WAL.
+//! No data-device I/O happens here, except in a batch that carries large writes written once
+//! (`direct.rs`): its writer writes their data and flushes the data devices before the WAL.
 
 use crate::device::BLOCK_SIZE;
 use crate::direct::{self, Placement, Placements};
@@ -560,8 +559,10 @@ fn submit_placed<'a>(
         let pending_full = st.pending_blocks + new_blocks > sh.pending_limit_blocks();
         // Direct writes waiting for their batch hold their data in memory: bounded alike
         // (one always goes, however large).
-        let queued = direct::queued_blocks(&st);
-        let direct_full = queued > 0 && queued + placed_blocks > sh.pending_limit_blocks();
+        let direct_full = placed_blocks > 0 && {
+            let queued = direct::queued_blocks(&st);
+            queued > 0 && queued + placed_blocks > sh.pending_limit_blocks()
+        };
         if !wal_full && !pending_full && !direct_full {
             return apply_and_log(sh, st, txn, placed, est);
         }

@@ -128,11 +128,7 @@ fn encode_one(e: &Effect, rec: &[u8], out: &mut Vec<u8>) {
             nblocks,
             data,
         } => {
-            w.u8(4);
-            w.u64(*coll);
-            w.name(obj);
-            w.u64(*first_block);
-            w.u32(*nblocks);
+            block_run_header(&mut w, 4, *coll, obj, *first_block, *nblocks);
             let len = *nblocks as usize * BLOCK_SIZE;
             match data {
                 Payload::Owned(bytes) => out.extend_from_slice(&bytes[..len]),
@@ -147,11 +143,7 @@ fn encode_one(e: &Effect, rec: &[u8], out: &mut Vec<u8>) {
             off,
             crcs,
         } => {
-            w.u8(13);
-            w.u64(*coll);
-            w.name(obj);
-            w.u64(*first_block);
-            w.u32(*nblocks);
+            block_run_header(&mut w, 13, *coll, obj, *first_block, *nblocks);
             w.u64(*off);
             for c in crcs.iter() {
                 w.u32(*c);
@@ -216,6 +208,15 @@ fn encode_one(e: &Effect, rec: &[u8], out: &mut Vec<u8>) {
             w.name(end);
         }
     }
+}
+
+/// The start of a `SetBlocks` or `PlaceBlocks` effect (read back by `block_run`).
+fn block_run_header(w: &mut Writer, tag: u8, coll: CollId, obj: &[u8], first: u64, n: u32) {
+    w.u8(tag);
+    w.u64(coll);
+    w.name(obj);
+    w.u64(first);
+    w.u32(n);
 }
 
 /// Decodes the effects of a record; `payload_base` is the offset of `buf` within the record,

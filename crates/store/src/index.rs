@@ -163,6 +163,12 @@ impl Object {
         }
     }
 
+    /// Puts `ext` at block `first`, in place of whatever those blocks held (reported).
+    pub fn replace_blocks(&mut self, first: u64, ext: Extent, freed: &mut Vec<Freed>) {
+        self.punch(first, ext.nblocks as u64, freed);
+        self.extents.insert(first, ext);
+    }
+
     /// Number of blocks holding data.
     pub fn allocated_blocks(&self) -> u64 {
         self.extents.values().map(|e| e.nblocks as u64).sum()
@@ -301,7 +307,6 @@ impl Index {
                 let Some((name, o)) = self.object_entry_mut(*coll, obj) else {
                     return;
                 };
-                o.punch(*first_block, *nblocks as u64, &mut out.freed);
                 *next_id += 1;
                 let ext = Extent {
                     nblocks: *nblocks,
@@ -312,7 +317,7 @@ impl Index {
                     }),
                     crcs: block_crcs(bytes),
                 };
-                o.extents.insert(*first_block, ext);
+                o.replace_blocks(*first_block, ext, &mut out.freed);
                 out.dirty.push(Dirty {
                     coll: *coll,
                     obj: name,
@@ -332,15 +337,12 @@ impl Index {
                 let Some((name, o)) = self.object_entry_mut(*coll, obj) else {
                     return;
                 };
-                o.punch(*first_block, *nblocks as u64, &mut out.freed);
-                o.extents.insert(
-                    *first_block,
-                    Extent {
-                        nblocks: *nblocks,
-                        loc: Loc::Disk(*off),
-                        crcs: crcs.clone(),
-                    },
-                );
+                let ext = Extent {
+                    nblocks: *nblocks,
+                    loc: Loc::Disk(*off),
+                    crcs: crcs.clone(),
+                };
+                o.replace_blocks(*first_block, ext, &mut out.freed);
                 out.placed.push(Placed {
                     coll: *coll,
                     obj: name,
@@ -427,16 +429,12 @@ impl Index {
         out: &mut ApplyOut,
     ) -> Option<Name> {
         let (name, o) = self.object_entry_mut(coll, obj)?;
-        let nblocks = crcs.len() as u32;
-        o.punch(first_block, nblocks as u64, &mut out.freed);
-        o.extents.insert(
-            first_block,
-            Extent {
-                nblocks,
-                loc: Loc::Mem(mem),
-                crcs: crcs.into(),
-            },
-        );
+        let ext = Extent {
+            nblocks: crcs.len() as u32,
+            loc: Loc::Mem(mem),
+            crcs: crcs.into(),
+        };
+        o.replace_blocks(first_block, ext, &mut out.freed);
         Some(name)
     }
 

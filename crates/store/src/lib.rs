@@ -6,8 +6,8 @@
 //! - **Data** reaches the data devices later, written by a background flusher as large
 //!   sequential appends into segments (log-structured); a cleaner reclaims segments by live
 //!   bytes; space accounting is exact. Optionally, large whole-block writes go straight to
-//!   their place instead and only their metadata through the WAL (`direct.rs`; then the
-//!   commit does write the data device, and its WAL batch flushes it first).
+//!   their place instead and only their metadata through the WAL (`direct.rs`: the thread
+//!   that writes their WAL batch writes their data and flushes the data device first).
 //! - **Metadata** (the whole index) is in memory and written through: WAL records plus
 //!   periodic checkpoints written into segments. Opening loads the last checkpoint and
 //!   replays the WAL.

@@ -654,6 +654,9 @@ impl Store {
     /// large writes written once are queued or being written (see `direct.rs`). A caller that
     /// must not block on a data device (an OSD shard's event loop) syncs elsewhere then.
     pub fn sync_waits_for_data_device(&self) -> bool {
+        if self.sh.cfg.direct_write_min_bytes == 0 {
+            return false; // no direct writes: no lock taken per sync
+        }
         let st = self.sh.lock();
         !st.direct_jobs.is_empty() || st.writing_direct
     }

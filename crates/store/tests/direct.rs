@@ -205,3 +205,43 @@ fn submit_does_no_device_io_and_the_batch_writes_the_data() {
     assert_eq!(s.read(1, b"o", 0, MIB as u64).unwrap(), want);
     s.check_space_accounting().unwrap();
 }
+
+/// Direct writes submitted without a sync hold their data in memory until a batch writes it:
+/// past the pending limit (4 MiB here) the submitting thread writes the queued batch itself
+/// instead of queueing more, and everything stays readable and durable.
+#[test]
+fn queued_direct_writes_are_bounded_and_written_by_the_submitter() {
+    let devs = MemDevs::new(1, 64 << 20, Some(8 << 20));
+    let s = devs.mkfs_open(cfg());
+    s.commit(Transaction::new().create_collection(1)).unwrap();
+    let before = s.stats();
+    let mut last = 0;
+    for i in 0..8u8 {
+        let mut t = Transaction::new();
+        t.write(1, format!("q{i}").as_bytes(), 0, &pattern(MIB, 20 + i));
+        last = s.submit(&t).unwrap();
+    }
+    let mid = s.stats();
+    assert!(
+        mid.data_io.writes > before.data_io.writes,
+        "8 MiB of direct writes were queued in memory without a batch writing any of them"
+    );
+    s.sync_through(last).unwrap();
+    for i in 0..8u8 {
+        let name = format!("q{i}");
+        assert_eq!(
+            s.read(1, name.as_bytes(), 0, MIB as u64).unwrap(),
+            pattern(MIB, 20 + i)
+        );
+    }
+    s.check_space_accounting().unwrap();
+    drop(s);
+    let s = Store::open(&devs.devices(), cfg()).unwrap();
+    for i in 0..8u8 {
+        let name = format!("q{i}");
+        assert_eq!(
+            s.read(1, name.as_bytes(), 0, MIB as u64).unwrap(),
+            pattern(MIB, 20 + i)
+        );
+    }
+}
