@@ -1,10 +1,10 @@
 //! The wire frame readers on arbitrary byte streams: the sans-I/O `Decoder`, fed in two
-//! pieces, and `stream::read_frame` (what every connection runs), which must read the bytes
+//! pieces, and `cairn_transport::read_frame` (what every connection runs), which must read the bytes
 //! exactly as the decoder does (`check_readers_agree` panics otherwise).
 #![no_main]
 
-use cairn_proto::stream::check_readers_agree;
 use cairn_proto::{Decoder, Limits};
+use cairn_transport::check_readers_agree;
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: Limits = Limits {

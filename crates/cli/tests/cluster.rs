@@ -489,7 +489,8 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
     use cairn_proto::msg::osd::{
         BatchedOp, OpBatch, OpKind, OpReply, OpRequest, ERROR, OP, OP_BATCH, OP_REPLY,
     };
-    use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
+    use cairn_proto::msg::{ErrorCode, ErrorReply};
+    use cairn_transport::{handshake, node_kind, read_frame, write_frame};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let c = Cluster::up("osdinput", 1, 2);
     pool_create(&c, "p", 1, 1);
@@ -599,6 +600,8 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         .expect("send");
         let f = read_frame(&mut s, &limits).await.expect("error reply");
         assert_eq!(f.msg_type, ERROR);
+        let e: ErrorReply = cairn_proto::msg::decode("error", &f.control).expect("decode");
+        assert_eq!(e.code, ErrorCode::Malformed, "{}", e.message);
         assert!(read_frame(&mut s, &limits).await.is_err(), "not closed");
         // Peering requests: garbage -> ERROR and close; a push to a PG that does not exist
         // (claiming a future epoch) is refused and creates nothing.
@@ -643,7 +646,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         assert_eq!(f.msg_type, PG_DONE);
         let r: PgDone = cairn_proto::msg::decode("pg done", &f.control).expect("decode");
         assert!(
-            matches!(r, PgDone::Failed(ref why) if why.contains("does not exist")),
+            matches!(r, PgDone::Failed { code: ErrorCode::NotFound, ref why } if why.contains("does not exist")),
             "{r:?}"
         );
         // An activation claiming a future epoch (it would rank this copy first in peering)
@@ -666,7 +669,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             let f = read_frame(&mut s, &limits).await.expect("push reply");
             let r: PgDone = cairn_proto::msg::decode("pg done", &f.control).expect("decode");
             let ok = match &r {
-                PgDone::Failed(why) => why.contains(want),
+                PgDone::Failed { code, why } => *code == ErrorCode::Invalid && why.contains(want),
                 PgDone::Stale { .. } => want == "stale",
                 _ => false,
             };
@@ -680,9 +683,9 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             .expect("send");
         let f = read_frame(&mut s, &limits).await.expect("error reply");
         assert_eq!(f.msg_type, ERROR);
-        for (pool, names, want) in [
-            (999, Vec::new(), "does not exist"),
-            (pool, vec![b"x".to_vec(); 1000], "at most 256"),
+        for (pool, names, code, want) in [
+            (999, Vec::new(), ErrorCode::NotFound, "does not exist"),
+            (pool, vec![b"x".to_vec(); 1000], ErrorCode::Invalid, "at most 256"),
         ] {
             let mut s = tokio::net::TcpStream::connect(addr(primary))
                 .await
@@ -701,7 +704,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             let f = read_frame(&mut s, &limits).await.expect("scrub reply");
             let r: PgDone = cairn_proto::msg::decode("pg done", &f.control).expect("decode");
             assert!(
-                matches!(r, PgDone::Failed(ref why) if why.contains(want)),
+                matches!(r, PgDone::Failed { code: c, ref why } if c == code && why.contains(want)),
                 "{r:?}"
             );
         }
@@ -772,8 +775,9 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         };
         let f = call(other, PG_PULL, cairn_proto::msg::encode(&pull)).await;
         assert_eq!(f.msg_type, ERROR);
-        let e: cairn_proto::msg::mon::ErrorReply =
+        let e: cairn_proto::msg::ErrorReply =
             cairn_proto::msg::decode("error", &f.control).expect("decode");
+        assert_eq!(e.code, cairn_proto::msg::ErrorCode::NotFound);
         assert!(e.message.contains("holds no copy"), "{}", e.message);
         let clean = |epoch| {
             cairn_proto::msg::encode(&PgQuery {

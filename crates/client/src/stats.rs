@@ -3,8 +3,8 @@
 use crate::error::ClientError;
 use cairn_proto::msg::osd::{OsdStats, OSD_STATS, OSD_STATS_REPLY};
 use cairn_proto::msg::scrub::{ScrubPg, ScrubReport, SCRUB_PG, SCRUB_REPORT};
-use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
 use cairn_proto::Limits;
+use cairn_transport::{node_kind, Dialer, Session};
 use std::time::Duration;
 
 /// The usage of the OSD at `addr`, within `timeout`.
@@ -52,6 +52,14 @@ fn fail(addr: &str, why: String) -> ClientError {
     }
 }
 
+/// A transport failure (its text names the address).
+fn transport(e: impl std::fmt::Display) -> ClientError {
+    ClientError::Failed {
+        code: cairn_proto::msg::osd::FailCode::Other,
+        why: e.to_string(),
+    }
+}
+
 /// Sends one request on a connection of its own; returns the reply's control part.
 async fn ask(
     addr: &str,
@@ -60,34 +68,15 @@ async fn ask(
     want: u16,
     timeout: Duration,
 ) -> Result<Vec<u8>, ClientError> {
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr)
-            .await
-            .map_err(|e| fail(addr, e.to_string()))?;
-        handshake(&mut s, node_kind::CLIENT)
-            .await
-            .map_err(|e| fail(addr, e.to_string()))?;
-        write_frame(&mut s, msg_type, 1, control, &[])
-            .await
-            .map_err(|e| fail(addr, e.to_string()))?;
-        let f = read_frame(&mut s, &Limits::default())
-            .await
-            .map_err(|e| fail(addr, e.to_string()))?;
-        if f.msg_type == cairn_proto::msg::osd::ERROR {
-            let why = cairn_proto::msg::decode::<cairn_proto::msg::mon::ErrorReply>(
-                "error reply",
-                &f.control,
-            )
-            .map(|e| e.message)
-            .unwrap_or_else(|e| e.to_string());
-            return Err(fail(addr, why));
-        }
-        if f.msg_type != want {
-            return Err(fail(addr, format!("unexpected reply type {}", f.msg_type)));
-        }
-        Ok(f.control)
-    };
-    tokio::time::timeout(timeout, exchange)
+    let started = tokio::time::Instant::now();
+    let dialer = Dialer::new(node_kind::CLIENT).timeout(timeout);
+    let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())
         .await
-        .map_err(|_| fail(addr, format!("no answer within {timeout:?}")))?
+        .map_err(transport)?;
+    let left = timeout.saturating_sub(started.elapsed());
+    let f = session
+        .call_for(msg_type, want, control, &[], left)
+        .await
+        .map_err(transport)?;
+    Ok(f.control)
 }

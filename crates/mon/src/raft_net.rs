@@ -6,18 +6,15 @@
 //! type with the same request id; a peer that refuses a request (other cluster, malformed
 //! message) answers `ERROR` and closes the connection.
 //!
-//! openraft calls one RPC at a time per client it creates, and creates clients freely (one per
-//! replication stream, one per election round), so connections are pooled per peer: an RPC
-//! takes an idle connection or opens one, and puts it back only after a complete exchange (a
-//! connection abandoned mid-exchange, e.g. on timeout, is closed, so a late reply can never be
-//! read as the answer to another request). A new connection starts with the handshake (as a
-//! monitor, and the peer must answer as one) before its first frame.
+//! openraft creates clients freely (one per replication stream, one per election round); they
+//! all share one multiplexed session per peer (`cairn_transport::Session`: replies matched by
+//! request id, so a late reply to an RPC that timed out is dropped, never read as another's).
+//! A session is dialed as a monitor and the peer must answer as one.
 
 use crate::types::{BasicNode, MonRaft, NodeId, Raft};
-use cairn_proto::msg::mon::{ErrorReply, ERROR};
-use cairn_proto::msg::{decode, encode};
-use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
+use cairn_proto::msg::{decode, encode, ErrorCode, ErrorReply};
 use cairn_proto::{Frame, Limits};
+use cairn_transport::{node_kind, CallError, DialError, Dialer, Session};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
 };
@@ -31,7 +28,6 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// Request: [`PeerRequest`] of an `AppendEntriesRequest`; reply [`RAFT_APPEND_REPLY`].
 pub const RAFT_APPEND: u16 = 100;
@@ -70,8 +66,8 @@ pub const SERVER_LIMITS: Limits = Limits {
     max_data: 0,
 };
 
-/// Idle connections kept per peer.
-const POOL_PER_PEER: usize = 4;
+/// Frame limits of replies from a peer monitor (the same as the requests it serves).
+const PEER_LIMITS: Limits = SERVER_LIMITS;
 
 /// A Raft RPC from one monitor to another.
 #[derive(Debug, Serialize, Deserialize)]
@@ -89,12 +85,13 @@ type VoteReply = Result<VoteResponse<NodeId>, RaftError<NodeId>>;
 type SnapshotReply =
     Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>;
 
-/// Creates clients to the other monitors; shared connection pool.
+/// Creates clients to the other monitors; one multiplexed session per peer, shared by
+/// every client openraft creates for it.
 #[derive(Clone)]
 pub(crate) struct Network {
     fsid: [u8; 16],
     me: NodeId,
-    pool: Arc<Mutex<HashMap<NodeId, Vec<TcpStream>>>>,
+    sessions: Arc<Mutex<HashMap<NodeId, Arc<Session>>>>,
 }
 
 impl Network {
@@ -102,21 +99,31 @@ impl Network {
         Network {
             fsid,
             me,
-            pool: Arc::default(),
+            sessions: Arc::default(),
         }
     }
 
-    fn take(&self, target: NodeId) -> Option<TcpStream> {
-        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        pool.get_mut(&target).and_then(Vec::pop)
+    /// The open session to `target` at `addr`, if there is one.
+    fn session(&self, target: NodeId, addr: &str) -> Option<Arc<Session>> {
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions
+            .get(&target)
+            .filter(|s| s.is_open() && s.addr() == addr)
+            .cloned()
     }
 
-    fn put_back(&self, target: NodeId, conn: TcpStream) {
-        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        let idle = pool.entry(target).or_default();
-        if idle.len() < POOL_PER_PEER {
-            idle.push(conn);
-        }
+    /// Opens a session to `target` (as a monitor, to a monitor) and keeps it.
+    async fn open(
+        &self,
+        target: NodeId,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<Arc<Session>, DialError> {
+        let dialer = Dialer::new(node_kind::MON).timeout(timeout);
+        let s = Arc::new(Session::open(&dialer, addr, node_kind::MON, PEER_LIMITS).await?);
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.insert(target, s.clone());
+        Ok(s)
     }
 }
 
@@ -128,7 +135,6 @@ impl RaftNetworkFactory<MonRaft> for Network {
             net: self.clone(),
             target,
             node: node.clone(),
-            next_rid: 1,
         }
     }
 }
@@ -136,22 +142,12 @@ impl RaftNetworkFactory<MonRaft> for Network {
 /// Why an RPC to a peer failed before an answer arrived.
 #[derive(Debug, thiserror::Error)]
 enum PeerError {
-    #[error("cannot connect to monitor {target} at {addr}: {source}")]
-    Connect {
-        target: NodeId,
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("monitor {target} at {addr}: handshake: {reason}")]
-    Handshake {
-        target: NodeId,
-        addr: String,
-        reason: String,
-    },
-    #[error("monitor {target}: {reason}")]
-    Exchange { target: NodeId, reason: String },
-    #[error("monitor {target} refused the request: {message}")]
-    Refused { target: NodeId, message: String },
+    #[error("monitor {target}: {source}")]
+    Dial { target: NodeId, source: DialError },
+    #[error("monitor {target}: {source}")]
+    Call { target: NodeId, source: CallError },
+    #[error("monitor {target}: malformed reply: {reason}")]
+    Malformed { target: NodeId, reason: String },
     #[error("timed out")]
     Timeout,
 }
@@ -161,13 +157,12 @@ pub(crate) struct Peer {
     net: Network,
     target: NodeId,
     node: BasicNode,
-    next_rid: u64,
 }
 
 impl Peer {
-    /// Sends one request and reads its reply, on a pooled connection when one is idle. A
-    /// pooled connection may have been closed by the peer since (it restarted): then the
-    /// request is tried once more on a new connection.
+    /// Sends one request and reads its reply, on the peer's session (opened when there is
+    /// none). A session may have been closed by the peer since (it restarted): then the
+    /// request is tried once more on a new one.
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &mut self,
         msg_type: u16,
@@ -180,82 +175,39 @@ impl Peer {
             from: self.net.me,
             rpc,
         });
-        let attempt = async {
-            if let Some(conn) = self.net.take(self.target) {
-                match self.exchange(conn, msg_type, reply_type, &body).await {
-                    Err(PeerError::Exchange { .. }) => {}
-                    done => return done,
+        let deadline = tokio::time::Instant::now() + ttl;
+        let (target, addr) = (self.target, self.node.addr.as_str());
+        let mut retried = false;
+        let frame = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let (session, reused) = match self.net.session(target, addr) {
+                Some(s) => (s, true),
+                None => {
+                    let s = self
+                        .net
+                        .open(target, addr, left)
+                        .await
+                        .map_err(|e| match e {
+                            DialError::Timeout { .. } => PeerError::Timeout,
+                            source => PeerError::Dial { target, source },
+                        })?;
+                    (s, false)
                 }
-            }
-            let mut conn = TcpStream::connect(&self.node.addr)
+            };
+            match session
+                .call_for(msg_type, reply_type, &body, &[], left)
                 .await
-                .map_err(|source| PeerError::Connect {
-                    target: self.target,
-                    addr: self.node.addr.clone(),
-                    source,
-                })?;
-            // Small request/reply exchanges: do not let Nagle delay them.
-            let _ = conn.set_nodelay(true);
-            self.handshake(&mut conn).await?;
-            self.exchange(conn, msg_type, reply_type, &body).await
+            {
+                Ok(f) => break f,
+                Err(CallError::Timeout { .. }) => return Err(PeerError::Timeout),
+                Err(CallError::Closed { .. }) if reused && !retried => retried = true,
+                Err(source) => return Err(PeerError::Call { target, source }),
+            }
         };
-        tokio::time::timeout(ttl, attempt)
-            .await
-            .unwrap_or(Err(PeerError::Timeout))
-    }
-
-    /// The handshake on a new connection (before its first frame); the peer must be a
-    /// monitor.
-    async fn handshake(&self, conn: &mut TcpStream) -> Result<(), PeerError> {
-        let failed = |reason: String| PeerError::Handshake {
-            target: self.target,
-            addr: self.node.addr.clone(),
-            reason,
-        };
-        let (hello, _version) = handshake(conn, node_kind::MON)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        if hello.node_kind != node_kind::MON {
-            return Err(failed(format!(
-                "the peer is not a monitor (node kind {})",
-                hello.node_kind
-            )));
-        }
-        Ok(())
-    }
-
-    async fn exchange<Resp: DeserializeOwned>(
-        &mut self,
-        mut conn: TcpStream,
-        msg_type: u16,
-        reply_type: u16,
-        body: &[u8],
-    ) -> Result<Resp, PeerError> {
-        let target = self.target;
-        let broken = |reason: String| PeerError::Exchange { target, reason };
-        let rid = self.next_rid;
-        self.next_rid += 1;
-        write_frame(&mut conn, msg_type, rid, body, &[])
-            .await
-            .map_err(|e| broken(format!("sending: {e}")))?;
-        let frame: Frame = read_frame(&mut conn, &Limits::default())
-            .await
-            .map_err(|e| broken(format!("reading the reply: {e}")))?;
-        if frame.msg_type == ERROR {
-            let message = decode::<ErrorReply>("error", &frame.control)
-                .map(|e| e.message)
-                .unwrap_or_else(|e| e.to_string());
-            return Err(PeerError::Refused { target, message });
-        }
-        if frame.msg_type != reply_type || frame.request_id != rid {
-            return Err(broken(format!(
-                "unexpected reply (type {}, request {}) to request {rid} of type {msg_type}",
-                frame.msg_type, frame.request_id
-            )));
-        }
-        let resp = decode("raft reply", &frame.control).map_err(|e| broken(e.to_string()))?;
-        self.net.put_back(target, conn);
-        Ok(resp)
+        decode("raft reply", &frame.control).map_err(|e| PeerError::Malformed {
+            target,
+            reason: e.to_string(),
+        })
     }
 
     fn rpc_error<E: std::error::Error>(
@@ -271,14 +223,17 @@ impl Peer {
                 target: self.target,
                 timeout: ttl,
             }),
-            PeerError::Refused { .. } => {
+            PeerError::Call {
+                source: CallError::Refused { .. },
+                ..
+            } => {
                 tracing::warn!(target_mon = self.target, "{e}");
                 RPCError::Unreachable(Unreachable::new(&e))
             }
-            PeerError::Connect { .. } | PeerError::Handshake { .. } => {
-                RPCError::Unreachable(Unreachable::new(&e))
+            PeerError::Dial { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+            PeerError::Call { .. } | PeerError::Malformed { .. } => {
+                RPCError::Network(NetworkError::new(&e))
             }
-            PeerError::Exchange { .. } => RPCError::Network(NetworkError::new(&e)),
         }
     }
 
@@ -339,14 +294,18 @@ fn peer_request<T: DeserializeOwned>(
     what: &'static str,
     frame: &Frame,
     fsid: &[u8; 16],
-) -> Result<T, String> {
-    let req: PeerRequest<T> = decode(what, &frame.control).map_err(|e| e.to_string())?;
+) -> Result<T, ErrorReply> {
+    let req: PeerRequest<T> = decode(what, &frame.control)
+        .map_err(|e| ErrorReply::new(ErrorCode::Malformed, e.to_string()))?;
     if &req.fsid != fsid {
-        return Err(format!(
-            "monitor {} belongs to cluster {}, this monitor to {}: check --fsid",
-            req.from,
-            crate::config::fsid_hex(&req.fsid),
-            crate::config::fsid_hex(fsid)
+        return Err(ErrorReply::new(
+            ErrorCode::Denied,
+            format!(
+                "monitor {} belongs to cluster {}, this monitor to {}: check --fsid",
+                req.from,
+                crate::config::fsid_hex(&req.fsid),
+                crate::config::fsid_hex(fsid)
+            ),
         ));
     }
     Ok(req.rpc)
@@ -358,7 +317,7 @@ pub(crate) async fn serve(
     raft: &Raft,
     fsid: &[u8; 16],
     frame: &Frame,
-) -> Result<(u16, Vec<u8>), String> {
+) -> Result<(u16, Vec<u8>), ErrorReply> {
     match frame.msg_type {
         RAFT_APPEND => {
             let rpc: AppendEntriesRequest<MonRaft> = peer_request("raft append", frame, fsid)?;
@@ -375,7 +334,10 @@ pub(crate) async fn serve(
             let r: SnapshotReply = raft.install_snapshot(rpc).await;
             Ok((RAFT_SNAPSHOT_REPLY, encode(&r)))
         }
-        t => Err(format!("unknown monitor-to-monitor message type {t}")),
+        t => Err(ErrorReply::new(
+            ErrorCode::Unsupported,
+            format!("unknown monitor-to-monitor message type {t}"),
+        )),
     }
 }
 

@@ -14,16 +14,14 @@ use crate::ctx::Ctx;
 use crate::raft_net;
 use cairn_map::MapChange;
 use cairn_proto::msg::mon::{
-    CommandReply, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, PastIntervalsQuery,
-    Subscribe, COMMAND, COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP,
-    MAX_HEARTBEAT_PGS, MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS, PAST_INTERVALS_REPLY,
-    SUBSCRIBE,
+    CommandReply, ErrorCode, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate,
+    PastIntervalsQuery, Subscribe, COMMAND, COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP,
+    HEARTBEAT, MAP, MAX_HEARTBEAT_PGS, MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS,
+    PAST_INTERVALS_REPLY, SUBSCRIBE,
 };
 use cairn_proto::msg::{decode, encode};
-use cairn_proto::stream::{
-    encode_parts, handshake, node_kind, read_frame, HandshakeError, ReadError,
-};
 use cairn_proto::Frame;
+use cairn_transport::{encode_parts, handshake, node_kind, read_frame, HandshakeError, ReadError};
 use serde::Serialize;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -121,14 +119,15 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
             }
             Err(ReadError::Frame(e)) => {
                 tracing::warn!(%peer, "closing a connection that sent a bad frame: {e}");
-                let _ = tx.send(error_frame(0, e.to_string())).await;
+                let e = ErrorReply::new(ErrorCode::Malformed, e.to_string());
+                let _ = tx.send(error_frame(0, &e)).await;
                 break;
             }
         };
         let rid = f.request_id;
         if let Err(why) = dispatch(f, &ctx, &tx, &mut tasks).await {
-            tracing::warn!(%peer, "closing a connection that sent a bad request: {why}");
-            let _ = tx.send(error_frame(rid, why)).await;
+            tracing::warn!(%peer, code = %why.code, "closing a connection that sent a bad request: {}", why.message);
+            let _ = tx.send(error_frame(rid, &why)).await;
             break;
         }
         while tasks.try_join_next().is_some() {}
@@ -139,8 +138,8 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     let _ = tokio::time::timeout(FLUSH_ON_CLOSE, writer).await;
 }
 
-fn error_frame(rid: u64, message: String) -> Vec<u8> {
-    frame(ERROR, rid, &ErrorReply { message })
+fn error_frame(rid: u64, e: &ErrorReply) -> Vec<u8> {
+    frame(ERROR, rid, e)
 }
 
 /// Handles one request; `Err` says why the connection must be closed.
@@ -149,11 +148,11 @@ async fn dispatch(
     ctx: &Arc<Ctx>,
     tx: &mpsc::Sender<Vec<u8>>,
     tasks: &mut JoinSet<()>,
-) -> Result<(), String> {
+) -> Result<(), ErrorReply> {
     let rid = f.request_id;
     let reply = match f.msg_type {
         GET_MAP => {
-            let req: GetMap = decode("get map", &f.control).map_err(|e| e.to_string())?;
+            let req: GetMap = decode("get map", &f.control).map_err(malformed)?;
             let update = ctx
                 .view
                 .update_since(req.have)
@@ -161,19 +160,22 @@ async fn dispatch(
             frame(MAP, rid, &update)
         }
         SUBSCRIBE => {
-            let req: Subscribe = decode("subscribe", &f.control).map_err(|e| e.to_string())?;
+            let req: Subscribe = decode("subscribe", &f.control).map_err(malformed)?;
             tasks.spawn(subscription(ctx.clone(), rid, req.have, tx.clone()));
             return Ok(());
         }
         COMMAND => {
             if f.control.len() > raft_net::MAX_COMMAND {
-                return Err(format!(
-                    "command of {} bytes is over the limit of {}",
-                    f.control.len(),
-                    raft_net::MAX_COMMAND
+                return Err(ErrorReply::new(
+                    ErrorCode::Invalid,
+                    format!(
+                        "command of {} bytes is over the limit of {}",
+                        f.control.len(),
+                        raft_net::MAX_COMMAND
+                    ),
                 ));
             }
-            let change: MapChange = decode("command", &f.control).map_err(|e| e.to_string())?;
+            let change: MapChange = decode("command", &f.control).map_err(malformed)?;
             if matches!(change, MapChange::TrimHistory { .. }) {
                 let reply = CommandReply::Refused(cairn_map::MapError::MonitorsOnly);
                 return send(tx, frame(COMMAND_REPLY, rid, &reply)).await;
@@ -186,24 +188,26 @@ async fn dispatch(
             return Ok(());
         }
         HEARTBEAT => {
-            let hb: Heartbeat = decode("heartbeat", &f.control).map_err(|e| e.to_string())?;
+            let hb: Heartbeat = decode("heartbeat", &f.control).map_err(malformed)?;
             if hb.pgs.len() > MAX_HEARTBEAT_PGS {
-                return Err(format!(
-                    "heartbeat reports {} PGs, over the limit of {MAX_HEARTBEAT_PGS}",
-                    hb.pgs.len()
+                return Err(ErrorReply::new(
+                    ErrorCode::Invalid,
+                    format!(
+                        "heartbeat reports {} PGs, over the limit of {MAX_HEARTBEAT_PGS}",
+                        hb.pgs.len()
+                    ),
                 ));
             }
             frame(COMMAND_REPLY, rid, &ctx.heartbeat(hb))
         }
         FAILURE_REPORT => {
-            let r: FailureReport =
-                decode("failure report", &f.control).map_err(|e| e.to_string())?;
+            let r: FailureReport = decode("failure report", &f.control).map_err(malformed)?;
             frame(COMMAND_REPLY, rid, &ctx.failure_report(r))
         }
         MON_STATUS => frame(MON_STATUS_REPLY, rid, &ctx.status()),
         PAST_INTERVALS => {
             let q: PastIntervalsQuery =
-                decode("past intervals query", &f.control).map_err(|e| e.to_string())?;
+                decode("past intervals query", &f.control).map_err(malformed)?;
             frame(PAST_INTERVALS_REPLY, rid, &ctx.past_intervals(&q))
         }
         t if raft_net::is_peer_msg(t) => {
@@ -212,15 +216,24 @@ async fn dispatch(
             encode_parts(&mut out, reply_type, rid, &body, &[]);
             out
         }
-        t => return Err(format!("message type {t} is not a monitor request")),
+        t => {
+            return Err(ErrorReply::new(
+                ErrorCode::Unsupported,
+                format!("message type {t} is not a monitor request"),
+            ))
+        }
     };
     send(tx, reply).await
 }
 
-async fn send(tx: &mpsc::Sender<Vec<u8>>, frame: Vec<u8>) -> Result<(), String> {
+async fn send(tx: &mpsc::Sender<Vec<u8>>, frame: Vec<u8>) -> Result<(), ErrorReply> {
     tx.send(frame)
         .await
-        .map_err(|_| "the connection's writer stopped".to_string())
+        .map_err(|_| ErrorReply::new(ErrorCode::Internal, "the connection's writer stopped"))
+}
+
+fn malformed(e: cairn_proto::msg::MsgError) -> ErrorReply {
+    ErrorReply::new(ErrorCode::Malformed, e.to_string())
 }
 
 /// Pushes every new epoch to a subscriber, starting with what it lacks now.

@@ -78,8 +78,13 @@ async fn session(
             Err(_) => return Err(format!("{addr} silent for {SILENCE:?}")),
         };
         if f.msg_type == ERROR {
-            let msg = decode::<ErrorReply>("error", &f.control).map(|e| e.message);
-            return Err(format!("{addr} refused the subscription: {msg:?}"));
+            return Err(match decode::<ErrorReply>("error", &f.control) {
+                Ok(e) => format!(
+                    "{addr} refused the subscription ({}): {}",
+                    e.code, e.message
+                ),
+                Err(e) => format!("{addr} refused the subscription: {e}"),
+            });
         }
         if f.msg_type != MAP || f.request_id != RID {
             continue;

@@ -22,14 +22,14 @@ pub use error::MonClientError;
 
 use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
 use cairn_proto::msg::mon::{
-    CommandReply, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate, MonStatus,
-    PastIntervalsQuery, COMMAND, COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP,
-    MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS, PAST_INTERVALS_REPLY,
+    CommandReply, FailureReport, GetMap, Heartbeat, MapUpdate, MonStatus, PastIntervalsQuery,
+    COMMAND, COMMAND_REPLY, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY,
+    PAST_INTERVALS, PAST_INTERVALS_REPLY,
 };
 pub use cairn_proto::msg::mon::{PastIntervalsReply, PgStarted};
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::Frame;
-use conn::Conn;
+use cairn_transport::{CallError, Session};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,7 +56,7 @@ struct Inner {
     from: conn::Source,
     /// The connection calls use (to the leader once known). Locked while connecting so that
     /// concurrent calls share one new connection.
-    cur: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    cur: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// Where the monitors said the leader is.
     hint: Mutex<Option<String>>,
     /// Index in `addrs` to try first.
@@ -322,9 +322,9 @@ impl MonClient {
 
     /// The live connection, or a new one: to the hinted leader first, then to each monitor
     /// in turn starting after the last one that failed.
-    async fn conn(&self, deadline: Instant) -> Result<Arc<Conn>, String> {
+    async fn conn(&self, deadline: Instant) -> Result<Arc<Session>, String> {
         let mut cur = self.inner.cur.lock().await;
-        if let Some(c) = cur.as_ref().filter(|c| !c.is_dead()) {
+        if let Some(c) = cur.as_ref().filter(|c| c.is_open()) {
             return Ok(c.clone());
         }
         *cur = None;
@@ -343,7 +343,7 @@ impl MonClient {
             if left.is_zero() {
                 break;
             }
-            match Conn::open(addr, left.min(CONNECT_TIMEOUT), self.inner.from).await {
+            match conn::open(addr, left.min(CONNECT_TIMEOUT), self.inner.from).await {
                 Ok(c) => {
                     let c = Arc::new(c);
                     *cur = Some(c.clone());
@@ -360,14 +360,14 @@ impl MonClient {
     async fn forget_current(&self, rotate: bool) {
         let mut cur = self.inner.cur.lock().await;
         if let (true, Some(c)) = (rotate, cur.as_ref()) {
-            if let Some(i) = self.inner.addrs.iter().position(|a| *a == c.addr) {
+            if let Some(i) = self.inner.addrs.iter().position(|a| a == c.addr()) {
                 self.inner.next.store(i + 1, Ordering::Relaxed);
             }
         }
         *cur = None;
     }
 
-    async fn forget(&self, conn: &Arc<Conn>, rotate: bool) {
+    async fn forget(&self, conn: &Arc<Session>, rotate: bool) {
         let is_cur = {
             let cur = self.inner.cur.lock().await;
             cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn))
@@ -404,31 +404,29 @@ impl MonClient {
                 }
             };
             connected = true;
-            let f = match tokio::time::timeout_at(deadline, conn.call(msg_type, &control)).await {
-                Err(_) => break,
-                Ok(Err(e)) => {
-                    last_error = e;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let f = match conn.call(msg_type, &control, &[], left).await {
+                Ok(f) => f,
+                Err(CallError::Timeout { .. }) => break,
+                Err(CallError::Refused { code, message, .. }) => {
+                    self.forget(&conn, false).await;
+                    return Err(MonClientError::Protocol(format!(
+                        "{} rejected the request ({code}): {message}",
+                        conn.addr()
+                    )));
+                }
+                Err(e) => {
+                    last_error = e.to_string();
                     self.forget(&conn, true).await;
                     sleep_until(FIRST_BACKOFF, deadline).await;
                     continue;
                 }
-                Ok(Ok(f)) => f,
             };
-            if f.msg_type == ERROR {
-                let msg = decode::<ErrorReply>("error", &f.control)
-                    .map(|e| e.message)
-                    .unwrap_or_else(|e| e.to_string());
-                self.forget(&conn, false).await;
-                return Err(MonClientError::Protocol(format!(
-                    "{} rejected the request: {msg}",
-                    conn.addr
-                )));
-            }
             match handle(f) {
                 Step::Done(v) => return Ok(v),
                 Step::Fail(e) => return Err(e),
-                Step::Redirect(Some(addr)) if addr != conn.addr => {
-                    tracing::debug!(from = %conn.addr, to = %addr, "following the leader hint");
+                Step::Redirect(Some(addr)) if addr != conn.addr() => {
+                    tracing::debug!(from = %conn.addr(), to = %addr, "following the leader hint");
                     self.set_hint(addr);
                     self.forget(&conn, false).await;
                     redirects += 1;

@@ -2,8 +2,8 @@
 
 use super::*;
 use cairn_map::MapError;
-use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
 use cairn_proto::Limits;
+use cairn_transport::{handshake, node_kind, read_frame, write_frame};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 

@@ -303,7 +303,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             source,
         })?
         .to_string();
-    let source = cairn_proto::net::source_for(cfg.listen);
+    let source = cairn_transport::net::source_for(cfg.listen);
     let mon = cairn_monclient::MonClient::new(cfg.mons.clone()).with_source(source);
     let store_id = store.store_id();
     let boot = crate::mapwatch::boot(&boot_rt, &mon, store_id, &addr, &cfg)?;
@@ -336,6 +336,12 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
     osd.inflight.set_done_hook(Box::new(move |pg| {
         if let Some(osd) = weak.upgrade() {
             osd.queue(pg, ShardMsg::WriteDone(pg));
+        }
+    }));
+    let weak = Arc::downgrade(&osd);
+    osd.peers.set_link_hook(Box::new(move |shard, peer| {
+        if let Some(osd) = weak.upgrade() {
+            osd.queue_shard(shard, ShardMsg::PeerLinked(peer));
         }
     }));
     let weak = Arc::downgrade(&osd);

@@ -8,7 +8,7 @@
 
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{OpReply, OP_REPLY};
-use cairn_proto::stream::FrameSender;
+use cairn_transport::FrameSender;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

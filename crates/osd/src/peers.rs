@@ -1,18 +1,19 @@
 //! Connections from this OSD to its peers, for replication. One connection per peer,
-//! opened on first use; answers arrive on a task per connection and go straight to the
-//! in-flight table (never through a shard's queue). A broken connection fails the writes
-//! waiting on that peer so their clients resend.
+//! opened on first use by a task of the shard's event loop (the shard never waits for a
+//! connect: frames sent meanwhile queue in the sender); answers arrive on that task and go
+//! straight to the in-flight table (never through a shard's queue). A connection that breaks
+//! or cannot be opened fails the writes waiting on that peer so their clients resend.
 
 use crate::inflight::Inflight;
 use cairn_map::ClusterMap;
 use cairn_proto::msg::osd::{OpReply, RepReply, REP_REPLY};
-use cairn_proto::stream::{
-    begin_batch, end_batch, frame_buffered, handshake_blocking, node_kind, read_frame, FrameSender,
-};
 use cairn_proto::Limits;
+use cairn_transport::{
+    begin_batch, end_batch, frame_buffered, node_kind, read_frame, Dialer, FrameSender,
+};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// How long opening a peer connection (connect + handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -21,9 +22,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 struct PeerConn {
     addr: String,
     sender: FrameSender,
+    /// When opening it failed (the sender is then closed): for a short while the peer is
+    /// reported down instead of being dialed again by every write.
+    failed_at: Option<Instant>,
 }
 
 type ConnTable = Arc<Mutex<HashMap<(usize, u32), PeerConn>>>;
+
+/// Called with (shard, peer) when a connection that shard opened is up or has failed.
+pub type LinkHook = Box<dyn Fn(usize, u32) + Send + Sync>;
 
 /// Outgoing peer connections by (shard, OSD id): each shard has its own, so answers arrive
 /// on the thread that sent the write.
@@ -32,11 +39,18 @@ pub struct Peers {
     conns: ConnTable,
     /// Local address to connect from (the OSD's listening address).
     from: Option<std::net::IpAddr>,
+    link_hook: Arc<OnceLock<LinkHook>>,
 }
 
-/// The peer cannot be reached now.
-#[derive(Debug)]
-pub struct PeerDown;
+/// Where the connection to a peer stands.
+pub enum Link {
+    /// Connected: frames go out now.
+    Up(FrameSender),
+    /// Being opened: the link hook is called when it is up or has failed.
+    Opening,
+    /// Not in the map, or opening it failed a moment ago.
+    Down,
+}
 
 impl Peers {
     /// No connections yet.
@@ -47,99 +61,130 @@ impl Peers {
         }
     }
 
-    /// Sends a frame to OSD `peer` at the address `map` gives, connecting if needed. Called
-    /// on shard `shard`'s thread (inside its runtime); blocks at most the connect timeout.
-    #[allow(clippy::too_many_arguments)]
-    pub fn send(
+    /// Sets what to call when a connection is up or has failed (once).
+    pub fn set_link_hook(&self, hook: LinkHook) {
+        let _ = self.link_hook.set(hook);
+    }
+
+    /// The connection of shard `shard` to OSD `peer` at the address `map` gives; starts
+    /// opening it (in the background) when there is none. Called on the shard's thread,
+    /// inside its runtime; never blocks.
+    pub fn link(
         &self,
         inflight: &Arc<Inflight>,
         shard: usize,
         map: &ClusterMap,
         peer: u32,
-        msg_type: u16,
-        req_id: u64,
-        control: &[u8],
-        data: &[u8],
-    ) -> Result<(), PeerDown> {
-        let addr = map
-            .osds
-            .get(&peer)
-            .map(|o| o.addr.clone())
-            .ok_or(PeerDown)?;
-        let sender = match self.cached(shard, peer, &addr) {
-            Some(s) => s,
-            None => self.connect(inflight, shard, peer, &addr)?,
+    ) -> Link {
+        let Some(addr) = map.osds.get(&peer).map(|o| o.addr.as_str()) else {
+            return Link::Down;
         };
-        sender
-            .send(msg_type, req_id, control, data)
-            .map_err(|_| PeerDown)
-    }
-
-    fn cached(&self, shard: usize, peer: u32, addr: &str) -> Option<FrameSender> {
-        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        conns
-            .get(&(shard, peer))
-            .filter(|c| c.addr == addr && !c.sender.is_closed())
-            .map(|c| c.sender.clone())
-    }
-
-    fn connect(
-        &self,
-        inflight: &Arc<Inflight>,
-        shard: usize,
-        peer: u32,
-        addr: &str,
-    ) -> Result<FrameSender, PeerDown> {
-        let stream = open(addr, self.from).map_err(|e| {
-            tracing::warn!(peer, addr, error = %e, "cannot connect to peer");
-            PeerDown
-        })?;
-        let (r, w) = stream.into_split();
-        let sender = FrameSender::new(w);
-        tokio::spawn(read_answers(
-            r,
-            (shard, peer),
-            sender.clone(),
-            inflight.clone(),
-            self.conns.clone(),
-        ));
-        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        let conn = PeerConn {
-            addr: addr.to_string(),
-            sender: sender.clone(),
+        let known = {
+            let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            conns
+                .get(&(shard, peer))
+                .filter(|c| c.addr == addr)
+                .cloned()
         };
-        if let Some(old) = conns.insert((shard, peer), conn) {
-            old.sender.close();
+        match known {
+            Some(c) if !c.sender.is_closed() && c.sender.is_attached() => Link::Up(c.sender),
+            Some(c) if !c.sender.is_closed() => Link::Opening,
+            Some(c) if c.failed_at.is_some_and(|t| t.elapsed() < CONNECT_TIMEOUT) => Link::Down,
+            _ => {
+                self.connect(inflight, shard, peer, addr);
+                Link::Opening
+            }
         }
-        Ok(sender)
+    }
+
+    /// Opens a connection to `peer` in a task of the current runtime.
+    fn connect(&self, inflight: &Arc<Inflight>, shard: usize, peer: u32, addr: &str) {
+        let sender = FrameSender::unconnected();
+        let dialer = Dialer::new(node_kind::OSD)
+            .from(self.from)
+            .timeout(CONNECT_TIMEOUT);
+        {
+            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            let conn = PeerConn {
+                addr: addr.to_string(),
+                sender: sender.clone(),
+                failed_at: None,
+            };
+            if let Some(old) = conns.insert((shard, peer), conn) {
+                old.sender.close();
+            }
+        }
+        let conn = Conn {
+            key: (shard, peer),
+            sender,
+            inflight: inflight.clone(),
+            conns: self.conns.clone(),
+        };
+        let (addr, hook) = (addr.to_string(), self.link_hook.clone());
+        let linked = move || {
+            if let Some(h) = hook.get() {
+                h(shard, peer);
+            }
+        };
+        tokio::spawn(async move {
+            match dialer.dial(&addr, node_kind::OSD).await {
+                Ok(stream) => {
+                    let (r, w) = stream.into_split();
+                    // A fresh sender has no socket, so this cannot fail.
+                    let _ = conn.sender.attach(w);
+                    linked();
+                    read_answers(r, &conn).await;
+                    conn.end(false);
+                }
+                Err(e) => {
+                    tracing::warn!(peer, error = %e, "cannot connect to peer");
+                    conn.end(true);
+                    linked();
+                }
+            }
+        });
     }
 }
 
-/// Connects and handshakes on a blocking socket, then hands it to the current runtime.
-fn open(addr: &str, from: Option<std::net::IpAddr>) -> Result<tokio::net::TcpStream, String> {
-    let mut s = cairn_proto::net::connect_blocking(addr, from, CONNECT_TIMEOUT)
-        .map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(CONNECT_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    handshake_blocking(&mut s, node_kind::OSD).map_err(|e| format!("handshake: {e}"))?;
-    s.set_read_timeout(None).map_err(|e| e.to_string())?;
-    s.set_nonblocking(true).map_err(|e| e.to_string())?;
-    tokio::net::TcpStream::from_std(s).map_err(|e| e.to_string())
-}
-
-/// Delivers a peer's answers to the in-flight table until the connection ends.
-async fn read_answers(
-    r: tokio::net::tcp::OwnedReadHalf,
+/// One connection to a peer and what its end must clean up.
+struct Conn {
     key: (usize, u32),
     sender: FrameSender,
     inflight: Arc<Inflight>,
     conns: ConnTable,
-) {
-    let peer = key.1;
+}
+
+impl Conn {
+    /// The connection is over: it is forgotten (or, when it could not be opened, remembered
+    /// as failed for a moment), and the writes waiting on the peer fail (their clients
+    /// resend).
+    fn end(self, failed: bool) {
+        self.sender.close();
+        {
+            let mut c = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            let ours = c
+                .get(&self.key)
+                .is_some_and(|pc| pc.sender.ptr_eq(&self.sender));
+            if ours && failed {
+                if let Some(pc) = c.get_mut(&self.key) {
+                    pc.failed_at = Some(Instant::now());
+                }
+            } else if ours {
+                c.remove(&self.key);
+            }
+        }
+        let peer = self.key.1;
+        self.inflight
+            .fail_waiting_on(|m| m == peer, &OpReply::Retry);
+    }
+}
+
+/// Delivers a peer's answers to the in-flight table until the connection ends.
+async fn read_answers(r: tokio::net::tcp::OwnedReadHalf, conn: &Conn) {
+    let (peer, inflight) = (conn.key.1, &conn.inflight);
     let limits = Limits::default();
     // Buffered: one receive call brings in every answer that has arrived.
-    let mut r = tokio::io::BufReader::with_capacity(cairn_proto::stream::READ_BUFFER, r);
+    let mut r = tokio::io::BufReader::with_capacity(cairn_transport::READ_BUFFER, r);
     loop {
         let frame = match read_frame(&mut r, &limits).await {
             Ok(f) => f,
@@ -186,12 +231,133 @@ async fn read_answers(
         }
     }
     end_batch();
-    sender.close();
-    {
-        let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
-        if c.get(&key).is_some_and(|pc| pc.sender.is_closed()) {
-            c.remove(&key);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_map::{OsdInfo, PgId};
+    use cairn_proto::msg::osd::REP;
+    use tokio::net::TcpListener;
+
+    fn map_with(peer: u32, addr: String) -> ClusterMap {
+        let mut map = ClusterMap::new([7; 16]);
+        map.osds.insert(
+            peer,
+            OsdInfo {
+                id: peer,
+                addr,
+                host: "h".into(),
+                up: true,
+                in_: true,
+                weight: cairn_placement::WEIGHT_ONE,
+                up_from: 1,
+                store_id: [1; 16],
+                lost_at: 0,
+            },
+        );
+        map
+    }
+
+    /// A client-side sender over loopback (its replies go nowhere anyone reads).
+    async fn client_sender() -> (FrameSender, tokio::net::TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let c = tokio::net::TcpStream::connect(l.local_addr().expect("addr"));
+        let (c, a) = tokio::join!(c, l.accept());
+        let (_, w) = c.expect("connect").into_split();
+        (FrameSender::new(w), a.expect("accept").0)
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    /// The (shard, peer) pairs a link hook was called with.
+    type Calls = Arc<Mutex<Vec<(usize, u32)>>>;
+
+    /// Peers whose link hook records the (shard, peer) pairs it was called with.
+    fn peers_with_hook() -> (Peers, Calls) {
+        let peers = Peers::new(None);
+        let called = Arc::new(Mutex::new(Vec::new()));
+        let c = called.clone();
+        peers.set_link_hook(Box::new(move |shard, peer| {
+            c.lock().expect("lock").push((shard, peer));
+        }));
+        (peers, called)
+    }
+
+    async fn hook_called(called: &Mutex<Vec<(usize, u32)>>, want: (usize, u32)) {
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT * 5;
+        while !called.lock().expect("lock").contains(&want) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "link hook not called"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
-    inflight.fail_waiting_on(|m| m == peer, &OpReply::Retry);
+
+    /// A peer that accepts but never answers the handshake: a blocking connect would hold
+    /// the shard for the whole connect timeout. Asking for the link returns at once; when
+    /// the connect gives up, the hook is called, the writes waiting on that peer fail, and
+    /// the peer is reported down (not dialed again by every write) for a while.
+    #[test]
+    fn a_silent_peer_never_blocks_the_shard_and_is_reported_down() {
+        runtime().block_on(async {
+            let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let map = map_with(5, silent.local_addr().expect("addr").to_string());
+            let (client, _c) = client_sender().await;
+            let inflight = Arc::new(Inflight::new());
+            let w = inflight.register(PgId { pool: 1, pg: 0 }, 1, vec![5], client, 1);
+            let (peers, called) = peers_with_hook();
+            let started = std::time::Instant::now();
+            assert!(matches!(peers.link(&inflight, 3, &map, 5), Link::Opening));
+            assert!(matches!(peers.link(&inflight, 3, &map, 5), Link::Opening));
+            assert!(
+                started.elapsed() < CONNECT_TIMEOUT / 2,
+                "asking for the link waited {:?} for the connect",
+                started.elapsed()
+            );
+            hook_called(&called, (3, 5)).await;
+            assert!(
+                w.is_done(),
+                "the write waiting on the unreachable peer did not fail"
+            );
+            assert!(matches!(peers.link(&inflight, 3, &map, 5), Link::Down));
+            assert_eq!(called.lock().expect("lock").len(), 1, "one dial, one call");
+        });
+    }
+
+    /// A peer that answers: the hook says the link is up, and frames sent on it arrive.
+    #[test]
+    fn a_link_comes_up_and_carries_frames_in_order() {
+        runtime().block_on(async {
+            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let map = map_with(6, l.local_addr().expect("addr").to_string());
+            let inflight = Arc::new(Inflight::new());
+            let (peers, called) = peers_with_hook();
+            assert!(matches!(peers.link(&inflight, 0, &map, 6), Link::Opening));
+            let (mut s, _) = l.accept().await.expect("accept");
+            cairn_transport::handshake(&mut s, node_kind::OSD)
+                .await
+                .expect("handshake");
+            hook_called(&called, (0, 6)).await;
+            let Link::Up(sender) = peers.link(&inflight, 0, &map, 6) else {
+                panic!("the link is not up after its hook");
+            };
+            for i in 1..=3u64 {
+                sender.send(REP, i, b"op", &[i as u8; 3]).expect("send");
+            }
+            for i in 1..=3u64 {
+                let f = read_frame(&mut s, &Limits::default()).await.expect("frame");
+                assert_eq!((f.msg_type, f.request_id), (REP, i));
+                assert_eq!(f.data, vec![i as u8; 3]);
+            }
+            // An OSD the map does not have is down.
+            assert!(matches!(peers.link(&inflight, 0, &map, 99), Link::Down));
+        });
+    }
 }

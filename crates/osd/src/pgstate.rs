@@ -5,8 +5,8 @@
 use crate::inflight::InflightWrite;
 use cairn_map::{PgId, PgPlacement};
 use cairn_proto::msg::osd::OpRequest;
-use cairn_proto::stream::FrameSender;
 use cairn_store::CollId;
+use cairn_transport::FrameSender;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -73,6 +73,9 @@ pub struct PgState {
     pub recovering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
     /// Client ops waiting for peering, or for an object the primary lacks.
     pub waiting: Vec<WaitingOp>,
+    /// Writes waiting, in order, for a connection to a member to open (`peers.rs`): a write
+    /// is applied here only once every member can be sent it. Later writes queue behind.
+    pub link_waiting: Vec<WaitingOp>,
     /// Objects this OSD, as primary, lacks (marked missing) and is pulling in the background;
     /// true once an op that needs its bytes waits for it (writes to it then wait too, so the
     /// pull is not refused over and over).
@@ -130,6 +133,7 @@ impl PgState {
             peering: None,
             recovering: None,
             waiting: Vec::new(),
+            link_waiting: Vec::new(),
             missing: HashMap::new(),
             urgent: None,
             copying: HashSet::new(),

@@ -4,7 +4,6 @@
 use crate::daemon::Osd;
 use crate::shard::ShardMsg;
 use cairn_map::PgId;
-use cairn_proto::msg::mon::ErrorReply;
 use cairn_proto::msg::osd::{
     OpBatch, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OSD_PING, OSD_PONG, OSD_STATS,
     OSD_STATS_REPLY, REP,
@@ -14,18 +13,23 @@ use cairn_proto::msg::peering::{
     PG_STATUS,
 };
 use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG, SCRUB_REPORT};
-use cairn_proto::stream::{
+use cairn_proto::msg::{ErrorCode, ErrorReply};
+use cairn_proto::Limits;
+use cairn_transport::{
     begin_batch, end_batch, frame_buffered, handshake, node_kind, read_frame, FrameSender,
     ReadError,
 };
-use cairn_proto::Limits;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
+/// Reply bytes a connection may have queued (not yet taken by the socket) before its next
+/// request is read: backpressure on a peer that does not read.
+const MAX_QUEUED_REPLIES: usize = 32 << 20;
+
 /// Serves connections forever: shakes hands on the calling runtime (the OSD's service
-/// thread, never a shard: a shard blocked connecting to a peer that is connecting to it
-/// would otherwise wait for each other), then hands each connection to a shard in turn.
+/// thread, so the shards only ever see connections that completed a handshake), then hands
+/// each connection to a shard in turn.
 pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
     let mut next = 0usize;
     loop {
@@ -67,14 +71,21 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
     let sender = FrameSender::new(w);
     let limits = Limits::default();
     // Buffered: one receive call brings in every request that has arrived.
-    let mut r = tokio::io::BufReader::with_capacity(cairn_proto::stream::READ_BUFFER, r);
+    let mut r = tokio::io::BufReader::with_capacity(cairn_transport::READ_BUFFER, r);
     loop {
+        if sender.queued_bytes() > MAX_QUEUED_REPLIES {
+            // A peer that sends requests and does not read the replies is not read either
+            // (the held-back batch goes out first, or it could never drain).
+            end_batch();
+            osd.sync_shard(shard);
+            sender.wait_below(MAX_QUEUED_REPLIES).await;
+        }
         let frame = match read_frame(&mut r, &limits).await {
             Ok(f) => f,
             Err(ReadError::Closed) => break,
             Err(e) => {
                 tracing::warn!(error = %e, "bad frame; closing connection");
-                refuse(&sender, 0, &e.to_string());
+                refuse(&sender, 0, ErrorCode::Malformed, &e.to_string());
                 break;
             }
         };
@@ -133,7 +144,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
             }
             OP_BATCH => {
                 if let Err(why) = dispatch_batch(&osd, &sender, &frame.control, frame.data, shard) {
-                    refuse(&sender, frame.request_id, &why);
+                    refuse(&sender, frame.request_id, ErrorCode::Malformed, &why);
                     break;
                 }
                 if !more {
@@ -152,7 +163,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                         .map(|req| start_pull(&osd, &sender, id, req)),
                 };
                 if let Err(e) = started {
-                    refuse(&sender, id, &e.to_string());
+                    refuse(&sender, id, ErrorCode::Malformed, &e.to_string());
                     break;
                 }
                 if !more {
@@ -173,7 +184,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                         },
                     ),
                     Err(e) => {
-                        refuse(&sender, frame.request_id, &e);
+                        refuse(&sender, frame.request_id, ErrorCode::Malformed, &e);
                         break;
                     }
                 }
@@ -195,7 +206,12 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                     )
                 }
                 Err(e) => {
-                    refuse(&sender, frame.request_id, &e.to_string());
+                    refuse(
+                        &sender,
+                        frame.request_id,
+                        ErrorCode::Malformed,
+                        &e.to_string(),
+                    );
                     break;
                 }
             },
@@ -216,7 +232,12 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                     )
                 }
                 Err(e) => {
-                    refuse(&sender, frame.request_id, &e.to_string());
+                    refuse(
+                        &sender,
+                        frame.request_id,
+                        ErrorCode::Malformed,
+                        &e.to_string(),
+                    );
                     break;
                 }
             },
@@ -224,6 +245,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 refuse(
                     &sender,
                     frame.request_id,
+                    ErrorCode::Unsupported,
                     &format!("message type {other} is not an OSD request"),
                 );
                 break;
@@ -287,14 +309,14 @@ fn start_pull(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: PgPull) {
         let map = osd.map();
         if map.pools.get(&pg.pool).is_none_or(|p| pg.pg >= p.pg_count) {
             let why = format!("pg {pg} does not exist in map epoch {}", map.epoch);
-            return refuse(&to, req_id, &why);
+            return refuse(&to, req_id, ErrorCode::NotFound, &why);
         }
         match crate::peering::member::pull(&osd.store, pg, &req.object, req.offset, req.len) {
             Ok((obj, bytes)) => {
                 let control = cairn_proto::msg::encode(&obj);
                 let _ = to.send(PG_OBJECT, req_id, &control, &bytes);
             }
-            Err(why) => refuse(&to, req_id, &why),
+            Err(r) => refuse(&to, req_id, r.code, &r.why),
         }
     });
 }
@@ -310,6 +332,7 @@ fn start_scrub(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: ScrubPg) {
         refuse(
             to,
             req_id,
+            ErrorCode::NotFound,
             &format!("pg {pg} does not exist in map epoch {}", map.epoch),
         );
         return;
@@ -338,9 +361,7 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
     Ok(PgId { pool, pg })
 }
 
-fn refuse(to: &FrameSender, req_id: u64, why: &str) {
-    let control = cairn_proto::msg::encode(&ErrorReply {
-        message: why.to_string(),
-    });
+fn refuse(to: &FrameSender, req_id: u64, code: ErrorCode, why: &str) {
+    let control = cairn_proto::msg::encode(&ErrorReply::new(code, why));
     let _ = to.send(ERROR, req_id, &control, &[]);
 }

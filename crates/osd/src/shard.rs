@@ -9,7 +9,7 @@ use crate::op;
 use crate::pgstate::PgState;
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{OpRequest, RepOp, RepReply};
-use cairn_proto::stream::{begin_batch, end_batch, FrameSender};
+use cairn_transport::{begin_batch, end_batch, FrameSender};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -32,6 +32,9 @@ pub enum ShardMsg {
     },
     /// A write with parked reads completed in this PG.
     WriteDone(PgId),
+    /// This shard's connection to OSD `.0` is up, or opening it failed: writes waiting for
+    /// it run again.
+    PeerLinked(u32),
     /// A peering or recovery request from a primary.
     Peer {
         reply: FrameSender,
@@ -134,6 +137,13 @@ impl Shard {
                 data,
             } => op::write::handle_rep(self, reply, req_id, op, data),
             ShardMsg::WriteDone(pg) => self.retry_parked(pg),
+            ShardMsg::PeerLinked(peer) => {
+                tracing::debug!(
+                    peer,
+                    "peer connection up or failed; retrying the writes waiting for it"
+                );
+                self.retry_link_waiting();
+            }
             ShardMsg::Peer {
                 reply,
                 req_id,
@@ -149,9 +159,9 @@ impl Shard {
                     &control,
                     data,
                 );
-                if let Err(why) = r {
-                    tracing::warn!(msg_type, error = %why, "refusing a peering request");
-                    let done = cairn_proto::msg::peering::PgDone::Failed(why);
+                if let Err(refusal) = r {
+                    tracing::warn!(msg_type, code = %refusal.code, error = %refusal.why, "refusing a peering request");
+                    let done = refusal.reply();
                     let control = cairn_proto::msg::encode(&done);
                     let _ = reply.send(cairn_proto::msg::peering::PG_DONE, req_id, &control, &[]);
                 }
@@ -252,6 +262,26 @@ impl Shard {
         if let Err(e) = result {
             tracing::error!(error = %e, "WAL sync failed");
             self.osd.note_store_error(e);
+        }
+    }
+
+    /// Runs the writes that waited for a peer connection again, in order (each waits again
+    /// if another of its members is still being connected to).
+    fn retry_link_waiting(&mut self) {
+        let pgs: Vec<PgId> = self
+            .pgs
+            .iter()
+            .filter(|(_, st)| !st.link_waiting.is_empty())
+            .map(|(pg, _)| *pg)
+            .collect();
+        for pg in pgs {
+            let ops = match self.pgs.get_mut(&pg) {
+                Some(st) => std::mem::take(&mut st.link_waiting),
+                None => continue,
+            };
+            for w in ops {
+                op::handle_client_op(self, w.reply, w.req_id, w.req, w.data);
+            }
         }
     }
 

@@ -69,7 +69,7 @@ fn u32_at(b: &[u8], o: usize) -> u32 {
 
 impl FrameHeader {
     /// The frame of this (checked) header and its body, once the body's checksum matches.
-    /// Every reader of frames ends here: [`Decoder`] and `stream::read_frame` alike.
+    /// Every reader of frames ends here: [`Decoder`] and `cairn_transport::read_frame` alike.
     pub fn frame(&self, control: Vec<u8>, data: Vec<u8>) -> Result<Frame, FrameError> {
         if body_crc(&control, &data) != self.body_crc {
             return Err(FrameError::BodyChecksum {

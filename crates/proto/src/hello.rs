@@ -150,9 +150,10 @@ mod tests {
             assert!(Hello::decode(&bad).is_err(), "byte {i}");
         }
         a.auth.clear();
+        // A peer that reads only versions newer than ours.
         let newer = Hello {
-            min_version: 2,
-            max_version: 5,
+            min_version: crate::PROTOCOL_VERSION + 1,
+            max_version: crate::PROTOCOL_VERSION + 3,
             ..Hello::ours(2)
         };
         assert_eq!(

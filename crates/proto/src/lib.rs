@@ -25,13 +25,14 @@
 mod frame;
 mod hello;
 pub mod msg;
-pub mod net;
-pub mod stream;
 
 pub use frame::{body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, MAGIC};
-pub use hello::{negotiate, Hello, HelloError, AUTH_MAX, AUTH_NONE};
+pub use hello::{negotiate, Hello, HelloError, AUTH_MAX, AUTH_NONE, HELLO_LEN};
 
-/// Version of the frame layout written by this build.
-pub const PROTOCOL_VERSION: u8 = 1;
-/// Oldest frame layout version this build reads.
-pub const MIN_PROTOCOL_VERSION: u8 = 1;
+/// Version of the protocol (frame layout and messages) written by this build; the history is
+/// in `docs/format/wire.md`.
+pub const PROTOCOL_VERSION: u8 = 4;
+/// Oldest protocol version this build reads. Message changes are not compatible, so this
+/// is the current version: a peer of another version is refused at the handshake, with an
+/// error that names both ranges, instead of misreading messages.
+pub const MIN_PROTOCOL_VERSION: u8 = 4;

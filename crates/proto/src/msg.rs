@@ -4,7 +4,7 @@
 //! (object bytes) travels in the frame's raw data part and is never re-encoded. Message type
 //! ranges: 1..=99 monitor protocol, 100..=199 monitor-to-monitor (Raft), 200..=299 OSD ops (220..=229 peering and recovery, 228..=231 scrub).
 
-use serde::{de::DeserializeOwned, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Why a control part could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +34,59 @@ pub fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T
         });
     }
     Ok(v)
+}
+
+/// Why a request was refused, for programs to match on (the message beside it is for people).
+/// Sent in an `ERROR` reply ([`mon::ERROR`], [`osd::ERROR`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The frame or its message could not be decoded; the connection is closed after it.
+    Malformed,
+    /// The message type is not served on this port (or not in this place of a
+    /// conversation); the connection is closed after it.
+    Unsupported,
+    /// What the request names (a PG, a pool) does not exist in the server's map.
+    NotFound,
+    /// The request is well-formed but not acceptable (a limit exceeded, a bad argument).
+    Invalid,
+    /// The server could not serve it (a device or internal failure).
+    Internal,
+    /// The sender may not make this request (authentication and capabilities).
+    Denied,
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ErrorCode::Malformed => "malformed request",
+            ErrorCode::Unsupported => "unsupported request",
+            ErrorCode::NotFound => "not found",
+            ErrorCode::Invalid => "invalid request",
+            ErrorCode::Internal => "server failure",
+            ErrorCode::Denied => "permission denied",
+        })
+    }
+}
+
+/// A refused request: the `ERROR` reply's control part.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ErrorReply {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ErrorReply {
+        ErrorReply {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Whether `msg_type` is an `ERROR` reply (of the monitor or the OSD protocol).
+pub fn is_error(msg_type: u16) -> bool {
+    msg_type == mon::ERROR || msg_type == osd::ERROR
 }
 
 pub mod mon;

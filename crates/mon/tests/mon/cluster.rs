@@ -102,13 +102,13 @@ async fn a_monitor_behind_the_kept_log_catches_up_from_a_snapshot() {
     // restarted monitor sends the incrementals, and they lead to the same map.
     let mut s = raw_connect(&c.mons[lagger].addr()).await;
     let req = cairn_proto::msg::encode(&cairn_proto::msg::mon::GetMap { have: seen.epoch });
-    cairn_proto::stream::write_frame(&mut s, cairn_proto::msg::mon::GET_MAP, 1, &req, &[])
+    cairn_transport::write_frame(&mut s, cairn_proto::msg::mon::GET_MAP, 1, &req, &[])
         .await
         .expect("send");
     let f = within(
         "map reply",
         Duration::from_secs(5),
-        cairn_proto::stream::read_frame(&mut s, &cairn_proto::Limits::default()),
+        cairn_transport::read_frame(&mut s, &cairn_proto::Limits::default()),
     )
     .await
     .expect("reply");

@@ -49,11 +49,11 @@ pub async fn raw_connect(addr: &str) -> tokio::net::TcpStream {
     let (theirs, _) = within(
         "the monitor's handshake",
         Duration::from_secs(5),
-        cairn_proto::stream::handshake(&mut s, cairn_proto::stream::node_kind::CLIENT),
+        cairn_transport::handshake(&mut s, cairn_transport::node_kind::CLIENT),
     )
     .await
     .expect("handshake");
-    assert_eq!(theirs.node_kind, cairn_proto::stream::node_kind::MON);
+    assert_eq!(theirs.node_kind, cairn_transport::node_kind::MON);
     s
 }
 

@@ -5,8 +5,8 @@ use crate::common::*;
 use cairn_map::ClusterMap;
 use cairn_proto::msg::mon::{MapUpdate, Subscribe, MAP, SUBSCRIBE};
 use cairn_proto::msg::{decode, encode};
-use cairn_proto::stream::{read_frame, write_frame};
 use cairn_proto::Limits;
+use cairn_transport::{read_frame, write_frame};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,10 +6,11 @@ use crate::common::*;
 use cairn_mon::raft_net::RAFT_VOTE;
 use cairn_proto::msg::decode;
 use cairn_proto::msg::mon::{
-    ErrorReply, ERROR, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS,
+    ErrorCode, ErrorReply, ERROR, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY,
+    PAST_INTERVALS,
 };
-use cairn_proto::stream::{node_kind, read_frame, write_frame, ReadError};
 use cairn_proto::{Frame, Hello, Limits};
+use cairn_transport::{node_kind, read_frame, write_frame, ReadError};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -75,11 +76,12 @@ fn junk(len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn error_message(f: &Frame) -> String {
+/// The message of an `ERROR` frame, whose code must be `code`.
+fn error_message(f: &Frame, code: ErrorCode) -> String {
     assert_eq!(f.msg_type, ERROR, "expected an ERROR frame");
-    decode::<ErrorReply>("error", &f.control)
-        .expect("error reply")
-        .message
+    let e = decode::<ErrorReply>("error", &f.control).expect("error reply");
+    assert_eq!(e.code, code, "{}", e.message);
+    e.message
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,11 +122,8 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     let _ = s.write_all(&junk(4096)).await;
     let frames = until_closed(&mut s).await;
     assert_eq!(frames.len(), 1, "one ERROR, then close");
-    assert!(
-        error_message(&frames[0]).contains("magic"),
-        "{}",
-        error_message(&frames[0])
-    );
+    let why = error_message(&frames[0], ErrorCode::Malformed);
+    assert!(why.contains("magic"), "{why}");
 
     // A valid frame whose control part is not a GetMap.
     let mut s = raw_connect(&addr).await;
@@ -134,7 +133,7 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     let frames = until_closed(&mut s).await;
     assert_eq!(frames.len(), 1);
     assert_eq!(frames[0].request_id, 5);
-    assert!(error_message(&frames[0]).contains("malformed"));
+    assert!(error_message(&frames[0], ErrorCode::Malformed).contains("malformed"));
 
     // A heartbeat reporting more PGs than allowed is refused as a whole.
     let too_many = cairn_proto::msg::mon::Heartbeat {
@@ -156,7 +155,7 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
         .expect("send");
     let frames = until_closed(&mut s).await;
     assert_eq!(frames.len(), 1, "one ERROR, then close");
-    assert!(error_message(&frames[0]).contains("over the limit"));
+    assert!(error_message(&frames[0], ErrorCode::Invalid).contains("over the limit"));
 
     // Malformed past-intervals queries and heartbeats (a PG list longer than its bytes).
     for (t, body) in [
@@ -168,17 +167,38 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
         write_frame(&mut s, t, 7, &body, &[]).await.expect("send");
         let frames = until_closed(&mut s).await;
         assert_eq!(frames.len(), 1, "type {t}: one ERROR, then close");
-        assert!(error_message(&frames[0]).contains("malformed"));
+        assert!(error_message(&frames[0], ErrorCode::Malformed).contains("malformed"));
     }
 
     // An unknown message type, and a peer message that is not one.
-    for (t, body) in [(999u16, vec![]), (RAFT_VOTE, vec![1, 2, 3])] {
+    for (t, body, code) in [
+        (999u16, vec![], ErrorCode::Unsupported),
+        (RAFT_VOTE, vec![1, 2, 3], ErrorCode::Malformed),
+    ] {
         let mut s = raw_connect(&addr).await;
         write_frame(&mut s, t, 6, &body, &[]).await.expect("send");
         let frames = until_closed(&mut s).await;
         assert_eq!(frames.len(), 1, "type {t}");
-        error_message(&frames[0]);
+        error_message(&frames[0], code);
     }
+
+    // A well-formed vote from a monitor of another cluster: refused as not allowed.
+    let vote = cairn_mon::raft_net::PeerRequest {
+        fsid: [0xee; 16],
+        from: 9,
+        rpc: openraft::raft::VoteRequest::<cairn_mon::NodeId>::new(
+            openraft::Vote::new(99, 9),
+            None,
+        ),
+    };
+    let mut s = raw_connect(&addr).await;
+    let body = cairn_proto::msg::encode(&vote);
+    write_frame(&mut s, RAFT_VOTE, 4, &body, &[])
+        .await
+        .expect("send");
+    let frames = until_closed(&mut s).await;
+    assert_eq!(frames.len(), 1, "one ERROR, then close");
+    assert!(error_message(&frames[0], ErrorCode::Denied).contains("--fsid"));
 
     // A header announcing a huge body is refused from the header alone.
     let mut s = raw_connect(&addr).await;
@@ -193,12 +213,12 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     };
     s.write_all(&hdr.encode()).await.expect("send");
     let frames = until_closed(&mut s).await;
-    assert!(error_message(&frames[0]).contains("limit"));
+    assert!(error_message(&frames[0], ErrorCode::Malformed).contains("limit"));
 
     // A connection closed halfway through a frame.
     let mut s = raw_connect(&addr).await;
     let mut buf = Vec::new();
-    cairn_proto::stream::encode_parts(&mut buf, GET_MAP, 1, &[0; 40], &[]);
+    cairn_transport::encode_parts(&mut buf, GET_MAP, 1, &[0; 40], &[]);
     s.write_all(&buf[..20]).await.expect("send");
     drop(s);
 

@@ -8,8 +8,8 @@ pub mod write;
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{FailCode, OpReply, OpRequest, RepReply, MAX_OBJECT_NAME, OP_REPLY};
-use cairn_proto::stream::FrameSender;
 use cairn_store::StoreError;
+use cairn_transport::FrameSender;
 use std::sync::Arc;
 
 /// The wire code of a store failure: what a client (the NBD server's ENOSPC) matches on.
@@ -83,6 +83,19 @@ pub fn handle_client_op(
             req,
             data,
         });
+        return;
+    }
+    if req.kind.is_write() && !shard.pg(&map, pg).link_waiting.is_empty() {
+        // Behind a write waiting for a peer connection: PG order is kept.
+        shard
+            .pg(&map, pg)
+            .link_waiting
+            .push(crate::pgstate::WaitingOp {
+                reply: to,
+                req_id,
+                req,
+                data,
+            });
         return;
     }
     if req.kind.is_write() {

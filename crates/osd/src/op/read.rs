@@ -6,8 +6,8 @@ use crate::pgstate::{coll_of, ParkedRead};
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, MAX_LIST};
-use cairn_proto::stream::FrameSender;
 use cairn_store::StoreError;
+use cairn_transport::FrameSender;
 
 /// Largest read one op returns.
 pub const MAX_READ: u64 = 16 << 20;

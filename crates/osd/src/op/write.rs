@@ -3,12 +3,14 @@
 //! at the pool's durability level (`inflight.rs`). Replicas apply the same transaction.
 
 use super::{reply, txn};
+use crate::peers::Link;
+use crate::pgstate::WaitingOp;
 use crate::shard::{OnDurable, Shard};
 use cairn_map::{ClusterMap, Durability, PgId};
 use cairn_proto::msg::osd::{
     FailCode, OpKind, OpReply, OpRequest, RepOp, RepReply, REP, REP_REPLY,
 };
-use cairn_proto::stream::FrameSender;
+use cairn_transport::FrameSender;
 
 /// Runs a client write on the primary (the caller checked that this OSD is primary).
 pub fn primary_write(
@@ -47,6 +49,34 @@ pub fn primary_write(
     {
         return reply(&to, req_id, &OpReply::NoSuchObject, &[]);
     }
+    let mut links = Vec::with_capacity(acting.len());
+    for &member in &acting[1..] {
+        match osd.peers.link(&osd.inflight, here, map, member) {
+            Link::Up(to_member) => links.push(to_member),
+            Link::Opening => {
+                // Applied nowhere until every member can be sent it; runs again when the
+                // connection is up (or has failed).
+                let op = WaitingOp {
+                    reply: to,
+                    req_id,
+                    req,
+                    data,
+                };
+                return shard.pg(map, pg).link_waiting.push(op);
+            }
+            Link::Down => {
+                // A member that cannot be reached would refuse every later write as after a
+                // gap. Not applied here either: this OSD's copy must never be newer than
+                // every other (a primary still catching up could not be the authority for
+                // what it lacks). The PG peers again; the client sends the write again.
+                tracing::warn!(pg = %pg, member, "a write cannot be sent to a member; peering the PG again");
+                reply(&to, req_id, &OpReply::Retry, &[]);
+                crate::peering::unpeer(shard, pg);
+                return;
+            }
+        }
+    }
+    let st = shard.pg(map, pg);
     let version = st.last_version + 1;
     let t = match txn::build(
         pg,
@@ -74,27 +104,12 @@ pub fn primary_write(
         kind: req.kind,
     };
     let control = cairn_proto::msg::encode(&rep);
-    let mut unsent = 0;
-    for &member in &acting[1..] {
-        let sent = osd.peers.send(
-            &osd.inflight,
-            here,
-            map,
-            member,
-            REP,
-            w.tid,
-            &control,
-            &data,
-        );
-        if sent.is_err() {
-            unsent += 1;
-        }
-    }
+    let unsent = links
+        .iter()
+        .filter(|l| l.send(REP, w.tid, &control, &data).is_err())
+        .count();
     if unsent > 0 {
-        // A member that cannot be reached would refuse every later write as after a gap.
-        // Not applied here either: this OSD's copy must never be newer than every other
-        // (a primary still catching up could not be the authority for what it lacks). The
-        // PG peers again; the client sends the write again.
+        // The connection broke just now: as for a member that cannot be reached (above).
         osd.inflight.fail(w.tid, &OpReply::Retry);
         tracing::warn!(pg = %pg, version, unsent, "a write could not be sent to every member; peering the PG again");
         crate::peering::unpeer(shard, pg);

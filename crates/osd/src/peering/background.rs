@@ -213,7 +213,7 @@ async fn push_member(ctx: &Ctx, w: Work, pending: &mut Pending<'_>) -> bool {
                 tracing::info!(pg = %pg, member = w.member, epoch, "background recovery: a newer map has another primary; stopping");
                 return false;
             }
-            Ok(PgDone::Failed(e)) | Err(e) => {
+            Ok(PgDone::Failed { why: e, .. }) | Err(e) => {
                 tracing::warn!(pg = %pg, member = w.member, error = %e, "background recovery: copy failed; retrying");
                 link = None;
                 queue.push_front((object, dirty));

@@ -11,9 +11,41 @@ use cairn_proto::msg::peering::{
     PG_DONE, PG_INFO, PG_LIST, PG_NAMES, PG_PUSH, PG_QUERY, PG_STATUS, PG_STATUS_REPLY,
     RECOVERY_CHUNK,
 };
-use cairn_proto::msg::scrub::{PgScrub, PG_SCRUB, PG_SCRUB_MAP};
-use cairn_proto::stream::FrameSender;
+use cairn_proto::msg::scrub::{PgScrub, MAX_SCRUB_OBJECTS, PG_SCRUB, PG_SCRUB_MAP};
+use cairn_proto::msg::ErrorCode;
 use cairn_store::{Store, Transaction};
+use cairn_transport::FrameSender;
+
+/// Why a peering request was refused, typed for the `PG_DONE` reply.
+#[derive(Debug)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub why: String,
+}
+
+impl From<String> for Refusal {
+    /// Reading or writing the store failed.
+    fn from(why: String) -> Refusal {
+        Refusal {
+            code: ErrorCode::Internal,
+            why,
+        }
+    }
+}
+
+impl Refusal {
+    pub fn new(code: ErrorCode, why: String) -> Refusal {
+        Refusal { code, why }
+    }
+
+    /// The `PG_DONE` reply that carries it.
+    pub fn reply(self) -> PgDone {
+        PgDone::Failed {
+            code: self.code,
+            why: self.why,
+        }
+    }
+}
 
 /// Answers one peering request (the caller checked the message type is one of ours).
 pub fn handle(
@@ -23,7 +55,7 @@ pub fn handle(
     msg_type: u16,
     control: &[u8],
     data: Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let store = &shard.osd.store;
     match msg_type {
         PG_QUERY => {
@@ -48,7 +80,7 @@ pub fn handle(
             let map = shard.osd.map();
             check_pg(&map, pg)?;
             let r = if let Some(why) = bad_activation(&p, map.epoch) {
-                PgDone::Failed(why)
+                Refusal::new(ErrorCode::Invalid, why).reply()
             } else if map.epoch >= p.epoch
                 && shard.pg(&map, pg).placement.primary() != Some(p.primary)
             {
@@ -76,10 +108,20 @@ pub fn handle(
             let q: PgScrub = decode("pg scrub", control)?;
             let pg = pg_id(q.pool, q.pg);
             check_pg(&shard.osd.map(), pg)?;
+            if q.names.len() > MAX_SCRUB_OBJECTS as usize {
+                let why = format!(
+                    "a scrub asks for {} objects; at most {MAX_SCRUB_OBJECTS} are allowed",
+                    q.names.len()
+                );
+                return Err(Refusal::new(ErrorCode::Invalid, why));
+            }
             let m = crate::scrub::map::build(store, pg, &q)?;
             send(&to, PG_SCRUB_MAP, req_id, &m, &[]);
         }
-        other => return Err(format!("message type {other} is not a peering request")),
+        other => {
+            let why = format!("message type {other} is not a peering request");
+            return Err(Refusal::new(ErrorCode::Unsupported, why));
+        }
     }
     Ok(())
 }
@@ -106,15 +148,18 @@ fn bad_activation(p: &PgPush, map_epoch: u64) -> Option<String> {
 }
 
 /// Refuses a PG this OSD's map does not have (a push must never create one).
-fn check_pg(map: &cairn_map::ClusterMap, pg: PgId) -> Result<(), String> {
+fn check_pg(map: &cairn_map::ClusterMap, pg: PgId) -> Result<(), Refusal> {
     match map.pools.get(&pg.pool) {
         Some(p) if pg.pg < p.pg_count => Ok(()),
-        _ => Err(format!("pg {pg} does not exist in map epoch {}", map.epoch)),
+        _ => Err(Refusal::new(
+            ErrorCode::NotFound,
+            format!("pg {pg} does not exist in map epoch {}", map.epoch),
+        )),
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned>(what: &'static str, b: &[u8]) -> Result<T, String> {
-    cairn_proto::msg::decode(what, b).map_err(|e| e.to_string())
+fn decode<T: serde::de::DeserializeOwned>(what: &'static str, b: &[u8]) -> Result<T, Refusal> {
+    cairn_proto::msg::decode(what, b).map_err(|e| Refusal::new(ErrorCode::Malformed, e.to_string()))
 }
 
 fn send<T: serde::Serialize>(to: &FrameSender, t: u16, id: u64, msg: &T, data: &[u8]) {
@@ -204,12 +249,13 @@ pub fn pull(
     object: &[u8],
     offset: u64,
     len: u64,
-) -> Result<(PgObject, Vec<u8>), String> {
+) -> Result<(PgObject, Vec<u8>), Refusal> {
     let coll = coll_of(pg);
     // Never "absent" for want of the whole PG (an old copy deleted after a rebalance): a
     // recovery reading from here would delete the object.
     if !store.collection_exists(coll) {
-        return Err(format!("this OSD holds no copy of pg {pg}"));
+        let why = format!("this OSD holds no copy of pg {pg}");
+        return Err(Refusal::new(ErrorCode::NotFound, why));
     }
     // Read before the object: the bytes are at least as new as this version.
     let version = last_version(store, pg);
@@ -278,7 +324,7 @@ pub fn apply(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> PgDon
     };
     match r {
         Ok(()) => PgDone::Done,
-        Err(e) => PgDone::Failed(e),
+        Err(e) => Refusal::from(e).reply(),
     }
 }
 

@@ -1,41 +1,25 @@
-//! Request/response with one member during peering and recovery: a connection of its own
-//! (peering is rare; client writes keep their connections), one request at a time.
+//! Request/response with one member during peering and recovery: a session of its own
+//! (peering is rare; client writes keep their connections), through the transport layer.
 
-use cairn_proto::stream::{handshake, node_kind, read_frame, write_frame};
 use cairn_proto::{Frame, Limits};
+use cairn_transport::{node_kind, Dialer, Session};
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// How long one request may take before the member is treated as unreachable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Rpc {
-    addr: String,
-    stream: TcpStream,
-    next_id: u64,
+    session: Session,
 }
 
 impl Rpc {
-    /// Connects to a member and shakes hands.
+    /// Connects to a member (as an OSD; it must answer as one).
     pub async fn connect(addr: &str, from: Option<std::net::IpAddr>) -> Result<Rpc, String> {
-        let connect = async {
-            let mut s = cairn_proto::net::connect(addr, from)
-                .await
-                .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-            let _ = s.set_nodelay(true);
-            handshake(&mut s, node_kind::OSD)
-                .await
-                .map_err(|e| format!("{addr}: handshake: {e}"))?;
-            Ok::<_, String>(s)
-        };
-        let stream = tokio::time::timeout(CALL_TIMEOUT, connect)
+        let dialer = Dialer::new(node_kind::OSD).from(from).timeout(CALL_TIMEOUT);
+        let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())
             .await
-            .map_err(|_| format!("connecting to {addr} timed out"))??;
-        Ok(Rpc {
-            addr: addr.to_string(),
-            stream,
-            next_id: 1,
-        })
+            .map_err(|e| e.to_string())?;
+        Ok(Rpc { session })
     }
 
     /// Connects to OSD `id` at the address `map` gives, from `source`.
@@ -60,47 +44,31 @@ impl Rpc {
         control: &[u8],
         data: &[u8],
     ) -> Result<Frame, String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let addr = self.addr.clone();
-        let exchange = async {
-            write_frame(&mut self.stream, msg_type, id, control, data)
-                .await
-                .map_err(|e| format!("{addr}: send: {e}"))?;
-            let f = read_frame(&mut self.stream, &Limits::default())
-                .await
-                .map_err(|e| format!("{addr}: {e}"))?;
-            if f.request_id == id && f.msg_type != want {
-                if let Some(why) = refusal(&f) {
-                    return Err(format!("{addr} refused: {why}"));
-                }
-            }
-            if f.msg_type != want || f.request_id != id {
-                return Err(format!(
-                    "{addr}: unexpected reply type {} (id {}) to request type {msg_type}",
-                    f.msg_type, f.request_id
-                ));
-            }
-            Ok(f)
-        };
-        tokio::time::timeout(CALL_TIMEOUT, exchange)
+        let addr = self.session.addr();
+        let f = self
+            .session
+            .call(msg_type, control, data, CALL_TIMEOUT)
             .await
-            .map_err(|_| format!("{}: no reply within {CALL_TIMEOUT:?}", self.addr))?
+            .map_err(|e| e.to_string())?;
+        if f.msg_type != want {
+            if let Some(why) = refusal(&f) {
+                return Err(format!("{addr} refused: {why}"));
+            }
+            return Err(format!(
+                "{addr}: unexpected reply type {} to request type {msg_type}",
+                f.msg_type
+            ));
+        }
+        Ok(f)
     }
 }
 
-/// The reason carried by a reply that refuses a request (`ERROR`, or `PG_DONE` with
-/// `Failed`), if it is one.
+/// The reason carried by a `PG_DONE` reply that refuses a request, if it is one.
 fn refusal(f: &Frame) -> Option<String> {
     use cairn_proto::msg::peering::{PgDone, PG_DONE};
     match f.msg_type {
-        cairn_proto::msg::osd::ERROR => {
-            cairn_proto::msg::decode::<cairn_proto::msg::mon::ErrorReply>("error", &f.control)
-                .ok()
-                .map(|e| e.message)
-        }
         PG_DONE => match cairn_proto::msg::decode::<PgDone>("pg done", &f.control) {
-            Ok(PgDone::Failed(why)) => Some(why),
+            Ok(PgDone::Failed { code, why }) => Some(format!("({code}) {why}")),
             _ => None,
         },
         _ => None,

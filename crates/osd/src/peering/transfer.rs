@@ -56,7 +56,7 @@ impl Ctx {
             End::Local => {
                 let (osd, pg, object) = (self.osd.clone(), self.pg, object.to_vec());
                 tokio::task::spawn_blocking(move || {
-                    member::pull(&osd.store, pg, &object, offset, len)
+                    member::pull(&osd.store, pg, &object, offset, len).map_err(|r| r.why)
                 })
                 .await
                 .map_err(|e| format!("reading for recovery: {e}"))?
@@ -83,7 +83,7 @@ impl Ctx {
             PgDone::Stale { epoch } => Err(format!(
                 "the member's map (epoch {epoch}) no longer has this OSD as primary"
             )),
-            PgDone::Failed(why) => Err(why),
+            PgDone::Failed { code, why } => Err(format!("the member refused ({code}): {why}")),
             PgDone::Busy => Err("the member refused: the object changed meanwhile".into()),
         }
     }

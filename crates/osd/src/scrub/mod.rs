@@ -259,7 +259,9 @@ async fn check(
                     PgDone::Stale { epoch } => {
                         return Err(format!("a member's map (epoch {epoch}) has a new primary"))
                     }
-                    PgDone::Failed(why) => return Err(format!("repairing an object: {why}")),
+                    PgDone::Failed { why, .. } => {
+                        return Err(format!("repairing an object: {why}"))
+                    }
                 }
             }
         }

@@ -142,8 +142,4 @@ pub struct MonStatus {
     pub history_oldest: u64,
 }
 
-/// Why a request was refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorReply {
-    pub message: String,
-}
+pub use super::{ErrorCode, ErrorReply};

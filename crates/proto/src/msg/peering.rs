@@ -153,7 +153,12 @@ pub enum PgDone {
     Stale {
         epoch: u64,
     },
-    Failed(String),
+    /// The request was refused or failed: `code` for programs (a PG the member's map does not
+    /// have is `NotFound`), `why` for people.
+    Failed {
+        code: crate::msg::ErrorCode,
+        why: String,
+    },
     /// A repair was refused: the object changed after the repair's `since` version.
     Busy,
 }

@@ -1,0 +1,184 @@
+//! Frames over tokio streams: one frame per call, header checked before the body is read.
+
+use cairn_proto::{
+    body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, PROTOCOL_VERSION,
+};
+use std::future::Future;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Read buffer size for connections: large enough that one receive call brings in many
+/// small frames (fewer system calls at high queue depth); large data parts bypass it.
+pub const READ_BUFFER: usize = 128 << 10;
+
+/// Whether `buf` (bytes received and not yet consumed) starts with a whole frame, so reading
+/// it will not wait. A loop uses this to know that more requests are ready before it sends
+/// replies or syncs (batching).
+pub fn frame_buffered(buf: &[u8]) -> bool {
+    let Some(h) = buf.first_chunk::<HEADER_LEN>() else {
+        return false;
+    };
+    let c = u32::from_le_bytes([h[16], h[17], h[18], h[19]]) as u64;
+    let d = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as u64;
+    buf.len() as u64 >= HEADER_LEN as u64 + c + d
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("connection closed")]
+    Closed,
+    #[error("reading a frame: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+}
+
+/// Reads one frame. `Closed` when the peer closed cleanly between frames.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limits: &Limits,
+) -> Result<Frame, ReadError> {
+    let mut h = [0u8; HEADER_LEN];
+    match r.read_exact(&mut h).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(ReadError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let hdr = FrameHeader::decode(&h, limits)?;
+    let control = read_exactly(r, hdr.control_len).await?;
+    let data = read_exactly(r, hdr.data_len).await?;
+    Ok(hdr.frame(control, data)?)
+}
+
+/// Reads exactly `len` bytes into a new buffer, without zero-filling it first (the length
+/// was checked against the limits before).
+async fn read_exactly<R: AsyncRead + Unpin>(r: &mut R, len: u32) -> std::io::Result<Vec<u8>> {
+    let len = len as usize;
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        // `read_buf` fills the spare capacity; limited so it never reads past this part.
+        let mut part = (&mut *r).take((len - buf.len()) as u64);
+        if part.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(buf)
+}
+
+/// Checks that [`read_frame`] (what connections run) and [`Decoder`] (sans I/O) read `bytes`
+/// alike: the same frames, then the same error, or the end of the bytes for both (a cut frame
+/// is `Closed`/an I/O error to one, "more bytes needed" to the other). The fuzz target
+/// `proto_frame` and a property test run it, so the fuzzed reader is the one that runs.
+/// Panics on a difference.
+pub fn check_readers_agree(bytes: &[u8], limits: &Limits) {
+    let mut dec = Decoder::new(*limits);
+    dec.push(bytes);
+    let mut r = bytes;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        let mut read = std::pin::pin!(read_frame(&mut r, limits));
+        // A byte slice never makes a read wait, so one poll completes it.
+        let std::task::Poll::Ready(got) = read.as_mut().poll(&mut cx) else {
+            panic!("read_frame over a byte slice did not complete");
+        };
+        match (got, dec.next_frame()) {
+            (Ok(a), Ok(Some(b))) => assert_eq!(a, b, "the readers disagree on a frame"),
+            (Err(ReadError::Frame(a)), Err(b)) => {
+                assert_eq!(a, b, "the readers fail differently");
+                return;
+            }
+            (Err(ReadError::Closed | ReadError::Io(_)), Ok(None)) => return,
+            (a, b) => panic!("the readers disagree: read_frame {a:?}, Decoder {b:?}"),
+        }
+    }
+}
+
+/// The sealed header of a frame made of these parts.
+pub(crate) fn frame_header(
+    msg_type: u16,
+    request_id: u64,
+    control: &[u8],
+    data: &[u8],
+) -> [u8; HEADER_LEN] {
+    FrameHeader {
+        version: PROTOCOL_VERSION,
+        flags: 0,
+        msg_type,
+        request_id,
+        control_len: control.len() as u32,
+        data_len: data.len() as u32,
+        body_crc: body_crc(control, data),
+    }
+    .encode()
+}
+
+/// Appends a frame made of its parts to `out` (for writers that batch several frames into
+/// one write).
+pub fn encode_parts(
+    out: &mut Vec<u8>,
+    msg_type: u16,
+    request_id: u64,
+    control: &[u8],
+    data: &[u8],
+) {
+    out.extend_from_slice(&frame_header(msg_type, request_id, control, data));
+    out.extend_from_slice(control);
+    out.extend_from_slice(data);
+}
+
+/// Writes one frame made of its parts (one write call for small frames).
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    msg_type: u16,
+    request_id: u64,
+    control: &[u8],
+    data: &[u8],
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(HEADER_LEN + control.len() + data.len());
+    encode_parts(&mut buf, msg_type, request_id, control, data);
+    w.write_all(&buf).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: Limits = Limits {
+        max_control: 1 << 12,
+        max_data: 1 << 16,
+    };
+
+    /// Frames encoded back to back.
+    fn stream(frames: &[(u16, Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, (t, c, d)) in frames.iter().enumerate() {
+            encode_parts(&mut out, *t, i as u64, c, d);
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn read_frame_and_the_decoder_agree(
+            frames in proptest::collection::vec(
+                (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..64),
+                 proptest::collection::vec(any::<u8>(), 0..300)),
+                0..6),
+            flip in proptest::option::of((any::<proptest::sample::Index>(), 1u8..=255)),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            let mut bytes = stream(&frames);
+            check_readers_agree(&bytes, &LIMITS);
+            if let Some((at, x)) = flip {
+                if !bytes.is_empty() {
+                    let i = at.index(bytes.len());
+                    bytes[i] ^= x;
+                }
+            }
+            check_readers_agree(&bytes, &LIMITS);
+            let end = cut.index(bytes.len() + 1);
+            check_readers_agree(&bytes[..end], &LIMITS);
+        }
+    }
+}

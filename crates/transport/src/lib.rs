@@ -1,0 +1,29 @@
+//! cairn-transport: the one connection layer every Cairn link uses (client to OSD, OSD to
+//! OSD, anyone to monitor, monitor to monitor).
+//!
+//! - [`dial`]: connect from a chosen address, handshake, check the peer's kind, in one
+//!   deadline ([`Dialer`]); servers run [`handshake`] on what they accept.
+//! - [`handshake`]: the hello exchange with version negotiation and the authentication slot.
+//! - [`session`]: request/reply multiplexing with deadlines and typed refusals ([`Session`]).
+//! - [`sender`]: frame sending from any thread, batched per event-loop turn, with
+//!   backpressure, on connections that may still be opening ([`FrameSender`]).
+//! - [`frames`]: reading frames (the reader that runs is checked against the fuzzed
+//!   `cairn_proto::Decoder`).
+//!
+//! The framing itself (sans I/O) is `cairn_proto`; the protocol is in `docs/format/wire.md`.
+
+pub mod dial;
+pub mod frames;
+pub mod handshake;
+pub mod net;
+pub mod sender;
+pub mod session;
+
+pub use dial::{DialError, Dialer};
+pub use frames::{
+    check_readers_agree, encode_parts, frame_buffered, read_frame, write_frame, ReadError,
+    READ_BUFFER,
+};
+pub use handshake::{handshake, node_kind, HandshakeError, HANDSHAKE_TIMEOUT};
+pub use sender::{begin_batch, end_batch, FrameSender, SendClosed};
+pub use session::{CallError, Reply, Session};

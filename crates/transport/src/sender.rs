@@ -1,0 +1,336 @@
+//! Sending frames: from any thread, batched, with backpressure, and on connections that are
+//! still being opened.
+
+use crate::frames::frame_header;
+use cairn_proto::HEADER_LEN;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::Notify;
+
+/// Sends frames on a connection from any thread, without a hop through a writer task when
+/// the socket can take the bytes at once (the common case on an idle connection): the
+/// caller writes directly with a non-blocking write; what does not fit is queued and written
+/// by a task when the socket becomes writable. Frames are never interleaved.
+///
+/// A sender can be made before its connection is open ([`FrameSender::unconnected`]): frames
+/// queue until [`FrameSender::attach`] gives it the socket, so a thread that must not block
+/// (an OSD shard) hands the connecting to a task and goes on.
+#[derive(Clone)]
+pub struct FrameSender {
+    inner: Arc<SenderInner>,
+}
+
+struct SenderInner {
+    stream: OnceLock<OwnedWriteHalf>,
+    state: Mutex<SendState>,
+    /// Wakes the drain task: bytes queued, socket attached, or closed.
+    wake: Arc<Notify>,
+    /// Wakes [`FrameSender::wait_below`]: bytes written, or closed.
+    drained: Notify,
+}
+
+impl Drop for SenderInner {
+    fn drop(&mut self) {
+        // Lets the drain task see that the connection is gone.
+        self.wake.notify_one();
+    }
+}
+
+#[derive(Default)]
+struct SendState {
+    /// Bytes accepted but not yet written, in order.
+    queue: Vec<u8>,
+    closed: bool,
+}
+
+/// The connection is closed (or failed); nothing more can be sent on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("connection closed")]
+pub struct SendClosed;
+
+impl FrameSender {
+    /// Wraps the write half of a connection; spawns the task that drains the queue (needs a
+    /// tokio runtime context).
+    pub fn new(stream: OwnedWriteHalf) -> FrameSender {
+        let s = FrameSender::unconnected();
+        // A fresh sender has no socket yet, so attaching cannot fail.
+        let _ = s.attach(stream);
+        s
+    }
+
+    /// A sender whose connection is not open yet: frames queue until [`attach`](Self::attach)
+    /// (or fail once [`close`](Self::close) is called). Needs a tokio runtime context.
+    pub fn unconnected() -> FrameSender {
+        let inner = Arc::new(SenderInner {
+            stream: OnceLock::new(),
+            state: Mutex::new(SendState::default()),
+            wake: Arc::new(Notify::new()),
+            drained: Notify::new(),
+        });
+        tokio::spawn(drain_queue(Arc::downgrade(&inner), inner.wake.clone()));
+        FrameSender { inner }
+    }
+
+    /// Gives an [`unconnected`](Self::unconnected) sender its socket; what was queued is
+    /// written first. Gives the socket back if the sender already has one.
+    pub fn attach(&self, stream: OwnedWriteHalf) -> Result<(), OwnedWriteHalf> {
+        self.inner.stream.set(stream)?;
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
+    fn state(&self) -> MutexGuard<'_, SendState> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends one frame made of its parts.
+    pub fn send(
+        &self,
+        msg_type: u16,
+        request_id: u64,
+        control: &[u8],
+        data: &[u8],
+    ) -> Result<(), SendClosed> {
+        let hdr = frame_header(msg_type, request_id, control, data);
+        let parts = [&hdr[..], control, data];
+        let mut st = self.state();
+        if st.closed {
+            return Err(SendClosed);
+        }
+        let Some(stream) = self.inner.stream.get() else {
+            queue_rest(&mut st.queue, &parts, 0);
+            return Ok(());
+        };
+        if !st.queue.is_empty() || defer(self) {
+            queue_rest(&mut st.queue, &parts, 0);
+            return Ok(());
+        }
+        let total = HEADER_LEN + control.len() + data.len();
+        let Ok(written) = write_now(stream, &parts) else {
+            st.closed = true;
+            drop(st);
+            self.inner.drained.notify_waiters();
+            return Err(SendClosed);
+        };
+        if written < total {
+            queue_rest(&mut st.queue, &parts, written);
+            self.inner.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Queues a frame for the drain task instead of writing it now. A sender with other
+    /// requests in flight uses this: every frame queued before the drain task next runs (on
+    /// the same event loop, after the tasks that are ready) goes out in one system call.
+    pub fn send_deferred(
+        &self,
+        msg_type: u16,
+        request_id: u64,
+        control: &[u8],
+        data: &[u8],
+    ) -> Result<(), SendClosed> {
+        let hdr = frame_header(msg_type, request_id, control, data);
+        let mut st = self.state();
+        if st.closed {
+            return Err(SendClosed);
+        }
+        let was_empty = st.queue.is_empty();
+        queue_rest(&mut st.queue, &[&hdr[..], control, data], 0);
+        if was_empty {
+            self.inner.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Bytes accepted and not yet written to the socket.
+    pub fn queued_bytes(&self) -> usize {
+        self.state().queue.len()
+    }
+
+    /// Waits until at most `limit` bytes are queued (or the connection is closed). A server
+    /// calls this before reading its next request, so a peer that sends requests and never
+    /// reads the replies stops being read instead of growing the queue without bound.
+    pub async fn wait_below(&self, limit: usize) {
+        loop {
+            let drained = self.inner.drained.notified();
+            tokio::pin!(drained);
+            // Registered before the check, so a wake between the check and the wait counts.
+            drained.as_mut().enable();
+            {
+                let st = self.state();
+                if st.closed || st.queue.len() <= limit {
+                    return;
+                }
+            }
+            drained.await;
+        }
+    }
+
+    /// Writes what is queued, as far as the socket takes it now; the drain task writes the
+    /// rest.
+    fn flush(&self) {
+        let Some(stream) = self.inner.stream.get() else {
+            return;
+        };
+        let mut st = self.state();
+        while !st.closed && !st.queue.is_empty() {
+            match stream.try_write(&st.queue) {
+                Ok(0) => st.closed = true,
+                Ok(n) => {
+                    st.queue.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => st.closed = true,
+            }
+        }
+        if !st.queue.is_empty() || st.closed {
+            self.inner.wake.notify_one();
+        }
+        drop(st);
+        self.inner.drained.notify_waiters();
+    }
+
+    /// Whether the sender has its socket (an [`unconnected`](Self::unconnected) one has not
+    /// until [`attach`](Self::attach)).
+    pub fn is_attached(&self) -> bool {
+        self.inner.stream.get().is_some()
+    }
+
+    /// Whether both are the same sender (clones of one).
+    pub fn ptr_eq(&self, other: &FrameSender) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Whether the connection has failed or was closed.
+    pub fn is_closed(&self) -> bool {
+        self.state().closed
+    }
+
+    /// Marks the sender closed: later sends fail at once, queued bytes are dropped.
+    pub fn close(&self) {
+        self.state().closed = true;
+        self.inner.wake.notify_one();
+        self.inner.drained.notify_waiters();
+    }
+}
+
+/// Writes as much as the socket takes now; Err on a failed connection.
+fn write_now(stream: &OwnedWriteHalf, parts: &[&[u8]; 3]) -> Result<usize, ()> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut done = 0;
+    while done < total {
+        let slices = remaining_slices(parts, done);
+        match stream.try_write_vectored(&slices) {
+            Ok(0) => return Err(()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err(()),
+        }
+    }
+    Ok(done)
+}
+
+thread_local! {
+    /// Senders with frames held back by the current batch on this thread (None: no batch).
+    static BATCH: std::cell::RefCell<Option<Vec<FrameSender>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Starts (or continues) a batch on this thread: frames sent until [`end_batch`] are queued
+/// and written together, one system call per connection instead of one per frame. Used by a
+/// loop that has more received frames waiting to be handled.
+pub fn begin_batch() {
+    BATCH.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.is_none() {
+            *b = Some(Vec::new());
+        }
+    });
+}
+
+/// Ends the batch on this thread and writes what it held back.
+pub fn end_batch() {
+    let held = BATCH.with(|b| b.borrow_mut().take());
+    for s in held.into_iter().flatten() {
+        s.flush();
+    }
+}
+
+/// Registers `s` with the current batch; false when there is none.
+fn defer(s: &FrameSender) -> bool {
+    BATCH.with(|b| match b.borrow_mut().as_mut() {
+        Some(list) => {
+            if !list.iter().any(|x| Arc::ptr_eq(&x.inner, &s.inner)) {
+                list.push(s.clone());
+            }
+            true
+        }
+        None => false,
+    })
+}
+
+fn remaining_slices<'a>(parts: &[&'a [u8]; 3], mut skip: usize) -> Vec<std::io::IoSlice<'a>> {
+    let mut out = Vec::with_capacity(3);
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        out.push(std::io::IoSlice::new(&p[skip..]));
+        skip = 0;
+    }
+    out
+}
+
+fn queue_rest(queue: &mut Vec<u8>, parts: &[&[u8]; 3], mut skip: usize) {
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        queue.extend_from_slice(&p[skip..]);
+        skip = 0;
+    }
+}
+
+/// Writes queued bytes whenever there are some and the socket is attached; ends when the
+/// sender is dropped or closed.
+async fn drain_queue(weak: Weak<SenderInner>, wake: Arc<Notify>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let idle = {
+            let st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.closed {
+                return;
+            }
+            st.queue.is_empty() || inner.stream.get().is_none()
+        };
+        if idle {
+            // Holding only a weak reference while idle lets the connection drop.
+            drop(inner);
+            wake.notified().await;
+            continue;
+        }
+        let Some(stream) = inner.stream.get() else {
+            continue;
+        };
+        let closed = stream.writable().await.is_err();
+        let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        if closed {
+            st.closed = true;
+        } else {
+            match stream.try_write(&st.queue) {
+                Ok(0) => st.closed = true,
+                Ok(n) => {
+                    st.queue.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => st.closed = true,
+            }
+        }
+        drop(st);
+        inner.drained.notify_waiters();
+    }
+}
