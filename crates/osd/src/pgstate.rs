@@ -41,7 +41,7 @@ pub struct WaitingOp {
     pub reply: FrameSender,
     pub req_id: u64,
     pub req: OpRequest,
-    pub data: Vec<u8>,
+    pub data: cairn_store::SharedBytes,
 }
 
 /// A down PG: what it waits for, and the map epoch it found so at (it peers again on a new

@@ -15,6 +15,7 @@ use cairn_proto::msg::peering::{
 use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG, SCRUB_REPORT};
 use cairn_proto::msg::{ErrorCode, ErrorReply};
 use cairn_proto::Limits;
+use cairn_store::SharedBytes;
 use cairn_transport::{
     begin_batch, end_batch, frame_buffered, handshake, node_kind, read_frame, FrameSender,
     ReadError,
@@ -201,7 +202,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                             reply: sender.clone(),
                             req_id: frame.request_id,
                             req,
-                            data: frame.data,
+                            data: SharedBytes::new(frame.data),
                         },
                     )
                 }
@@ -227,7 +228,7 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                             reply: sender.clone(),
                             req_id: frame.request_id,
                             op,
-                            data: frame.data,
+                            data: SharedBytes::new(frame.data),
                         },
                     )
                 }
@@ -276,6 +277,8 @@ fn dispatch_batch(
     let batch =
         cairn_proto::msg::decode::<OpBatch>("op batch", control).map_err(|e| e.to_string())?;
     batch.check(data.len())?;
+    // One buffer for every op's payload: each op holds its range, none is copied.
+    let data = SharedBytes::new(data);
     begin_batch();
     let mut at = 0usize;
     for op in batch.ops {
@@ -288,7 +291,8 @@ fn dispatch_batch(
             reply: sender.clone(),
             req_id: op.request_id,
             req: op.req,
-            data: data[at..end].to_vec(),
+            // In range: `check` made the lengths add up to the buffer's.
+            data: data.slice(at..end).unwrap_or_default(),
         };
         osd.dispatch(pg, msg, shard);
         at = end;

@@ -9,6 +9,7 @@ use crate::op;
 use crate::pgstate::PgState;
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{OpRequest, RepOp, RepReply};
+use cairn_store::SharedBytes;
 use cairn_transport::{begin_batch, end_batch, FrameSender};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,14 +22,14 @@ pub enum ShardMsg {
         reply: FrameSender,
         req_id: u64,
         req: OpRequest,
-        data: Vec<u8>,
+        data: SharedBytes,
     },
     /// A write forwarded by a primary.
     Rep {
         reply: FrameSender,
         req_id: u64,
         op: RepOp,
-        data: Vec<u8>,
+        data: SharedBytes,
     },
     /// A write with parked reads completed in this PG.
     WriteDone(PgId),
@@ -290,7 +291,7 @@ impl Shard {
             return;
         };
         for p in std::mem::take(&mut st.parked) {
-            op::handle_client_op(self, p.reply, p.req_id, p.req, Vec::new());
+            op::handle_client_op(self, p.reply, p.req_id, p.req, SharedBytes::default());
         }
     }
 }

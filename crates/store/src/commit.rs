@@ -10,6 +10,7 @@ use crate::direct::{self, Placement, Placements};
 use crate::effect::{self, Effect, Name, Payload};
 use crate::error::{Result, StoreError};
 use crate::index::{ApplyOut, Freed, Index, Loc};
+use crate::shared::SharedBytes;
 use crate::store::{Shared, State, Store};
 use crate::txn::{limits, CollId, Op, Transaction};
 use crate::wal::{self, layout_batch, RecordBuf};
@@ -295,9 +296,7 @@ fn resolve(
                     obj: o.clone(),
                     first_block: first,
                     nblocks: (last - first) as u32,
-                    data: Payload::Owned(Arc::new(whole_blocks(
-                        sh, idx, *coll, obj, *offset, data,
-                    )?)),
+                    data: Payload::Owned(whole_blocks(sh, idx, *coll, obj, *offset, data)?),
                 });
             }
             let size = idx.object(*coll, obj).map_or(0, |x| x.size);
@@ -378,12 +377,12 @@ fn whole_blocks(
     coll: CollId,
     obj: &[u8],
     offset: u64,
-    data: &[u8],
-) -> Result<Vec<u8>> {
+    data: &SharedBytes,
+) -> Result<SharedBytes> {
     let end = offset + data.len() as u64;
     if offset.is_multiple_of(B) && end.is_multiple_of(B) {
-        // Whole blocks: the data is the blocks (no zero-filled buffer to copy into).
-        return Ok(data.to_vec());
+        // Whole blocks: the data is the blocks, shared as it came (no copy).
+        return Ok(data.clone());
     }
     let (first, last) = (offset / B, end.div_ceil(B));
     let mut buf = vec![0u8; ((last - first) * B) as usize];
@@ -396,7 +395,7 @@ fn whole_blocks(
     }
     let at = (offset - first * B) as usize;
     buf[at..at + data.len()].copy_from_slice(data);
-    Ok(buf)
+    Ok(SharedBytes::new(buf))
 }
 
 /// One [`Effect::PlaceBlocks`] per run of a direct write that starts at object block `first`.
@@ -463,7 +462,7 @@ fn zero_range(
             obj: obj.clone(),
             first_block: blk,
             nblocks: 1,
-            data: Payload::Owned(Arc::new(b)),
+            data: Payload::Owned(SharedBytes::new(b)),
         });
     }
     Ok(())

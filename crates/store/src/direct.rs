@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::index::{block_crcs, ApplyOut, LocMatch, MemRef};
 use crate::maint::{alloc, free_unmoved, Use};
 use crate::segments::Summary;
+use crate::shared::SharedBytes;
 use crate::store::{Shared, State};
 use crate::txn::{CollId, Op, Transaction};
 use std::sync::Arc;
@@ -40,7 +41,8 @@ thread_local! {
 pub(crate) struct Placement {
     pub runs: Vec<(u64, u32)>,
     pub crcs: Box<[u32]>,
-    pub data: Arc<Vec<u8>>,
+    /// The write's payload, shared with the transaction (not copied).
+    pub data: SharedBytes,
 }
 
 /// Placements of a transaction's ops, by op index (`None`: the op takes the WAL path).
@@ -105,8 +107,8 @@ pub(crate) fn place(sh: &Shared, txn: &Transaction) -> Result<Placements> {
             runs.push(r);
         }
     }
-    // Checksums and the copy the index serves reads from until the batch writes it, outside
-    // the lock.
+    // Checksums outside the lock; the index serves reads from the shared payload until the
+    // batch writes it.
     Ok(txn
         .ops
         .iter()
@@ -115,7 +117,7 @@ pub(crate) fn place(sh: &Shared, txn: &Transaction) -> Result<Placements> {
             (Op::Write { data, .. }, Some(runs)) => Some(Placement {
                 runs,
                 crcs: block_crcs(data),
-                data: Arc::new(data.to_vec()),
+                data: data.clone(),
             }),
             _ => None,
         })
@@ -187,10 +189,11 @@ pub(crate) fn apply_run(
     };
     st.next_id += 1;
     let id = st.next_id | DIRECT_ID;
-    let buf_off = ((first_block - offset / B) * B) as usize;
+    let (buf, base) = p.data.parts();
+    let buf_off = base + ((first_block - offset / B) * B) as usize;
     let mem = MemRef {
         id,
-        buf: p.data.clone(),
+        buf: buf.clone(),
         off: buf_off,
     };
     let Some(name) = st
@@ -207,7 +210,7 @@ pub(crate) fn apply_run(
         nblocks: *nblocks,
         disk: *off,
         id,
-        buf: p.data.clone(),
+        buf: buf.clone(),
         buf_off,
     })
 }

@@ -6,6 +6,7 @@
 
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::device::BLOCK_SIZE;
+use crate::shared::SharedBytes;
 use crate::txn::{limits, CollId};
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ pub type Name = Arc<[u8]>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
     /// Bytes held apart from the record (at commit time; the record gets a copy).
-    Owned(Arc<Vec<u8>>),
+    Owned(SharedBytes),
     /// Bytes at this offset of the encoded record.
     InRecord(usize),
 }
@@ -377,7 +378,7 @@ mod tests {
                 obj: o.clone(),
                 first_block: 3,
                 nblocks: 1,
-                data: Payload::Owned(Arc::new(vec![9; BLOCK_SIZE])),
+                data: Payload::Owned(SharedBytes::new(vec![9; BLOCK_SIZE])),
             },
             Effect::PunchBlocks {
                 coll: 1,

@@ -297,7 +297,7 @@ impl Index {
             } => {
                 let (buf, off) = match data {
                     Payload::InRecord(off) => (rec, *off),
-                    Payload::Owned(b) => (b, 0),
+                    Payload::Owned(b) => b.parts(),
                 };
                 let Some(bytes) = buf.get(off..off + *nblocks as usize * BLOCK_SIZE) else {
                     return;

@@ -32,6 +32,7 @@ mod mirror;
 mod read;
 mod scrub;
 mod segments;
+mod shared;
 mod store;
 mod txn;
 pub mod wal;
@@ -41,6 +42,7 @@ pub use device::{AlignedBuf, BlockDevice, FileDevice, MemDevice, BLOCK_SIZE};
 pub use error::{Result, StoreError};
 pub use mirror::IoStats;
 pub use scrub::{ScrubIssue, ScrubReport};
+pub use shared::SharedBytes;
 pub use store::{Devices, ObjectStat, Store, StoreConfig, StoreStats};
 pub use txn::{limits, CollId, Op, Transaction};
 

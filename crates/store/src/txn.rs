@@ -1,5 +1,7 @@
 //! Transactions: what callers ask the store to do, atomically.
 
+use crate::shared::SharedBytes;
+
 /// A collection (one per placement group).
 pub type CollId = u64;
 
@@ -32,12 +34,13 @@ pub enum Op {
     RemoveCollection(CollId),
     /// Creates an empty object if it does not exist.
     Touch { coll: CollId, obj: Vec<u8> },
-    /// Writes bytes at an offset, extending the object if needed.
+    /// Writes bytes at an offset, extending the object if needed. The bytes are shared with
+    /// whoever handed them in (a whole-block write is held in memory without a copy).
     Write {
         coll: CollId,
         obj: Vec<u8>,
         offset: u64,
-        data: Vec<u8>,
+        data: SharedBytes,
     },
     /// Makes a range read as zeros (releasing space); does not change the object's size.
     Zero {
@@ -132,13 +135,23 @@ impl Transaction {
         });
         self
     }
-    /// Adds [`Op::Write`].
+    /// Adds [`Op::Write`] of a copy of `data`.
     pub fn write(&mut self, coll: CollId, obj: &[u8], offset: u64, data: &[u8]) -> &mut Self {
+        self.write_shared(coll, obj, offset, SharedBytes::from(data))
+    }
+    /// Adds [`Op::Write`] of `data` without copying it.
+    pub fn write_shared(
+        &mut self,
+        coll: CollId,
+        obj: &[u8],
+        offset: u64,
+        data: SharedBytes,
+    ) -> &mut Self {
         self.ops.push(Op::Write {
             coll,
             obj: obj.to_vec(),
             offset,
-            data: data.to_vec(),
+            data,
         });
         self
     }

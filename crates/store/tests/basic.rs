@@ -658,3 +658,48 @@ fn flushed_data_is_read_from_the_cache_and_only_when_it_is_on() {
         }
     }
 }
+
+/// A whole-block write handed in as shared bytes is held by the store as it came (the index
+/// points at the caller's buffer) until the flusher has written it to its place; a write that
+/// covers part of a block is laid into whole blocks (a copy). Counts the holders of each
+/// buffer: a holder that copied the bytes does not count.
+#[test]
+fn whole_block_writes_are_held_without_a_copy() {
+    use cairn_store::SharedBytes;
+    use std::time::Duration;
+    let devs = MemDevs::new(1, 8 << 20, None);
+    let cfg = StoreConfig {
+        flush_batch_bytes: 1 << 20,
+        pending_limit_bytes: 4 << 20,
+        flush_max_delay: Duration::from_secs(3600),
+        checkpoint_interval: Duration::from_secs(3600),
+        ..small_cfg()
+    };
+    let s = devs.mkfs_open(cfg);
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    s.commit(&t).unwrap();
+    let whole = SharedBytes::new(vec![5u8; 3 * 4096]);
+    let part = SharedBytes::new(vec![6u8; 100]);
+    let mut t = Transaction::new();
+    t.write_shared(1, b"whole", 4096, whole.clone())
+        .write_shared(1, b"part", 10, part.clone());
+    s.commit(&t).unwrap();
+    drop(t);
+    assert_eq!(whole.holders(), 2, "the store copied a whole-block payload");
+    assert_eq!(
+        part.holders(),
+        1,
+        "a partial block is laid into a new block buffer"
+    );
+    assert_eq!(s.read(1, b"whole", 4096, 3 * 4096).unwrap(), &whole[..]);
+    assert_eq!(s.read(1, b"part", 10, 100).unwrap(), &part[..]);
+    // Once written to its place, the store lets the buffer go.
+    s.checkpoint().unwrap();
+    assert_eq!(
+        whole.holders(),
+        1,
+        "the store still holds the flushed payload"
+    );
+    assert_eq!(s.read(1, b"whole", 4096, 3 * 4096).unwrap(), &whole[..]);
+}

@@ -17,7 +17,6 @@ use proptest::sample::Index;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 // ---- allocation accounting -------------------------------------------------------------------
 
@@ -270,7 +269,11 @@ fn effect_strategy() -> impl Strategy<Value = Effect> {
                 obj,
                 first_block,
                 nblocks,
-                data: Payload::Owned(Arc::new(vec![fill; nblocks as usize * BLOCK_SIZE])),
+                data: Payload::Owned(cairn_store::SharedBytes::new(vec![
+                    fill;
+                    nblocks as usize
+                        * BLOCK_SIZE
+                ])),
             }
         ),
         (
@@ -352,7 +355,7 @@ fn owned(e: &Effect, rec: &[u8]) -> Effect {
             obj: obj.clone(),
             first_block: *first_block,
             nblocks: *nblocks,
-            data: Payload::Owned(Arc::new(
+            data: Payload::Owned(cairn_store::SharedBytes::new(
                 rec[*off..*off + *nblocks as usize * BLOCK_SIZE].to_vec(),
             )),
         },

@@ -200,7 +200,7 @@ impl MOp {
                 coll: c,
                 obj: obj_name(o),
                 offset: off,
-                data: pattern(len, seed),
+                data: pattern(len, seed).into(),
             },
             MOp::Zero { c, o, off, len } => Op::Zero {
                 coll: c,

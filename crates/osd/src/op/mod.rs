@@ -8,7 +8,7 @@ pub mod write;
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{FailCode, OpReply, OpRequest, RepReply, MAX_OBJECT_NAME, OP_REPLY};
-use cairn_store::StoreError;
+use cairn_store::{SharedBytes, StoreError};
 use cairn_transport::FrameSender;
 use std::sync::Arc;
 
@@ -52,7 +52,7 @@ pub fn handle_client_op(
     to: FrameSender,
     req_id: u64,
     req: OpRequest,
-    data: Vec<u8>,
+    data: SharedBytes,
 ) {
     shard.osd.recovery.note_client_op();
     if !shard.osd.lease.valid() {

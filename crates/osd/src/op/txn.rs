@@ -5,7 +5,7 @@ use crate::pglog::{self, LogEntry, LogOp};
 use crate::pgstate::{coll_of, VERSION_KEY};
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{OpKind, OpReply};
-use cairn_store::{limits, Transaction};
+use cairn_store::{limits, SharedBytes, Transaction};
 
 /// Builds the transaction applying `kind` to `object` as PG version `version`, assigned by a
 /// primary at map `epoch`, with its PG log entry.
@@ -16,7 +16,7 @@ pub fn build(
     epoch: u64,
     object: &[u8],
     kind: &OpKind,
-    data: &[u8],
+    data: &SharedBytes,
 ) -> Result<Transaction, OpReply> {
     let coll = coll_of(pg);
     let mut t = Transaction::new();
@@ -26,13 +26,13 @@ pub fn build(
     match *kind {
         OpKind::Write { offset } => {
             check_range(offset, data.len() as u64)?;
-            t.write(coll, object, offset, data);
+            t.write_shared(coll, object, offset, data.clone());
         }
         OpKind::WriteFull => {
             check_range(0, data.len() as u64)?;
             t.touch(coll, object);
             t.truncate(coll, object, 0);
-            t.write(coll, object, 0, data);
+            t.write_shared(coll, object, 0, data.clone());
         }
         OpKind::Zero { offset, len } => {
             check_range(offset, len)?;

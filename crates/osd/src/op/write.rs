@@ -10,6 +10,7 @@ use cairn_map::{ClusterMap, Durability, PgId};
 use cairn_proto::msg::osd::{
     FailCode, OpKind, OpReply, OpRequest, RepOp, RepReply, REP, REP_REPLY,
 };
+use cairn_store::SharedBytes;
 use cairn_transport::FrameSender;
 
 /// Runs a client write on the primary (the caller checked that this OSD is primary).
@@ -19,7 +20,7 @@ pub fn primary_write(
     to: FrameSender,
     req_id: u64,
     req: OpRequest,
-    data: Vec<u8>,
+    data: SharedBytes,
 ) {
     let osd = shard.osd.clone();
     let Some(pool) = map.pools.get(&req.pool) else {
@@ -143,7 +144,7 @@ pub fn rep_reply(to: &FrameSender, req_id: u64, r: &RepReply) {
 }
 
 /// Applies a write forwarded by a primary.
-pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, data: Vec<u8>) {
+pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, data: SharedBytes) {
     let osd = shard.osd.clone();
     let map = osd.map();
     let pg = PgId {
