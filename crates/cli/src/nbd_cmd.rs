@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use cairn_client::{Client, ClientConfig};
-use cairn_volume::VolumeExports;
+use cairn_gateway::nbd::VolumeExports;
 use clap::{Args, Subcommand};
 use std::path::Path;
 use std::sync::Arc;

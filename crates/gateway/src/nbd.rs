@@ -1,10 +1,8 @@
 //! Volumes as NBD exports: the `cairn-nbd` traits over [`Volume`].
 
-use crate::admin;
-use crate::error::VolumeError;
-use crate::volume::{read_header, Volume};
 use cairn_client::{Client, ClientError, FailCode};
 use cairn_nbd::{Export, ExportError, Exports, Extent};
+use cairn_volume::{read_header, Volume, VolumeError};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
@@ -55,8 +53,9 @@ impl VolumeExports {
         }
         // Volumes whose last client left are released in the background: wait for those too.
         let pending = std::mem::take(&mut *self.lock_releases());
-        for r in pending {
-            crate::holder::wait_released(r).await;
+        for mut released in pending {
+            // Returns once it turns true, or its task is gone.
+            let _ = released.wait_for(|r| *r).await;
         }
     }
 }
@@ -71,7 +70,7 @@ impl Exports for VolumeExports {
     type Export = VolumeExport;
 
     async fn list(&self) -> Result<Vec<(String, String)>, ExportError> {
-        let vols = admin::list(&self.client, &self.pool)
+        let vols = cairn_volume::list(&self.client, &self.pool)
             .await
             .map_err(export_error)?;
         Ok(vols
@@ -92,7 +91,7 @@ impl Exports for VolumeExports {
             ("", None) => return Ok(None),
             (n, _) => n,
         };
-        if crate::header::check_name(name).is_err() {
+        if cairn_volume::header::check_name(name).is_err() {
             return Ok(None);
         }
         let pool = self.client.pool_id(&self.pool).map_err(client_error)?;

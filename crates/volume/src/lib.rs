@@ -4,11 +4,10 @@
 //! plus data objects `vdata.<id>.<objno>` of a fixed size (default 4 MiB), thin provisioned:
 //! a data object exists only once written. [`Volume`] does byte-range I/O over them; an open
 //! volume keeps a map of which objects exist so reads of holes never reach an OSD.
-//! [`VolumeExports`] serves a pool's volumes over NBD (`cairn-nbd`).
+//! A volume knows no protocol: `cairn-gateway` serves volumes over NBD.
 
 mod admin;
 mod error;
-mod export;
 pub mod header;
 mod holder;
 mod join;
@@ -20,10 +19,9 @@ mod volume;
 
 pub use admin::{create, info, list, resize, VolumeEntry, VolumeInfo};
 pub use error::VolumeError;
-pub use export::{VolumeExport, VolumeExports};
 pub use header::{Header, DEFAULT_OBJECT_SIZE};
 pub use remove::{
     close_for_removal, describe_holders, find_orphans, open_volumes, remove, remove_orphans,
     Orphans, RemoveEvent,
 };
-pub use volume::{Allocation, Volume};
+pub use volume::{read_header, Allocation, Volume};

@@ -311,8 +311,8 @@ impl Volume {
     }
 }
 
-/// Reads and checks a volume's header.
-pub(crate) async fn read_header(
+/// Reads and checks a volume's header (of pool `pool`, named `pool_name` in errors).
+pub async fn read_header(
     client: &Client,
     pool: u32,
     pool_name: &str,

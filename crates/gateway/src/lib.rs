@@ -1,0 +1,7 @@
+//! cairn-gateway: the glue between Cairn's volumes and the protocol libraries that serve
+//! them. The protocol libraries know nothing of Cairn (`cairn-nbd` serves any block export)
+//! and a volume knows no protocol (`cairn-volume`); what joins them lives here.
+//!
+//! - [`nbd`]: a pool's volumes as NBD exports (`cairn nbd serve`).
+
+pub mod nbd;
