@@ -14,6 +14,7 @@
 //! arrives from the monitors (`mapwatch.rs`).
 
 mod config;
+mod context;
 mod daemon;
 mod error;
 mod inflight;

@@ -1,7 +1,7 @@
 //! Registration with the monitors, heartbeats, and following the map.
 
 use crate::config::OsdConfig;
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::error::OsdError;
 use cairn_map::{ChangeOutcome, ClusterMap, MapChange, PgId};
 use cairn_monclient::MonClient;

@@ -3,7 +3,7 @@
 //! OSD down once enough peers report it (it may still reach them itself: cut off from its
 //! peers, its PGs' writes cannot complete anywhere).
 
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::peering::rpc::Rpc;
 use cairn_monclient::MonClient;
 use cairn_proto::msg::osd::{OSD_PING, OSD_PONG};

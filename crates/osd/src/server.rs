@@ -1,7 +1,7 @@
 //! Accepts connections (clients and primaries) and hands each frame to the shard owning
 //! its PG. Malformed input gets an error reply and the connection is closed.
 
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::shard::ShardMsg;
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{

@@ -4,7 +4,7 @@
 //! another shard's PG is queued to that shard. The shard's state sits behind a mutex only
 //! that thread takes in practice (uncontended), never one shared between shards.
 
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::op;
 use crate::pgstate::PgState;
 use cairn_map::{ClusterMap, PgId};

@@ -4,7 +4,7 @@
 //! shard's event loop would serve nobody. The syncer thread waits instead and hands the
 //! completions back to the shard, in order ([`ShardMsg::Synced`]).
 
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::shard::{OnDurable, ShardMsg};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Weak};

@@ -10,7 +10,7 @@ use super::dirty::Dirty;
 use super::rpc::Rpc;
 use super::transfer::{Ctx, End};
 use super::Interval;
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::recovery::Pending;
 use crate::shard::ShardMsg;
 use cairn_map::PgId;

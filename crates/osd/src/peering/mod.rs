@@ -419,7 +419,7 @@ pub fn on_map(shard: &mut Shard) {
 }
 
 /// Of the store collections `held`, the PGs this OSD is no longer a member of.
-pub fn misplaced_copies(osd: &crate::daemon::Osd, held: &[cairn_store::CollId]) -> u64 {
+pub fn misplaced_copies(osd: &crate::context::Osd, held: &[cairn_store::CollId]) -> u64 {
     let map = osd.map();
     held.iter()
         .map(|c| crate::pgstate::pg_of(*c))

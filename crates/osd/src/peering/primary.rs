@@ -13,7 +13,7 @@ use super::member;
 use super::rpc::Rpc;
 use super::transfer::{Ctx, End};
 use super::{PeerError, Peered, Report};
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::pglog::LogEntry;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{PgDone, PgInfo, PgQuery, PushKind, MAX_NAMES, PG_INFO, PG_QUERY};

@@ -4,7 +4,7 @@
 //! then the copy stays: it may be the only current one, and peering may still read from it.
 
 use super::rpc::Rpc;
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::pgstate::coll_of;
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId, PgPlacement};

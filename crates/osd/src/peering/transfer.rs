@@ -5,7 +5,7 @@
 use super::dirty::Dirty;
 use super::member;
 use super::rpc::Rpc;
-use crate::daemon::Osd;
+use crate::context::Osd;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{
     PgDone, PgList, PgNames, PgObject, PgPull, PgPush, PushKind, PG_DONE, PG_LIST, PG_NAMES,

@@ -13,7 +13,7 @@
 pub mod compare;
 pub mod map;
 
-use crate::daemon::Osd;
+use crate::context::Osd;
 use crate::peering::rpc::Rpc;
 use crate::peering::transfer::{Ctx, End};
 use crate::pgstate::coll_of;

@@ -1,0 +1,205 @@
+//! The OSD's shared context: what the shards, the network tasks and the map watcher all
+//! reach (the store, the map, the in-flight table, the peers, the shard mailboxes). Startup
+//! is in `daemon.rs`.
+
+use crate::inflight::Inflight;
+use crate::peers::Peers;
+use crate::shard::{shard_of, Shard, ShardHandle, ShardMsg};
+use cairn_map::{ClusterMap, PgId, PgPlacement};
+use cairn_placement::Hierarchy;
+use cairn_store::{Store, StoreError};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+/// State shared by the shards, the network tasks and the map watcher.
+pub struct Osd {
+    pub store: Store,
+    pub(crate) map: RwLock<Arc<ClusterMap>>,
+    pub(crate) hierarchy: Mutex<(u64, Arc<Hierarchy>)>,
+    pub(crate) id: AtomicU32,
+    /// Epoch of this OSD's current life (its last boot).
+    pub up_from: AtomicU64,
+    pub inflight: Arc<Inflight>,
+    pub peers: Peers,
+    pub(crate) shards: OnceLock<Vec<ShardHandle>>,
+    /// Client ops are served only while it is valid.
+    pub lease: crate::lease::Lease,
+    /// Local address outgoing connections are made from (its listening address).
+    pub source: Option<std::net::IpAddr>,
+    /// Recovery progress and pacing.
+    pub recovery: crate::recovery::Recovery,
+    /// What this OSD's scrubs found.
+    pub scrub: crate::scrub::ScrubStats,
+    /// The monitors, for peering's questions (past intervals).
+    pub mon: cairn_monclient::MonClient,
+    /// Memory this OSD aims to use (`OsdConfig::memory_target`), reported in its stats.
+    pub memory_target: u64,
+    /// The syncer thread (`syncer.rs`), for syncs that would wait for a data device.
+    pub syncer: crate::syncer::SyncTx,
+}
+
+impl Osd {
+    /// This OSD's id.
+    pub fn id(&self) -> u32 {
+        self.id.load(Ordering::Relaxed)
+    }
+
+    /// The current map.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Installs a newer map; returns false (and keeps the old one) when it is not newer.
+    pub fn set_map(&self, m: Arc<ClusterMap>) -> bool {
+        let mut cur = self.map.write().unwrap_or_else(|p| p.into_inner());
+        if m.epoch <= cur.epoch {
+            return false;
+        }
+        *cur = m;
+        true
+    }
+
+    /// Where `pg` lives in `map` (the hierarchy is computed once per epoch).
+    pub fn placement(&self, map: &ClusterMap, pg: PgId) -> PgPlacement {
+        let h = {
+            let mut cached = self.hierarchy.lock().unwrap_or_else(|p| p.into_inner());
+            if cached.0 != map.epoch {
+                *cached = (map.epoch, Arc::new(map.hierarchy()));
+            }
+            cached.1.clone()
+        };
+        map.pg_placement_in(&h, pg)
+    }
+
+    fn shards(&self) -> &[ShardHandle] {
+        self.shards.get().map(|v| v.as_slice()).unwrap_or(&[])
+    }
+
+    /// Runs a message on the shard owning `pg`: right here when that is the calling
+    /// shard `here` (run to completion, no hand-off), else queued to it.
+    pub fn dispatch(&self, pg: PgId, msg: ShardMsg, here: usize) {
+        let shards = self.shards();
+        if shards.is_empty() {
+            return;
+        }
+        let i = shard_of(pg, shards.len());
+        if i == here {
+            shards[i]
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .handle(msg);
+        } else if shards[i].tx.send(msg).is_err() {
+            tracing::error!(shard = i, "shard is gone");
+        }
+    }
+
+    /// Makes the writes shard `i` submitted durable and completes them.
+    pub fn sync_shard(&self, i: usize) {
+        if let Some(s) = self.shards().get(i) {
+            s.state.lock().unwrap_or_else(|p| p.into_inner()).sync();
+        }
+    }
+
+    /// Runs `f` on the state of the shard owning `pg` (from a task on that shard's thread,
+    /// between the messages it handles).
+    pub fn with_pg_shard<R>(&self, pg: PgId, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
+        let shards = self.shards();
+        let s = shards.get(shard_of(pg, shards.len()))?;
+        let mut guard = s.state.lock().unwrap_or_else(|p| p.into_inner());
+        Some(f(&mut guard))
+    }
+
+    /// PGs this OSD leads that are down (with the OSDs each waits for), and those that went
+    /// active giving up intervals whose OSDs were declared lost (with those OSDs).
+    pub fn pg_troubles(
+        &self,
+    ) -> (
+        Vec<cairn_proto::msg::osd::DownPg>,
+        Vec<cairn_proto::msg::osd::DownPg>,
+    ) {
+        use cairn_proto::msg::osd::DownPg;
+        let me = self.id();
+        let (mut down, mut lost) = (Vec::new(), Vec::new());
+        for s in self.shards() {
+            let shard = s.state.lock().unwrap_or_else(|p| p.into_inner());
+            for (pg, st) in &shard.pgs {
+                if st.placement.primary() != Some(me) {
+                    continue;
+                }
+                let entry = |osds: Vec<u32>| DownPg {
+                    pool: pg.pool,
+                    pg: pg.pg,
+                    osds,
+                };
+                if let Some(d) = &st.down {
+                    down.push(entry(d.waiting_for.clone()));
+                }
+                if !st.lost_intervals.is_empty() {
+                    let mut osds: Vec<u32> = st
+                        .lost_intervals
+                        .iter()
+                        .flat_map(|iv| iv.acting.iter().copied())
+                        .collect();
+                    osds.sort_unstable();
+                    osds.dedup();
+                    lost.push(entry(osds));
+                }
+            }
+        }
+        (down, lost)
+    }
+
+    /// PGs this OSD leads whose peering (or recovery) is under way.
+    pub fn peering_pgs(&self) -> u64 {
+        self.shards()
+            .iter()
+            .map(|s| {
+                let shard = s.state.lock().unwrap_or_else(|p| p.into_inner());
+                shard.pgs.values().filter(|st| st.peering.is_some()).count() as u64
+            })
+            .sum()
+    }
+
+    /// Queues a message to every shard.
+    pub fn queue_all(&self, msg: impl Fn() -> ShardMsg) {
+        for s in self.shards() {
+            let _ = s.tx.send(msg());
+        }
+    }
+
+    /// Queues a message to shard `i`.
+    pub fn queue_shard(&self, i: usize, msg: ShardMsg) {
+        if let Some(s) = self.shards().get(i) {
+            let _ = s.tx.send(msg);
+        }
+    }
+
+    /// Queues a message to the shard owning `pg`.
+    pub fn queue(&self, pg: PgId, msg: ShardMsg) {
+        let shards = self.shards();
+        if !shards.is_empty() {
+            let _ = shards[shard_of(pg, shards.len())].tx.send(msg);
+        }
+    }
+
+    /// The runtime of shard `i`.
+    pub fn shard_runtime(&self, i: usize) -> Option<tokio::runtime::Handle> {
+        self.shards().get(i).map(|s| s.rt.clone())
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards().len()
+    }
+
+    /// Stops the process when the store has failed: serving on would risk acknowledging
+    /// writes it cannot keep. Acknowledged writes are durable, so exiting loses nothing.
+    pub fn note_store_error(&self, e: &StoreError) {
+        if let Some(why) = self.store.failure() {
+            tracing::error!(error = %e, failure = %why, "store failed; OSD exits");
+            eprintln!("cairn osd.{}: store failed: {why}; exiting", self.id());
+            std::process::exit(70);
+        }
+    }
+}
