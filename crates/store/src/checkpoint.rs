@@ -20,26 +20,27 @@ pub const CKPT_VERSION: u32 = 1;
 const EXT_DISK: u8 = 0;
 const EXT_INLINE: u8 = 1;
 
-/// Serialises a snapshot of the index; `replay_seq` is the first WAL record not in it.
-/// Returns the body and how many of its bytes are inline data.
-/// `direct` maps in-memory extents of direct writes (by id) to (offset in their buffer,
-/// data-device offset): those are encoded as disk extents.
+/// Serialises a snapshot of the index into `v` (cleared first; its capacity is reused);
+/// `replay_seq` is the first WAL record not in it. Returns how many of the body's bytes are
+/// inline data. `direct` maps in-memory extents of direct writes (by id) to (offset in their
+/// buffer, data-device offset): those are encoded as disk extents.
 pub fn encode(
     index: &Index,
     replay_seq: u64,
     direct: &HashMap<u64, (usize, u64)>,
-) -> (Vec<u8>, usize) {
-    let mut v = Vec::new();
-    let mut w = Writer(&mut v);
+    v: &mut Vec<u8>,
+) -> usize {
+    v.clear();
+    let mut w = Writer(v);
     w.bytes(CKPT_MAGIC);
     w.u32(CKPT_VERSION);
     w.u64(replay_seq);
     w.u64(index.colls.len() as u64);
     let mut inline = 0;
     for (id, c) in &index.colls {
-        inline += encode_coll(&mut v, *id, c, direct);
+        inline += encode_coll(v, *id, c, direct);
     }
-    (v, inline)
+    inline
 }
 
 fn encode_coll(
@@ -354,7 +355,9 @@ mod tests {
         ] {
             idx.apply(&e, &rec, &mut id, &mut out);
         }
-        let (bytes, inline) = encode(&idx, 9, &HashMap::new());
+        // A reused buffer: what it held before is not part of the body.
+        let mut bytes = vec![0xaa; 100];
+        let inline = encode(&idx, 9, &HashMap::new(), &mut bytes);
         assert_eq!(inline, 2 * BLOCK_SIZE);
         let d = decode(&bytes, &mut id).unwrap();
         assert_eq!(d.replay_seq, 9);

@@ -261,6 +261,8 @@ fn make_space(sh: &Shared) -> Result<bool> {
 thread_local! {
     /// The flusher's staging buffer, reused from one flush to the next.
     static FLUSH_BUF: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+    /// The length of the last checkpoint body.
+    static CKPT_BODY_LEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Writes up to one batch of pending data; returns the number of blocks written.
@@ -533,8 +535,12 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     let (lsn, prev_crc) = wait_for_cut(sh)?;
     // The direct writes the snapshot holds in memory are on the data devices by now (their
     // records are durable, and a batch writes and flushes their data first): named there.
-    let (body, inline_bytes) = checkpoint::encode(&snap, seq, &dest);
+    // Sized like the last body, so it is not grown (and copied) step by step; not kept
+    // between checkpoints (it is about as large as the index's extents).
+    let mut body = Vec::with_capacity(CKPT_BODY_LEN.get() + CKPT_BODY_LEN.get() / 8);
+    let inline_bytes = checkpoint::encode(&snap, seq, &dest, &mut body);
     drop(snap);
+    CKPT_BODY_LEN.set(body.len());
     let (root, runs) = write_body(sh, &body, gen)?;
     let body_len = body.len();
     drop(body);
@@ -625,6 +631,9 @@ fn write_body(sh: &Shared, body: &[u8], gen: u64) -> Result<(Root, Vec<(u64, u32
     };
     let mut pieces = Vec::new();
     let mut at = 0usize;
+    // One buffer for every piece (a fresh zeroed 1 MiB allocation per piece costs page
+    // faults and page clearing every time); freed with the checkpoint.
+    let mut staging = None;
     for &(off, n) in &runs {
         let run_bytes = n as usize * BLOCK_SIZE;
         let mut r_at = 0usize;
@@ -632,7 +641,11 @@ fn write_body(sh: &Shared, body: &[u8], gen: u64) -> Result<(Root, Vec<(u64, u32
             let len = (run_bytes - r_at).min(PIECE).min(body.len() - at);
             let chunk = &body[at..at + len];
             let doff = off + r_at as u64;
-            sh.data.write(&AlignedBuf::from_slice(chunk), doff)?;
+            let buf = AlignedBuf::reuse(&mut staging, len);
+            buf[..len].copy_from_slice(chunk);
+            // The padding to a whole block must not carry an older piece's bytes.
+            buf[len..].fill(0);
+            sh.data.write(buf, doff)?;
             pieces.push((doff, len as u32, crc32c::crc32c(chunk)));
             at += len;
             r_at += align_up(len as u64) as usize;
