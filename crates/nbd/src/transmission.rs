@@ -132,6 +132,20 @@ where
     }
 }
 
+/// Reads a write's payload of `len` bytes (checked against the payload limit before) into a
+/// new buffer without zero-filling it first: the bytes are written once, by the read.
+async fn read_payload<R: AsyncRead + Unpin>(rd: &mut R, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        // `read_buf` fills the spare capacity; limited so it never reads past the payload.
+        let mut part = (&mut *rd).take((len - buf.len()) as u64);
+        if part.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(buf)
+}
+
 /// Takes the permits for a command, reads its payload, and runs it in its own task.
 async fn start<R, X>(rd: &mut R, ctx: &Ctx<X>, req: &Request, op: Op) -> Result<(), ConnError>
 where
@@ -145,14 +159,16 @@ where
     let permits = acquire(ctx, bytes).await?;
     let mut payload = Vec::new();
     if let Op::Write { len, .. } = op {
-        payload = vec![0; len as usize];
-        if let Err(e) = rd.read_exact(&mut payload).await {
+        payload = match read_payload(rd, len as usize).await {
+            Ok(p) => p,
             // The write is dropped unexecuted: half a payload must never reach the export.
-            return Err(match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => ConnError::TruncatedPayload,
-                _ => e.into(),
-            });
-        }
+            Err(e) => {
+                return Err(match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => ConnError::TruncatedPayload,
+                    _ => e.into(),
+                })
+            }
+        };
     }
     let export = Arc::clone(&ctx.export);
     let peer = Arc::clone(&ctx.peer);

@@ -8,6 +8,7 @@ use cairn_transport::{
     Session,
 };
 use std::time::Duration;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 const LIMITS: Limits = Limits {
@@ -197,6 +198,17 @@ fn dialing_checks_the_peer_kind_and_gives_up_on_silence() {
     });
 }
 
+/// A loopback connection: the client's halves, and the server's end.
+async fn loopback() -> (OwnedReadHalf, OwnedWriteHalf, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let (c, a) = tokio::join!(
+        TcpStream::connect(l.local_addr().expect("addr")),
+        l.accept()
+    );
+    let (r, w) = c.expect("connect").into_split();
+    (r, w, a.expect("accept").0)
+}
+
 #[test]
 fn an_unconnected_sender_queues_until_attached_and_a_closed_one_refuses() {
     rt().block_on(async {
@@ -205,13 +217,7 @@ fn an_unconnected_sender_queues_until_attached_and_a_closed_one_refuses() {
             sender.send(7, i, b"c", &[i as u8; 2]).expect("queued");
         }
         assert!(sender.queued_bytes() > 0);
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let (c, a) = tokio::join!(
-            TcpStream::connect(l.local_addr().expect("addr")),
-            l.accept()
-        );
-        let (_r, w) = c.expect("connect").into_split();
-        let mut peer = a.expect("accept").0;
+        let (_r, w, mut peer) = loopback().await;
         assert!(sender.attach(w).is_ok());
         for i in 1..=3u64 {
             let f = read_frame(&mut peer, &LIMITS).await.expect("frame");
@@ -226,13 +232,7 @@ fn an_unconnected_sender_queues_until_attached_and_a_closed_one_refuses() {
 #[test]
 fn wait_below_holds_until_the_peer_reads() {
     rt().block_on(async {
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let (c, a) = tokio::join!(
-            TcpStream::connect(l.local_addr().expect("addr")),
-            l.accept()
-        );
-        let (_r, w) = c.expect("connect").into_split();
-        let mut peer = a.expect("accept").0;
+        let (_r, w, mut peer) = loopback().await;
         let sender = FrameSender::new(w);
         let chunk = vec![0u8; 512 << 10];
         // Far more than the socket buffers take: the rest queues.
