@@ -1,0 +1,160 @@
+//! Checkpoints: a snapshot of the index written to segments, after which the WAL before it
+//! can be reused. Commits never wait for one (`docs/format/store.md`, section 9).
+
+use super::*;
+
+thread_local! {
+    /// The length of the last checkpoint body.
+    static CKPT_BODY_LEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Takes a checkpoint (also used at open, before the thread starts): write pending data,
+/// snapshot the index, wait until the records it holds end a durable WAL batch, write it to
+/// segments, flush the data devices, then point the WAL header at it and reclaim WAL space.
+/// Commits never wait for it: the snapshot is taken under the lock at any time, and the batch
+/// writers end a batch at its records (the cut) so that replay can start right after them.
+pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
+    flush_all(sh)?;
+    let (snap, seq, gen, dest) = {
+        let mut st = sh.lock();
+        st.ckpt_wanted = false;
+        st.segs.snap_started += 1;
+        let seq = st.next_seq;
+        if !st.writing && st.queue.is_empty() {
+            st.cut_point = Some((st.tail_lsn, st.last_crc));
+        } else {
+            st.cut = Some(seq);
+        }
+        (
+            st.index.clone(),
+            seq,
+            st.segs.snap_started,
+            st.direct_dest.clone(),
+        )
+    };
+    let (lsn, prev_crc) = wait_for_cut(sh)?;
+    // The direct writes the snapshot holds in memory are on the data devices by now (their
+    // records are durable, and a batch writes and flushes their data first): named there.
+    // Sized like the last body, so it is not grown (and copied) step by step; not kept
+    // between checkpoints (it is about as large as the index's extents).
+    let mut body = Vec::with_capacity(CKPT_BODY_LEN.get() + CKPT_BODY_LEN.get() / 8);
+    let inline_bytes = checkpoint::encode(&snap, seq, &dest, &mut body);
+    drop(snap);
+    CKPT_BODY_LEN.set(body.len());
+    let (root, runs) = write_body(sh, &body, gen)?;
+    let body_len = body.len();
+    drop(body);
+    let root_bytes = root.encode();
+    let root_len = root_bytes.len();
+    let root_runs = {
+        let mut st = sh.lock();
+        let blocks = (align_up(root_bytes.len() as u64) / B) as u32;
+        // The root is read back in one piece: keep it within one segment.
+        if st.segs.ckpt_head_room() < blocks {
+            st.segs.close(Head::Ckpt);
+        }
+        alloc(sh, &mut st, blocks, Use::Ckpt)?
+    };
+    let root_off = contiguous(&root_runs)?;
+    sh.data
+        .write(&AlignedBuf::from_slice(&root_bytes), root_off)?;
+    sh.data.flush()?;
+    let header_gen = sh.lock().header_gen + 1;
+    let hdr = WalHeader {
+        store_id: sh.store_id,
+        generation: header_gen,
+        replay_seq: seq,
+        replay_lsn: lsn,
+        replay_prev_crc: prev_crc,
+        ckpt_root_offset: root_off,
+        ckpt_root_len: root_bytes.len() as u32,
+        ckpt_root_crc: crc32c::crc32c(&root_bytes),
+    };
+    sh.wal.write_header(&hdr)?;
+    let mut st = sh.lock();
+    st.header_gen = header_gen;
+    st.head_lsn = lsn;
+    st.segs.close(Head::Ckpt);
+    let old = std::mem::replace(
+        &mut st.ckpt_runs,
+        runs.into_iter().chain(root_runs).collect(),
+    );
+    for (off, n) in old {
+        st.segs.ckpt_blocks(off, n, false);
+    }
+    st.ckpt_est_blocks = ckpt_estimate((body_len - inline_bytes) as u64 + root_len as u64);
+    st.segs.snap_durable = gen;
+    st.segs.release_limbo();
+    st.last_ckpt = Instant::now();
+    st.checkpoints += 1;
+    sh.space_cv.notify_all();
+    Ok(())
+}
+
+/// Waits until the records before the checkpoint's cut are durable and end a batch; returns
+/// where replay resumes: (LSN, crc of the last record before it). Writes the queued batch
+/// itself when no one else is writing (records submitted without a waiter).
+fn wait_for_cut(sh: &Shared) -> Result<(u64, u32)> {
+    let mut st = sh.lock();
+    loop {
+        if st.failed.is_some() {
+            st.cut = None;
+            return Err(StoreError::Failed("WAL failed during checkpoint".into()));
+        }
+        if let Some(p) = st.cut_point.take() {
+            return Ok(p);
+        }
+        if !st.writing && !st.queue.is_empty() {
+            st = crate::commit::write_batch(sh, st);
+            continue;
+        }
+        st = sh.durable_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+fn contiguous(runs: &[(u64, u32)]) -> Result<u64> {
+    match runs {
+        [(off, _)] => Ok(*off),
+        [(a, an), (b, _), ..] if *b == a + *an as u64 * B => Ok(*a),
+        _ => Err(StoreError::Failed(
+            "checkpoint root does not fit in one segment run".into(),
+        )),
+    }
+}
+
+/// Writes the checkpoint body in pieces; returns the root and the runs it occupies.
+fn write_body(sh: &Shared, body: &[u8], gen: u64) -> Result<(Root, Vec<(u64, u32)>)> {
+    let total_blocks = align_up(body.len() as u64) / B;
+    let runs = {
+        let mut st = sh.lock();
+        alloc(sh, &mut st, total_blocks as u32, Use::Ckpt)?
+    };
+    let mut pieces = Vec::new();
+    let mut at = 0usize;
+    // One buffer for every piece (a fresh zeroed 1 MiB allocation per piece costs page
+    // faults and page clearing every time); freed with the checkpoint.
+    let mut staging = None;
+    for &(off, n) in &runs {
+        let run_bytes = n as usize * BLOCK_SIZE;
+        let mut r_at = 0usize;
+        while r_at < run_bytes && at < body.len() {
+            let len = (run_bytes - r_at).min(PIECE).min(body.len() - at);
+            let chunk = &body[at..at + len];
+            let doff = off + r_at as u64;
+            let buf = AlignedBuf::reuse(&mut staging, len);
+            buf[..len].copy_from_slice(chunk);
+            // The padding to a whole block must not carry an older piece's bytes.
+            buf[len..].fill(0);
+            sh.data.write(buf, doff)?;
+            pieces.push((doff, len as u32, crc32c::crc32c(chunk)));
+            at += len;
+            r_at += align_up(len as u64) as usize;
+        }
+    }
+    let root = Root {
+        generation: gen,
+        total_len: body.len() as u64,
+        pieces,
+    };
+    Ok((root, runs))
+}

@@ -1,0 +1,117 @@
+//! The cleaner: moves the live blocks of the emptiest segment to the head so the segment can
+//! be reused.
+
+use super::*;
+
+/// Moves the live blocks of the emptiest segment to the head so it can be reused.
+pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
+    let started = Instant::now();
+    let (victim, pieces, runs) = {
+        let mut st = sh.lock();
+        let Some(victim) = st.segs.clean_candidate() else {
+            return Ok(());
+        };
+        let pieces = live_pieces(&st, victim);
+        let total: u32 = pieces.iter().map(|p| p.nblocks).sum();
+        let runs = if total > 0 {
+            alloc(sh, &mut st, total, Use::Clean)?
+        } else {
+            Vec::new()
+        };
+        (victim, pieces, runs)
+    };
+    let total: u64 = pieces.iter().map(|p| p.nblocks as u64).sum();
+    let mut buf = AlignedBuf::zeroed((total * B) as usize);
+    let mut at = 0;
+    for p in &pieces {
+        let LocMatch::Disk(off) = p.from else {
+            continue;
+        };
+        let n = p.nblocks as usize * BLOCK_SIZE;
+        // Raw copy: a corrupt block stays detectably corrupt under its old crc.
+        let dev = sh.data.pick_reader();
+        sh.data.read_from(dev, &mut buf[at..at + n], off)?;
+        at += n;
+    }
+    write_runs(sh, &buf, &runs)?;
+    let mut guard = sh.lock();
+    let st = &mut *guard;
+    let mut pos = 0u64;
+    for p in &pieces {
+        for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
+            let LocMatch::Disk(src) = p.from else {
+                continue;
+            };
+            let from = LocMatch::Disk(src + (blk - p.first) * B);
+            let moved = repoint(st, p, blk, n, &from, disk);
+            let old = src + (blk - p.first) * B;
+            for &(rel, k) in &moved {
+                st.segs.free_live(old + rel * B, k);
+            }
+        }
+        pos += p.nblocks as u64;
+    }
+    st.cleaned_segments += 1;
+    st.cleaned_bytes += total * B;
+    if st.segs.live_in(victim) != 0 {
+        return Err(StoreError::Failed(format!(
+            "segment {victim} still holds {} live blocks after cleaning (accounting bug)",
+            st.segs.live_in(victim)
+        )));
+    }
+    drop(guard);
+    if throttle && sh.cfg.clean_rate > 0 {
+        let budget = Duration::from_secs_f64((total * B) as f64 / sh.cfg.clean_rate as f64);
+        if let Some(rest) = budget.checked_sub(started.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+    Ok(())
+}
+
+fn push_run(out: &mut Vec<Piece>, sum: &Summary, run: Option<(u64, u64, u32)>) {
+    if let Some((first, disk, nblocks)) = run {
+        out.push(Piece {
+            coll: sum.coll,
+            obj: sum.obj.clone(),
+            first,
+            nblocks,
+            from: LocMatch::Disk(disk),
+            data: Arc::new(Vec::new()),
+            data_off: 0,
+        });
+    }
+}
+
+/// The still-live extents of segment `s`, found through its summaries.
+fn live_pieces(st: &MutexGuard<'_, State>, s: u32) -> Vec<Piece> {
+    let seg_start = st.segs.seg_offset(s);
+    let seg_end = seg_start + st.segs.seg_blocks as u64 * B;
+    let mut out: Vec<Piece> = Vec::new();
+    // Summaries of one segment may overlap (a range rewritten into the same segment), so
+    // blocks are taken once each, as runs of blocks not seen before.
+    let mut seen = std::collections::HashSet::new();
+    for sum in &st.segs.summaries[s as usize] {
+        let Some(o) = st.index.object(sum.coll, &sum.obj) else {
+            continue;
+        };
+        for (blk, e) in o.extents_in(sum.first_block, sum.first_block + sum.nblocks as u64) {
+            let Loc::Disk(d) = e.loc else { continue };
+            if d < seg_start || d >= seg_end {
+                continue;
+            }
+            let mut run: Option<(u64, u64, u32)> = None; // (object block, disk offset, blocks)
+            for k in 0..e.nblocks as u64 {
+                let fresh = seen.insert(d + k * B);
+                match (&mut run, fresh) {
+                    (Some(r), true) => r.2 += 1,
+                    (None, true) => run = Some((blk + k, d + k * B, 1)),
+                    (Some(_), false) => push_run(&mut out, sum, run.take()),
+                    (None, false) => {}
+                }
+            }
+            push_run(&mut out, sum, run);
+        }
+    }
+    out
+}

@@ -1,0 +1,337 @@
+//! Background work, on one thread: writing pending data to segments (the flusher), taking
+//! checkpoints (which flush the data devices and reclaim WAL space) and cleaning segments.
+//! Foreground commits never wait for it except when the WAL is full. By role: `flush.rs`,
+//! `ckpt.rs` (checkpoints), `clean.rs`; what they share is here.
+
+use crate::checkpoint::{self, Root};
+use crate::device::{align_up, AlignedBuf, BLOCK_SIZE};
+use crate::error::{Result, StoreError};
+use crate::format::WalHeader;
+use crate::index::{Dirty, Loc, LocMatch};
+use crate::segments::{Head, Summary};
+use crate::store::{Shared, State};
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+
+mod ckpt;
+mod clean;
+mod flush;
+
+pub(crate) use ckpt::checkpoint;
+use clean::clean_one;
+use flush::{flush_all, flush_some, FLUSH_BUF};
+
+const B: u64 = BLOCK_SIZE as u64;
+/// Largest single segment write of pending data.
+const MAX_FLUSH_BLOCKS: u64 = 1024;
+/// Checkpoint bodies are written in pieces of at most this size.
+const PIECE: usize = 1 << 20;
+
+/// The maintenance loop; returns on shutdown or failure. A panic (a bug) stops writes
+/// instead of leaving committers waiting for a thread that is gone.
+pub(crate) fn run(sh: Arc<Shared>) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&sh)));
+    if let Err(p) = r {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let mut st = sh.lock();
+        sh.fail(&mut st, format!("maintenance thread panicked: {what}"));
+    }
+}
+
+/// Rounds of making space that gain no free segment before the store gives up (a space
+/// accounting bug would otherwise spin here while commits wait forever).
+const MAX_FRUITLESS_ROUNDS: u32 = 256;
+
+fn run_loop(sh: &Arc<Shared>) {
+    let sh = sh.as_ref();
+    let mut fruitless = 0;
+    loop {
+        let work = next_work(sh);
+        let r = match work {
+            Work::Stop { final_ckpt } => {
+                if final_ckpt {
+                    if let Err(e) = checkpoint(sh) {
+                        let mut st = sh.lock();
+                        sh.fail(&mut st, format!("final checkpoint failed: {e}"));
+                    }
+                }
+                return;
+            }
+            Work::Flush => match flush_some(sh, false) {
+                Err(StoreError::NoSpace { .. }) => {
+                    let progress = |st: &State| (st.segs.free_segments(), st.pending_blocks);
+                    let before = progress(&sh.lock());
+                    let r = match make_space(sh) {
+                        // Nothing to clean: all used space is live, so the cleaner's segment
+                        // is not needed and the flusher may use it.
+                        Ok(false) => flush_some(sh, true).map(|_| ()),
+                        r => r.map(|_| ()),
+                    };
+                    let after = progress(&sh.lock());
+                    let gained = after.0 > before.0 || after.1 < before.1;
+                    fruitless = if gained { 0 } else { fruitless + 1 };
+                    if fruitless > MAX_FRUITLESS_ROUNDS {
+                        Err(StoreError::Failed(format!(
+                            "{MAX_FRUITLESS_ROUNDS} rounds of making space neither freed a segment nor \
+                             wrote pending data (space accounting bug)"
+                        )))
+                    } else {
+                        r
+                    }
+                }
+                r => {
+                    fruitless = 0;
+                    r.map(|_| ())
+                }
+            },
+            Work::Checkpoint => checkpoint(sh),
+            Work::Clean { throttle } => clean_one(sh, throttle),
+        };
+        if let Err(e) = r {
+            let mut st = sh.lock();
+            sh.fail(&mut st, format!("background work failed: {e}"));
+            return;
+        }
+    }
+}
+
+enum Work {
+    Stop { final_ckpt: bool },
+    Flush,
+    Checkpoint,
+    Clean { throttle: bool },
+}
+
+fn next_work(sh: &Shared) -> Work {
+    let cfg = &sh.cfg;
+    let mut st = sh.lock();
+    loop {
+        if st.failed.is_some() {
+            return Work::Stop { final_ckpt: false };
+        }
+        if st.shutdown {
+            return Work::Stop {
+                final_ckpt: st.ckpt_wanted,
+            };
+        }
+        let wal_full =
+            sh.wal_used(&st) * 100 >= sh.wal.ring_size * cfg.checkpoint_wal_percent as u64;
+        let free = st.segs.free_segments() as u64;
+        let keep = sh.flusher_keep_segments(&st);
+        let low = free < keep + cfg.clean_below_free_segments as u64;
+        let critical = free <= keep + 1;
+        let can_clean = free >= keep;
+        let aged = st
+            .dirty_since
+            .is_some_and(|t| t.elapsed() >= cfg.flush_max_delay);
+        // A due checkpoint goes first: it writes all pending data itself, and under a steady
+        // stream of writes the flusher always has work, which must not starve it.
+        let wal_busy = st.tail_lsn != st.head_lsn || !st.queue.is_empty();
+        let periodic = wal_busy && st.last_ckpt.elapsed() >= cfg.checkpoint_interval;
+        if st.ckpt_wanted || wal_full || periodic || (low && st.segs.limbo_segments() > 0) {
+            return Work::Checkpoint;
+        }
+        if !st.dirty.is_empty() && (st.pending_blocks * B >= cfg.flush_batch_bytes || aged) {
+            return Work::Flush;
+        }
+        if low && can_clean && st.segs.clean_candidate().is_some() {
+            return Work::Clean {
+                throttle: !critical,
+            };
+        }
+        // Idle with nothing pending: the flusher's staging buffer is not held meanwhile
+        // (freed outside the lock, then everything is looked at again).
+        if st.dirty.is_empty() {
+            if let Some(buf) = FLUSH_BUF.with_borrow_mut(Option::take) {
+                drop(st);
+                drop(buf);
+                st = sh.lock();
+                continue;
+            }
+        }
+        let tick = cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
+        st.maint_idle = true;
+        st = sh
+            .maint_cv
+            .wait_timeout(st, tick)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+        st.maint_idle = false;
+    }
+}
+
+/// A run of pending blocks of one object to write.
+struct Piece {
+    coll: u64,
+    obj: crate::effect::Name,
+    first: u64,
+    nblocks: u32,
+    from: LocMatch,
+    data: Arc<Vec<u8>>,
+    data_off: usize,
+}
+
+/// Who allocates: the flusher leaves a few segments to the cleaner and checkpoints, so that
+/// they can always make room.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub(crate) enum Use {
+    Flush,
+    /// A large write going straight to its place: it leaves what the flusher leaves.
+    Direct,
+    /// The flusher when nothing can be cleaned, and a checkpoint writing pending data: it
+    /// leaves only what a checkpoint needs.
+    FlushRelaxed,
+    Clean,
+    Ckpt,
+}
+
+/// Blocks the next checkpoint's index part is expected to need, from the last one's size.
+pub(crate) fn ckpt_estimate(index_bytes: u64) -> u64 {
+    let last = index_bytes.div_ceil(B);
+    last + last / 4 + 4
+}
+
+pub(crate) fn alloc(sh: &Shared, st: &mut State, n: u32, user: Use) -> Result<Vec<(u64, u32)>> {
+    let no_space = |st: &State| StoreError::NoSpace {
+        needed: n as u64 * B,
+        available: st.segs.free_segments() as u64 * st.segs.seg_blocks as u64 * B,
+    };
+    let keep = match user {
+        Use::Flush | Use::Direct => sh.flusher_keep_segments(st),
+        // Only the cleaner's segment may be used: the checkpoint's room (for its index part
+        // and for pending data it may have to carry inline) stays.
+        Use::FlushRelaxed => sh.flusher_keep_segments(st) - 1,
+        Use::Clean | Use::Ckpt => 0,
+    };
+    let segs_needed = (n as u64).div_ceil(st.segs.seg_blocks as u64) + 1;
+    if keep > 0 && (st.segs.free_segments() as u64) < segs_needed + keep {
+        return Err(no_space(st));
+    }
+    let head = match user {
+        Use::Ckpt => Head::Ckpt,
+        Use::Direct => Head::Direct,
+        _ => Head::Data,
+    };
+    let r = st.segs.alloc(n, head);
+    if r.is_none() && keep > 0 {
+        return Err(no_space(st));
+    }
+    r.ok_or_else(|| {
+        let who = if user == Use::Ckpt { "checkpoint" } else { "cleaner" };
+        StoreError::Failed(format!(
+            "the {who} found no room for {n} blocks: {} free and {} limbo segments, {} blocks pending, \
+             checkpoint estimate {} blocks (space accounting bug)",
+            st.segs.free_segments(),
+            st.segs.limbo_segments(),
+            st.pending_blocks,
+            st.ckpt_est_blocks
+        ))
+    })
+}
+
+/// Makes free segments when the flusher ran short: clean while there is room to copy into
+/// (keeping what a checkpoint needs), then checkpoint to release what cleaning freed.
+/// Returns false when there was nothing to clean or release.
+fn make_space(sh: &Shared) -> Result<bool> {
+    let mut cleaned = 0;
+    loop {
+        // Cleaning one victim takes at most one segment; what must stay is the room of the
+        // checkpoint that follows (its index part and pending data carried inline), so a
+        // cycle of cleaning + checkpoint always fits and frees the victims.
+        let (free, need, candidate) = {
+            let st = sh.lock();
+            (
+                st.segs.free_segments() as u64,
+                sh.ckpt_need_segments(&st),
+                st.segs.clean_candidate(),
+            )
+        };
+        if candidate.is_none() || free <= need || cleaned >= 64 {
+            break;
+        }
+        clean_one(sh, false)?;
+        cleaned += 1;
+    }
+    let releasable = {
+        let st = sh.lock();
+        st.segs.limbo_segments() + st.segs.ckpt_only_segments()
+    };
+    if releasable > 0 || cleaned > 0 {
+        checkpoint(sh)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Points the blocks `blk..blk + n` of a piece that still are at `from` to their new copy at
+/// `disk`, frees the copies nothing points to, and records the run for the cleaner.
+/// Returns the moved runs (blocks from `blk`, count).
+fn repoint(
+    st: &mut State,
+    p: &Piece,
+    blk: u64,
+    n: u32,
+    from: &LocMatch,
+    disk: u64,
+) -> Vec<(u64, u32)> {
+    let moved = st
+        .index
+        .existing_object_mut(p.coll, &p.obj)
+        .map_or_else(Vec::new, |o| o.relocate(blk, blk + n as u64, from, disk));
+    free_unmoved(st, disk, n, &moved);
+    if let Some(s) = st.segs.seg_of(disk) {
+        st.segs.summaries[s as usize].push(Summary {
+            coll: p.coll,
+            obj: p.obj.clone(),
+            first_block: blk,
+            nblocks: n,
+        });
+    }
+    moved
+}
+
+/// Frees the blocks of a written run that no longer back anything (overwritten meanwhile):
+/// the complement of the `moved` runs within `n` blocks at `disk`.
+pub(crate) fn free_unmoved(st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
+    let mut at = 0u64;
+    for &(rel, k) in moved.iter().chain(std::iter::once(&(n as u64, 0))) {
+        if rel > at {
+            st.segs.free_live(disk + at * B, (rel - at) as u32);
+        }
+        at = rel + k as u64;
+    }
+}
+
+/// Writes `buf` over the allocated runs, in order.
+fn write_runs(sh: &Shared, buf: &[u8], runs: &[(u64, u32)]) -> Result<()> {
+    let mut done = 0usize;
+    for &(off, n) in runs {
+        let len = n as usize * BLOCK_SIZE;
+        sh.data.write_data(&buf[done..done + len], off)?;
+        done += len;
+    }
+    Ok(())
+}
+
+/// Splits a piece that starts at block `pos` of the batch over the allocated runs:
+/// (object block, blocks, disk offset) triples.
+fn split_over_runs(runs: &[(u64, u32)], pos: u64, first: u64, n: u32) -> Vec<(u64, u32, u64)> {
+    let mut out = Vec::new();
+    let (mut run_start, mut left, mut cur, mut blk) = (0u64, n as u64, pos, first);
+    for &(off, rn) in runs {
+        let run_end = run_start + rn as u64;
+        if left > 0 && cur < run_end && cur >= run_start {
+            let take = left.min(run_end - cur);
+            out.push((blk, take as u32, off + (cur - run_start) * B));
+            left -= take;
+            cur += take;
+            blk += take;
+        }
+        run_start = run_end;
+    }
+    out
+}
