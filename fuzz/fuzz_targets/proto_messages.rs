@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 28 {
+    match which % 29 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -54,6 +54,7 @@ fuzz_target!(|data: &[u8]| {
         24 => roundtrip::<mon::PastIntervalsQuery>("past intervals query", b),
         25 => roundtrip::<mon::PastIntervalsReply>("past intervals", b),
         26 => roundtrip::<peering::PgStatus>("pg status", b),
+        27 => roundtrip::<cairn_proto::msg::ErrorReply>("error", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

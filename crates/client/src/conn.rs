@@ -96,12 +96,11 @@ impl OsdConn {
         data: &[u8],
         small: bool,
     ) -> Result<Answer, ConnError> {
-        let reply = self
+        let (reply, in_flight) = self
             .session
             .expect_reply()
             .map_err(|e| ConnError(e.to_string()))?;
         let id = reply.id();
-        let in_flight = self.session.in_flight();
         let m = &self.merge;
         let sender = self.session.sender();
         let sent = if small && m.threshold > 0 && in_flight > m.threshold {

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 /// How long opening a peer connection (connect + handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-#[derive(Clone)]
 struct PeerConn {
     addr: String,
     sender: FrameSender,
@@ -79,22 +78,24 @@ impl Peers {
         let Some(addr) = map.osds.get(&peer).map(|o| o.addr.as_str()) else {
             return Link::Down;
         };
+        // Decided under the lock; only the sender is cloned (this runs for every write).
         let known = {
             let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-            conns
-                .get(&(shard, peer))
-                .filter(|c| c.addr == addr)
-                .cloned()
-        };
-        match known {
-            Some(c) if !c.sender.is_closed() && c.sender.is_attached() => Link::Up(c.sender),
-            Some(c) if !c.sender.is_closed() => Link::Opening,
-            Some(c) if c.failed_at.is_some_and(|t| t.elapsed() < CONNECT_TIMEOUT) => Link::Down,
-            _ => {
-                self.connect(inflight, shard, peer, addr);
-                Link::Opening
+            match conns.get(&(shard, peer)).filter(|c| c.addr == addr) {
+                Some(c) if !c.sender.is_closed() && c.sender.is_attached() => {
+                    Some(Link::Up(c.sender.clone()))
+                }
+                Some(c) if !c.sender.is_closed() => Some(Link::Opening),
+                Some(c) if c.failed_at.is_some_and(|t| t.elapsed() < CONNECT_TIMEOUT) => {
+                    Some(Link::Down)
+                }
+                _ => None,
             }
-        }
+        };
+        known.unwrap_or_else(|| {
+            self.connect(inflight, shard, peer, addr);
+            Link::Opening
+        })
     }
 
     /// Opens a connection to `peer` in a task of the current runtime.

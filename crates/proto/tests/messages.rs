@@ -40,6 +40,7 @@ proptest! {
         roundtrip::<mon::PastIntervalsQuery>("past intervals query", &b);
         roundtrip::<mon::PastIntervalsReply>("past intervals", &b);
         roundtrip::<peering::PgStatus>("pg status", &b);
+        roundtrip::<cairn_proto::msg::ErrorReply>("error", &b);
     }
 }
 

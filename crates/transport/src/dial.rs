@@ -2,7 +2,6 @@
 //! peer is the kind of node the caller wanted, all within one deadline.
 
 use crate::handshake::{handshake, node_kind, HandshakeError};
-use cairn_proto::Hello;
 use std::net::IpAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -59,15 +58,6 @@ impl Dialer {
 
     /// Connects to `addr` and shakes hands; the peer must say it is a node of kind `expect`.
     pub async fn dial(&self, addr: &str, expect: u8) -> Result<TcpStream, DialError> {
-        self.dial_hello(addr, expect).await.map(|(s, _)| s)
-    }
-
-    /// [`dial`](Self::dial), also returning the peer's hello.
-    pub async fn dial_hello(
-        &self,
-        addr: &str,
-        expect: u8,
-    ) -> Result<(TcpStream, Hello), DialError> {
         let open = async {
             let mut s = crate::net::connect(addr, self.from)
                 .await
@@ -91,7 +81,7 @@ impl Dialer {
                     got: hello.node_kind,
                 });
             }
-            Ok((s, hello))
+            Ok(s)
         };
         tokio::time::timeout(self.timeout, open)
             .await

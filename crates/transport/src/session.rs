@@ -118,8 +118,9 @@ impl Session {
     }
 
     /// Reserves a request id and registers for its reply. Send the request with that id,
-    /// then wait on the [`Reply`]; dropping it forgets the request.
-    pub fn expect_reply(&self) -> Result<Reply, CallError> {
+    /// then wait on the [`Reply`]; dropping it forgets the request. Also says how many
+    /// requests are in flight with it.
+    pub fn expect_reply(&self) -> Result<(Reply, usize), CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let mut w = self.shared.lock();
@@ -133,12 +134,15 @@ impl Session {
             });
         }
         w.map.insert(id, tx);
-        Ok(Reply {
+        let in_flight = w.map.len();
+        let reply = Reply {
             rx,
+            delivered: false,
             id,
             shared: self.shared.clone(),
             addr: self.addr.clone(),
-        })
+        };
+        Ok((reply, in_flight))
     }
 
     /// Requests being waited for.
@@ -154,7 +158,7 @@ impl Session {
         data: &[u8],
         timeout: Duration,
     ) -> Result<Frame, CallError> {
-        let reply = self.expect_reply()?;
+        let (reply, _) = self.expect_reply()?;
         if self.sender.send(msg_type, reply.id, control, data).is_err() {
             return Err(self.closed());
         }
@@ -208,6 +212,8 @@ impl Drop for Session {
 /// The reply to one request, once it comes.
 pub struct Reply {
     rx: oneshot::Receiver<Frame>,
+    /// The reader removed its entry (it delivered the reply): nothing to forget on drop.
+    delivered: bool,
     id: u64,
     shared: Arc<Shared>,
     addr: Arc<str>,
@@ -222,6 +228,7 @@ impl Reply {
     /// Waits for the reply (as long as the connection lives).
     pub async fn wait(mut self) -> Result<Frame, CallError> {
         let got = (&mut self.rx).await;
+        self.delivered = got.is_ok();
         let addr = self.addr.to_string();
         match got {
             Ok(f) if is_error(f.msg_type) => Err(refusal(addr, &f)),
@@ -247,7 +254,9 @@ impl Reply {
 
 impl Drop for Reply {
     fn drop(&mut self) {
-        self.shared.lock().map.remove(&self.id);
+        if !self.delivered {
+            self.shared.lock().map.remove(&self.id);
+        }
     }
 }
 
