@@ -1,9 +1,10 @@
 //! The read path: plan under the index lock, read devices without it, verify every block.
 
-use crate::device::{AlignedBuf, BLOCK_SIZE};
+use crate::device::{align_up, AlignedBuf, BLOCK_SIZE};
 use crate::error::{Result, StoreError};
-use crate::index::{Extent, Loc};
-use crate::store::{lookup, read_verified, Shared};
+use crate::index::{Extent, Index, Loc};
+use crate::mirror::Mirror;
+use crate::store::{ObjectStat, Shared, Store};
 use crate::txn::CollId;
 
 const B: u64 = BLOCK_SIZE as u64;
@@ -142,4 +143,150 @@ pub(crate) fn read_block(
         },
         e => e,
     })
+}
+
+/// The read-side API of the store.
+impl Store {
+    /// Reads up to `len` bytes at `offset`; the result is shorter past the end of the object.
+    pub fn read(&self, coll: CollId, obj: &[u8], offset: u64, len: u64) -> Result<Vec<u8>> {
+        crate::read::read(&self.sh, coll, obj, offset, len, true)
+    }
+
+    /// Like [`Store::read`], but every block comes from a device and is verified there,
+    /// never from the read cache (scrub: the cache may hold a good copy of a damaged block).
+    pub fn read_uncached(
+        &self,
+        coll: CollId,
+        obj: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        crate::read::read(&self.sh, coll, obj, offset, len, false)
+    }
+
+    /// Size and allocation of an object.
+    pub fn stat(&self, coll: CollId, obj: &[u8]) -> Result<ObjectStat> {
+        let st = self.sh.lock();
+        let o = lookup(&st.index, coll, obj)?;
+        Ok(ObjectStat {
+            size: o.size,
+            allocated: o.allocated_blocks() * B,
+            attrs: o.attrs.len(),
+        })
+    }
+
+    /// One attribute of an object.
+    pub fn get_attr(&self, coll: CollId, obj: &[u8], name: &[u8]) -> Result<Option<Vec<u8>>> {
+        let st = self.sh.lock();
+        Ok(lookup(&st.index, coll, obj)?.attrs.get(name).cloned())
+    }
+
+    /// All attributes of an object.
+    pub fn attrs(&self, coll: CollId, obj: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let st = self.sh.lock();
+        let o = lookup(&st.index, coll, obj)?;
+        Ok(o.attrs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    /// One collection entry.
+    pub fn kv_get(&self, coll: CollId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let st = self.sh.lock();
+        let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
+        Ok(c.kv.get(key).cloned())
+    }
+
+    /// Collection entries with keys in `start..end` (all when `end` is `None`), at most `limit`.
+    pub fn kv_range(
+        &self,
+        coll: CollId,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let st = self.sh.lock();
+        let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
+        Ok(c.kv
+            .range(start.to_vec()..)
+            .take_while(|(k, _)| end.is_none_or(|e| k.as_slice() < e))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    /// All collections, in id order.
+    pub fn list_collections(&self) -> Vec<CollId> {
+        self.sh.lock().index.colls.keys().copied().collect()
+    }
+
+    /// Whether a collection exists.
+    pub fn collection_exists(&self, coll: CollId) -> bool {
+        self.sh.lock().index.colls.contains_key(&coll)
+    }
+
+    /// Object names of a collection in byte order, starting after `after`, at most `limit`.
+    /// The order is stable, so a listing can be resumed from its last name.
+    pub fn list_objects(
+        &self,
+        coll: CollId,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        use std::ops::Bound;
+        let st = self.sh.lock();
+        let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
+        let lower: Bound<&[u8]> = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Unbounded,
+        };
+        Ok(c.objects
+            .range::<[u8], _>((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(k, _)| k.to_vec())
+            .collect())
+    }
+}
+
+pub(crate) fn lookup<'a>(
+    idx: &'a Index,
+    coll: CollId,
+    obj: &[u8],
+) -> Result<&'a crate::index::Object> {
+    let c = idx.coll(coll).ok_or(StoreError::NoCollection(coll))?;
+    c.objects
+        .get(obj)
+        .map(|o| o.as_ref())
+        .ok_or_else(|| StoreError::NoObject {
+            coll,
+            object: String::from_utf8_lossy(obj).into_owned(),
+        })
+}
+
+/// Reads `len` bytes at `off` from the first device copy whose bytes pass `ok`.
+pub(crate) fn read_verified(
+    data: &Mirror,
+    off: u64,
+    len: u64,
+    what: &'static str,
+    ok: impl Fn(&[u8]) -> bool,
+) -> Result<AlignedBuf> {
+    let mut buf = AlignedBuf::zeroed(align_up(len) as usize);
+    let mut last = None;
+    for i in 0..data.count() {
+        match data.read_from(i, &mut buf, off) {
+            Ok(()) if ok(&buf[..len as usize]) => return Ok(buf),
+            Ok(()) => {
+                last = Some(StoreError::corrupt(
+                    what,
+                    data.name(i),
+                    off,
+                    "checksum mismatch",
+                ))
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::Config("no data devices".into())))
 }

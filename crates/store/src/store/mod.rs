@@ -1,0 +1,208 @@
+//! The store: its public handle, lifecycle and counters. Formatting and opening are in
+//! `open.rs` (device checks) and `recover.rs` (checkpoint load, WAL replay), the shared state
+//! every thread works on in `state.rs`, the read-side API in [`crate::read`]; the commit path
+//! is in [`crate::commit`], background work in [`crate::maint`].
+
+mod config;
+mod open;
+mod recover;
+mod state;
+
+pub use config::StoreConfig;
+pub(crate) use state::{Shared, State, SEQ_CVS};
+
+use crate::device::{BlockDevice, BLOCK_SIZE};
+use crate::error::{Result, StoreError};
+use crate::mirror::IoStats;
+use crate::txn::CollId;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// The devices of a store.
+#[derive(Clone)]
+pub struct Devices {
+    /// One data device, or two forming a mirror.
+    pub data: Vec<Arc<dyn BlockDevice>>,
+    /// A separate (fast) WAL device; without it the WAL lives on data device 0.
+    pub wal: Option<Arc<dyn BlockDevice>>,
+}
+
+/// Counters for benchmarks and `status`.
+#[derive(Debug, Clone, Default)]
+pub struct StoreStats {
+    pub data_io: IoStats,
+    pub wal_io: IoStats,
+    pub commits: u64,
+    pub checkpoints: u64,
+    pub segments_total: u32,
+    pub segments_free: u32,
+    /// Bytes of the segment area.
+    pub capacity_bytes: u64,
+    /// Bytes data and checkpoints may fill before writes fail with `NoSpace` (the segment
+    /// area less the reserve for the cleaner, the flusher and checkpoints).
+    pub writable_bytes: u64,
+    /// Bytes of that in use (live and pending data, checkpoints): at `writable_bytes`, full.
+    pub used_bytes: u64,
+    /// The read cache (all zero without one).
+    pub read_cache: crate::cache::CacheStats,
+    pub segments_cleaned: u64,
+    pub cleaned_bytes: u64,
+    pub live_bytes: u64,
+    pub pending_bytes: u64,
+    pub checkpoint_bytes: u64,
+    pub wal_used_bytes: u64,
+    pub wal_size: u64,
+    /// Times a commit waited because the flusher was behind (pending data at its limit).
+    pub waits_for_flusher: u64,
+    /// Times a commit waited for WAL space (a checkpoint to reclaim it).
+    pub waits_for_wal_space: u64,
+    /// Transactions whose large writes went straight to the data devices (written once, not
+    /// through the WAL), and the bytes of those writes.
+    pub direct_writes: u64,
+    pub direct_bytes: u64,
+}
+
+/// Facts about an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectStat {
+    pub size: u64,
+    /// Bytes of data blocks held (holes excluded).
+    pub allocated: u64,
+    pub attrs: usize,
+}
+
+/// A local object store on one or two data devices and an optional WAL device.
+/// Thread-safe; share it behind an `Arc`.
+pub struct Store {
+    pub(crate) sh: Arc<Shared>,
+    maint: Option<JoinHandle<()>>,
+}
+
+impl Store {
+    /// Flushes everything, writes a final checkpoint and stops background work.
+    pub fn close(mut self) -> Result<()> {
+        self.stop(true)
+    }
+
+    fn stop(&mut self, clean: bool) -> Result<()> {
+        {
+            let mut st = self.sh.lock();
+            st.shutdown = true;
+            st.ckpt_wanted = clean;
+            self.sh.maint_cv.notify_all();
+        }
+        if let Some(h) = self.maint.take() {
+            let _ = h.join();
+        }
+        let st = self.sh.lock();
+        match &st.failed {
+            Some(f) if clean => Err(StoreError::Failed(f.clone())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The store's identity (random at mkfs; also in every superblock and WAL header).
+    pub fn store_id(&self) -> [u8; 16] {
+        self.sh.store_id
+    }
+
+    /// Whether making the submitted transactions durable now would wait for a data device:
+    /// large writes written once are queued or being written (see `direct.rs`). A caller that
+    /// must not block on a data device (an OSD shard's event loop) syncs elsewhere then.
+    pub fn sync_waits_for_data_device(&self) -> bool {
+        if self.sh.cfg.direct_write_min_bytes == 0 {
+            return false; // no direct writes: no lock taken per sync
+        }
+        let st = self.sh.lock();
+        !st.direct_jobs.is_empty() || st.writing_direct
+    }
+
+    /// Counters and space usage.
+    pub fn stats(&self) -> StoreStats {
+        let st = self.sh.lock();
+        StoreStats {
+            data_io: self.sh.data.counters.get(),
+            wal_io: self.sh.wal_counters.get(),
+            commits: st.commits,
+            checkpoints: st.checkpoints,
+            segments_total: st.segs.count(),
+            capacity_bytes: self.sh.data_blocks * BLOCK_SIZE as u64,
+            writable_bytes: crate::commit::writable_blocks(&self.sh, &st) * BLOCK,
+            used_bytes: crate::commit::used_blocks(&st) * BLOCK,
+            read_cache: self
+                .sh
+                .data
+                .cache
+                .as_ref()
+                .map(|c| c.stats())
+                .unwrap_or_default(),
+            segments_free: st.segs.free_segments(),
+            segments_cleaned: st.cleaned_segments,
+            cleaned_bytes: st.cleaned_bytes,
+            live_bytes: st.segs.live_blocks() * BLOCK,
+            pending_bytes: st.pending_blocks * BLOCK,
+            checkpoint_bytes: st.segs.ckpt_blocks_total() * BLOCK,
+            wal_used_bytes: self.sh.wal_used(&st),
+            wal_size: self.sh.wal.ring_size,
+            waits_for_flusher: st.waits_for_flusher,
+            waits_for_wal_space: st.waits_for_wal_space,
+            direct_writes: st.direct_writes,
+            direct_bytes: st.direct_bytes,
+        }
+    }
+
+    /// Writes all pending data and takes a checkpoint now; returns when it is durable.
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut st = self.sh.lock();
+        let target = st.checkpoints + 1;
+        st.ckpt_wanted = true;
+        self.sh.maint_cv.notify_all();
+        while st.checkpoints < target {
+            if let Some(f) = &st.failed {
+                return Err(StoreError::Failed(f.clone()));
+            }
+            st.cv_waiters += 1;
+            st = self.sh.space_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.cv_waiters -= 1;
+        }
+        Ok(())
+    }
+
+    /// Cross-checks the space accounting against the index (for tests): every block an
+    /// extent points at must be accounted live in a segment that cannot be reused.
+    #[doc(hidden)]
+    pub fn check_space_accounting(&self) -> std::result::Result<(), String> {
+        let st = self.sh.lock();
+        let mut refs = Vec::new();
+        st.index
+            .for_each_disk_extent(|_, _, _, e, off| refs.push((off, e.nblocks)));
+        st.segs.check_refs(&refs)
+    }
+
+    /// Where a block of an object is on the data devices, if it has been written there
+    /// (for fault-injection tests).
+    #[doc(hidden)]
+    pub fn block_location(&self, coll: CollId, obj: &[u8], block: u64) -> Option<u64> {
+        let st = self.sh.lock();
+        let o = st.index.object(coll, obj)?;
+        match o.extents_in(block, block + 1).first()?.1.loc {
+            crate::index::Loc::Disk(off) => Some(off),
+            crate::index::Loc::Mem(_) => None,
+        }
+    }
+
+    /// The error that stopped the store, if any.
+    pub fn failure(&self) -> Option<String> {
+        self.sh.lock().failed.clone()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.maint.is_some() {
+            let _ = self.stop(false);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! What the committers, the maintenance thread and readers share: the state under one lock
+//! and the condition variables they wait on.
+
+use crate::device::BLOCK_SIZE;
+use crate::index::{Dirty, Index};
+use crate::mirror::{IoCounters, Mirror};
+use crate::segments::Segments;
+use crate::txn::limits;
+use crate::wal::WalRegion;
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::StoreConfig;
+
+pub(crate) struct State {
+    /// Threads waiting on `durable_cv`, `space_cv` or a `seq_cv`: notifications are skipped
+    /// when there are none (a condvar notify is a system call even with no waiter).
+    pub cv_waiters: u32,
+    /// The maintenance thread is asleep on `maint_cv` (only then is waking it worth a call).
+    pub maint_idle: bool,
+    pub index: Index,
+    pub segs: Segments,
+    pub next_seq: u64,
+    pub last_crc: u32,
+    pub durable_seq: u64,
+    /// Encoded, not yet sealed records waiting for the next batch.
+    pub queue: Vec<Vec<u8>>,
+    pub queue_bytes: u64,
+    pub writing: bool,
+    pub tail_lsn: u64,
+    pub head_lsn: u64,
+    pub header_gen: u64,
+    pub dirty: VecDeque<Dirty>,
+    pub dirty_since: Option<Instant>,
+    pub pending_blocks: u64,
+    pub next_id: u64,
+    pub failed: Option<String>,
+    /// A checkpoint snapshotted the index when this was the next sequence number: batches
+    /// end before it (`commit::write_batch`), so that its records end a batch.
+    pub cut: Option<u64>,
+    /// Where the records before the cut end, once durable: (LSN of the next batch, crc of
+    /// the last record), for the checkpoint's replay point.
+    pub cut_point: Option<(u64, u32)>,
+    /// In-memory extents of direct writes whose jobs are not done: id -> (offset in their
+    /// buffer, data-device offset), so that a checkpoint names where they are going.
+    pub direct_dest: std::collections::HashMap<u64, (usize, u64)>,
+    pub ckpt_wanted: bool,
+    pub shutdown: bool,
+    pub ckpt_runs: Vec<(u64, u32)>,
+    /// Expected size of the next checkpoint's index part (without inline data), in blocks.
+    pub ckpt_est_blocks: u64,
+    pub last_ckpt: Instant,
+    pub commits: u64,
+    pub checkpoints: u64,
+    pub cleaned_segments: u64,
+    pub cleaned_bytes: u64,
+    pub waits_for_flusher: u64,
+    pub waits_for_wal_space: u64,
+    /// Transactions whose large writes went straight to the data devices, and their bytes.
+    pub direct_writes: u64,
+    pub direct_bytes: u64,
+    /// Direct writes applied to the index whose data the next WAL batch writes (and flushes)
+    /// before its records.
+    pub direct_jobs: Vec<crate::direct::DirectJob>,
+    /// The batch being written carries direct writes (it writes and flushes a data device).
+    pub writing_direct: bool,
+}
+
+/// Condition variables committers wait on, by sequence number.
+pub(crate) const SEQ_CVS: usize = 64;
+
+pub(crate) struct Shared {
+    pub st: Mutex<State>,
+    /// Barrier release, WAL drained while a checkpoint waits, failure.
+    pub durable_cv: Condvar,
+    /// Committers wait for their record on `seq_cvs[seq % SEQ_CVS]`.
+    pub seq_cvs: Vec<Condvar>,
+    /// Wakes the maintenance thread.
+    pub maint_cv: Condvar,
+    /// WAL space was reclaimed.
+    pub space_cv: Condvar,
+    pub wal: WalRegion,
+    pub data: Mirror,
+    pub cfg: StoreConfig,
+    pub wal_counters: IoCounters,
+    pub store_id: [u8; 16],
+    /// Blocks of the segment area.
+    pub data_blocks: u64,
+    /// The tag every WAL record of this store carries.
+    pub wal_tag: u32,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops writes after a background failure and wakes everyone waiting.
+    pub fn fail(&self, st: &mut State, why: String) {
+        if st.failed.is_none() {
+            st.failed = Some(why);
+        }
+        self.durable_cv.notify_all();
+        self.seq_cvs.iter().for_each(Condvar::notify_all);
+        self.space_cv.notify_all();
+        self.maint_cv.notify_all();
+    }
+
+    /// The condition variable the committer of record `seq` waits on.
+    pub fn seq_cv(&self, seq: u64) -> &Condvar {
+        &self.seq_cvs[(seq % SEQ_CVS as u64) as usize]
+    }
+
+    /// Largest record the WAL accepts.
+    pub fn max_record(&self) -> u64 {
+        (self.wal.ring_size / 4).min(limits::TXN_BYTES as u64)
+    }
+
+    /// Most data blocks that may wait in memory for the flusher; commits wait beyond it.
+    /// Bounds memory and the inline part of a checkpoint. At most 1/16 of the data area, so
+    /// that the room kept for checkpoints stays a small part of a small device.
+    pub fn pending_limit_blocks(&self) -> u64 {
+        let cfg = self.cfg.pending_limit_bytes.max(self.cfg.flush_batch_bytes) / BLOCK_SIZE as u64;
+        cfg.min(self.data_blocks / 16).max(1)
+    }
+
+    /// Free segments one checkpoint may need: its index part, plus all pending data if it
+    /// has to carry that inline (when the flusher could not write it first).
+    pub fn ckpt_need_segments(&self, st: &State) -> u64 {
+        let seg = st.segs.seg_blocks as u64;
+        (st.ckpt_est_blocks + self.pending_limit_blocks()).div_ceil(seg) + 1
+    }
+
+    /// Free segments the flusher leaves: room for two checkpoints (a new one is written while
+    /// the previous one still holds its segments) and one segment for the cleaner to copy
+    /// live blocks into. Writes get ENOSPC before this room is touched.
+    pub fn flusher_keep_segments(&self, st: &State) -> u64 {
+        2 * self.ckpt_need_segments(st) + 1
+    }
+
+    /// Bytes of the WAL ring in use.
+    pub fn wal_used(&self, st: &State) -> u64 {
+        st.tail_lsn - st.head_lsn + st.queue_bytes
+    }
+}
