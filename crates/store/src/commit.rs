@@ -655,10 +655,14 @@ fn apply_and_log<'a>(
         }
     }
     let seq = st_ref.next_seq;
-    let mut rec = Vec::with_capacity(est as usize);
-    // Chained and sealed by the thread that writes the batch.
-    wal::record_header(&mut rec, wal::KIND_TXN, seq, 0);
-    effect::encode(&effects, &[], &mut rec);
+    // The record without its data: a header and a few fields per effect, as a rule.
+    let mut rec = wal::QueuedRecord {
+        meta: Vec::with_capacity(256),
+        payloads: Vec::new(),
+    };
+    // Laid out, chained and sealed by the thread that writes the batch.
+    wal::record_header(&mut rec.meta, wal::KIND_TXN, seq, 0);
+    effect::encode_deferring(&effects, &mut rec.meta, &mut rec.payloads);
     debug_assert!(
         rec.len() as u64 <= est,
         "record {} over estimate {est}",
@@ -733,7 +737,7 @@ pub(crate) fn write_batch<'a>(
         Some(c) if c > first_seq && c - first_seq < queued as u64 => (c - first_seq) as usize,
         _ => queued,
     };
-    let records: Vec<Vec<u8>> = if take == queued {
+    let records: Vec<wal::QueuedRecord> = if take == queued {
         std::mem::take(&mut st.queue)
     } else {
         st.queue.drain(..take).collect()

@@ -102,11 +102,31 @@ pub fn encode(effects: &[Effect], rec: &[u8], out: &mut Vec<u8>) {
     let mut w = Writer(out);
     w.u32(effects.len() as u32);
     for e in effects {
-        encode_one(e, rec, out);
+        encode_one(e, rec, out, None);
     }
 }
 
-fn encode_one(e: &Effect, rec: &[u8], out: &mut Vec<u8>) {
+/// Like [`encode`], but the data of [`Payload::Owned`] payloads is not copied into `out`: each
+/// is listed in `payloads` with the offset of `out` it belongs at (for a
+/// [`crate::wal::QueuedRecord`], laid out later in its batch).
+pub fn encode_deferring(
+    effects: &[Effect],
+    out: &mut Vec<u8>,
+    payloads: &mut Vec<(usize, SharedBytes)>,
+) {
+    let mut w = Writer(out);
+    w.u32(effects.len() as u32);
+    for e in effects {
+        encode_one(e, &[], out, Some(&mut *payloads));
+    }
+}
+
+fn encode_one(
+    e: &Effect,
+    rec: &[u8],
+    out: &mut Vec<u8>,
+    defer: Option<&mut Vec<(usize, SharedBytes)>>,
+) {
     let mut w = Writer(out);
     match e {
         Effect::CreateColl(c) => {
@@ -132,7 +152,10 @@ fn encode_one(e: &Effect, rec: &[u8], out: &mut Vec<u8>) {
             block_run_header(&mut w, 4, *coll, obj, *first_block, *nblocks);
             let len = *nblocks as usize * BLOCK_SIZE;
             match data {
-                Payload::Owned(bytes) => out.extend_from_slice(&bytes[..len]),
+                Payload::Owned(bytes) => match (defer, bytes.slice(0..len)) {
+                    (Some(d), Some(part)) => d.push((out.len(), part)),
+                    _ => out.extend_from_slice(&bytes[..len]),
+                },
                 Payload::InRecord(off) => out.extend_from_slice(&rec[*off..*off + len]),
             }
         }
@@ -362,6 +385,49 @@ fn check_blocks(first: u64, n: u64) -> Result<(), DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record queued with its payloads left out is laid out byte for byte as the record
+    /// encoded whole, and holds the payloads' buffers instead of copies.
+    #[test]
+    fn deferred_payloads_lay_out_as_the_whole_record() {
+        let o: Name = Arc::from(&b"obj"[..]);
+        let big = SharedBytes::new((0..3 * BLOCK_SIZE).map(|i| (i % 251) as u8).collect());
+        let set = |first_block, nblocks, data: &SharedBytes| Effect::SetBlocks {
+            coll: 4,
+            obj: o.clone(),
+            first_block,
+            nblocks,
+            data: Payload::Owned(data.clone()),
+        };
+        let effects = vec![
+            set(0, 2, &big),
+            Effect::KvSet {
+                coll: 4,
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+            },
+            set(9, 1, &big.slice(BLOCK_SIZE..2 * BLOCK_SIZE).unwrap()),
+            Effect::SetSize {
+                coll: 4,
+                obj: o.clone(),
+                size: 40_000,
+            },
+        ];
+        let mut whole = Vec::new();
+        encode(&effects, &[], &mut whole);
+        let mut q = crate::wal::QueuedRecord::default();
+        encode_deferring(&effects, &mut q.meta, &mut q.payloads);
+        assert_eq!(q.payloads.len(), 2);
+        assert_eq!(q.len(), whole.len());
+        assert_eq!(q.meta.len(), whole.len() - 3 * BLOCK_SIZE);
+        let mut laid = vec![0u8; q.len()];
+        q.write_into(&mut laid);
+        assert_eq!(laid, whole);
+        assert!(
+            big.holders() >= 3,
+            "the queued record holds the payload's buffer"
+        );
+    }
 
     #[test]
     fn round_trip_all_effects() {

@@ -12,6 +12,7 @@
 use crate::device::{align_up, AlignedBuf, BlockDevice, BLOCK_SIZE};
 use crate::error::{Result, StoreError};
 use crate::format::WalHeader;
+use crate::shared::SharedBytes;
 use std::sync::Arc;
 
 /// Size of a record header.
@@ -107,6 +108,54 @@ pub fn parse_header(b: &[u8]) -> Option<RecordHeader> {
 
 /// A complete encoded record, shared with the index (which serves reads of its data).
 pub type RecordBuf = Arc<Vec<u8>>;
+
+/// A transaction record waiting for its batch: its encoding with the data payloads left out,
+/// and where each goes. The batch writer lays it out in the batch buffer, outside the store
+/// lock, copying each payload once, straight from the buffer it arrived in (the committer
+/// copies no data under the lock, and there is no per-record copy of it).
+#[derive(Default)]
+pub struct QueuedRecord {
+    /// The record without its payloads.
+    pub meta: Vec<u8>,
+    /// (offset in `meta` the payload goes at, the payload), in offset order.
+    pub payloads: Vec<(usize, SharedBytes)>,
+}
+
+impl QueuedRecord {
+    /// Length of the whole record.
+    pub fn len(&self) -> usize {
+        self.meta.len() + self.payloads.iter().map(|(_, p)| p.len()).sum::<usize>()
+    }
+
+    /// Whether the record is empty (never, for a real record: it has a header).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the whole record into `out`, which is exactly [`QueuedRecord::len`] bytes.
+    pub fn write_into(&self, out: &mut [u8]) {
+        let (mut from, mut at) = (0, 0);
+        let mut put = |b: &[u8], at: &mut usize| {
+            out[*at..*at + b.len()].copy_from_slice(b);
+            *at += b.len();
+        };
+        for (pos, p) in &self.payloads {
+            put(&self.meta[from..*pos], &mut at);
+            put(p, &mut at);
+            from = *pos;
+        }
+        put(&self.meta[from..], &mut at);
+    }
+}
+
+impl From<Vec<u8>> for QueuedRecord {
+    fn from(meta: Vec<u8>) -> Self {
+        QueuedRecord {
+            meta,
+            payloads: Vec::new(),
+        }
+    }
+}
 
 /// The WAL region of a device: two header slots and the ring.
 pub struct WalRegion {
@@ -208,7 +257,7 @@ pub fn batch_footprint(region: &WalRegion, tail: u64, len: u64) -> u64 {
 pub fn layout_batch(
     region: &WalRegion,
     tail: u64,
-    records: &[Vec<u8>],
+    records: &[QueuedRecord],
     first_seq: u64,
     prev_crc: u32,
     tag: u32,
@@ -228,7 +277,7 @@ pub fn layout_batch(
     let (mut pos, mut crc) = (0, prev_crc);
     for (i, r) in records.iter().enumerate() {
         let rec = &mut buf[pos..pos + r.len()];
-        rec.copy_from_slice(r);
+        r.write_into(rec);
         let flags = if i == 0 { FLAG_FIRST_IN_BATCH } else { 0 };
         crc = chain_and_seal(rec, crc, flags, tag);
         pos += r.len();
@@ -415,7 +464,8 @@ mod tests {
         first: u64,
         crc: u32,
     ) -> (u64, u32, Vec<Vec<u8>>) {
-        let b = layout_batch(region, tail, recs, first, crc, 7);
+        let queued: Vec<QueuedRecord> = recs.iter().map(|r| r.clone().into()).collect();
+        let b = layout_batch(region, tail, &queued, first, crc, 7);
         if let Some((w, l)) = &b.wrap {
             region.write_at_lsn(w, *l).unwrap();
         }

@@ -25,7 +25,7 @@ pub(crate) struct State {
     pub last_crc: u32,
     pub durable_seq: u64,
     /// Encoded, not yet sealed records waiting for the next batch.
-    pub queue: Vec<Vec<u8>>,
+    pub queue: Vec<crate::wal::QueuedRecord>,
     pub queue_bytes: u64,
     pub writing: bool,
     pub tail_lsn: u64,
