@@ -133,8 +133,9 @@ pub struct PoolCreate {
     #[arg(long, default_value_t = 64)]
     pub pgs: u32,
     /// `wal`: a write is acknowledged once durable in every replica's WAL (default).
-    /// `memory`: once in every replica's memory (faster; a simultaneous power loss of all
-    /// replicas can lose acknowledged writes).
+    /// `memory`: once written to every replica's WAL device, flushed a few ms later (faster
+    /// where a flush is slow; survives any process crash, but a power loss of all replicas
+    /// within those ms can lose acknowledged writes; NBD FLUSH waits for the flush).
     #[arg(long, default_value = "wal")]
     pub durability: String,
     /// Create it even if its size is larger than the cluster's failure domains (OSDs, or
@@ -625,7 +626,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         .filter(|p| p.durability == Durability::Memory)
     {
         problems.push(format!(
-            "pool {} uses durability memory: acknowledged writes are not yet durable on any device",
+            "pool {} uses durability memory: acknowledged writes are flushed a few ms after their ack; a power loss of every member in that window can lose them (not a process crash)",
             p.name
         ));
     }

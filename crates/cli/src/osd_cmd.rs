@@ -92,6 +92,11 @@ pub struct RunArgs {
     /// as the WAL takes them; see docs/operator/store.md for what was measured.
     #[arg(long, value_parser = parse_direct_write_min, default_value = "0")]
     pub direct_write_min: u64,
+    /// Pools with durability `memory`: their writes are acknowledged once written to every
+    /// member's WAL device (safe from any process crash) and flushed within this many
+    /// milliseconds; a power loss of every member inside that window can lose them. 1..=1000.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub memory_flush_ms: u64,
 }
 
 fn parse_direct_write_min(s: &str) -> std::result::Result<u64, String> {
@@ -182,6 +187,7 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.recovery_sleep = std::time::Duration::from_millis(a.recovery_sleep_ms);
     cfg.recovery_max_active = a.recovery_max_active;
     cfg.direct_write_min = a.direct_write_min;
+    cfg.memory_flush_delay = std::time::Duration::from_millis(a.memory_flush_ms);
     if let Some(m) = a.memory_target {
         cfg.memory_target = m;
     }

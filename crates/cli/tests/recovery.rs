@@ -985,3 +985,34 @@ fn a_primary_behind_serves_its_pgs_while_it_catches_up() {
         }
     });
 }
+
+#[test]
+fn memory_pool_writes_survive_kill9_of_every_member_right_after_their_ack() {
+    let c = Cluster::up("recovery-memory", 1, 3);
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, pool) = pool(&c, 2, 8).await;
+        c.ok(&["pool", "set", "p", "durability", "memory"]);
+        let start = Instant::now();
+        while client.map().pools[&pool].durability != cairn_map::Durability::Memory {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "map never changed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        fill(&client, pool, 50).await;
+        // No other write follows that could carry these in its WAL batch: kill at once.
+        for i in 0..3 {
+            c.kill9(&format!("osd.{i}"));
+        }
+        c.restart_missing(1, 3);
+        for i in 0..3 {
+            wait_osd(&client, i, true).await;
+        }
+        let acked: Vec<Option<u32>> = vec![Some(0); 50];
+        verify(&client, pool, &acked).await;
+        // FLUSH of a memory pool (what NBD FLUSH and FUA wait for) reaches every OSD.
+        client.sync_pool(pool).await.expect("sync of a memory pool");
+    });
+}

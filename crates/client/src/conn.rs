@@ -7,7 +7,9 @@
 //! tasks that are ready now, so ops issued in the same turn of the event loop travel
 //! together). Below the threshold nothing waits.
 
-use cairn_proto::msg::osd::{BatchedOp, OpBatch, OpReply, OpRequest, OP, OP_BATCH, OP_REPLY};
+use cairn_proto::msg::osd::{
+    BatchedOp, OpBatch, OpReply, OpRequest, OP, OP_BATCH, OP_REPLY, OSD_SYNC, OSD_SYNC_REPLY,
+};
 use cairn_proto::Limits;
 use cairn_transport::{node_kind, Dialer, FrameSender, SendClosed, Session};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,6 +89,24 @@ impl OsdConn {
     /// Whether the connection is still usable.
     pub fn is_open(&self) -> bool {
         self.session.is_open()
+    }
+
+    /// Asks the OSD to make every write it acknowledged durable (`OSD_SYNC`), within
+    /// `timeout`. Merged ops waiting to leave go first.
+    pub async fn sync(&self, timeout: Duration) -> Result<(), ConnError> {
+        self.merge.send_pending(&self.session);
+        let f = self
+            .session
+            .call(OSD_SYNC, &[], &[], timeout)
+            .await
+            .map_err(|e| ConnError(format!("{}: sync: {e}", self.addr)))?;
+        if f.msg_type != OSD_SYNC_REPLY {
+            return Err(ConnError(format!(
+                "{}: unexpected reply type {} to a sync",
+                self.addr, f.msg_type
+            )));
+        }
+        Ok(())
     }
 
     /// Sends an op and waits for its answer. `small` ops may be merged with others.

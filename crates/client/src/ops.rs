@@ -143,6 +143,39 @@ impl Client {
             .ok_or_else(|| ClientError::NoSuchPool(name.to_string()))
     }
 
+    /// Makes every write to `pool` acknowledged so far durable on every member that holds it
+    /// (each up OSD of the pool's acting sets flushes its WAL). Writes are already durable
+    /// when acknowledged in pools with `wal` durability: then this returns at once. For
+    /// `memory` pools it is what NBD FLUSH waits for.
+    pub async fn sync_pool(&self, pool: u32) -> Result<(), ClientError> {
+        let view = self.view();
+        let Some(p) = view.map.pools.get(&pool) else {
+            return Err(ClientError::NoSuchPool(pool.to_string()));
+        };
+        if p.durability != cairn_map::Durability::Memory {
+            return Ok(());
+        }
+        let mut osds: Vec<u32> = (0..p.pg_count)
+            .flat_map(|pg| view.placement(PgId { pool, pg }).acting)
+            .collect();
+        osds.sort_unstable();
+        osds.dedup();
+        for id in osds {
+            let Some(addr) = view.map.osds.get(&id).map(|o| o.addr.clone()) else {
+                continue;
+            };
+            let fail = |why: String| ClientError::Failed {
+                code: cairn_proto::msg::osd::FailCode::Other,
+                why: format!("flushing the writes of pool {pool} on osd.{id}: {why}"),
+            };
+            let conn = self.conn(id, &addr).await.map_err(|e| fail(e.0))?;
+            conn.sync(self.inner.cfg.op_timeout)
+                .await
+                .map_err(|e| fail(e.0))?;
+        }
+        Ok(())
+    }
+
     /// Waits until the map is at least `epoch` (or `max_wait` passes).
     async fn wait_epoch(&self, epoch: u64, max_wait: Duration) {
         let mut rx = self.inner.maps.clone();

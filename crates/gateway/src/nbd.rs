@@ -137,6 +137,15 @@ impl Exports for VolumeExports {
 }
 
 impl VolumeExport {
+    /// Forced unit access: the write just acknowledged must survive a power loss too, which in
+    /// a pool with `memory` durability takes a flush (nothing in a `wal` pool).
+    async fn fua(&self, fua: bool) -> Result<(), ExportError> {
+        if !fua {
+            return Ok(());
+        }
+        self.volume.flush().await.map_err(export_error)
+    }
+
     fn check(&self, offset: u64, len: u64) -> Result<(), ExportError> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size => Ok(()),
@@ -153,8 +162,9 @@ impl Export for VolumeExport {
         self.size
     }
 
-    /// Safe: all connections of this process share one `Volume`, every acknowledged write is
-    /// already durable and reads go to the PG primary, which serves only acknowledged data.
+    /// Safe: all connections of this process share one `Volume`, reads go to the PG primary,
+    /// which serves only acknowledged data, and a FLUSH on any connection flushes every OSD of
+    /// the pool (in a `memory` pool), so it covers the writes of every connection.
     fn multi_conn(&self) -> bool {
         true
     }
@@ -167,10 +177,13 @@ impl Export for VolumeExport {
             .map_err(export_error)
     }
 
-    async fn write(&self, offset: u64, data: Vec<u8>, _fua: bool) -> Result<(), ExportError> {
-        // FUA needs nothing more: a write is durable at the pool's level when acknowledged.
+    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<(), ExportError> {
         self.check(offset, data.len() as u64)?;
-        self.volume.write(offset, &data).await.map_err(export_error)
+        self.volume
+            .write(offset, &data)
+            .await
+            .map_err(export_error)?;
+        self.fua(fua).await
     }
 
     async fn flush(&self) -> Result<(), ExportError> {
@@ -191,7 +204,7 @@ impl Export for VolumeExport {
         len: u32,
         may_punch: bool,
         _fast: bool,
-        _fua: bool,
+        fua: bool,
     ) -> Result<(), ExportError> {
         self.check(offset, len.into())?;
         // Every way of zeroing is fast here (remove, in-place zero, or a one-byte sparse
@@ -199,7 +212,8 @@ impl Export for VolumeExport {
         self.volume
             .zero(offset, len.into(), may_punch)
             .await
-            .map_err(export_error)
+            .map_err(export_error)?;
+        self.fua(fua).await
     }
 
     async fn block_status(&self, offset: u64, len: u32) -> Result<Vec<Extent>, ExportError> {

@@ -52,6 +52,10 @@ pub struct OsdConfig {
     /// acknowledgements then wait for the data device's write and flush, which costs more
     /// than it saves where the data device is much slower than the WAL (docs/operator/store.md).
     pub direct_write_min: u64,
+    /// Writes of pools with `memory` durability are acknowledged once written to the WAL
+    /// device and flushed at most this long after (`StoreConfig::wal_flush_delay`): the
+    /// window in which a power loss of every member could take them. Default 5 ms.
+    pub memory_flush_delay: Duration,
 }
 
 /// Smallest memory target: below it the read cache would be too small to matter.
@@ -122,6 +126,7 @@ impl OsdConfig {
             lease: Duration::from_secs(2),
             memory_target: default_memory_target(),
             direct_write_min: 0,
+            memory_flush_delay: Duration::from_millis(5),
         }
     }
 

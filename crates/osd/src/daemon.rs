@@ -51,6 +51,7 @@ pub fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     let store_cfg = StoreConfig {
         read_cache_bytes: crate::config::cache_share(cfg.memory_target),
         direct_write_min_bytes: cfg.direct_write_min,
+        wal_flush_delay: cfg.memory_flush_delay,
         ..StoreConfig::default()
     };
     let err = |source| OsdError::Store {
@@ -166,6 +167,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             index: i,
             pgs: HashMap::new(),
             unsynced: Vec::new(),
+            unwritten: Vec::new(),
             last_seq: 0,
             syncing: 0,
         }));

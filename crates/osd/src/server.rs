@@ -6,7 +6,7 @@ use crate::shard::ShardMsg;
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{
     OpBatch, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OSD_PING, OSD_PONG, OSD_STATS,
-    OSD_STATS_REPLY, REP,
+    OSD_STATS_REPLY, OSD_SYNC, REP,
 };
 use cairn_proto::msg::peering::{
     PgList, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY,
@@ -131,6 +131,21 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 };
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);
+                if !more {
+                    end_batch();
+                }
+                continue;
+            }
+            OSD_SYNC => {
+                // On this connection's shard, which syncs at the end of its run of messages
+                // (on its syncer thread if that would wait for a data device).
+                osd.queue_shard(
+                    shard,
+                    ShardMsg::Sync {
+                        reply: sender.clone(),
+                        req_id: frame.request_id,
+                    },
+                );
                 if !more {
                     end_batch();
                 }

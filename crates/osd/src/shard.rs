@@ -8,7 +8,7 @@ use crate::context::Osd;
 use crate::op;
 use crate::pgstate::PgState;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{OpRequest, RepOp, RepReply};
+use cairn_proto::msg::osd::{OpRequest, RepOp, RepReply, OSD_SYNC_REPLY};
 use cairn_store::SharedBytes;
 use cairn_transport::{begin_batch, end_batch, FrameSender};
 use std::collections::HashMap;
@@ -67,6 +67,8 @@ pub enum ShardMsg {
     Unpeer(PgId),
     /// The map changed: peer the PGs whose acting set changed.
     MapChanged,
+    /// A client asks that every write this OSD acknowledged be durable (`OSD_SYNC`).
+    Sync { reply: FrameSender, req_id: u64 },
     /// The syncer thread made writes durable (or failed to): complete them.
     Synced {
         done: Vec<OnDurable>,
@@ -86,6 +88,8 @@ pub enum OnDurable {
     Local { tid: u64 },
     /// Acknowledge a replicated write to its primary.
     Ack { to: FrameSender, req_id: u64 },
+    /// Answer an `OSD_SYNC` request.
+    SyncReply { to: FrameSender, req_id: u64 },
 }
 
 /// One shard's state.
@@ -96,6 +100,9 @@ pub struct Shard {
     pub pgs: HashMap<PgId, PgState>,
     /// Writes submitted to the store, not yet known durable, with what to do then.
     pub unsynced: Vec<OnDurable>,
+    /// Writes of pools with `memory` durability, submitted to the store and not yet known
+    /// written to its WAL device, with what to do then.
+    pub unwritten: Vec<OnDurable>,
     /// Store sequence number of the last submitted write.
     pub last_seq: u64,
     /// Syncs handed to the syncer thread and not completed yet: later ones follow them
@@ -183,6 +190,13 @@ impl Shard {
             ShardMsg::Repeer(pg) => crate::peering::repeer(self, pg),
             ShardMsg::Unpeer(pg) => crate::peering::unpeer(self, pg),
             ShardMsg::MapChanged => crate::peering::on_map(self),
+            ShardMsg::Sync { reply, req_id } => {
+                // Every record the store has, whichever shard submitted it: the writes of
+                // `memory` pools acknowledged so far are among them, written, maybe not flushed.
+                self.last_seq = self.last_seq.max(self.osd.store.last_submitted());
+                self.unsynced
+                    .push(OnDurable::SyncReply { to: reply, req_id });
+            }
             ShardMsg::Synced { done, result } => {
                 self.syncing = self.syncing.saturating_sub(1);
                 self.complete(done, result.as_ref().map_err(|e| e.as_ref()));
@@ -211,15 +225,33 @@ impl Shard {
         self.unsynced.push(then);
     }
 
+    /// Remembers a write of a pool with `memory` durability submitted to the store (sequence
+    /// `seq`) and what to do once it is written to the WAL device (not necessarily flushed).
+    pub fn after_write(&mut self, seq: u64, then: OnDurable) {
+        self.last_seq = self.last_seq.max(seq);
+        self.unwritten.push(then);
+    }
+
     /// Makes every submitted write durable (one WAL write and flush for all of them) and
     /// completes them; on the syncer thread when that would wait for a data device (or a
-    /// sync is already there), so that this thread goes on serving meanwhile.
+    /// sync is already there), so that this thread goes on serving meanwhile. Writes of
+    /// `memory` pools alone are only written to the WAL device (the store flushes them
+    /// within its `wal_flush_delay`), which a crash of any process cannot undo.
     pub fn sync(&mut self) {
-        if self.unsynced.is_empty() {
+        if self.unsynced.is_empty() && self.unwritten.is_empty() {
             return;
         }
-        let done = std::mem::take(&mut self.unsynced);
-        let done = if self.syncing > 0 || self.osd.store.sync_waits_for_data_device() {
+        let off_thread = self.syncing > 0 || self.osd.store.sync_waits_for_data_device();
+        if self.unsynced.is_empty() && !off_thread {
+            let done = std::mem::take(&mut self.unwritten);
+            let result = self.osd.store.write_through(self.last_seq);
+            self.complete(done, result.as_ref());
+            return;
+        }
+        // A flush makes them written too.
+        let mut done = std::mem::take(&mut self.unsynced);
+        done.append(&mut self.unwritten);
+        let done = if off_thread {
             let job = crate::syncer::SyncJob {
                 shard: self.index,
                 seq: self.last_seq,
@@ -256,6 +288,18 @@ impl Shard {
                 }
                 (Err(e), OnDurable::Ack { to, req_id }) => {
                     op::write::rep_reply(&to, req_id, &op::rep_store_failed(e))
+                }
+                (Ok(_), OnDurable::SyncReply { to, req_id }) => {
+                    let _ = to.send(OSD_SYNC_REPLY, req_id, &[], &[]);
+                }
+                (Err(e), OnDurable::SyncReply { to, req_id }) => {
+                    let why = format!("osd.{}: WAL flush failed: {e}", self.osd.id());
+                    let refusal = cairn_proto::msg::ErrorReply::new(
+                        cairn_proto::msg::ErrorCode::Internal,
+                        &why,
+                    );
+                    let control = cairn_proto::msg::encode(&refusal);
+                    let _ = to.send(cairn_proto::msg::osd::ERROR, req_id, &control, &[]);
                 }
             }
         }

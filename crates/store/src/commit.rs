@@ -37,6 +37,11 @@ impl Store {
         submit(&self.sh, txn).map(|(_, seq)| seq)
     }
 
+    /// The sequence number of the last transaction submitted (0 before any).
+    pub fn last_submitted(&self) -> u64 {
+        self.sh.lock().next_seq.saturating_sub(1)
+    }
+
     /// Waits until every transaction up to sequence `seq` is durable, writing the queued
     /// records itself when no other thread is.
     pub fn sync_through(&self, seq: u64) -> Result<u64> {
@@ -718,6 +723,11 @@ fn wait_until_durable<'a>(
             st = write_batch(sh, st);
             continue;
         }
+        if !st.writing && st.written_seq >= seq {
+            // Written without a flush (`Store::write_through`): flush it now.
+            st = crate::unflushed::flush_written(sh, st);
+            continue;
+        }
         let cv = sh.seq_cv(wake_on(&st));
         st = wait(cv, st);
     }
@@ -726,9 +736,17 @@ fn wait_until_durable<'a>(
 /// Writes the queued records as one batch (all of them, or those before a checkpoint's cut)
 /// and flushes the WAL device (the group commit).
 /// Positions are reserved under the lock; sealing, writing and flushing happen outside it.
-pub(crate) fn write_batch<'a>(
+pub(crate) fn write_batch<'a>(sh: &'a Shared, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    write_batch_then(sh, st, true)
+}
+
+/// [`write_batch`], with the flush of the WAL device left to later when `flush` is false
+/// (records written, not durable against power loss: `Store::write_through`). A batch that
+/// ends at a checkpoint's cut or carries large writes written once is always flushed.
+pub(crate) fn write_batch_then<'a>(
     sh: &'a Shared,
     mut st: MutexGuard<'a, State>,
+    flush: bool,
 ) -> MutexGuard<'a, State> {
     let queued = st.queue.len();
     let first_seq = st.next_seq - queued as u64;
@@ -753,6 +771,7 @@ pub(crate) fn write_batch<'a>(
     // records naming it are written (one flush for all of them).
     let jobs = std::mem::take(&mut st.direct_jobs);
     st.writing_direct = !jobs.is_empty();
+    let flush = flush || !jobs.is_empty() || st.cut.is_some();
     drop(st);
     let layout = layout_batch(&sh.wal, tail, &records, first_seq, prev_crc, sh.wal_tag);
     debug_assert_eq!(layout.end_lsn, end);
@@ -763,9 +782,9 @@ pub(crate) fn write_batch<'a>(
     } else if !jobs.is_empty() {
         direct::write_jobs(sh, &jobs)
             .and_then(|()| sh.data.flush())
-            .and_then(|()| write_layout(sh, &layout))
+            .and_then(|()| write_layout(sh, &layout, flush))
     } else {
-        write_layout(sh, &layout)
+        write_layout(sh, &layout, flush)
     };
     let mut st = sh.lock();
     st.writing = false;
@@ -774,7 +793,15 @@ pub(crate) fn write_batch<'a>(
     let last_seq = first_seq + records.len() as u64 - 1;
     match result {
         Ok(()) => {
-            st.durable_seq = last_seq;
+            st.written_seq = last_seq;
+            if flush {
+                // The flush also made every batch written before this one durable.
+                st.durable_seq = last_seq;
+                st.unflushed_since = None;
+            } else if st.unflushed_since.is_none() {
+                st.unflushed_since = Some(std::time::Instant::now());
+                wake_maint(sh, &st); // it flushes within `wal_flush_delay`
+            }
             if st.cut == Some(last_seq + 1) {
                 st.cut = None;
                 st.cut_point = Some((end, layout.last_crc));
@@ -808,17 +835,19 @@ pub(crate) fn write_batch<'a>(
     st
 }
 
-fn write_layout(sh: &Shared, layout: &wal::BatchLayout) -> Result<()> {
+fn write_layout(sh: &Shared, layout: &wal::BatchLayout, flush: bool) -> Result<()> {
     let c = &sh.wal_counters;
     if let Some((w, lsn)) = &layout.wrap {
         sh.wal.write_at_lsn(w, *lsn)?;
         c.writes.fetch_add(1, Ordering::Relaxed);
     }
     sh.wal.write_at_lsn(&layout.buf, layout.lsn)?;
-    sh.wal.flush()?;
     c.writes.fetch_add(1, Ordering::Relaxed);
     c.write_bytes
         .fetch_add(layout.buf.len() as u64, Ordering::Relaxed);
-    c.flushes.fetch_add(1, Ordering::Relaxed);
+    if flush {
+        sh.wal.flush()?;
+        c.flushes.fetch_add(1, Ordering::Relaxed);
+    }
     Ok(())
 }

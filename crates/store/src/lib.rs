@@ -35,6 +35,7 @@ mod segments;
 mod shared;
 mod store;
 mod txn;
+mod unflushed;
 pub mod wal;
 
 pub use cache::CacheStats;

@@ -273,12 +273,19 @@ impl Volume {
             .map_err(|e| self.object_error("write", p.objno, e))
     }
 
-    /// Returns once every write acknowledged before the call is durable at the pool's
-    /// durability level. Writes are durable at that level when acknowledged, so there is
-    /// nothing to wait for.
+    /// Returns once every write acknowledged before the call is durable against power loss
+    /// on every member. In a pool with `wal` durability that is true of every acknowledged
+    /// write already; in a `memory` pool (writes acknowledged once written to the WAL devices,
+    /// before their flush) every OSD of the pool flushes its WAL first.
     pub async fn flush(&self) -> Result<(), VolumeError> {
         // Still refused once closed: a FLUSH that succeeds promises the writes are there.
-        self.gated(|| async { Ok(()) }).await
+        self.gated(|| async {
+            self.client
+                .sync_pool(self.pool)
+                .await
+                .map_err(VolumeError::Client)
+        })
+        .await
     }
 
     /// The allocation map of `offset..offset+len` at data object granularity, in order,

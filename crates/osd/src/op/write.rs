@@ -121,10 +121,11 @@ pub fn primary_write(
         Ok(seq) => {
             st.coll_exists = true;
             st.last_version = version;
-            // Durability `memory`: held in memory now counts; `wal`: once the shard's next
-            // sync (end of the run of requests being handled) has flushed the WAL.
+            // At the shard's next sync (end of the run of requests being handled): durability
+            // `memory` once the WAL record is written (safe from any process crash), `wal`
+            // once it is flushed.
             if memory {
-                osd.inflight.member_done(w.tid, me);
+                shard.after_write(seq, OnDurable::Local { tid: w.tid });
             } else {
                 shard.after_sync(seq, OnDurable::Local { tid: w.tid });
             }
@@ -202,7 +203,7 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
             st.coll_exists = true;
             st.last_version = st.last_version.max(op.version);
             if memory {
-                rep_reply(&to, req_id, &RepReply::Done);
+                shard.after_write(seq, OnDurable::Ack { to, req_id });
             } else {
                 shard.after_sync(seq, OnDurable::Ack { to, req_id });
             }

@@ -28,6 +28,13 @@ pub const OSD_PONG: u16 = 208;
 /// Reply to a malformed frame: [`crate::msg::mon::ErrorReply`]; the OSD then closes the
 /// connection.
 pub const ERROR: u16 = 209;
+/// Request (empty control): make every write this OSD has acknowledged durable (flush its
+/// WAL device; what NBD FLUSH needs from pools with `memory` durability, whose writes are
+/// acknowledged once written, before their flush). Reply: [`OSD_SYNC_REPLY`], or [`ERROR`]
+/// (`Internal`) when the flush failed.
+pub const OSD_SYNC: u16 = 210;
+/// Reply: empty.
+pub const OSD_SYNC_REPLY: u16 = 211;
 
 /// Longest object name accepted on the wire (same as the store's limit).
 pub const MAX_OBJECT_NAME: usize = 1024;

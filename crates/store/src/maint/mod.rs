@@ -89,6 +89,13 @@ fn run_loop(sh: &Arc<Shared>) {
                 }
             },
             Work::Checkpoint => checkpoint(sh),
+            Work::FlushWal => {
+                let st = sh.lock();
+                if !st.writing && st.written_seq > st.durable_seq {
+                    drop(crate::unflushed::flush_written(sh, st));
+                }
+                Ok(())
+            }
             Work::Clean { throttle } => clean_one(sh, throttle),
         };
         if let Err(e) = r {
@@ -100,10 +107,16 @@ fn run_loop(sh: &Arc<Shared>) {
 }
 
 enum Work {
-    Stop { final_ckpt: bool },
+    Stop {
+        final_ckpt: bool,
+    },
     Flush,
     Checkpoint,
-    Clean { throttle: bool },
+    /// Flush WAL records written without a flush (`Store::write_through`) that are due.
+    FlushWal,
+    Clean {
+        throttle: bool,
+    },
 }
 
 fn next_work(sh: &Shared) -> Work {
@@ -132,6 +145,10 @@ fn next_work(sh: &Shared) -> Work {
         // stream of writes the flusher always has work, which must not starve it.
         let wal_busy = st.tail_lsn != st.head_lsn || !st.queue.is_empty();
         let periodic = wal_busy && st.last_ckpt.elapsed() >= cfg.checkpoint_interval;
+        let wal_flush_in = crate::unflushed::flush_due(sh, &st);
+        if wal_flush_in.is_some_and(|d| d.is_zero()) && !st.writing {
+            return Work::FlushWal;
+        }
         if st.ckpt_wanted || wal_full || periodic || (low && st.segs.limbo_segments() > 0) {
             return Work::Checkpoint;
         }
@@ -153,7 +170,11 @@ fn next_work(sh: &Shared) -> Work {
                 continue;
             }
         }
-        let tick = cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
+        let mut tick = cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
+        if let Some(d) = wal_flush_in {
+            // Due while a batch is being written: look again soon (that batch may flush).
+            tick = tick.min(d.max(Duration::from_micros(200)));
+        }
         st.maint_idle = true;
         st = sh
             .maint_cv

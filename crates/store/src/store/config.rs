@@ -40,6 +40,10 @@ pub struct StoreConfig {
     /// flush, which pays where it takes large blocks about as fast as the WAL
     /// (docs/operator/store.md).
     pub direct_write_min_bytes: u64,
+    /// Records written to the WAL device without a flush ([`crate::Store::write_through`]:
+    /// what a pool with `memory` durability acknowledges) are flushed at most this long after
+    /// they were written. Default 5 ms.
+    pub wal_flush_delay: Duration,
 }
 
 impl Default for StoreConfig {
@@ -58,6 +62,7 @@ impl Default for StoreConfig {
             clean_rate: 64 << 20,
             reserve_segments: 4,
             direct_write_min_bytes: 0,
+            wal_flush_delay: Duration::from_millis(5),
         }
     }
 }

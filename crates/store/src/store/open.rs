@@ -198,6 +198,8 @@ impl Store {
             next_seq: hdr.replay_seq,
             last_crc: hdr.replay_prev_crc,
             durable_seq: hdr.replay_seq.saturating_sub(1),
+            written_seq: hdr.replay_seq.saturating_sub(1),
+            unflushed_since: None,
             queue: Vec::new(),
             queue_bytes: 0,
             writing: false,

@@ -108,6 +108,7 @@ pub(super) fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
     st.next_seq = r.next_seq;
     st.last_crc = r.last_crc;
     st.durable_seq = r.next_seq - 1;
+    st.written_seq = st.durable_seq;
     st.tail_lsn = align_up(r.lsn);
     Ok(!r.lsn.is_multiple_of(BLOCK))
 }

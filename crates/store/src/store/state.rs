@@ -24,6 +24,12 @@ pub(crate) struct State {
     pub next_seq: u64,
     pub last_crc: u32,
     pub durable_seq: u64,
+    /// Records up to this one are written to the WAL device, maybe not flushed yet
+    /// (`Store::write_through`); never below `durable_seq`.
+    pub written_seq: u64,
+    /// Since when records are written but not flushed (the maintenance thread flushes them
+    /// within `wal_flush_delay`).
+    pub unflushed_since: Option<Instant>,
     /// Encoded, not yet sealed records waiting for the next batch.
     pub queue: Vec<crate::wal::QueuedRecord>,
     pub queue_bytes: u64,
