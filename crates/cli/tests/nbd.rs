@@ -925,3 +925,56 @@ fn a_full_pool_is_enospc_to_nbd_clients_and_status_says_so() {
         "{s}"
     );
 }
+
+/// Writes with FUA and plain writes followed by FLUSH, then checks the pattern (READBACK).
+const MEMORY_WRITES: &str = r#"
+import nbd, os
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+assert h.can_fua() and h.can_flush()
+for i in range(8):
+    h.pwrite(bytes([i + 1]) * 65536, i * 65536, nbd.CMD_FLAG_FUA)
+for i in range(8, 16):
+    h.pwrite(bytes([i + 1]) * 65536, i * 65536)
+h.flush()
+print("written", flush=True)
+"#;
+
+const MEMORY_READBACK: &str = r#"
+import nbd, os
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+bad = [i for i in range(16) if h.pread(65536, i * 65536) != bytes([i + 1]) * 65536]
+print("bad", bad)
+"#;
+
+#[test]
+fn fua_and_flush_on_a_memory_pool_and_its_writes_survive_kill9_of_every_osd() {
+    let c = Cluster::up_with_nbd("nbd-memory", 3);
+    c.ok(&["pool", "set", "default", "durability", "memory"]);
+    c.ok(&["vol", "create", "m", "--size", "64M"]);
+    let uri = c.nbd_uri("m");
+    let o = nbd_client(&uri, 60, MEMORY_WRITES)
+        .wait_with_output()
+        .expect("nbdsh");
+    assert!(
+        text(&o.stdout).contains("written"),
+        "FUA writes or FLUSH failed on a memory pool: {}\n{}",
+        text(&o.stderr),
+        c.logs()
+    );
+    for i in 0..3 {
+        c.kill9(&format!("osd.{i}"));
+    }
+    for i in 0..3 {
+        c.start_osd(i);
+    }
+    let o = nbd_client(&uri, 90, MEMORY_READBACK)
+        .wait_with_output()
+        .expect("nbdsh");
+    assert!(
+        text(&o.stdout).contains("bad []"),
+        "acknowledged writes lost: {}{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr),
+        c.logs()
+    );
+}
