@@ -603,6 +603,23 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let e: ErrorReply = cairn_proto::msg::decode("error", &f.control).expect("decode");
         assert_eq!(e.code, ErrorCode::Malformed, "{}", e.message);
         assert!(read_frame(&mut s, &limits).await.is_err(), "not closed");
+        // OSD_SYNC: empty, it is answered; with a body, ERROR and close.
+        use cairn_proto::msg::osd::{OSD_SYNC, OSD_SYNC_REPLY};
+        let mut s = tokio::net::TcpStream::connect(addr(primary))
+            .await
+            .expect("connect");
+        handshake(&mut s, node_kind::CLIENT)
+            .await
+            .expect("handshake");
+        write_frame(&mut s, OSD_SYNC, 7, &[], &[]).await.expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("sync reply");
+        assert_eq!((f.msg_type, f.request_id), (OSD_SYNC_REPLY, 7));
+        write_frame(&mut s, OSD_SYNC, 8, b"x", &[]).await.expect("send");
+        let f = read_frame(&mut s, &limits).await.expect("error reply");
+        assert_eq!(f.msg_type, ERROR);
+        let e: ErrorReply = cairn_proto::msg::decode("error", &f.control).expect("decode");
+        assert_eq!(e.code, ErrorCode::Malformed, "{}", e.message);
+        assert!(read_frame(&mut s, &limits).await.is_err(), "not closed");
         // Peering requests: garbage -> ERROR and close; a push to a PG that does not exist
         // (claiming a future epoch) is refused and creates nothing.
         use cairn_proto::msg::peering::{PgDone, PgPush, PushKind, PG_DONE, PG_PUSH, PG_QUERY};

@@ -160,18 +160,31 @@ impl Client {
             .collect();
         osds.sort_unstable();
         osds.dedup();
+        let fail = |id: u32, why: String| ClientError::Failed {
+            code: cairn_proto::msg::osd::FailCode::Other,
+            why: format!("flushing the writes of pool {pool} on osd.{id}: {why}"),
+        };
+        // All OSDs flush at once: one round trip, not one per OSD.
+        let mut syncs = tokio::task::JoinSet::new();
         for id in osds {
             let Some(addr) = view.map.osds.get(&id).map(|o| o.addr.clone()) else {
                 continue;
             };
-            let fail = |why: String| ClientError::Failed {
-                code: cairn_proto::msg::osd::FailCode::Other,
-                why: format!("flushing the writes of pool {pool} on osd.{id}: {why}"),
-            };
-            let conn = self.conn(id, &addr).await.map_err(|e| fail(e.0))?;
-            conn.sync(self.inner.cfg.op_timeout)
-                .await
-                .map_err(|e| fail(e.0))?;
+            let conn = self.conn(id, &addr).await.map_err(|e| fail(id, e.0))?;
+            let timeout = self.inner.cfg.op_timeout;
+            syncs.spawn(async move { (id, conn.sync(timeout).await) });
+        }
+        while let Some(done) = syncs.join_next().await {
+            match done {
+                Ok((_, Ok(()))) => {}
+                Ok((id, Err(e))) => return Err(fail(id, e.0)),
+                Err(e) => {
+                    return Err(ClientError::Failed {
+                        code: cairn_proto::msg::osd::FailCode::Other,
+                        why: format!("flushing the writes of pool {pool}: {e}"),
+                    })
+                }
+            }
         }
         Ok(())
     }

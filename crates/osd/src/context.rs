@@ -84,13 +84,19 @@ impl Osd {
         }
         let i = shard_of(pg, shards.len());
         if i == here {
-            shards[i]
-                .state
+            self.handle_on_shard(i, msg);
+        } else if shards[i].tx.send(msg).is_err() {
+            tracing::error!(shard = i, "shard is gone");
+        }
+    }
+
+    /// Runs a message on shard `i`'s state at once (the caller runs on that shard's thread).
+    pub fn handle_on_shard(&self, i: usize, msg: ShardMsg) {
+        if let Some(s) = self.shards().get(i) {
+            s.state
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .handle(msg);
-        } else if shards[i].tx.send(msg).is_err() {
-            tracing::error!(shard = i, "shard is gone");
         }
     }
 

@@ -137,17 +137,21 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 continue;
             }
             OSD_SYNC => {
-                // On this connection's shard, which syncs at the end of its run of messages
-                // (on its syncer thread if that would wait for a data device).
-                osd.queue_shard(
-                    shard,
-                    ShardMsg::Sync {
-                        reply: sender.clone(),
-                        req_id: frame.request_id,
-                    },
-                );
+                if !frame.control.is_empty() || !frame.data.is_empty() {
+                    let why = "OSD_SYNC carries no control or data part";
+                    refuse(&sender, frame.request_id, ErrorCode::Malformed, why);
+                    break;
+                }
+                // Run here, on this connection's shard (its queue is not grown by a client
+                // that sends many); answered by the sync below, with the writes before it.
+                let msg = ShardMsg::Sync {
+                    reply: sender.clone(),
+                    req_id: frame.request_id,
+                };
+                osd.handle_on_shard(shard, msg);
                 if !more {
                     end_batch();
+                    osd.sync_shard(shard);
                 }
                 continue;
             }

@@ -56,41 +56,70 @@ fn written_records_survive_a_crash_of_the_process_and_queued_ones_do_not() {
     );
 }
 
-#[test]
-fn written_records_are_flushed_within_the_delay_and_by_a_sync() {
+/// Writes `obj` with `write_through` on a store over fault devices, runs `then`, cuts the
+/// power (every unflushed write lost) and says whether `obj` survived.
+fn survives_power_cut(c: &StoreConfig, then: impl FnOnce(&Store, u64)) -> bool {
     use cairn_store::fault::Power;
-    let c = cfg(Duration::from_millis(5));
-    let mem = formatted(&c);
+    let mem = formatted(c);
     let power = Power::new();
     let (devs, faults) = mem.faulty(&power);
     let s = Store::open(&devs, c.clone()).unwrap();
-    let flushes = s.stats().wal_io.flushes;
-    let seq = write(&s, b"delayed", 1);
+    let seq = write(&s, b"obj", 1);
     s.write_through(seq).unwrap();
-    let start = Instant::now();
-    while s.stats().wal_io.flushes == flushes {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "written records were never flushed"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // A sync after a write without a flush flushes it (here: the flush was made above, so
-    // also check a second record that only a sync can have flushed before the cut).
-    let seq = write(&s, b"synced", 2);
-    s.write_through(seq).unwrap();
-    s.sync_through(seq).unwrap();
+    then(&s, seq);
     let mut rng = || 0u64;
     for f in &faults {
         f.crash(CrashMode::LoseAll, &mut rng).unwrap();
     }
     drop(s);
-    let s = Store::open(&mem.devices(), c).unwrap();
-    assert!(
-        holds(&s, b"delayed", 1),
-        "flushed within the delay, then lost"
-    );
-    assert!(holds(&s, b"synced", 2), "synced, then lost");
+    let s = Store::open(&mem.devices(), c.clone()).unwrap();
+    holds(&s, b"obj", 1)
+}
+
+#[test]
+fn written_records_are_flushed_within_the_delay() {
+    let survived = survives_power_cut(&cfg(Duration::from_millis(5)), |s, _| {
+        let flushes = s.stats().wal_io.flushes;
+        let start = Instant::now();
+        while s.stats().wal_io.flushes == flushes {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "written records were never flushed"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    assert!(survived, "flushed within the delay, then lost");
+}
+
+#[test]
+fn a_sync_flushes_written_records() {
+    // No flush by delay here: only the sync can make the record durable.
+    let survived = survives_power_cut(&cfg(Duration::from_secs(3600)), |s, seq| {
+        s.sync_through(seq).unwrap();
+    });
+    assert!(survived, "synced, then lost");
+}
+
+#[test]
+fn a_failed_flush_of_written_records_stops_the_store() {
+    use cairn_store::fault::Power;
+    let c = cfg(Duration::from_secs(3600));
+    let mem = formatted(&c);
+    let power = Power::new();
+    let (devs, faults) = mem.faulty(&power);
+    let s = Store::open(&devs, c).unwrap();
+    let seq = write(&s, b"obj", 1);
+    s.write_through(seq).unwrap();
+    let wal = faults.last().unwrap(); // the WAL device comes last
+    wal.set_failures(false, false, true);
+    let e = s.sync_through(seq).unwrap_err();
+    assert!(e.to_string().contains("WAL flush failed"), "{e}");
+    assert!(s.failure().is_some());
+    // Nothing is acknowledged after that: later writes fail too.
+    let mut t = Transaction::new();
+    t.write(1, b"later", 0, &[2; 4096]);
+    assert!(s.commit(&t).is_err());
 }
 
 #[test]

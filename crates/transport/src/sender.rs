@@ -83,6 +83,15 @@ impl FrameSender {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The send state, unless the connection is closed.
+    fn open_state(&self) -> Result<MutexGuard<'_, SendState>, SendClosed> {
+        let st = self.state();
+        if st.closed {
+            return Err(SendClosed);
+        }
+        Ok(st)
+    }
+
     /// Sends one frame made of its parts.
     pub fn send(
         &self,
@@ -93,10 +102,7 @@ impl FrameSender {
     ) -> Result<(), SendClosed> {
         let hdr = frame_header(msg_type, request_id, control, data);
         let parts = [&hdr[..], control, data];
-        let mut st = self.state();
-        if st.closed {
-            return Err(SendClosed);
-        }
+        let mut st = self.open_state()?;
         let Some(stream) = self.inner.stream.get() else {
             queue_rest(&mut st.queue, &parts, 0);
             return Ok(());
@@ -130,10 +136,7 @@ impl FrameSender {
         data: &[u8],
     ) -> Result<(), SendClosed> {
         let hdr = frame_header(msg_type, request_id, control, data);
-        let mut st = self.state();
-        if st.closed {
-            return Err(SendClosed);
-        }
+        let mut st = self.open_state()?;
         let was_empty = st.queue.is_empty();
         queue_rest(&mut st.queue, &[&hdr[..], control, data], 0);
         if was_empty {
