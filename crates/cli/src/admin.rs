@@ -79,7 +79,9 @@ pub fn block_on_mon<T>(addrs: &[String], f: impl Future<Output = T>) -> Result<T
 
 /// A monitor client for the configured cluster.
 pub fn mon_client(conf: Option<&Path>) -> Result<MonClient> {
-    Ok(MonClient::new(crate::conf::load(conf)?.cluster.mons))
+    Ok(crate::conf::mon_client(
+        crate::conf::load(conf)?.cluster.mons,
+    ))
 }
 
 /// Sends a map change and reports the outcome.

@@ -76,7 +76,7 @@ pub async fn provisioned(
     map: &ClusterMap,
 ) -> std::collections::BTreeMap<String, Result<u64, String>> {
     let mut out = std::collections::BTreeMap::new();
-    let mut cfg = cairn_client::ClientConfig::new(mons.to_vec());
+    let mut cfg = crate::conf::client_config(mons.to_vec());
     cfg.op_timeout = LIST_TIMEOUT;
     let client = match cairn_client::Client::connect(cfg).await {
         Ok(c) => c,
@@ -108,7 +108,8 @@ pub async fn up_osd_stats(
 )> {
     let mut out = Vec::new();
     for o in map.osds.values().filter(|o| o.up) {
-        let r = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await;
+        let r =
+            cairn_client::osd_stats(&o.addr, &crate::conf::auth(), Duration::from_secs(2)).await;
         out.push((o.id, r));
     }
     out

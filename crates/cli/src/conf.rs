@@ -4,11 +4,18 @@
 //! [cluster]
 //! fsid = "9f0c...e1"                 # 32 hex digits
 //! mons = ["127.0.0.1:6789"]          # monitor addresses
+//! keyring = "keyring"                # this client's key (relative to this file's directory)
+//! entity = "client.admin"            # whose key to use from the keyring (default: the first)
 //! ```
+//!
+//! Without `keyring` the client presents no credentials (a cluster run with `--auth none`).
 
 use anyhow::{bail, Context, Result};
+use cairn_auth::{Entity, Keyring};
+use cairn_transport::Auth;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The parsed configuration file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -21,6 +28,54 @@ pub struct Conf {
 pub struct ClusterConf {
     pub fsid: String,
     pub mons: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyring: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entity: Option<String>,
+}
+
+/// The credentials of this process, set when the configuration is loaded (a command talks
+/// to one cluster as one entity).
+static AUTH: std::sync::OnceLock<Auth> = std::sync::OnceLock::new();
+
+/// This process's credentials (none until a configuration with a keyring is loaded).
+pub fn auth() -> Auth {
+    AUTH.get()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(cairn_transport::NoAuth))
+}
+
+/// Uses the key of `entity` (or the first) from the keyring at `path` from now on.
+pub fn use_keyring(path: &Path, entity: Option<&str>) -> Result<()> {
+    let ring = Keyring::load(path)?;
+    let key = match entity {
+        Some(e) => {
+            let e = Entity::parse(e)?;
+            ring.get(&e)
+                .with_context(|| format!("keyring {} has no key for {e}", path.display()))?
+        }
+        None => ring
+            .first()
+            .with_context(|| format!("keyring {} holds no key", path.display()))?,
+    };
+    let a: Auth = Arc::new(cairn_monclient::auth::EntityKey {
+        entity: key.entity.clone(),
+        secret: key.secret.clone(),
+    });
+    let _ = AUTH.set(a);
+    Ok(())
+}
+
+/// Client settings for a cluster with monitors `mons`, with this process's credentials.
+pub fn client_config(mons: Vec<String>) -> cairn_client::ClientConfig {
+    let mut c = cairn_client::ClientConfig::new(mons);
+    c.auth = auth();
+    c
+}
+
+/// A monitor client with this process's credentials.
+pub fn mon_client(mons: Vec<String>) -> cairn_monclient::MonClient {
+    cairn_monclient::MonClient::new(mons).with_auth(auth())
 }
 
 /// Where the configuration comes from: `-c FILE`, else `CAIRN_CONF`, else `./cairn-dev/cairn.toml`
@@ -48,6 +103,11 @@ pub fn load(explicit: Option<&Path>) -> Result<Conf> {
         .with_context(|| format!("{} is not a valid cairn.toml", path.display()))?;
     if conf.cluster.mons.is_empty() {
         bail!("{}: [cluster] mons is empty", path.display());
+    }
+    if let Some(k) = &conf.cluster.keyring {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        use_keyring(&dir.join(k), conf.cluster.entity.as_deref())
+            .with_context(|| format!("{}: [cluster] keyring", path.display()))?;
     }
     Ok(conf)
 }

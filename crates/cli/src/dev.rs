@@ -83,6 +83,11 @@ pub struct UpArgs {
     /// to whole GiB].
     #[arg(long, value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub volume_size: Option<u64>,
+    /// `key` (default): every daemon and client authenticates with its key (keyrings in
+    /// DIR); `none`: no authentication, for benchmarks of its cost. Fixed when the cluster is
+    /// created.
+    #[arg(long, value_enum)]
+    pub auth: Option<crate::daemon_auth::AuthMode>,
 }
 
 /// The volume `dev up` creates and serves as the default NBD export.
@@ -128,6 +133,9 @@ struct DevState {
     /// The OSDs' `--direct-write-min` in bytes (0: off).
     #[serde(default)]
     direct_write_min: u64,
+    /// Daemons and clients run without authentication (`--auth none`).
+    #[serde(default)]
+    no_auth: bool,
 }
 
 pub fn run(cmd: DevCmd) -> Result<()> {
@@ -219,6 +227,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         scrub_interval: Some(a.scrub_interval.unwrap_or(7 * 24 * 3600)),
         recovery_sleep_ms: a.recovery_sleep_ms.unwrap_or(0),
         direct_write_min: a.direct_write_min.unwrap_or(0),
+        no_auth: a.auth == Some(crate::daemon_auth::AuthMode::None),
     })
 }
 
@@ -503,12 +512,21 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
         }
     };
     let conf_path = dir.join("cairn.toml");
+    let keyring = if state.no_auth {
+        None
+    } else {
+        let admin = crate::dev_keys::ensure(&dir, state.mons.len(), state.osds)?;
+        crate::conf::use_keyring(&admin, Some("client.admin"))?;
+        Some("keyring".to_string())
+    };
     crate::conf::save(
         &conf_path,
         &Conf {
             cluster: ClusterConf {
                 fsid: state.fsid.clone(),
                 mons: state.mons.clone(),
+                entity: keyring.as_ref().map(|_| "client.admin".to_string()),
+                keyring,
             },
         },
     )?;
@@ -520,7 +538,7 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     let timeout = Duration::from_secs(a.timeout);
     check_wals(&dir, &state)?;
     start_mons(&dir, &state)?;
-    let mon = MonClient::new(state.mons.clone()).with_timeout(Duration::from_secs(2));
+    let mon = crate::conf::mon_client(state.mons.clone()).with_timeout(Duration::from_secs(2));
     eprintln!(
         "  waiting for {} monitor(s) to form a quorum...",
         state.mons.len()
@@ -620,7 +638,7 @@ fn start_nbd(
 ) -> Result<()> {
     // One runtime for the client's whole life: its connections are tasks of that runtime.
     let created = block_on(async {
-        let cfg = cairn_client::ClientConfig::new(s.mons.clone());
+        let cfg = crate::conf::client_config(s.mons.clone());
         let client = cairn_client::Client::connect(cfg).await?;
         if !cairn_volume::list(&client, "default").await?.is_empty() {
             return Ok(None);
@@ -695,6 +713,9 @@ fn start_mons(dir: &Path, s: &DevState) -> Result<()> {
             args.push("--history-keep".into());
             args.push(n.to_string());
         }
+        if s.no_auth {
+            args.extend(["--auth".into(), "none".into()]);
+        }
         spawn(dir, &format!("mon.{i}"), &args)?;
     }
     Ok(())
@@ -740,6 +761,9 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
         if let Some(w) = &s.wal_dir {
             args.push("--wal".into());
             args.push(w.join(format!("osd.{i}.wal")).display().to_string());
+        }
+        if s.no_auth {
+            args.extend(["--auth".into(), "none".into()]);
         }
         let known = block_on(mon.get_map())??.osds.len() as u32;
         spawn(dir, &format!("osd.{i}"), &args)?;

@@ -46,6 +46,10 @@ pub struct MonArgs {
     /// epoch a PG may still need: a PG down for long keeps it from being trimmed.
     #[arg(long, default_value_t = cairn_mon::DEFAULT_HISTORY_KEEP, value_name = "EPOCHS")]
     pub history_keep: u64,
+    /// The keyring: the monitors' shared key (mon.N) and the keys of the entities this
+    /// monitor admits, with their caps.
+    #[command(flatten)]
+    pub auth: crate::daemon_auth::DaemonAuth,
 }
 
 fn parse_member(s: &str) -> Result<(u64, String), String> {
@@ -136,6 +140,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     cfg.osd_grace = Duration::from_millis(args.osd_grace_ms);
     cfg.down_out_interval = Duration::from_secs(args.down_out_interval);
     cfg.history_keep = args.history_keep;
+    cfg.keyring = args.auth.keyring(&args.dir)?;
     cfg.validate()?;
     Ok(cfg)
 }

@@ -1,7 +1,7 @@
 //! `cairn nbd serve`: serve a pool's volumes over NBD.
 
 use anyhow::{Context, Result};
-use cairn_client::{Client, ClientConfig};
+use cairn_client::Client;
 use cairn_gateway::nbd::VolumeExports;
 use clap::{Args, Subcommand};
 use std::path::Path;
@@ -56,7 +56,7 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(&a.listen)
             .await
             .with_context(|| format!("cannot listen on {}", a.listen))?;
-        let mut cfg = ClientConfig::new(mons);
+        let mut cfg = crate::conf::client_config(mons);
         cfg.merge_threshold = a.merge_threshold;
         let client = Client::connect(cfg).await?;
         client.pool_id(&a.pool)?;

@@ -2,7 +2,7 @@
 
 use crate::admin::block_on;
 use anyhow::{Context, Result};
-use cairn_client::{Client, ClientConfig};
+use cairn_client::Client;
 use clap::Subcommand;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ const PIECE: usize = 16 << 20;
 pub fn run(cmd: ObjCmd, conf: Option<&Path>) -> Result<()> {
     let mons = crate::conf::load(conf)?.cluster.mons;
     block_on(async move {
-        let client = Client::connect(ClientConfig::new(mons)).await?;
+        let client = Client::connect(crate::conf::client_config(mons)).await?;
         match cmd {
             ObjCmd::Put { pool, name, file } => {
                 let data = read_input(&file)?;

@@ -38,6 +38,9 @@ pub struct RunArgs {
     /// Directory of this OSD (holds data.img unless --data is given).
     #[arg(long)]
     pub dir: PathBuf,
+    /// The keyring holding this OSD's key (osd.N: the OSD boots as id N).
+    #[command(flatten)]
+    pub auth: crate::daemon_auth::DaemonAuth,
     /// Monitor address (repeat for several); default: from -c / CAIRN_CONF.
     #[arg(long = "mon")]
     pub mons: Vec<String>,
@@ -171,7 +174,9 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     } else {
         a.mons
     };
+    let auth = a.auth.osd_credentials(&a.dir)?;
     let mut cfg = cairn_osd::OsdConfig::new(a.dir, mons);
+    cfg.auth = auth;
     cfg.data = a.data;
     cfg.data_size = a.data_size;
     cfg.wal = a.wal;

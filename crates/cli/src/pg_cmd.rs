@@ -84,8 +84,14 @@ fn query(a: QueryArgs, conf: Option<&Path>) -> Result<()> {
         .map(|o| o.addr.clone())
         .with_context(|| format!("osd.{primary} is not in the map"))?;
     let timeout = Duration::from_secs(5);
-    let st = block_on(cairn_client::pg_status(&addr, pg, map.epoch, timeout))?
-        .with_context(|| format!("asking osd.{primary}, primary of pg {pg}"))?;
+    let st = block_on(cairn_client::pg_status(
+        &addr,
+        &crate::conf::auth(),
+        pg,
+        map.epoch,
+        timeout,
+    ))?
+    .with_context(|| format!("asking osd.{primary}, primary of pg {pg}"))?;
     if a.json {
         let mut v = serde_json::to_value(&st)?;
         v["pg"] = serde_json::Value::String(pg.to_string());
@@ -252,7 +258,12 @@ fn scrub_one(map: &ClusterMap, pg: PgId, repair: bool, timeout: Duration) -> Scr
         pg: pg.pg,
         repair,
     };
-    match block_on(cairn_client::scrub_pg(&addr, &req, timeout)) {
+    match block_on(cairn_client::scrub_pg(
+        &addr,
+        &crate::conf::auth(),
+        &req,
+        timeout,
+    )) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             rep.error = Some(e.to_string());

@@ -3,7 +3,7 @@
 use crate::admin::block_on;
 use crate::size::{human, parse_size};
 use anyhow::{bail, Result};
-use cairn_client::{Client, ClientConfig};
+use cairn_client::Client;
 use cairn_volume::Header;
 use clap::{Args, Subcommand};
 use std::io::Write;
@@ -86,7 +86,7 @@ pub struct PoolArg {
 pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
     let mons = crate::conf::load(conf)?.cluster.mons;
     block_on(async move {
-        let client = Client::connect(ClientConfig::new(mons)).await?;
+        let client = Client::connect(crate::conf::client_config(mons)).await?;
         match cmd {
             VolCmd::Create {
                 name,
@@ -243,7 +243,7 @@ async fn gc(client: &Client, pool: &str, dry_run: bool) -> Result<()> {
 pub fn close_pool_volumes(conf: Option<&Path>, pool: &str, force: bool) -> Result<()> {
     let mons = crate::conf::load(conf)?.cluster.mons;
     block_on(async move {
-        let client = Client::connect(ClientConfig::new(mons)).await?;
+        let client = Client::connect(crate::conf::client_config(mons)).await?;
         if client.pool_id(pool).is_err() {
             return Ok(()); // the monitors say what is wrong with the name
         }

@@ -241,7 +241,7 @@ fn killed_osd_is_marked_down_and_io_goes_on() {
             "--pgs",
             "16",
         ]);
-        let mut cfg = cairn_client::ClientConfig::new(c.mons());
+        let mut cfg = c.client_config();
         cfg.op_timeout = Duration::from_secs(2);
         let strict = cairn_client::Client::connect(cfg).await.expect("client");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -306,8 +306,9 @@ fn monitor_leader_killed_and_restarted() {
     let addr = c.mons()[leader as usize].clone();
     let rt2 = runtime();
     rt2.block_on(async {
-        let mon = cairn_monclient::MonClient::new(vec![addr]);
+        let mon = cairn_monclient::MonClient::new(vec![addr]).with_auth(c.auth());
         let want = cairn_monclient::MonClient::new(c.mons())
+            .with_auth(c.auth())
             .get_map()
             .await
             .expect("map")
@@ -490,7 +491,13 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         BatchedOp, OpBatch, OpKind, OpReply, OpRequest, ERROR, OP, OP_BATCH, OP_REPLY,
     };
     use cairn_proto::msg::{ErrorCode, ErrorReply};
-    use cairn_transport::{handshake, node_kind, read_frame, write_frame};
+    use cairn_transport::{node_kind, read_frame, write_frame};
+    async fn handshake(
+        s: &mut tokio::net::TcpStream,
+        kind: u8,
+    ) -> Result<cairn_transport::Initiated, cairn_transport::HandshakeError> {
+        cairn_transport::initiate(s, kind, &cairn_transport::Credentials::None).await
+    }
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let c = Cluster::up("osdinput", 1, 2);
     pool_create(&c, "p", 1, 1);
@@ -836,7 +843,7 @@ fn temporal_merge_batches_small_ops_and_each_completes() {
     let rt = runtime();
     rt.block_on(async {
         for threshold in [2usize, 0] {
-            let mut cfg = cairn_client::ClientConfig::new(c.mons());
+            let mut cfg = c.client_config();
             cfg.merge_threshold = threshold;
             let client = cairn_client::Client::connect(cfg).await.expect("client");
             let pool = client.pool_id("m").expect("pool");

@@ -186,14 +186,19 @@ fn a_primary_cut_off_from_its_peers_only_is_reported_by_them_and_replaced() {
 fn run(name: &str, net: Net, cut: fn(&Cluster, Net) -> Partition, mon_says: Option<&str>) {
     let c = Cluster::up(name, 1, 3);
     let victim_dir = c.dir.join("osd.3");
+    let keyring = c.osd_keyring(3);
     let log = std::fs::File::create(c.dir.join("log").join("osd.3.log")).expect("log file");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    cmd.args(["osd", "run", "--dir"]).arg(&victim_dir).args([
-        "--data-size",
-        "1G",
-        "--listen",
-        &format!("{}:0", net.victim),
-    ]);
+    cmd.args(["osd", "run", "--dir"])
+        .arg(&victim_dir)
+        .arg("--keyring")
+        .arg(&keyring)
+        .args([
+            "--data-size",
+            "1G",
+            "--listen",
+            &format!("{}:0", net.victim),
+        ]);
     for m in c.mons() {
         cmd.args(["--mon", &m]);
     }
@@ -209,7 +214,7 @@ fn run(name: &str, net: Net, cut: fn(&Cluster, Net) -> Partition, mon_says: Opti
     rt.block_on(async {
         let client = c.client().await;
         // The client on 127.0.0.7: short op deadline, so reads that cannot be served give up.
-        let mut cfg = cairn_client::ClientConfig::new(c.mons());
+        let mut cfg = c.client_config();
         cfg.source = Some(net.client.parse().expect("ip"));
         cfg.op_timeout = Duration::from_secs(3);
         let cut_off = cairn_client::Client::connect(cfg).await.expect("client");

@@ -4,13 +4,13 @@
 
 mod common;
 
-use cairn_client::{Client, ClientConfig, ClientError};
+use cairn_client::{Client, ClientError};
 use common::cluster::{runtime, wait_osd, Cluster};
 use std::time::{Duration, Instant};
 
 /// A client whose ops give up after `secs` (a down PG answers only at the deadline).
 async fn client_with_deadline(c: &Cluster, secs: u64) -> Client {
-    let mut cfg = ClientConfig::new(c.mons());
+    let mut cfg = c.client_config();
     cfg.op_timeout = Duration::from_secs(secs);
     Client::connect(cfg).await.expect("connect a client")
 }

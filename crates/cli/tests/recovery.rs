@@ -40,7 +40,8 @@ async fn stats_sum(client: &cairn_client::Client, f: fn(&cairn_client::OsdStats)
     let map = client.map();
     let mut total = 0;
     for o in map.osds.values().filter(|o| o.up) {
-        if let Ok(s) = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await {
+        if let Ok(s) = cairn_client::osd_stats(&o.addr, client.auth(), Duration::from_secs(2)).await
+        {
             total += f(&s);
         }
     }
@@ -264,7 +265,7 @@ fn with_two_of_three_down_writes_stop_and_resume_when_one_returns() {
         c.kill9("osd.1");
         wait_osd(&client, 1, false).await;
         // One member left of three, min_size 2: no write is acknowledged.
-        let mut cfg = cairn_client::ClientConfig::new(c.mons());
+        let mut cfg = c.client_config();
         cfg.op_timeout = Duration::from_secs(2);
         let short = cairn_client::Client::connect(cfg).await.expect("client");
         let mut attempts = tokio::task::JoinSet::new();
@@ -958,7 +959,7 @@ fn a_primary_behind_serves_its_pgs_while_it_catches_up() {
                 .expect("blind patch");
         }
         let addr = map.osds[&2].addr.clone();
-        let stats = cairn_client::osd_stats(&addr, Duration::from_secs(2))
+        let stats = cairn_client::osd_stats(&addr, &c.auth(), Duration::from_secs(2))
             .await
             .expect("osd.2 stats");
         assert!(

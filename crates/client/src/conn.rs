@@ -60,10 +60,11 @@ impl OsdConn {
     pub async fn connect(
         addr: &str,
         from: Option<std::net::IpAddr>,
+        auth: &cairn_transport::Auth,
         merge_threshold: usize,
         counters: Arc<MergeCounters>,
     ) -> Result<Arc<OsdConn>, ConnError> {
-        let dialer = Dialer::new(node_kind::CLIENT)
+        let dialer = Dialer::new(node_kind::CLIENT, auth.clone())
             .from(from)
             .timeout(CONNECT_TIMEOUT);
         let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())

@@ -24,6 +24,8 @@ pub struct ClientConfig {
     pub merge_threshold: usize,
     /// Local address to connect from (`None`: the system's choice).
     pub source: Option<std::net::IpAddr>,
+    /// The credentials this client presents (its key to monitors, tickets to OSDs).
+    pub auth: cairn_transport::Auth,
 }
 
 /// Default [`ClientConfig::merge_threshold`].
@@ -37,6 +39,7 @@ impl ClientConfig {
             op_timeout: Duration::from_secs(30),
             merge_threshold: DEFAULT_MERGE_THRESHOLD,
             source: None,
+            auth: Arc::new(cairn_transport::NoAuth),
         }
     }
 }
@@ -87,7 +90,9 @@ enum Attempt {
 impl Client {
     /// Connects to the monitors and fetches the map.
     pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
-        let mon = MonClient::new(cfg.mons.clone()).with_source(cfg.source);
+        let mon = MonClient::new(cfg.mons.clone())
+            .with_source(cfg.source)
+            .with_auth(cfg.auth.clone());
         let map = mon
             .get_map()
             .await
@@ -114,6 +119,11 @@ impl Client {
             batches: self.inner.merged.batches.load(Relaxed),
             ops: self.inner.merged.ops.load(Relaxed),
         }
+    }
+
+    /// The credentials this client presents.
+    pub fn auth(&self) -> &cairn_transport::Auth {
+        &self.inner.cfg.auth
     }
 
     /// The monitor client this client uses.
@@ -223,7 +233,14 @@ impl Client {
         }
         let threshold = self.inner.cfg.merge_threshold;
         let from = self.inner.cfg.source;
-        let c = OsdConn::connect(addr, from, threshold, self.inner.merged.clone()).await?;
+        let c = OsdConn::connect(
+            addr,
+            from,
+            &self.inner.cfg.auth,
+            threshold,
+            self.inner.merged.clone(),
+        )
+        .await?;
         self.inner
             .conns
             .lock()

@@ -4,12 +4,16 @@ use crate::error::ClientError;
 use cairn_proto::msg::osd::{OsdStats, OSD_STATS, OSD_STATS_REPLY};
 use cairn_proto::msg::scrub::{ScrubPg, ScrubReport, SCRUB_PG, SCRUB_REPORT};
 use cairn_proto::Limits;
-use cairn_transport::{node_kind, Dialer, Session};
+use cairn_transport::{node_kind, Auth, Dialer, Session};
 use std::time::Duration;
 
 /// The usage of the OSD at `addr`, within `timeout`.
-pub async fn osd_stats(addr: &str, timeout: Duration) -> Result<OsdStats, ClientError> {
-    let f = ask(addr, OSD_STATS, &[], OSD_STATS_REPLY, timeout).await?;
+pub async fn osd_stats(
+    addr: &str,
+    auth: &Auth,
+    timeout: Duration,
+) -> Result<OsdStats, ClientError> {
+    let f = ask(addr, auth, OSD_STATS, &[], OSD_STATS_REPLY, timeout).await?;
     cairn_proto::msg::decode::<OsdStats>("osd stats", &f).map_err(|e| fail(addr, e.to_string()))
 }
 
@@ -17,11 +21,12 @@ pub async fn osd_stats(addr: &str, timeout: Duration) -> Result<OsdStats, Client
 /// for its report.
 pub async fn scrub_pg(
     addr: &str,
+    auth: &Auth,
     req: &ScrubPg,
     timeout: Duration,
 ) -> Result<ScrubReport, ClientError> {
     let control = cairn_proto::msg::encode(req);
-    let f = ask(addr, SCRUB_PG, &control, SCRUB_REPORT, timeout).await?;
+    let f = ask(addr, auth, SCRUB_PG, &control, SCRUB_REPORT, timeout).await?;
     cairn_proto::msg::decode::<ScrubReport>("scrub report", &f)
         .map_err(|e| fail(addr, e.to_string()))
 }
@@ -29,6 +34,7 @@ pub async fn scrub_pg(
 /// Asks the OSD at `addr` (the PG's primary) what `pg` is doing (`cairn pg query`).
 pub async fn pg_status(
     addr: &str,
+    auth: &Auth,
     pg: cairn_map::PgId,
     epoch: u64,
     timeout: Duration,
@@ -41,7 +47,7 @@ pub async fn pg_status(
         since: 0,
     };
     let control = cairn_proto::msg::encode(&q);
-    let f = ask(addr, PG_STATUS, &control, PG_STATUS_REPLY, timeout).await?;
+    let f = ask(addr, auth, PG_STATUS, &control, PG_STATUS_REPLY, timeout).await?;
     cairn_proto::msg::decode("pg status", &f).map_err(|e| fail(addr, e.to_string()))
 }
 
@@ -63,13 +69,14 @@ fn transport(e: impl std::fmt::Display) -> ClientError {
 /// Sends one request on a connection of its own; returns the reply's control part.
 async fn ask(
     addr: &str,
+    auth: &Auth,
     msg_type: u16,
     control: &[u8],
     want: u16,
     timeout: Duration,
 ) -> Result<Vec<u8>, ClientError> {
     let started = tokio::time::Instant::now();
-    let dialer = Dialer::new(node_kind::CLIENT).timeout(timeout);
+    let dialer = Dialer::new(node_kind::CLIENT, auth.clone()).timeout(timeout);
     let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())
         .await
         .map_err(transport)?;

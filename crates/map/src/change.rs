@@ -99,6 +99,9 @@ pub enum MapError {
     MonitorsOnly,
     #[error("osd.{osd} is reported unreachable by its peers: its heartbeats are not accepted until it is marked down")]
     Reported { osd: u32 },
+    /// The sender may not ask for this change (its entity's caps or role).
+    #[error("{0}")]
+    Denied(String),
 }
 
 /// Largest OSD weight (4096.0).

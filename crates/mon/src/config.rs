@@ -49,6 +49,9 @@ pub struct MonConfig {
     /// Epochs of map history kept at least, even when every PG has gone active since (the
     /// history is otherwise trimmed to the oldest epoch a PG may still need for peering).
     pub history_keep: u64,
+    /// The monitor's keyring (the monitors' shared key and the entities it knows): every
+    /// connection must then authenticate. `None`: no authentication (`--auth none`).
+    pub keyring: Option<PathBuf>,
 }
 
 impl MonConfig {
@@ -65,6 +68,7 @@ impl MonConfig {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             snapshot_logs: DEFAULT_SNAPSHOT_LOGS,
             history_keep: DEFAULT_HISTORY_KEEP,
+            keyring: None,
         }
     }
 

@@ -27,6 +27,8 @@ pub(crate) struct Ctx {
     pub starts: crate::pg_starts::PgStarts,
     /// Epochs of history kept at least.
     pub history_keep: u64,
+    /// Who may connect (`crate::auth`).
+    pub verifier: Arc<dyn cairn_transport::Verifier>,
 }
 
 impl Ctx {

@@ -9,6 +9,9 @@ pub enum MonError {
     /// The configuration is inconsistent (says what and how to fix it).
     #[error("invalid monitor configuration: {0}")]
     Config(String),
+    /// The keyring cannot be used.
+    #[error(transparent)]
+    Keys(#[from] crate::auth::MonKeysError),
     /// The data directory could not be created.
     #[error("cannot create monitor data dir {dir}: {source}")]
     Dir {

@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 mod config;
 mod ctx;
 mod error;

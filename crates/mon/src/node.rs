@@ -1,5 +1,6 @@
 //! Running a monitor: storage, Raft, cluster formation, the server and background tasks.
 
+use crate::auth::MonKeys;
 use crate::config::{fsid_hex, MonConfig};
 use crate::ctx::Ctx;
 use crate::error::MonError;
@@ -9,6 +10,7 @@ use crate::raft_net::{self, Network};
 use crate::state_machine::StateMachine;
 use crate::types::{BasicNode, Raft};
 use crate::{server, store};
+use cairn_transport::{AllowNone, Auth, Fixed, NoAuth, Verifier};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{ServerState, SnapshotPolicy};
 use std::collections::BTreeMap;
@@ -31,6 +33,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), MonError> {
     cfg.validate()?;
+    let keys = match &cfg.keyring {
+        Some(path) => Some(Arc::new(MonKeys::load(path, cfg.id)?)),
+        None => None,
+    };
+    let (verifier, peer_auth): (Arc<dyn Verifier>, Auth) = match &keys {
+        Some(k) => (k.clone(), Arc::new(Fixed(k.peer_credentials()))),
+        None => (Arc::new(AllowNone), Arc::new(NoAuth)),
+    };
     let db = store::open(&cfg.dir, cfg.id, cfg.fsid)?;
     let store_err = |e: store::StoreError| MonError::Store {
         path: cfg.dir.join(store::DB_FILE),
@@ -41,7 +51,7 @@ pub async fn run(
     let raft = Raft::new(
         cfg.id,
         Arc::new(raft_config(&cfg)?),
-        Network::new(cfg.fsid, cfg.id),
+        Network::new(cfg.fsid, cfg.id, peer_auth),
         LogStore::new(db.clone()),
         sm,
     )
@@ -71,6 +81,7 @@ pub async fn run(
         command_timeout: cfg.command_timeout,
         starts: Default::default(),
         history_keep: cfg.history_keep,
+        verifier,
     });
     let mut background = JoinSet::new();
     background.spawn(log_leadership(ctx.clone()));

@@ -92,11 +92,14 @@ pub(crate) struct Network {
     fsid: [u8; 16],
     me: NodeId,
     sessions: Arc<Mutex<HashMap<NodeId, Arc<Session>>>>,
+    /// How this monitor proves itself to its peers.
+    auth: cairn_transport::Auth,
 }
 
 impl Network {
-    pub(crate) fn new(fsid: [u8; 16], me: NodeId) -> Self {
+    pub(crate) fn new(fsid: [u8; 16], me: NodeId, auth: cairn_transport::Auth) -> Self {
         Network {
+            auth,
             fsid,
             me,
             sessions: Arc::default(),
@@ -119,7 +122,7 @@ impl Network {
         addr: &str,
         timeout: Duration,
     ) -> Result<Arc<Session>, DialError> {
-        let dialer = Dialer::new(node_kind::MON).timeout(timeout);
+        let dialer = Dialer::new(node_kind::MON, self.auth.clone()).timeout(timeout);
         let s = Arc::new(Session::open(&dialer, addr, node_kind::MON, PEER_LIMITS).await?);
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions.insert(target, s.clone());

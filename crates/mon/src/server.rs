@@ -10,6 +10,7 @@
 //! is closed: after a framing error the stream position cannot be trusted, and a peer sending
 //! garbage is not worth guessing about.
 
+use crate::auth::{check, Need};
 use crate::ctx::Ctx;
 use crate::raft_net;
 use cairn_map::MapChange;
@@ -21,7 +22,9 @@ use cairn_proto::msg::mon::{
 };
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::Frame;
-use cairn_transport::{encode_parts, handshake, node_kind, read_frame, HandshakeError, ReadError};
+use cairn_transport::{
+    accept, encode_parts, node_kind, read_frame, HandshakeError, Peer, ReadError,
+};
 use serde::Serialize;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -89,9 +92,10 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
 
 async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     // No ERROR frame is possible on failure: the peer does not speak the framing (yet).
-    match handshake(&mut stream, node_kind::MON).await {
-        Ok((hello, version)) => {
-            tracing::trace!(%peer, kind = hello.node_kind, version, "handshake done");
+    let who = match accept(&mut stream, node_kind::MON, ctx.verifier.as_ref()).await {
+        Ok(a) => {
+            tracing::trace!(%peer, kind = a.hello.node_kind, a.version, who = %a.peer.name(), "handshake done");
+            a.peer
         }
         // Connected and closed (or reset) without a word: a probe, or a peer that gave up.
         Err(HandshakeError::Io(e)) => {
@@ -102,7 +106,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
             tracing::warn!(%peer, "closing a connection whose handshake failed: {e}");
             return;
         }
-    }
+    };
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(OUTBOX);
     let writer = tokio::spawn(write_loop(wr, rx));
@@ -125,7 +129,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
             }
         };
         let rid = f.request_id;
-        if let Err(why) = dispatch(f, &ctx, &tx, &mut tasks).await {
+        if let Err(why) = dispatch(f, &ctx, &who, &tx, &mut tasks).await {
             tracing::warn!(%peer, code = %why.code, "closing a connection that sent a bad request: {}", why.message);
             let _ = tx.send(error_frame(rid, &why)).await;
             break;
@@ -146,10 +150,22 @@ fn error_frame(rid: u64, e: &ErrorReply) -> Vec<u8> {
 async fn dispatch(
     f: Frame,
     ctx: &Arc<Ctx>,
+    who: &Peer,
     tx: &mpsc::Sender<Vec<u8>>,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), ErrorReply> {
     let rid = f.request_id;
+    let allowed = |need: Need<'_>| {
+        check(who, need, || ctx.view.with_map(|m| m.clone())).map_err(|why| {
+            tracing::warn!(peer = %who.name(), "refused: {why}");
+            ErrorReply::new(ErrorCode::Denied, why)
+        })
+    };
+    match f.msg_type {
+        GET_MAP | SUBSCRIBE | MON_STATUS | PAST_INTERVALS => allowed(Need::Read)?,
+        t if raft_net::is_peer_msg(t) => allowed(Need::Monitor)?,
+        _ => {}
+    }
     let reply = match f.msg_type {
         GET_MAP => {
             let req: GetMap = decode("get map", &f.control).map_err(malformed)?;
@@ -176,6 +192,10 @@ async fn dispatch(
                 ));
             }
             let change: MapChange = decode("command", &f.control).map_err(malformed)?;
+            if let Err(e) = allowed(Need::Change(&change)) {
+                let reply = CommandReply::Refused(cairn_map::MapError::Denied(e.message));
+                return send(tx, frame(COMMAND_REPLY, rid, &reply)).await;
+            }
             if matches!(change, MapChange::TrimHistory { .. }) {
                 let reply = CommandReply::Refused(cairn_map::MapError::MonitorsOnly);
                 return send(tx, frame(COMMAND_REPLY, rid, &reply)).await;
@@ -189,6 +209,7 @@ async fn dispatch(
         }
         HEARTBEAT => {
             let hb: Heartbeat = decode("heartbeat", &f.control).map_err(malformed)?;
+            allowed(Need::OsdItself(hb.osd))?;
             if hb.pgs.len() > MAX_HEARTBEAT_PGS {
                 return Err(ErrorReply::new(
                     ErrorCode::Invalid,
@@ -202,6 +223,7 @@ async fn dispatch(
         }
         FAILURE_REPORT => {
             let r: FailureReport = decode("failure report", &f.control).map_err(malformed)?;
+            allowed(Need::OsdItself(r.reporter))?;
             frame(COMMAND_REPLY, rid, &ctx.failure_report(r))
         }
         MON_STATUS => frame(MON_STATUS_REPLY, rid, &ctx.status()),

@@ -4,7 +4,7 @@
 //! monitor.
 
 use cairn_proto::{Frame, Limits};
-use cairn_transport::{node_kind, read_frame, write_frame, Dialer, Session};
+use cairn_transport::{node_kind, read_frame, write_frame, Auth, Dialer, Session};
 use std::time::Duration;
 use tokio::io::BufReader;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -18,16 +18,23 @@ pub(crate) fn limits() -> Limits {
     }
 }
 
-/// The local address connections are made from (`None`: the system's choice).
-pub(crate) type Source = Option<std::net::IpAddr>;
+/// How connections are made: from which local address (`None`: the system's choice), with
+/// which credentials.
+#[derive(Clone)]
+pub(crate) struct Source {
+    pub from: Option<std::net::IpAddr>,
+    pub auth: Auth,
+}
 
-fn dialer(timeout: Duration, from: Source) -> Dialer {
-    Dialer::new(node_kind::CLIENT).from(from).timeout(timeout)
+fn dialer(timeout: Duration, from: &Source) -> Dialer {
+    Dialer::new(node_kind::CLIENT, from.auth.clone())
+        .from(from.from)
+        .timeout(timeout)
 }
 
 /// Opens a request session to the monitor at `addr` (connect and handshake within
 /// `timeout`).
-pub(crate) async fn open(addr: &str, timeout: Duration, from: Source) -> Result<Session, String> {
+pub(crate) async fn open(addr: &str, timeout: Duration, from: &Source) -> Result<Session, String> {
     Session::open(&dialer(timeout, from), addr, node_kind::MON, limits())
         .await
         .map_err(|e| e.to_string())
@@ -43,7 +50,7 @@ impl Stream {
     /// Connects, handshakes (bounded by `timeout`) and sends one request.
     pub(crate) async fn open(
         addr: &str,
-        (timeout, from): (Duration, Source),
+        (timeout, from): (Duration, &Source),
         msg_type: u16,
         rid: u64,
         control: &[u8],

@@ -43,7 +43,7 @@ pub(crate) async fn follow(
         let mut progressed = false;
         let r = tokio::select! {
             _ = tx.closed() => return,
-            r = session(addr, from, &tx, &mut need_full, &mut progressed) => r,
+            r = session(addr, &from, &tx, &mut need_full, &mut progressed) => r,
         };
         if let Err(e) = r {
             tracing::debug!("map subscription to {addr} ended: {e}");
@@ -62,7 +62,7 @@ pub(crate) async fn follow(
 /// One subscription: runs until the connection fails or an update does not apply.
 async fn session(
     addr: &str,
-    from: crate::conn::Source,
+    from: &crate::conn::Source,
     tx: &watch::Sender<Arc<ClusterMap>>,
     need_full: &mut bool,
     progressed: &mut bool,

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 mod conn;
 mod error;
 mod follow;
@@ -120,7 +121,11 @@ fn command_step(f: Frame) -> Step<ChangeOutcome> {
 impl MonClient {
     /// A client of the monitors at `addrs` (`ip:port`). No I/O happens until the first call.
     pub fn new(addrs: Vec<String>) -> MonClient {
-        MonClient::build(addrs, DEFAULT_TIMEOUT, None)
+        let from = conn::Source {
+            from: None,
+            auth: Arc::new(cairn_transport::NoAuth),
+        };
+        MonClient::build(addrs, DEFAULT_TIMEOUT, from)
     }
 
     fn build(addrs: Vec<String>, timeout: Duration, from: conn::Source) -> MonClient {
@@ -139,12 +144,25 @@ impl MonClient {
     /// The same client with another deadline per call (the connection is not shared with
     /// `self`).
     pub fn with_timeout(self, d: Duration) -> MonClient {
-        MonClient::build(self.inner.addrs.clone(), d, self.inner.from)
+        MonClient::build(self.inner.addrs.clone(), d, self.inner.from.clone())
     }
 
     /// The same client connecting from local address `from` (a daemon listening on one
     /// address of its host sends from it too).
     pub fn with_source(self, from: Option<std::net::IpAddr>) -> MonClient {
+        let from = conn::Source {
+            from,
+            ..self.inner.from.clone()
+        };
+        MonClient::build(self.inner.addrs.clone(), self.inner.timeout, from)
+    }
+
+    /// The same client authenticating with `auth` (its own key, for monitors).
+    pub fn with_auth(self, auth: cairn_transport::Auth) -> MonClient {
+        let from = conn::Source {
+            auth,
+            ..self.inner.from.clone()
+        };
         MonClient::build(self.inner.addrs.clone(), self.inner.timeout, from)
     }
 
@@ -287,7 +305,7 @@ impl MonClient {
         let (tx, rx) = watch::channel(Arc::new(initial.unwrap_or_else(follow::placeholder)));
         tokio::spawn(follow::follow(
             self.inner.addrs.clone(),
-            self.inner.from,
+            self.inner.from.clone(),
             tx,
         ));
         rx
@@ -343,7 +361,7 @@ impl MonClient {
             if left.is_zero() {
                 break;
             }
-            match conn::open(addr, left.min(CONNECT_TIMEOUT), self.inner.from).await {
+            match conn::open(addr, left.min(CONNECT_TIMEOUT), &self.inner.from).await {
                 Ok(c) => {
                     let c = Arc::new(c);
                     *cur = Some(c.clone());

@@ -3,14 +3,16 @@
 use super::*;
 use cairn_map::MapError;
 use cairn_proto::Limits;
-use cairn_transport::{handshake, node_kind, read_frame, write_frame};
+use cairn_transport::{accept, node_kind, read_frame, write_frame, AllowNone};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// The fake monitor's side of the handshake, checking that the client speaks it.
 async fn hello(s: &mut TcpStream) {
-    let (theirs, _) = handshake(s, node_kind::MON).await.expect("handshake");
-    assert_eq!(theirs.node_kind, node_kind::CLIENT);
+    let a = accept(s, node_kind::MON, &AllowNone)
+        .await
+        .expect("handshake");
+    assert_eq!(a.hello.node_kind, node_kind::CLIENT);
 }
 
 /// A fake monitor answering every command with `reply`; returns its address.
@@ -147,7 +149,7 @@ async fn a_peer_that_fails_the_handshake_is_unreachable_with_the_reason() {
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             tokio::spawn(async move {
-                let _ = handshake(&mut s, node_kind::OSD).await;
+                let _ = accept(&mut s, node_kind::OSD, &AllowNone).await;
                 let _ = read_frame(&mut s, &Limits::default()).await;
             });
         }

@@ -24,8 +24,9 @@ pub struct Osd {
     pub(crate) shards: OnceLock<Vec<ShardHandle>>,
     /// Client ops are served only while it is valid.
     pub lease: crate::lease::Lease,
-    /// Local address outgoing connections are made from (its listening address).
-    pub source: Option<std::net::IpAddr>,
+    /// How this OSD connects to its peers: as an OSD, from its listening address, with its
+    /// credentials.
+    pub dialer: cairn_transport::Dialer,
     /// Recovery progress and pacing.
     pub recovery: crate::recovery::Recovery,
     /// What this OSD's scrubs found.

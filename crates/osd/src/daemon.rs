@@ -112,7 +112,11 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         })?
         .to_string();
     let source = cairn_transport::net::source_for(cfg.listen);
-    let mon = cairn_monclient::MonClient::new(cfg.mons.clone()).with_source(source);
+    let mon = cairn_monclient::MonClient::new(cfg.mons.clone())
+        .with_source(source)
+        .with_auth(cfg.auth.clone());
+    let dialer = cairn_transport::Dialer::new(cairn_transport::node_kind::OSD, cfg.auth.clone())
+        .from(source);
     let store_id = store.store_id();
     let boot = crate::mapwatch::boot(&boot_rt, &mon, store_id, &addr, &cfg)?;
     drop(boot_rt);
@@ -124,9 +128,9 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         hierarchy: Mutex::new((0, Arc::new(Hierarchy { hosts: Vec::new() }))),
         id: AtomicU32::new(boot.id),
         up_from: AtomicU64::new(boot.up_from),
-        peers: Peers::new(source),
+        peers: Peers::new(dialer.clone()),
         lease: crate::lease::Lease::new(cfg.lease),
-        source,
+        dialer,
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
         recovery: crate::recovery::Recovery::new(
@@ -135,7 +139,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             cfg.recovery_max_active,
         ),
         scrub: crate::scrub::ScrubStats::default(),
-        mon: cairn_monclient::MonClient::new(cfg.mons.clone()).with_source(source),
+        mon: mon.clone(),
         memory_target: cfg.memory_target,
         syncer: sync_tx,
     });

@@ -103,7 +103,7 @@ fn up_peers(osd: &Osd) -> Vec<(u32, u64)> {
 async fn ping(osd: &Osd, link: &mut Option<Rpc>, id: u32, timeout: Duration) -> bool {
     let attempt = async {
         if link.is_none() {
-            *link = Some(Rpc::connect_osd(&osd.map(), id, osd.source).await?);
+            *link = Some(Rpc::connect_osd(&osd.map(), id, &osd.dialer).await?);
         }
         match link.as_mut() {
             Some(rpc) => rpc.call(OSD_PING, OSD_PONG, &[], &[]).await.map(|_| ()),

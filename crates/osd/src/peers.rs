@@ -33,11 +33,10 @@ pub type LinkHook = Box<dyn Fn(usize, u32) + Send + Sync>;
 
 /// Outgoing peer connections by (shard, OSD id): each shard has its own, so answers arrive
 /// on the thread that sent the write.
-#[derive(Default)]
 pub struct Peers {
     conns: ConnTable,
-    /// Local address to connect from (the OSD's listening address).
-    from: Option<std::net::IpAddr>,
+    /// How to connect: as an OSD, from the OSD's listening address, with its credentials.
+    dialer: Dialer,
     link_hook: Arc<OnceLock<LinkHook>>,
 }
 
@@ -53,10 +52,11 @@ pub enum Link {
 
 impl Peers {
     /// No connections yet.
-    pub fn new(from: Option<std::net::IpAddr>) -> Peers {
+    pub fn new(dialer: Dialer) -> Peers {
         Peers {
-            from,
-            ..Peers::default()
+            conns: ConnTable::default(),
+            dialer: dialer.timeout(CONNECT_TIMEOUT),
+            link_hook: Arc::default(),
         }
     }
 
@@ -101,9 +101,7 @@ impl Peers {
     /// Opens a connection to `peer` in a task of the current runtime.
     fn connect(&self, inflight: &Arc<Inflight>, shard: usize, peer: u32, addr: &str) {
         let sender = FrameSender::unconnected();
-        let dialer = Dialer::new(node_kind::OSD)
-            .from(self.from)
-            .timeout(CONNECT_TIMEOUT);
+        let dialer = self.dialer.clone();
         {
             let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
             let conn = PeerConn {
@@ -281,7 +279,10 @@ mod tests {
 
     /// Peers whose link hook records the (shard, peer) pairs it was called with.
     fn peers_with_hook() -> (Peers, Calls) {
-        let peers = Peers::new(None);
+        let peers = Peers::new(Dialer::new(
+            node_kind::OSD,
+            Arc::new(cairn_transport::NoAuth),
+        ));
         let called = Arc::new(Mutex::new(Vec::new()));
         let c = called.clone();
         peers.set_link_hook(Box::new(move |shard, peer| {
@@ -342,7 +343,7 @@ mod tests {
             let (peers, called) = peers_with_hook();
             assert!(matches!(peers.link(&inflight, 0, &map, 6), Link::Opening));
             let (mut s, _) = l.accept().await.expect("accept");
-            cairn_transport::handshake(&mut s, node_kind::OSD)
+            cairn_transport::accept(&mut s, node_kind::OSD, &cairn_transport::AllowNone)
                 .await
                 .expect("handshake");
             hook_called(&called, (0, 6)).await;

@@ -17,7 +17,7 @@ use cairn_proto::msg::{ErrorCode, ErrorReply};
 use cairn_proto::Limits;
 use cairn_store::SharedBytes;
 use cairn_transport::{
-    begin_batch, end_batch, frame_buffered, handshake, node_kind, read_frame, FrameSender,
+    accept, begin_batch, end_batch, frame_buffered, node_kind, read_frame, AllowNone, FrameSender,
     ReadError,
 };
 use std::sync::atomic::Ordering;
@@ -45,7 +45,7 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
                 };
                 let osd = osd.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = handshake(&mut stream, node_kind::OSD).await {
+                    if let Err(e) = accept(&mut stream, node_kind::OSD, &AllowNone).await {
                         tracing::warn!(%peer, error = %e, "handshake failed; closing connection");
                         return;
                     }

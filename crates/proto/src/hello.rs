@@ -1,5 +1,5 @@
 //! The handshake: the first bytes each side sends on a new connection. It carries the frame
-//! layout versions the sender speaks and room for authentication (none yet).
+//! layout versions the sender speaks and the authentication records (`crate::auth`).
 //!
 //! ```text
 //! offset size field
@@ -7,7 +7,7 @@
 //!  4     1    min_version  oldest frame layout version the sender reads
 //!  5     1    max_version  newest frame layout version the sender reads
 //!  6     1    node_kind    1 client, 2 OSD, 3 monitor
-//!  7     1    auth_method  0 none (other values reserved)
+//!  7     1    auth_method  0 none, 1 key, 2 ticket, 255 refused (`crate::auth`)
 //!  8     2    auth_len     bytes of auth data that follow the head (<= AUTH_MAX)
 //! 10     2    reserved     0
 //! 12     4    crc          crc32c of bytes 0..12 and the auth data
@@ -118,11 +118,9 @@ impl Hello {
     }
 }
 
-/// The frame layout version two peers use: the newest both read.
+/// The frame layout version two peers use: the newest both read. (Authentication is the
+/// connection layer's: `cairn_transport::handshake`.)
 pub fn negotiate(ours: &Hello, theirs: &Hello) -> Result<u8, HelloError> {
-    if theirs.auth_method != AUTH_NONE {
-        return Err(HelloError::UnsupportedAuth(theirs.auth_method));
-    }
     let v = ours.max_version.min(theirs.max_version);
     if v < ours.min_version || v < theirs.min_version {
         return Err(HelloError::NoCommonVersion {

@@ -22,6 +22,7 @@
 //! All integers are little-endian. Lengths are checked against [`Limits`] before anything is
 //! allocated. Format details and the handshake: `docs/format/wire.md`.
 
+pub mod auth;
 mod frame;
 mod hello;
 pub mod msg;

@@ -1,16 +1,19 @@
-//! Opening a connection: connect (from a chosen local address), handshake, check that the
-//! peer is the kind of node the caller wanted, all within one deadline.
+//! Opening a connection: connect (from a chosen local address), handshake and authenticate,
+//! check that the peer is the kind of node the caller wanted, all within one deadline.
 
-use crate::handshake::{handshake, node_kind, HandshakeError};
+use crate::handshake::{initiate, kind_of, node_kind, Auth, Credentials, HandshakeError};
 use std::net::IpAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-/// How connections are opened: as which kind of node, from which address, how patiently.
-#[derive(Debug, Clone, Copy)]
+/// How connections are opened: as which kind of node, with which credentials, from which
+/// address, how patiently.
+#[derive(Clone)]
 pub struct Dialer {
     /// The kind this side says it is in the handshake.
     pub kind: u8,
+    /// Where the credentials for each peer come from.
+    pub auth: Auth,
     /// Local address to connect from (`None`: the system's choice).
     pub from: Option<IpAddr>,
     /// Connect and handshake together must finish within this.
@@ -34,13 +37,40 @@ pub enum DialError {
     WrongPeer { addr: String, want: u8, got: u8 },
     #[error("{addr}: connecting timed out after {after:?}")]
     Timeout { addr: String, after: Duration },
+    #[error("{addr}: no credentials for a {}: {why}", node_kind::name(*kind))]
+    NoCredentials { addr: String, kind: u8, why: String },
+}
+
+impl DialError {
+    /// The peer refused our credentials (retrying with the same ones will not help).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            DialError::Handshake {
+                source: HandshakeError::Refused(_) | HandshakeError::PeerProof(_),
+                ..
+            } | DialError::NoCredentials { .. }
+        )
+    }
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dialer")
+            .field("kind", &self.kind)
+            .field("from", &self.from)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Dialer {
-    /// Dials as a node of `kind`, from the system's choice of address, within 5 s.
-    pub fn new(kind: u8) -> Dialer {
+    /// Dials as a node of `kind` with credentials from `auth`, from the system's choice of
+    /// address, within 5 s.
+    pub fn new(kind: u8, auth: Auth) -> Dialer {
         Dialer {
             kind,
+            auth,
             from: None,
             timeout: Duration::from_secs(5),
         }
@@ -58,6 +88,19 @@ impl Dialer {
 
     /// Connects to `addr` and shakes hands; the peer must say it is a node of kind `expect`.
     pub async fn dial(&self, addr: &str, expect: u8) -> Result<TcpStream, DialError> {
+        let creds = self
+            .auth
+            .credentials(expect)
+            .map_err(|why| DialError::NoCredentials {
+                addr: addr.to_string(),
+                kind: expect,
+                why,
+            })?;
+        // An authenticated peer is the kind its entity is (an OSD's monitor client is an OSD).
+        let kind = match &creds {
+            Credentials::Key { entity, .. } | Credentials::Ticket { entity, .. } => kind_of(entity),
+            Credentials::None => self.kind,
+        };
         let open = async {
             let mut s = crate::net::connect(addr, self.from)
                 .await
@@ -67,13 +110,14 @@ impl Dialer {
                 })?;
             // Requests and replies are small and latency-bound: no Nagle delay.
             let _ = s.set_nodelay(true);
-            let (hello, _version) =
-                handshake(&mut s, self.kind)
+            let done =
+                initiate(&mut s, kind, &creds)
                     .await
                     .map_err(|source| DialError::Handshake {
                         addr: addr.to_string(),
                         source,
                     })?;
+            let hello = done.hello;
             if hello.node_kind != expect {
                 return Err(DialError::WrongPeer {
                     addr: addr.to_string(),

@@ -1,13 +1,30 @@
-//! The handshake every connection starts with: both sides send their [`Hello`] first (so
-//! neither waits for the other), then read the peer's and agree on a frame layout version.
-//! The `auth_method`/`auth` slot of the hello is where authentication goes; until it is
-//! filled, every hello says "none".
+//! The handshake every connection starts with, and its authentication.
+//!
+//! The initiator (the side that dialed) sends its [`Hello`] first; with credentials it
+//! carries an `AuthInit` (entity, fresh nonce, ticket for an OSD). The acceptor answers with its
+//! hello: an `AuthChallenge` (its own fresh nonce and its proof that it holds the key) or an
+//! `AuthRefusal`. The initiator checks that proof and sends its own as a 36-byte record. Both
+//! then hold a session key derived from the key and both nonces. Each proof covers what was
+//! said on this connection, so nothing recorded from another connection is accepted. The
+//! protocol and its threat model: `docs/format/wire.md`, "Authentication".
 
-use cairn_proto::{negotiate, Hello, AUTH_MAX, HELLO_LEN};
+use cairn_auth::proof::{
+    acceptor_proof, check_acceptor_proof, check_initiator_proof, initiator_proof, session_key,
+};
+use cairn_auth::{Caps, Entity, EntityKind, Secret};
+use cairn_proto::auth::{
+    decode_proof, encode_proof, AuthChallenge, AuthInit, AuthRefusal, AUTH_KEY, AUTH_REFUSED,
+    AUTH_TICKET, NONCE_LEN, PROOF_RECORD_LEN,
+};
+use cairn_proto::msg::{decode, encode};
+use cairn_proto::{negotiate, Hello, AUTH_MAX, AUTH_NONE, HELLO_LEN};
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// How long a handshake may take: a peer that connects and stays silent is dropped.
+/// How long a handshake may take: a peer that connects and stays silent (or trickles its
+/// bytes) is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a connection's handshake failed. Messages carry no "handshake" prefix: callers say
@@ -20,6 +37,18 @@ pub enum HandshakeError {
     Hello(#[from] cairn_proto::HelloError),
     #[error("timed out")]
     Timeout,
+    /// The peer refused us, saying why.
+    #[error("refused by the peer: {0}")]
+    Refused(String),
+    /// We refused the peer (the acceptor logs this).
+    #[error("refused: {0}")]
+    Denied(String),
+    /// The acceptor could not prove it holds our key.
+    #[error("the peer could not prove it holds the key of {0}: it is not the cluster we know, or the key was rotated (fetch the new key)")]
+    PeerProof(Entity),
+    /// The peer's auth records do not decode.
+    #[error("malformed authentication: {0}")]
+    Malformed(String),
 }
 
 /// Node kinds in the handshake.
@@ -39,30 +68,360 @@ pub mod node_kind {
     }
 }
 
-/// Exchanges handshakes on a new connection as a node of `kind`, within
-/// [`HANDSHAKE_TIMEOUT`]; returns the peer's hello and the negotiated frame layout version.
-pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
-    s: &mut S,
-    kind: u8,
-) -> Result<(Hello, u8), HandshakeError> {
-    let fut = async {
-        let ours = Hello::ours(kind);
-        s.write_all(&ours.encode()?).await?;
-        let mut head = [0u8; HELLO_LEN];
-        s.read_exact(&mut head).await?;
-        // The auth length is checked by decode before the bytes are kept: read at most one
-        // byte past the limit so decode sees the violation.
-        let auth_len = (u16::from_le_bytes([head[8], head[9]]) as usize).min(AUTH_MAX + 1);
-        let mut all = head.to_vec();
-        if auth_len <= AUTH_MAX {
-            all.resize(HELLO_LEN + auth_len, 0);
-            s.read_exact(&mut all[HELLO_LEN..]).await?;
+/// The node kind an entity must say it is.
+pub fn kind_of(entity: &Entity) -> u8 {
+    match entity.kind() {
+        EntityKind::Mon => node_kind::MON,
+        EntityKind::Osd => node_kind::OSD,
+        EntityKind::Client | EntityKind::Nbd => node_kind::CLIENT,
+    }
+}
+
+/// What an initiator proves itself with on one connection.
+#[derive(Clone)]
+pub enum Credentials {
+    /// Nothing: accepted only by a cluster that runs without authentication.
+    None,
+    /// The entity's own key (monitors hold every entity's key).
+    Key { entity: Entity, secret: Secret },
+    /// A ticket from the monitors and its session secret (for OSDs).
+    Ticket {
+        entity: Entity,
+        ticket: Vec<u8>,
+        session: Secret,
+    },
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credentials::None => f.write_str("None"),
+            Credentials::Key { entity, .. } => write!(f, "Key({entity})"),
+            Credentials::Ticket { entity, .. } => write!(f, "Ticket({entity})"),
         }
-        let (theirs, _) = Hello::decode(&all)?;
-        let v = negotiate(&ours, &theirs)?;
-        Ok::<_, HandshakeError>((theirs, v))
-    };
+    }
+}
+
+/// Gives a dialer the credentials for a peer of a kind (a key for monitors, a current ticket
+/// for OSDs).
+pub trait Authenticator: Send + Sync + fmt::Debug {
+    fn credentials(&self, peer_kind: u8) -> Result<Credentials, String>;
+}
+
+/// An authenticator that presents nothing (clusters run with `auth = none`, and tests of
+/// refusals).
+#[derive(Debug, Clone, Copy)]
+pub struct NoAuth;
+
+impl Authenticator for NoAuth {
+    fn credentials(&self, _: u8) -> Result<Credentials, String> {
+        Ok(Credentials::None)
+    }
+}
+
+/// An authenticator with one set of credentials for every peer.
+#[derive(Debug)]
+pub struct Fixed(pub Credentials);
+
+impl Authenticator for Fixed {
+    fn credentials(&self, _: u8) -> Result<Credentials, String> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Shared handle on an authenticator.
+pub type Auth = Arc<dyn Authenticator>;
+
+/// What the acceptor knows about the key a peer must prove.
+pub struct Known {
+    pub entity: Entity,
+    pub caps: Caps,
+    pub key: Secret,
+}
+
+/// The acceptor's side: which key an initiator must prove, or why it is refused.
+pub trait Verifier: Send + Sync {
+    /// Whether a peer may connect without authenticating (a cluster with `auth = none`).
+    fn allow_none(&self) -> bool;
+    /// The key the initiator must prove for its `AuthInit` under `method`.
+    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String>;
+}
+
+/// A verifier that lets every peer in unauthenticated and knows no keys.
+#[derive(Debug, Clone, Copy)]
+pub struct AllowNone;
+
+impl Verifier for AllowNone {
+    fn allow_none(&self) -> bool {
+        true
+    }
+    fn key_for(&self, _: u8, _: &AuthInit, _: &Entity) -> Result<Known, String> {
+        Err("this node runs without authentication".into())
+    }
+}
+
+/// Who the peer proved to be.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// The node kind it said it is (checked against its entity when it authenticated).
+    pub kind: u8,
+    /// Its entity; `None` when it did not authenticate (allowed only with `auth = none`).
+    pub entity: Option<Entity>,
+    /// Its caps (empty for daemons and unauthenticated peers).
+    pub caps: Caps,
+    /// The connection's session key.
+    pub session: Option<Secret>,
+}
+
+impl Peer {
+    /// The peer as it appears in logs and refusals.
+    pub fn name(&self) -> String {
+        match &self.entity {
+            Some(e) => e.to_string(),
+            None => format!("an unauthenticated {}", node_kind::name(self.kind)),
+        }
+    }
+}
+
+/// What the initiator learned.
+#[derive(Debug)]
+pub struct Initiated {
+    pub hello: Hello,
+    pub version: u8,
+    pub session: Option<Secret>,
+}
+
+/// What the acceptor learned.
+#[derive(Debug)]
+pub struct Accepted {
+    pub hello: Hello,
+    pub version: u8,
+    pub peer: Peer,
+}
+
+async fn read_hello<S: AsyncRead + Unpin>(s: &mut S) -> Result<(Hello, Vec<u8>), HandshakeError> {
+    let mut head = [0u8; HELLO_LEN];
+    s.read_exact(&mut head).await?;
+    // The auth length is checked by decode before the bytes are kept: read at most one
+    // byte past the limit so decode sees the violation.
+    let auth_len = (u16::from_le_bytes([head[8], head[9]]) as usize).min(AUTH_MAX + 1);
+    let mut all = head.to_vec();
+    if auth_len <= AUTH_MAX {
+        all.resize(HELLO_LEN + auth_len, 0);
+        s.read_exact(&mut all[HELLO_LEN..]).await?;
+    }
+    let (h, _) = Hello::decode(&all)?;
+    Ok((h, all))
+}
+
+fn with_auth(kind: u8, method: u8, auth: Vec<u8>) -> Hello {
+    Hello {
+        auth_method: method,
+        auth,
+        ..Hello::ours(kind)
+    }
+}
+
+/// The acceptor hello's bytes its proof covers: its fixed fields and its nonce.
+fn reply_head(h: &Hello, nonce: &[u8]) -> Vec<u8> {
+    [
+        &[h.min_version, h.max_version, h.node_kind, h.auth_method][..],
+        nonce,
+    ]
+    .concat()
+}
+
+/// Runs `fut` within [`HANDSHAKE_TIMEOUT`].
+async fn timed<T>(
+    fut: impl std::future::Future<Output = Result<T, HandshakeError>>,
+) -> Result<T, HandshakeError> {
     tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
         .await
         .map_err(|_| HandshakeError::Timeout)?
+}
+
+/// The initiator's handshake as a node of `kind` presenting `creds`.
+pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    kind: u8,
+    creds: &Credentials,
+) -> Result<Initiated, HandshakeError> {
+    timed(async {
+        let nonce: [u8; NONCE_LEN] = cairn_auth::random();
+        let (ours, key) = match creds {
+            Credentials::None => (Hello::ours(kind), None),
+            Credentials::Key { entity, secret } => {
+                let init = AuthInit {
+                    entity: entity.to_string(),
+                    nonce,
+                    ticket: Vec::new(),
+                };
+                (
+                    with_auth(kind, AUTH_KEY, encode(&init)),
+                    Some((entity, secret)),
+                )
+            }
+            Credentials::Ticket {
+                entity,
+                ticket,
+                session,
+            } => {
+                let init = AuthInit {
+                    entity: entity.to_string(),
+                    nonce,
+                    ticket: ticket.clone(),
+                };
+                (
+                    with_auth(kind, AUTH_TICKET, encode(&init)),
+                    Some((entity, session)),
+                )
+            }
+        };
+        let init_bytes = ours.encode()?;
+        s.write_all(&init_bytes).await?;
+        let (theirs, reply_bytes) = read_hello(s).await?;
+        if theirs.auth_method == AUTH_REFUSED {
+            let r: AuthRefusal = decode("auth refusal", &theirs.auth)
+                .map_err(|e| HandshakeError::Malformed(e.to_string()))?;
+            return Err(HandshakeError::Refused(r.message));
+        }
+        let version = negotiate(&ours, &theirs)?;
+        let Some((entity, key)) = key else {
+            if theirs.auth_method != AUTH_NONE {
+                return Err(HandshakeError::Malformed(
+                    "the peer answered an unauthenticated hello with a challenge".into(),
+                ));
+            }
+            return Ok(Initiated {
+                hello: theirs,
+                version,
+                session: None,
+            });
+        };
+        if theirs.auth_method != ours.auth_method {
+            // An acceptor that does not authenticate could be anyone: never talk to it
+            // with credentials in hand.
+            return Err(HandshakeError::PeerProof(entity.clone()));
+        }
+        let c: AuthChallenge = decode("auth challenge", &theirs.auth)
+            .map_err(|e| HandshakeError::Malformed(e.to_string()))?;
+        let head = reply_head(&theirs, &c.nonce);
+        if !check_acceptor_proof(key, &init_bytes, &head, &c.proof) {
+            return Err(HandshakeError::PeerProof(entity.clone()));
+        }
+        let proof = initiator_proof(key, &init_bytes, &reply_bytes);
+        s.write_all(&encode_proof(&proof)).await?;
+        Ok(Initiated {
+            hello: theirs,
+            version,
+            session: Some(session_key(key, &nonce, &c.nonce)),
+        })
+    })
+    .await
+}
+
+/// Sends a refusal hello and returns the error the acceptor logs.
+async fn refuse<S: AsyncWrite + Unpin>(s: &mut S, kind: u8, why: String) -> HandshakeError {
+    let r = with_auth(kind, AUTH_REFUSED, encode(&AuthRefusal::new(why.clone())));
+    if let Ok(b) = r.encode() {
+        let _ = s.write_all(&b).await;
+    }
+    HandshakeError::Denied(why)
+}
+
+/// The acceptor's handshake as a node of `kind`: the initiator must prove a key `verifier`
+/// knows (or `verifier` must allow unauthenticated peers). Refusals are sent to the peer
+/// with their reason and returned.
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    kind: u8,
+    verifier: &dyn Verifier,
+) -> Result<Accepted, HandshakeError> {
+    timed(async {
+        let (theirs, init_bytes) = read_hello(s).await?;
+        let ours = Hello::ours(kind);
+        let version = match negotiate(&ours, &theirs) {
+            Ok(v) => v,
+            Err(e) => return Err(refuse(s, kind, e.to_string()).await),
+        };
+        if theirs.auth_method == AUTH_NONE {
+            if !verifier.allow_none() {
+                let why = "this cluster requires authentication: give the client its keyring \
+                           (`keyring` in cairn.toml; --keyring for a daemon)";
+                return Err(refuse(s, kind, why.into()).await);
+            }
+            s.write_all(&ours.encode()?).await?;
+            let peer = Peer {
+                kind: theirs.node_kind,
+                entity: None,
+                caps: Caps::default(),
+                session: None,
+            };
+            return Ok(Accepted {
+                hello: theirs,
+                version,
+                peer,
+            });
+        }
+        if theirs.auth_method != AUTH_KEY && theirs.auth_method != AUTH_TICKET {
+            let why = format!(
+                "authentication method {} is not supported",
+                theirs.auth_method
+            );
+            return Err(refuse(s, kind, why).await);
+        }
+        let init: AuthInit = match decode("auth init", &theirs.auth) {
+            Ok(i) => i,
+            Err(e) => return Err(refuse(s, kind, e.to_string()).await),
+        };
+        let entity = match Entity::parse(&init.entity) {
+            Ok(e) => e,
+            Err(e) => return Err(refuse(s, kind, e.to_string()).await),
+        };
+        if kind_of(&entity) != theirs.node_kind {
+            let why = format!(
+                "{entity} cannot connect as a {}",
+                node_kind::name(theirs.node_kind)
+            );
+            return Err(refuse(s, kind, why).await);
+        }
+        let known = match verifier.key_for(theirs.auth_method, &init, &entity) {
+            Ok(k) => k,
+            Err(why) => return Err(refuse(s, kind, why).await),
+        };
+        let nonce: [u8; NONCE_LEN] = cairn_auth::random();
+        let mut reply = with_auth(kind, theirs.auth_method, Vec::new());
+        let head = reply_head(&reply, &nonce);
+        let proof = acceptor_proof(&known.key, &init_bytes, &head);
+        reply.auth = encode(&AuthChallenge { nonce, proof });
+        let reply_bytes = reply.encode()?;
+        s.write_all(&reply_bytes).await?;
+        let mut rec = [0u8; PROOF_RECORD_LEN];
+        s.read_exact(&mut rec).await.map_err(|e| {
+            HandshakeError::Denied(format!(
+                "{} hung up before proving its key ({e}): it holds another key (rotated?)",
+                known.entity
+            ))
+        })?;
+        let ok = decode_proof(&rec)
+            .is_some_and(|p| check_initiator_proof(&known.key, &init_bytes, &reply_bytes, p));
+        if !ok {
+            return Err(HandshakeError::Denied(format!(
+                "{} failed to prove its key",
+                known.entity
+            )));
+        }
+        let peer = Peer {
+            kind: theirs.node_kind,
+            entity: Some(known.entity),
+            caps: known.caps,
+            session: Some(session_key(&known.key, &init.nonce, &nonce)),
+        };
+        Ok(Accepted {
+            hello: theirs,
+            version,
+            peer,
+        })
+    })
+    .await
 }

@@ -2,8 +2,9 @@
 //! OSD, anyone to monitor, monitor to monitor).
 //!
 //! - [`dial`]: connect from a chosen address, handshake, check the peer's kind, in one
-//!   deadline ([`Dialer`]); servers run [`handshake`] on what they accept.
-//! - [`handshake`]: the hello exchange with version negotiation and the authentication slot.
+//!   deadline ([`Dialer`]); servers run [`accept`] on what they accept.
+//! - [`handshake`]: the hello exchange with version negotiation and mutual authentication
+//!   ([`initiate`] on the dialing side, [`accept`] on the serving side).
 //! - [`session`]: request/reply multiplexing with deadlines and typed refusals ([`Session`]).
 //! - [`sender`]: frame sending from any thread, batched per event-loop turn, with
 //!   backpressure, on connections that may still be opening ([`FrameSender`]).
@@ -24,6 +25,9 @@ pub use frames::{
     check_readers_agree, encode_parts, frame_buffered, read_frame, write_frame, ReadError,
     READ_BUFFER,
 };
-pub use handshake::{handshake, node_kind, HandshakeError, HANDSHAKE_TIMEOUT};
+pub use handshake::{
+    accept, initiate, kind_of, node_kind, Accepted, AllowNone, Auth, Authenticator, Credentials,
+    Fixed, HandshakeError, Initiated, Known, NoAuth, Peer, Verifier, HANDSHAKE_TIMEOUT,
+};
 pub use sender::{begin_batch, end_batch, FrameSender, SendClosed};
 pub use session::{CallError, Reply, Session};

@@ -4,8 +4,8 @@
 use cairn_proto::msg::{encode, ErrorCode, ErrorReply};
 use cairn_proto::Limits;
 use cairn_transport::{
-    handshake, node_kind, read_frame, write_frame, CallError, DialError, Dialer, FrameSender,
-    Session,
+    accept, node_kind, read_frame, write_frame, AllowNone, CallError, DialError, Dialer,
+    FrameSender, NoAuth, Session,
 };
 use std::time::Duration;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -31,10 +31,12 @@ async fn pair() -> (Session, TcpStream) {
     let addr = l.local_addr().expect("addr").to_string();
     let server = async {
         let (mut s, _) = l.accept().await.expect("accept");
-        handshake(&mut s, node_kind::OSD).await.expect("handshake");
+        accept(&mut s, node_kind::OSD, &AllowNone)
+            .await
+            .expect("handshake");
         s
     };
-    let dialer = Dialer::new(node_kind::CLIENT);
+    let dialer = Dialer::new(node_kind::CLIENT, std::sync::Arc::new(NoAuth));
     let (session, server) = tokio::join!(
         Session::open(&dialer, &addr, node_kind::OSD, LIMITS),
         server
@@ -173,10 +175,10 @@ fn dialing_checks_the_peer_kind_and_gives_up_on_silence() {
         let addr = l.local_addr().expect("addr").to_string();
         let server = async {
             let (mut s, _) = l.accept().await.expect("accept");
-            let _ = handshake(&mut s, node_kind::MON).await;
+            let _ = accept(&mut s, node_kind::MON, &AllowNone).await;
             s
         };
-        let client = Dialer::new(node_kind::CLIENT);
+        let client = Dialer::new(node_kind::CLIENT, std::sync::Arc::new(NoAuth));
         let dial = client.dial(&addr, node_kind::OSD);
         let (got, _s) = tokio::join!(dial, server);
         match got {
@@ -188,7 +190,8 @@ fn dialing_checks_the_peer_kind_and_gives_up_on_silence() {
         // A listener that never answers the handshake.
         let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = silent.local_addr().expect("addr").to_string();
-        let dialer = Dialer::new(node_kind::CLIENT).timeout(Duration::from_millis(200));
+        let dialer = Dialer::new(node_kind::CLIENT, std::sync::Arc::new(NoAuth))
+            .timeout(Duration::from_millis(200));
         let got = dialer.dial(&addr, node_kind::OSD).await;
         assert!(matches!(got, Err(DialError::Timeout { .. })), "{got:?}");
         // Nobody listening.
@@ -267,7 +270,9 @@ fn a_session_outlives_its_runtime_only_as_closed() {
         s.set_nonblocking(true).expect("nonblocking");
         rt().block_on(async {
             let mut s = TcpStream::from_std(s).expect("adopt");
-            handshake(&mut s, node_kind::OSD).await.expect("handshake");
+            accept(&mut s, node_kind::OSD, &AllowNone)
+                .await
+                .expect("handshake");
             while let Ok(f) = read_frame(&mut s, &LIMITS).await {
                 let _ = write_frame(&mut s, 2, f.request_id, b"", b"").await;
             }
@@ -275,7 +280,7 @@ fn a_session_outlives_its_runtime_only_as_closed() {
     });
     let session = rt().block_on(async {
         let s = Session::open(
-            &Dialer::new(node_kind::CLIENT),
+            &Dialer::new(node_kind::CLIENT, std::sync::Arc::new(NoAuth)),
             &addr,
             node_kind::OSD,
             LIMITS,

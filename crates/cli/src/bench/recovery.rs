@@ -4,7 +4,7 @@
 use super::report::{round, Obj};
 use crate::admin::pg_counts;
 use anyhow::{bail, Context, Result};
-use cairn_client::{Client, ClientConfig};
+use cairn_client::Client;
 use cairn_map::{Durability, MapChange};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -79,7 +79,7 @@ pub fn run(a: BenchRecoveryArgs) -> Result<()> {
 
 async fn bench(a: &BenchRecoveryArgs, c: &DevCluster) -> Result<()> {
     let cfg = crate::conf::load(Some(&c.dir.join("cairn.toml")))?;
-    let client = Client::connect(ClientConfig::new(cfg.cluster.mons)).await?;
+    let client = Client::connect(crate::conf::client_config(cfg.cluster.mons)).await?;
     let create = MapChange::PoolCreate {
         name: POOL.into(),
         size: 3,
@@ -360,7 +360,9 @@ impl Mark {
     async fn take(client: &Client, load: &Load) -> Mark {
         let (mut bytes, mut objects) = (0, 0);
         for o in client.map().osds.values().filter(|o| o.up) {
-            if let Ok(s) = cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await {
+            if let Ok(s) =
+                cairn_client::osd_stats(&o.addr, &crate::conf::auth(), Duration::from_secs(2)).await
+            {
                 bytes += s.recovery_bytes;
                 objects += s.recovered_objects;
             }
@@ -393,9 +395,11 @@ async fn osd_used(client: &Client, osd: u32) -> Result<u64> {
         .get(&osd)
         .map(|o| o.addr.clone())
         .with_context(|| format!("osd.{osd} is not in the map"))?;
-    Ok(cairn_client::osd_stats(&addr, Duration::from_secs(5))
-        .await?
-        .used_bytes)
+    Ok(
+        cairn_client::osd_stats(&addr, &crate::conf::auth(), Duration::from_secs(5))
+            .await?
+            .used_bytes,
+    )
 }
 
 /// Waits until the monitors mark `osd` down; returns how long that took.
@@ -442,7 +446,7 @@ async fn is_clean(client: &Client) -> Result<bool> {
         return Ok(false);
     }
     for o in map.osds.values().filter(|o| o.up) {
-        match cairn_client::osd_stats(&o.addr, Duration::from_secs(2)).await {
+        match cairn_client::osd_stats(&o.addr, &crate::conf::auth(), Duration::from_secs(2)).await {
             Ok(s) if s.peering_pgs == 0 && s.recovery_pending_objects == 0 => {}
             _ => return Ok(false),
         }

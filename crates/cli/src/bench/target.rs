@@ -3,7 +3,7 @@
 
 use super::objects::cluster_pids;
 use anyhow::{bail, Context, Result};
-use cairn_client::{Client, ClientConfig};
+use cairn_client::Client;
 use cairn_map::{Durability, MapChange};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -29,7 +29,9 @@ impl Target {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let client = rt.block_on(Client::connect(ClientConfig::new(cfg.cluster.mons)))?;
+        let client = rt.block_on(Client::connect(crate::conf::client_config(
+            cfg.cluster.mons,
+        )))?;
         Ok(Target {
             conf,
             pids,

@@ -278,8 +278,54 @@ impl Cluster {
             .collect()
     }
 
-    pub async fn client(&self) -> Client {
+    /// The credentials of the cluster's administrator (`client.admin` from the keyring
+    /// `dev up` wrote), or none for a cluster without authentication.
+    pub fn auth(&self) -> cairn_transport::Auth {
+        let path = self.dir.join("keyring");
+        if !path.exists() {
+            return std::sync::Arc::new(cairn_transport::NoAuth);
+        }
+        let key = cairn_auth::Keyring::load_key(&path, &cairn_auth::Entity::admin())
+            .expect("the admin key");
+        std::sync::Arc::new(cairn_monclient::auth::EntityKey {
+            entity: key.entity,
+            secret: key.secret,
+        })
+    }
+
+    /// Creates the key of OSD `i` (an OSD this test starts by hand) in `osd.I/keyring` and
+    /// has every monitor admit it (they re-read their keyrings); returns the OSD's keyring.
+    pub fn osd_keyring(&self, i: u32) -> PathBuf {
+        let entry = cairn_auth::KeyEntry {
+            entity: cairn_auth::Entity::osd(i),
+            secret: cairn_auth::Secret::generate(),
+            caps: None,
+        };
+        let own = self.dir.join(format!("osd.{i}")).join("keyring");
+        std::fs::create_dir_all(own.parent().expect("dir")).expect("create osd dir");
+        cairn_auth::Keyring {
+            keys: vec![entry.clone()],
+        }
+        .save(&own)
+        .expect("save the OSD keyring");
+        for m in 0..self.mons().len() {
+            let path = self.dir.join(format!("mon.{m}")).join("keyring");
+            let mut ring = cairn_auth::Keyring::load(&path).expect("a monitor keyring");
+            ring.put(entry.clone());
+            ring.save(&path).expect("save the monitor keyring");
+        }
+        own
+    }
+
+    /// Client settings for this cluster, as its administrator.
+    pub fn client_config(&self) -> ClientConfig {
         let mut cfg = ClientConfig::new(self.mons());
+        cfg.auth = self.auth();
+        cfg
+    }
+
+    pub async fn client(&self) -> Client {
+        let mut cfg = self.client_config();
         cfg.op_timeout = Duration::from_secs(60);
         Client::connect(cfg).await.expect("connect a client")
     }

@@ -46,14 +46,18 @@ pub async fn within<T>(what: &str, limit: Duration, f: impl Future<Output = T>) 
 /// A raw connection to a monitor, past the handshake (as a client): ready for frames.
 pub async fn raw_connect(addr: &str) -> tokio::net::TcpStream {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (theirs, _) = within(
+    let done = within(
         "the monitor's handshake",
         Duration::from_secs(5),
-        cairn_transport::handshake(&mut s, cairn_transport::node_kind::CLIENT),
+        cairn_transport::initiate(
+            &mut s,
+            cairn_transport::node_kind::CLIENT,
+            &cairn_transport::Credentials::None,
+        ),
     )
     .await
     .expect("handshake");
-    assert_eq!(theirs.node_kind, cairn_transport::node_kind::MON);
+    assert_eq!(done.hello.node_kind, cairn_transport::node_kind::MON);
     s
 }
 

@@ -232,7 +232,7 @@ async fn connected<'a>(
     id: u32,
 ) -> Option<&'a mut Rpc> {
     if link.is_none() {
-        match Rpc::connect_osd(&osd.map(), id, osd.source).await {
+        match Rpc::connect_osd(&osd.map(), id, &osd.dialer).await {
             Ok(r) => *link = Some(r),
             Err(e) => {
                 tracing::warn!(pg = %pg, member = id, error = %e, "background recovery: member unreachable; retrying");

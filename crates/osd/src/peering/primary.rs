@@ -145,7 +145,7 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
     let mut stray_members = Vec::new();
     let mut answered: BTreeSet<u32> = acting.iter().copied().collect();
     for id in strays {
-        match query(&map, pg, id, osd.source).await {
+        match query(&map, pg, id, &osd.dialer).await {
             Ok(m) => {
                 answered.insert(id);
                 if m.info.last_version > 0 {
@@ -166,7 +166,7 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
             });
             continue;
         }
-        members.push(query(&map, pg, id, osd.source).await?);
+        members.push(query(&map, pg, id, &osd.dialer).await?);
     }
     let acting_count = members.len();
     members.extend(stray_members);
@@ -408,9 +408,9 @@ async fn query(
     map: &cairn_map::ClusterMap,
     pg: PgId,
     id: u32,
-    source: Option<std::net::IpAddr>,
+    dialer: &cairn_transport::Dialer,
 ) -> Result<Member, String> {
-    let mut rpc = Rpc::connect_osd(map, id, source).await?;
+    let mut rpc = Rpc::connect_osd(map, id, dialer).await?;
     let q = PgQuery {
         epoch: map.epoch,
         pool: pg.pool,

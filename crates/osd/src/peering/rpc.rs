@@ -13,9 +13,9 @@ pub struct Rpc {
 }
 
 impl Rpc {
-    /// Connects to a member (as an OSD; it must answer as one).
-    pub async fn connect(addr: &str, from: Option<std::net::IpAddr>) -> Result<Rpc, String> {
-        let dialer = Dialer::new(node_kind::OSD).from(from).timeout(CALL_TIMEOUT);
+    /// Connects to a member with the OSD's `dialer` (it must answer as an OSD).
+    pub async fn connect(addr: &str, dialer: &Dialer) -> Result<Rpc, String> {
+        let dialer = dialer.clone().timeout(CALL_TIMEOUT);
         let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())
             .await
             .map_err(|e| e.to_string())?;
@@ -26,14 +26,14 @@ impl Rpc {
     pub async fn connect_osd(
         map: &cairn_map::ClusterMap,
         id: u32,
-        source: Option<std::net::IpAddr>,
+        dialer: &Dialer,
     ) -> Result<Rpc, String> {
         let addr = map
             .osds
             .get(&id)
             .map(|o| o.addr.clone())
             .ok_or_else(|| format!("osd.{id} is not in the map"))?;
-        Rpc::connect(&addr, source).await
+        Rpc::connect(&addr, dialer).await
     }
 
     /// Sends a request and waits for its reply, which must be of type `want`.

@@ -67,7 +67,7 @@ async fn run(osd: Arc<Osd>, pg: PgId) {
 }
 
 async fn ask(osd: &Osd, map: &ClusterMap, pg: PgId, primary: u32) -> Result<PgDone, String> {
-    let mut rpc = Rpc::connect_osd(map, primary, osd.source).await?;
+    let mut rpc = Rpc::connect_osd(map, primary, &osd.dialer).await?;
     let q = PgQuery {
         epoch: map.epoch,
         pool: pg.pool,

@@ -67,7 +67,7 @@ async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> R
             links.push(None);
             continue;
         }
-        links.push(Some(Rpc::connect_osd(&map, *id, osd.source).await?));
+        links.push(Some(Rpc::connect_osd(&map, *id, &osd.dialer).await?));
     }
     let ctx = Ctx {
         osd: osd.clone(),

@@ -1,0 +1,188 @@
+//! Tickets: how an entity proves itself to an OSD, which holds no entity keys.
+//!
+//! A monitor that has authenticated an entity gives it a ticket: the entity's name, caps, a
+//! fresh session secret and an expiry, sealed (ChaCha20-Poly1305) with the OSD service key,
+//! plus the same session secret sealed with the entity's own key. The entity presents the
+//! ticket to an OSD and both prove they hold the session secret in the handshake. The
+//! monitors keep the service keys; OSDs fetch them, sealed with their own key.
+//!
+//! ```text
+//! sealed ticket = key_id (u32 LE) | nonce (12) | AEAD(service key, postcard(TicketBody), aad "cairn ticket v1" | key_id)
+//! sealed secret = nonce (12) | AEAD(key, bytes, aad)
+//! ```
+
+use crate::{Caps, Entity, Secret};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use serde::{Deserialize, Serialize};
+
+/// Largest sealed ticket.
+pub const MAX_TICKET: usize = 3584;
+/// How long a ticket is good for, by default.
+pub const TICKET_TTL_SECS: u64 = 3600;
+
+const NONCE_LEN: usize = 12;
+
+/// What a ticket says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketBody {
+    pub entity: Entity,
+    pub caps: Caps,
+    pub session: Secret,
+    /// Seconds since the Unix epoch after which the ticket is refused.
+    pub expires: u64,
+}
+
+/// A service key, with the id tickets sealed by it carry (so rotation can keep the old one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceKey {
+    pub id: u32,
+    pub secret: Secret,
+}
+
+/// Why sealed bytes were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    #[error("sealed bytes are malformed or were not sealed with this key")]
+    Invalid,
+    #[error("the ticket was sealed with service key {0}, which this OSD does not hold (rotated out?); get a new ticket")]
+    UnknownKey(u32),
+    #[error("the ticket expired {0} s ago; get a new one")]
+    Expired(u64),
+    #[error("the ticket is over {MAX_TICKET} bytes")]
+    TooLarge,
+}
+
+/// Seals `plain` with `key`, binding `aad`.
+pub fn seal(key: &Secret, aad: &[u8], plain: &[u8]) -> Vec<u8> {
+    let nonce: [u8; NONCE_LEN] = crate::random();
+    let c = ChaCha20Poly1305::new(Key::from_slice(&key.0));
+    let mut out = nonce.to_vec();
+    // Encryption fails only for messages over 256 GiB.
+    let ct = c
+        .encrypt(Nonce::from_slice(&nonce), Payload { msg: plain, aad })
+        .unwrap_or_default();
+    out.extend_from_slice(&ct);
+    out
+}
+
+/// Opens bytes sealed by [`seal`] with the same key and `aad`.
+pub fn open(key: &Secret, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, SealError> {
+    if sealed.len() < NONCE_LEN {
+        return Err(SealError::Invalid);
+    }
+    let (nonce, ct) = sealed.split_at(NONCE_LEN);
+    let c = ChaCha20Poly1305::new(Key::from_slice(&key.0));
+    c.decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad })
+        .map_err(|_| SealError::Invalid)
+}
+
+fn ticket_aad(id: u32) -> Vec<u8> {
+    [b"cairn ticket v1".as_slice(), &id.to_le_bytes()].concat()
+}
+
+/// Seals a ticket with the service key.
+pub fn seal_ticket(svc: &ServiceKey, body: &TicketBody) -> Vec<u8> {
+    let plain = postcard::to_allocvec(body).unwrap_or_default();
+    let mut out = svc.id.to_le_bytes().to_vec();
+    out.extend_from_slice(&seal(&svc.secret, &ticket_aad(svc.id), &plain));
+    out
+}
+
+/// The id of the service key a sealed ticket needs.
+pub fn ticket_key_id(sealed: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(sealed.get(..4)?.try_into().ok()?))
+}
+
+/// Opens a ticket with whichever of `keys` sealed it, refusing one expired at `now`.
+pub fn open_ticket(keys: &[ServiceKey], sealed: &[u8], now: u64) -> Result<TicketBody, SealError> {
+    if sealed.len() > MAX_TICKET {
+        return Err(SealError::TooLarge);
+    }
+    let id = ticket_key_id(sealed).ok_or(SealError::Invalid)?;
+    let key = keys
+        .iter()
+        .find(|k| k.id == id)
+        .ok_or(SealError::UnknownKey(id))?;
+    let plain = open(&key.secret, &ticket_aad(id), &sealed[4..])?;
+    let body: TicketBody = postcard::from_bytes(&plain).map_err(|_| SealError::Invalid)?;
+    if body.expires < now {
+        return Err(SealError::Expired(now - body.expires));
+    }
+    Ok(body)
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(expires: u64) -> TicketBody {
+        TicketBody {
+            entity: Entity::admin(),
+            caps: Caps::admin(),
+            session: Secret::generate(),
+            expires,
+        }
+    }
+
+    #[test]
+    fn tickets_open_only_with_their_key_and_in_time() {
+        let svc = ServiceKey {
+            id: 7,
+            secret: Secret::generate(),
+        };
+        let other = ServiceKey {
+            id: 8,
+            secret: Secret::generate(),
+        };
+        let b = body(1000);
+        let t = seal_ticket(&svc, &b);
+        assert_eq!(ticket_key_id(&t), Some(7));
+        assert_eq!(
+            open_ticket(&[other.clone(), svc.clone()], &t, 999).unwrap(),
+            b
+        );
+        assert_eq!(
+            open_ticket(std::slice::from_ref(&svc), &t, 1005),
+            Err(SealError::Expired(5))
+        );
+        assert_eq!(
+            open_ticket(std::slice::from_ref(&other), &t, 0),
+            Err(SealError::UnknownKey(7))
+        );
+        // Same id, other secret (a forged ticket): refused.
+        let forged = ServiceKey { id: 7, ..other };
+        assert_eq!(open_ticket(&[forged], &t, 0), Err(SealError::Invalid));
+        for i in 0..t.len() {
+            let mut bad = t.clone();
+            bad[i] ^= 0x40;
+            assert!(
+                open_ticket(std::slice::from_ref(&svc), &bad, 0).is_err(),
+                "byte {i}"
+            );
+        }
+        assert!(open_ticket(std::slice::from_ref(&svc), &t[..10], 0).is_err());
+        assert_eq!(
+            open_ticket(&[svc], &vec![7; MAX_TICKET + 1], 0),
+            Err(SealError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn sealed_secrets_need_the_key_and_the_aad() {
+        let k = Secret::generate();
+        let s = seal(&k, b"a", b"secret");
+        assert_eq!(open(&k, b"a", &s).unwrap(), b"secret");
+        assert!(open(&k, b"b", &s).is_err());
+        assert!(open(&Secret::generate(), b"a", &s).is_err());
+        assert_ne!(seal(&k, b"a", b"secret"), s, "a fresh nonce each time");
+    }
+}

@@ -1,0 +1,204 @@
+//! Who may talk to a monitor, and what each may ask.
+//!
+//! A monitor started with a keyring requires every connection to authenticate (mutual proof
+//! in the handshake, `cairn_transport::handshake`) with a key it knows: the monitors' shared
+//! key (its keyring's `mon.N` entry; every monitor holds the same secret), or a key of an
+//! entity its keyring lists. Then every request is checked against what the peer is:
+//!
+//! | Request | Allowed to |
+//! |---|---|
+//! | `GET_MAP`, `SUBSCRIBE`, `MON_STATUS`, `PAST_INTERVALS` | daemons; clients with `mon r` |
+//! | `COMMAND` (`OsdBoot`) | `osd.N` only, for OSD id N (a known store that is N, or a new store when N is the next id) |
+//! | `COMMAND` (any other change) | clients with `mon w` |
+//! | `HEARTBEAT`, `FAILURE_REPORT` | `osd.N` only, about itself as N |
+//! | Raft messages | monitors only |
+//!
+//! A monitor started without a keyring (`--auth none`) lets everyone in and checks nothing.
+
+use cairn_auth::{Caps, Entity, EntityKind, Keyring, Perms, Secret};
+use cairn_map::{ClusterMap, MapChange};
+use cairn_proto::auth::{AuthInit, AUTH_KEY};
+use cairn_transport::{Known, Peer, Verifier};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+use std::time::SystemTime;
+
+/// The keys a monitor knows: its keyring, re-read when the file changes (so keys added for
+/// new OSDs are admitted without a restart).
+pub struct MonKeys {
+    path: PathBuf,
+    /// This monitor's entity (`mon.ID`), for dialing its peers.
+    me: Entity,
+    loaded: RwLock<Loaded>,
+}
+
+struct Loaded {
+    modified: Option<SystemTime>,
+    /// The monitors' shared key.
+    mon: Secret,
+    /// Other entities' keys and caps.
+    entities: HashMap<Entity, (Secret, Caps)>,
+}
+
+/// Why a monitor keyring cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum MonKeysError {
+    /// The file cannot be read or parsed.
+    #[error(transparent)]
+    Keyring(#[from] cairn_auth::KeyringError),
+    /// It lacks the monitors' shared key.
+    #[error("keyring {0} has no monitor key (an entry for mon.N): every monitor needs the monitors' shared key")]
+    NoMonKey(String),
+}
+
+impl MonKeys {
+    /// Loads a monitor's keyring; `id` is this monitor's id.
+    pub fn load(path: &Path, id: u64) -> Result<MonKeys, MonKeysError> {
+        Ok(MonKeys {
+            path: path.to_path_buf(),
+            me: Entity::mon(id),
+            loaded: RwLock::new(read(path)?),
+        })
+    }
+
+    fn current(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
+        let modified = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok();
+        let stale = self
+            .loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .modified
+            != modified;
+        if stale {
+            match read(&self.path) {
+                Ok(l) => {
+                    tracing::info!(keyring = %self.path.display(), keys = l.entities.len(), "keyring re-read");
+                    *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = l;
+                }
+                Err(e) => tracing::warn!("keeping the keys read before: {e}"),
+            }
+        }
+        self.loaded.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How this monitor proves itself to its peers.
+    pub fn peer_credentials(&self) -> cairn_transport::Credentials {
+        cairn_transport::Credentials::Key {
+            entity: self.me.clone(),
+            secret: self.current().mon.clone(),
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<Loaded, MonKeysError> {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let ring = Keyring::load(path)?;
+    let mon = ring
+        .keys
+        .iter()
+        .find(|k| k.entity.kind() == EntityKind::Mon)
+        .ok_or_else(|| MonKeysError::NoMonKey(path.display().to_string()))?
+        .secret
+        .clone();
+    let entities = ring
+        .keys
+        .into_iter()
+        .filter(|k| k.entity.kind() != EntityKind::Mon)
+        .map(|k| (k.entity, (k.secret, k.caps.unwrap_or_default())))
+        .collect();
+    Ok(Loaded {
+        modified,
+        mon,
+        entities,
+    })
+}
+
+impl Verifier for MonKeys {
+    fn allow_none(&self) -> bool {
+        false
+    }
+
+    fn key_for(&self, method: u8, _init: &AuthInit, entity: &Entity) -> Result<Known, String> {
+        if method != AUTH_KEY {
+            return Err("monitors authenticate entities by their keys, not tickets".into());
+        }
+        let keys = self.current();
+        if entity.kind() == EntityKind::Mon {
+            return Ok(Known {
+                entity: entity.clone(),
+                caps: Caps::default(),
+                key: keys.mon.clone(),
+            });
+        }
+        let (key, caps) = keys
+            .entities
+            .get(entity)
+            .ok_or_else(|| format!("unknown entity {entity}: `cairn auth` lists the keys"))?;
+        Ok(Known {
+            entity: entity.clone(),
+            caps: caps.clone(),
+            key: key.clone(),
+        })
+    }
+}
+
+/// What a request needs from the peer that sent it.
+pub(crate) enum Need<'a> {
+    /// Reading the map and status.
+    Read,
+    /// A map change (`OsdBoot` is checked against the map).
+    Change(&'a MapChange),
+    /// A heartbeat or failure report about OSD `osd`.
+    OsdItself(u32),
+    /// Raft.
+    Monitor,
+}
+
+fn denied(peer: &Peer, what: &str) -> String {
+    format!("permission denied: {} {what}", peer.name())
+}
+
+/// Checks `need` for `peer` (an unauthenticated peer only exists on a monitor without
+/// authentication, which checks nothing). `Err` is the refusal to send.
+pub(crate) fn check(
+    peer: &Peer,
+    need: Need<'_>,
+    map: impl FnOnce() -> ClusterMap,
+) -> Result<(), String> {
+    let Some(entity) = &peer.entity else {
+        return Ok(());
+    };
+    let kind = entity.kind();
+    let daemon = matches!(kind, EntityKind::Mon | EntityKind::Osd);
+    match need {
+        Need::Read if daemon || peer.caps.mon_perms().covers(Perms::R) => Ok(()),
+        Need::Read => Err(denied(peer, "lacks r on the monitors")),
+        Need::Monitor if kind == EntityKind::Mon => Ok(()),
+        Need::Monitor => Err(denied(
+            peer,
+            "is not a monitor (Raft messages come only from monitors)",
+        )),
+        Need::OsdItself(osd) if entity.osd_id() == Some(osd) => Ok(()),
+        Need::OsdItself(osd) => Err(denied(peer, &format!("may not speak for osd.{osd}"))),
+        Need::Change(MapChange::OsdBoot { store_id, .. }) => {
+            let Some(id) = entity.osd_id() else {
+                return Err(denied(peer, "is not an OSD: only an OSD boots"));
+            };
+            let m = map();
+            let bound = match m.osds.values().find(|o| &o.store_id == store_id) {
+                Some(o) => o.id == id,
+                None => m.next_osd_id == id && !m.osds.contains_key(&id),
+            };
+            if bound {
+                Ok(())
+            } else {
+                Err(denied(peer, &format!("may not boot this store: its key is bound to osd.{id}, the store is another OSD's (or osd.{id} is not the next new id)")))
+            }
+        }
+        Need::Change(_) if !daemon && peer.caps.mon_perms().covers(Perms::W) => Ok(()),
+        Need::Change(_) => Err(denied(peer, "lacks w on the monitors")),
+    }
+}
