@@ -45,7 +45,8 @@ pub fn auth() -> Auth {
         .unwrap_or_else(|| Arc::new(cairn_transport::NoAuth))
 }
 
-/// Uses the key of `entity` (or the first) from the keyring at `path` from now on.
+/// Uses the key of `entity` (or the first) from the keyring at `path`. A process talks to one
+/// cluster as one entity: the first keyring it loads is the one it keeps.
 pub fn use_keyring(path: &Path, entity: Option<&str>) -> Result<()> {
     let ring = Keyring::load(path)?;
     let key = match entity {

@@ -262,6 +262,12 @@ fn check_fixed(a: &UpArgs, s: &DevState) -> Result<()> {
         a.direct_write_min,
         Some(s.direct_write_min),
     );
+    if let Some(mode) = a.auth {
+        if (mode == crate::daemon_auth::AuthMode::None) != s.no_auth {
+            let have = if s.no_auth { "none" } else { "key" };
+            differ.push(format!("--auth {mode:?} (it has {have})").to_lowercase());
+        }
+    }
     if differ.is_empty() {
         return Ok(());
     }

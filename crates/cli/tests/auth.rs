@@ -138,6 +138,14 @@ fn a_monitor_admits_only_connections_that_prove_a_key_it_knows() {
     std::fs::write(&bare_path, bare).expect("write");
     let (ok, out) = as_client(&bare_path.display().to_string(), &["status"]);
     assert!(!ok && out.contains("requires authentication"), "{out}");
+    // Authentication is fixed when the cluster is created.
+    let dir = c.dir.display().to_string();
+    let o = c.cairn(&["dev", "up", "--dir", &dir, "--auth", "none"]);
+    let out = text(&o.stderr);
+    assert!(
+        !o.status.success() && out.contains("--auth none (it has key)"),
+        "{out}"
+    );
 }
 
 /// The capability matrix of monitor requests: each row an entity's caps, each column a
@@ -258,6 +266,21 @@ fn an_osd_key_boots_only_its_own_osd() {
     assert!(!o.status.success(), "{out}");
     assert!(
         out.contains("permission denied: osd.0 may not boot this store"),
+        "{out}"
+    );
+    // An OSD given no keyring does not start without authentication on its own.
+    let empty = c.dir.join("empty-osd");
+    std::fs::create_dir_all(&empty).expect("dir");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["osd", "run", "--dir"])
+        .arg(&empty)
+        .args(["--mon", &c.mons()[0]])
+        .output()
+        .expect("run an osd");
+    let out = text(&o.stderr);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("no keyring at") && out.contains("--auth none"),
         "{out}"
     );
 }

@@ -15,6 +15,7 @@
 //!
 //! A monitor started without a keyring (`--auth none`) lets everyone in and checks nothing.
 
+use crate::state_machine::MapView;
 use cairn_auth::{Caps, Entity, EntityKind, Keyring, Perms, Secret};
 use cairn_map::{ClusterMap, MapChange};
 use cairn_proto::auth::{AuthInit, AUTH_KEY};
@@ -136,7 +137,7 @@ impl Verifier for MonKeys {
         let (key, caps) = keys
             .entities
             .get(entity)
-            .ok_or_else(|| format!("unknown entity {entity}: `cairn auth` lists the keys"))?;
+            .ok_or_else(|| format!("unknown entity {entity}: no monitor keyring holds its key"))?;
         Ok(Known {
             entity: entity.clone(),
             caps: caps.clone(),
@@ -161,13 +162,19 @@ fn denied(peer: &Peer, what: &str) -> String {
     format!("permission denied: {} {what}", peer.name())
 }
 
-/// Checks `need` for `peer` (an unauthenticated peer only exists on a monitor without
-/// authentication, which checks nothing). `Err` is the refusal to send.
-pub(crate) fn check(
-    peer: &Peer,
-    need: Need<'_>,
-    map: impl FnOnce() -> ClusterMap,
-) -> Result<(), String> {
+/// Whether the key of `osd.{id}` may boot the store `store_id`: the map knows that store as
+/// OSD `id`, or does not know it and `id` is the id a new OSD gets next.
+fn boot_bound(m: &ClusterMap, id: u32, store_id: &[u8; 16]) -> bool {
+    match m.osds.values().find(|o| &o.store_id == store_id) {
+        Some(o) => o.id == id,
+        None => m.next_osd_id == id && !m.osds.contains_key(&id),
+    }
+}
+
+/// Checks `need` for `peer` against the current map in `view` (an unauthenticated peer only
+/// exists on a monitor without authentication, which checks nothing). `Err` is the refusal
+/// to send.
+pub(crate) fn check(peer: &Peer, need: Need<'_>, view: &MapView) -> Result<(), String> {
     let Some(entity) = &peer.entity else {
         return Ok(());
     };
@@ -187,12 +194,7 @@ pub(crate) fn check(
             let Some(id) = entity.osd_id() else {
                 return Err(denied(peer, "is not an OSD: only an OSD boots"));
             };
-            let m = map();
-            let bound = match m.osds.values().find(|o| &o.store_id == store_id) {
-                Some(o) => o.id == id,
-                None => m.next_osd_id == id && !m.osds.contains_key(&id),
-            };
-            if bound {
+            if view.with_map(|m| boot_bound(m, id, store_id)) {
                 Ok(())
             } else {
                 Err(denied(peer, &format!("may not boot this store: its key is bound to osd.{id}, the store is another OSD's (or osd.{id} is not the next new id)")))
@@ -200,5 +202,66 @@ pub(crate) fn check(
         }
         Need::Change(_) if !daemon && peer.caps.mon_perms().covers(Perms::W) => Ok(()),
         Need::Change(_) => Err(denied(peer, "lacks w on the monitors")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_auth::KeyEntry;
+
+    #[test]
+    fn a_keyring_without_the_monitor_key_is_refused_and_keys_are_re_read() {
+        let dir = std::env::temp_dir().join(format!("cairn-monkeys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("keyring");
+        let admin = KeyEntry {
+            entity: Entity::admin(),
+            secret: Secret::generate(),
+            caps: Some(Caps::admin()),
+        };
+        let mut ring = Keyring {
+            keys: vec![admin.clone()],
+        };
+        ring.save(&path).expect("save");
+        let e = MonKeys::load(&path, 0)
+            .err()
+            .expect("no monitor key")
+            .to_string();
+        assert!(e.contains("has no monitor key"), "{e}");
+        ring.put(KeyEntry {
+            entity: Entity::mon(0),
+            secret: Secret::generate(),
+            caps: None,
+        });
+        ring.save(&path).expect("save");
+        let keys = MonKeys::load(&path, 1).expect("load");
+        let init = AuthInit {
+            entity: "osd.4".into(),
+            nonce: [0; 32],
+            ticket: Vec::new(),
+        };
+        let known = keys
+            .key_for(AUTH_KEY, &init, &Entity::admin())
+            .expect("admin");
+        assert_eq!(known.caps, Caps::admin());
+        let osd = Entity::osd(4);
+        let e = keys.key_for(AUTH_KEY, &init, &osd).err().expect("unknown");
+        assert!(e.contains("unknown entity osd.4"), "{e}");
+        let e = keys
+            .key_for(cairn_proto::auth::AUTH_TICKET, &init, &osd)
+            .err()
+            .expect("tickets");
+        assert!(e.contains("not tickets"), "{e}");
+        // A key added to the file is admitted without a restart.
+        ring.put(KeyEntry {
+            entity: osd.clone(),
+            secret: Secret::generate(),
+            caps: None,
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        ring.save(&path).expect("save");
+        assert!(keys.key_for(AUTH_KEY, &init, &osd).is_ok());
+        std::fs::remove_dir_all(&dir).expect("clean");
     }
 }

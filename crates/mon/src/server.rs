@@ -3,9 +3,11 @@
 //! commit, subscriptions) run in their own tasks while the reader keeps reading, and replies
 //! leave in whatever order they are ready, matched by request id.
 //!
-//! Every connection starts with the handshake (`cairn_proto::Hello`; both sides send first).
-//! A peer whose first bytes are not a valid handshake is closed without a reply: it does not
-//! speak the framing. After the handshake, anything malformed (bad frame, undecodable
+//! Every connection starts with the handshake and its authentication
+//! (`cairn_transport::accept`): a peer whose first bytes are not a valid handshake is closed
+//! without a reply (it does not speak the framing); one whose credentials are refused gets a
+//! refusal hello with the reason. Every request is then checked against the peer's entity
+//! (`crate::auth::check`). After the handshake, anything malformed (bad frame, undecodable
 //! message, unknown or out-of-place message type) is answered with `ERROR` and the connection
 //! is closed: after a framing error the stream position cannot be trusted, and a peer sending
 //! garbage is not worth guessing about.
@@ -156,7 +158,7 @@ async fn dispatch(
 ) -> Result<(), ErrorReply> {
     let rid = f.request_id;
     let allowed = |need: Need<'_>| {
-        check(who, need, || ctx.view.with_map(|m| m.clone())).map_err(|why| {
+        check(who, need, &ctx.view).map_err(|why| {
             tracing::warn!(peer = %who.name(), "refused: {why}");
             ErrorReply::new(ErrorCode::Denied, why)
         })

@@ -34,10 +34,12 @@ fn dialer(timeout: Duration, from: &Source) -> Dialer {
 
 /// Opens a request session to the monitor at `addr` (connect and handshake within
 /// `timeout`).
-pub(crate) async fn open(addr: &str, timeout: Duration, from: &Source) -> Result<Session, String> {
-    Session::open(&dialer(timeout, from), addr, node_kind::MON, limits())
-        .await
-        .map_err(|e| e.to_string())
+pub(crate) async fn open(
+    addr: &str,
+    timeout: Duration,
+    from: &Source,
+) -> Result<Session, cairn_transport::DialError> {
+    Session::open(&dialer(timeout, from), addr, node_kind::MON, limits()).await
 }
 
 /// A dedicated subscription stream (not multiplexed): `follow` reads its pushes directly.

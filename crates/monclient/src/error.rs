@@ -26,6 +26,10 @@ pub enum MonClientError {
     /// A monitor sent something this client does not understand (version mismatch?).
     #[error("monitor protocol error: {0}")]
     Protocol(String),
+    /// A monitor refused this client's credentials (none, an unknown entity, a wrong or
+    /// rotated key): retrying with the same ones cannot help.
+    #[error("the monitors refused this client: {0}")]
+    Denied(String),
     /// The deadline passed while waiting for an answer.
     #[error("timed out waiting for the monitors")]
     Timeout,

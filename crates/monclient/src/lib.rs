@@ -340,7 +340,9 @@ impl MonClient {
 
     /// The live connection, or a new one: to the hinted leader first, then to each monitor
     /// in turn starting after the last one that failed.
-    async fn conn(&self, deadline: Instant) -> Result<Arc<Session>, String> {
+    /// `Err((why, refused))`: `refused` when a monitor refused our credentials, which no
+    /// retry with the same ones can change.
+    async fn conn(&self, deadline: Instant) -> Result<Arc<Session>, (String, bool)> {
         let mut cur = self.inner.cur.lock().await;
         if let Some(c) = cur.as_ref().filter(|c| c.is_open()) {
             return Ok(c.clone());
@@ -367,10 +369,11 @@ impl MonClient {
                     *cur = Some(c.clone());
                     return Ok(c);
                 }
-                Err(e) => last = e,
+                Err(e) if e.is_refusal() => return Err((e.to_string(), true)),
+                Err(e) => last = e.to_string(),
             }
         }
-        Err(last)
+        Err((last, false))
     }
 
     /// Stops using the current connection; with `rotate`, the next connection goes to the
@@ -414,7 +417,8 @@ impl MonClient {
             }
             let conn = match self.conn(deadline).await {
                 Ok(c) => c,
-                Err(e) => {
+                Err((why, true)) => return Err(MonClientError::Denied(why)),
+                Err((e, false)) => {
                     last_error = e;
                     sleep_until(backoff, deadline).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);

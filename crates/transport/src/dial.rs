@@ -47,7 +47,9 @@ impl DialError {
         matches!(
             self,
             DialError::Handshake {
-                source: HandshakeError::Refused(_) | HandshakeError::PeerProof(_),
+                source: HandshakeError::Refused(_)
+                    | HandshakeError::PeerProof(_)
+                    | HandshakeError::Unauthenticated,
                 ..
             } | DialError::NoCredentials { .. }
         )

@@ -43,6 +43,9 @@ pub enum HandshakeError {
     /// We refused the peer (the acceptor logs this).
     #[error("refused: {0}")]
     Denied(String),
+    /// The acceptor does not authenticate: with credentials in hand we do not talk to it.
+    #[error("the peer does not authenticate (a cluster run with --auth none?): it could be anyone, so nothing is sent to it; drop the keyring to talk to such a cluster")]
+    Unauthenticated,
     /// The acceptor could not prove it holds our key.
     #[error("the peer could not prove it holds the key of {0}: it is not the cluster we know, or the key was rotated (fetch the new key)")]
     PeerProof(Entity),
@@ -299,9 +302,7 @@ pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
             });
         };
         if theirs.auth_method != ours.auth_method {
-            // An acceptor that does not authenticate could be anyone: never talk to it
-            // with credentials in hand.
-            return Err(HandshakeError::PeerProof(entity.clone()));
+            return Err(HandshakeError::Unauthenticated);
         }
         let c: AuthChallenge = decode("auth challenge", &theirs.auth)
             .map_err(|e| HandshakeError::Malformed(e.to_string()))?;
@@ -364,10 +365,7 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             });
         }
         if theirs.auth_method != AUTH_KEY && theirs.auth_method != AUTH_TICKET {
-            let why = format!(
-                "authentication method {} is not supported",
-                theirs.auth_method
-            );
+            let why = cairn_proto::HelloError::UnsupportedAuth(theirs.auth_method).to_string();
             return Err(refuse(s, kind, why).await);
         }
         let init: AuthInit = match decode("auth init", &theirs.auth) {

@@ -159,17 +159,35 @@ fn wrong_unknown_missing_and_misplaced_credentials_are_refused_with_a_reason() {
         .await;
         let e = i.expect_err("kind").to_string();
         assert!(e.contains("client.alice cannot connect as a OSD"), "{e}");
-        // Credentials in hand, the client refuses a server that does not authenticate.
-        let (i, _) = pair(
-            &AllowNone,
-            node_kind::CLIENT,
-            Credentials::Key {
-                entity: me.clone(),
-                secret: v.keys[&me].clone(),
-            },
-        )
-        .await;
-        assert!(i.is_err(), "a server without authentication is refused");
+        // A server without authentication refuses credentials it cannot check...
+        let keyed = Credentials::Key {
+            entity: me.clone(),
+            secret: v.keys[&me].clone(),
+        };
+        let (i, _) = pair(&AllowNone, node_kind::CLIENT, keyed.clone()).await;
+        let e = i.expect_err("refused").to_string();
+        assert!(e.contains("runs without authentication"), "{e}");
+        // ...and a client holding a key refuses a server that answers with a plain hello
+        // (an impostor that cannot prove the key).
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let impostor = async move {
+            let (mut s, _) = l.accept().await.expect("accept");
+            let mut head = [0u8; 16];
+            let _ = s.read_exact(&mut head).await;
+            let plain = cairn_proto::Hello::ours(node_kind::OSD).encode().expect("hello");
+            let _ = s.write_all(&plain).await;
+            s
+        };
+        let client = async move {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            initiate(&mut s, node_kind::CLIENT, &keyed).await
+        };
+        let (i, _s) = tokio::join!(client, impostor);
+        assert!(
+            matches!(i, Err(HandshakeError::Unauthenticated)),
+            "a server that does not authenticate is refused: {i:?}"
+        );
         // And the server that allows none lets an anonymous peer in, as anonymous.
         let (i, a) = pair(&AllowNone, node_kind::CLIENT, Credentials::None).await;
         assert!(i.is_ok());
@@ -303,5 +321,54 @@ fn a_replayed_handshake_is_refused() {
         let (_, a) = tokio::join!(replay, server);
         let e = a.expect_err("a replay is refused").to_string();
         assert!(e.contains("failed to prove its key"), "{e}");
+    });
+}
+
+/// Hellos no honest initiator sends: an unknown method, auth data that is no `AuthInit`, an
+/// entity name that does not parse. Each is refused with its reason, none panics the acceptor.
+#[test]
+fn malformed_authentication_is_refused_with_its_reason() {
+    use cairn_proto::msg::encode;
+    use cairn_proto::Hello;
+    rt().block_on(async {
+        let (v, _, _) = setup();
+        let init = |entity: &str| {
+            encode(&AuthInit {
+                entity: entity.into(),
+                nonce: [0; 32],
+                ticket: Vec::new(),
+            })
+        };
+        for (method, auth, want) in [
+            (7u8, Vec::new(), "authentication method 7 is not supported"),
+            (AUTH_KEY, vec![0xff; 40], "malformed auth init"),
+            (AUTH_KEY, init("client.a b"), "is not an entity name"),
+        ] {
+            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = l.local_addr().expect("addr");
+            let hello = Hello {
+                auth_method: method,
+                auth,
+                ..Hello::ours(node_kind::CLIENT)
+            };
+            let client = async move {
+                let mut s = TcpStream::connect(addr).await.expect("connect");
+                s.write_all(&hello.encode().expect("encode"))
+                    .await
+                    .expect("send");
+                let mut reply = Vec::new();
+                let _ = s.read_to_end(&mut reply).await;
+                reply
+            };
+            let server = async {
+                let (mut s, _) = l.accept().await.expect("accept");
+                accept(&mut s, node_kind::OSD, &v).await
+            };
+            let (reply, a) = tokio::join!(client, server);
+            let e = a.expect_err("refused").to_string();
+            assert!(e.contains(want), "{e}");
+            let (h, _) = Hello::decode(&reply).expect("a refusal hello");
+            assert_eq!(h.auth_method, cairn_proto::auth::AUTH_REFUSED);
+        }
     });
 }
