@@ -175,7 +175,9 @@ fn wrong_unknown_missing_and_misplaced_credentials_are_refused_with_a_reason() {
             let (mut s, _) = l.accept().await.expect("accept");
             let mut head = [0u8; 16];
             let _ = s.read_exact(&mut head).await;
-            let plain = cairn_proto::Hello::ours(node_kind::OSD).encode().expect("hello");
+            let plain = cairn_proto::Hello::ours(node_kind::OSD)
+                .encode()
+                .expect("hello");
             let _ = s.write_all(&plain).await;
             s
         };
