@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 29 {
+    match which % 31 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -55,6 +55,8 @@ fuzz_target!(|data: &[u8]| {
         25 => roundtrip::<mon::PastIntervalsReply>("past intervals", b),
         26 => roundtrip::<peering::PgStatus>("pg status", b),
         27 => roundtrip::<cairn_proto::msg::ErrorReply>("error", b),
+        28 => roundtrip::<mon::TicketReply>("ticket", b),
+        29 => roundtrip::<mon::ServiceKeysReply>("service keys", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

@@ -6,6 +6,7 @@
 //! - [`caps`]: capabilities, parsed and checked.
 //! - [`proof`]: the handshake's mutual proofs and session key (HMAC-SHA256, HKDF-SHA256).
 //! - [`ticket`]: tickets for OSDs, sealed with ChaCha20-Poly1305.
+//! - [`service`]: the OSD service keys tickets are sealed with, derived from the monitors' key.
 //!
 //! No primitive is written here: they come from RustCrypto (`hmac`, `sha2`, `hkdf`,
 //! `chacha20poly1305`). The protocol is in `docs/format/wire.md` ("Authentication").
@@ -15,12 +16,14 @@ pub mod entity;
 pub mod keyring;
 pub mod proof;
 pub mod secret;
+pub mod service;
 pub mod ticket;
 
 pub use caps::{BadCaps, Caps, Grant, Perms};
 pub use entity::{BadEntity, Entity, EntityKind, MAX_ENTITY_LEN};
 pub use keyring::{KeyEntry, Keyring, KeyringError};
 pub use secret::{random, BadSecret, Secret, SECRET_LEN};
+pub use service::{Minted, ServiceKeys};
 pub use ticket::{
     open, open_ticket, seal, seal_ticket, unix_now, SealError, ServiceKey, TicketBody, MAX_TICKET,
     TICKET_TTL_SECS,

@@ -45,9 +45,10 @@ pub fn auth() -> Auth {
         .unwrap_or_else(|| Arc::new(cairn_transport::NoAuth))
 }
 
-/// Uses the key of `entity` (or the first) from the keyring at `path`. A process talks to one
-/// cluster as one entity: the first keyring it loads is the one it keeps.
-pub fn use_keyring(path: &Path, entity: Option<&str>) -> Result<()> {
+/// Uses the key of `entity` (or the first) from the keyring at `path`, getting tickets for
+/// OSDs from the monitors at `mons`. A process talks to one cluster as one entity: the first
+/// keyring it loads is the one it keeps.
+pub fn use_keyring(path: &Path, entity: Option<&str>, mons: &[String]) -> Result<()> {
     let ring = Keyring::load(path)?;
     let key = match entity {
         Some(e) => {
@@ -59,10 +60,11 @@ pub fn use_keyring(path: &Path, entity: Option<&str>) -> Result<()> {
             .first()
             .with_context(|| format!("keyring {} holds no key", path.display()))?,
     };
-    let a: Auth = Arc::new(cairn_monclient::auth::EntityKey {
-        entity: key.entity.clone(),
-        secret: key.secret.clone(),
-    });
+    let a: Auth = cairn_monclient::auth::EntityKey::new(
+        key.entity.clone(),
+        key.secret.clone(),
+        mons.to_vec(),
+    );
     let _ = AUTH.set(a);
     Ok(())
 }
@@ -107,8 +109,12 @@ pub fn load(explicit: Option<&Path>) -> Result<Conf> {
     }
     if let Some(k) = &conf.cluster.keyring {
         let dir = path.parent().unwrap_or(Path::new("."));
-        use_keyring(&dir.join(k), conf.cluster.entity.as_deref())
-            .with_context(|| format!("{}: [cluster] keyring", path.display()))?;
+        use_keyring(
+            &dir.join(k),
+            conf.cluster.entity.as_deref(),
+            &conf.cluster.mons,
+        )
+        .with_context(|| format!("{}: [cluster] keyring", path.display()))?;
     }
     Ok(conf)
 }

@@ -3,7 +3,6 @@
 use anyhow::{bail, Context, Result};
 use cairn_auth::{EntityKind, Keyring};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Whether connections authenticate.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,10 +44,10 @@ impl DaemonAuth {
         Ok(Some(path))
     }
 
-    /// An OSD's credentials: its `osd.N` key from the keyring (none with `--auth none`).
-    pub fn osd_credentials(&self, dir: &Path) -> Result<cairn_transport::Auth> {
+    /// An OSD's key: its `osd.N` key from the keyring (none with `--auth none`).
+    pub fn osd_key(&self, dir: &Path) -> Result<Option<cairn_osd::OsdKey>> {
         let Some(path) = self.keyring(dir)? else {
-            return Ok(Arc::new(cairn_transport::NoAuth));
+            return Ok(None);
         };
         let ring = Keyring::load(&path)?;
         let key = ring
@@ -57,7 +56,7 @@ impl DaemonAuth {
             .find(|k| k.entity.kind() == EntityKind::Osd)
             .with_context(|| format!("keyring {} has no OSD key (osd.N)", path.display()))?;
         tracing::info!(entity = %key.entity, keyring = %path.display(), "authenticating as");
-        Ok(Arc::new(cairn_monclient::auth::EntityKey {
+        Ok(Some(cairn_osd::OsdKey {
             entity: key.entity.clone(),
             secret: key.secret.clone(),
         }))

@@ -522,7 +522,7 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
         None
     } else {
         let admin = crate::dev_keys::ensure(&dir, state.mons.len(), state.osds)?;
-        crate::conf::use_keyring(&admin, Some("client.admin"))?;
+        crate::conf::use_keyring(&admin, Some("client.admin"), &state.mons)?;
         Some("keyring".to_string())
     };
     crate::conf::save(

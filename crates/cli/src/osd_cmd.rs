@@ -174,9 +174,9 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     } else {
         a.mons
     };
-    let auth = a.auth.osd_credentials(&a.dir)?;
+    let key = a.auth.osd_key(&a.dir)?;
     let mut cfg = cairn_osd::OsdConfig::new(a.dir, mons);
-    cfg.auth = auth;
+    cfg.key = key;
     cfg.data = a.data;
     cfg.data_size = a.data_size;
     cfg.wal = a.wal;

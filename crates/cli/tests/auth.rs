@@ -284,3 +284,235 @@ fn an_osd_key_boots_only_its_own_osd() {
         "{out}"
     );
 }
+
+/// Connects to an OSD presenting `creds` as a node of `kind`.
+async fn osd_connect(addr: &str, kind: u8, creds: &Credentials) -> Result<TcpStream, String> {
+    let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    initiate(&mut s, kind, creds)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// An OSD admits only tickets the monitors granted: not a bare connection, not a key, not a
+/// ticket sealed with another key, expired, or issued to someone else; each refusal is logged
+/// by the OSD. A ticket got from the monitors the way every client gets one is admitted.
+#[test]
+fn an_osd_admits_only_tickets_from_the_monitors() {
+    use cairn_auth::service::{derive_service_key, mint, service_key_id};
+    let c = Cluster::up("auth-osdport", 1, 1);
+    let rt = runtime();
+    let client = rt.block_on(cairn_client::Client::connect(c.client_config()));
+    let client = client.expect("client");
+    let osd = client.map().osds[&0].addr.clone();
+    let admin = Keyring::load_key(&c.dir.join("keyring"), &Entity::admin()).expect("admin key");
+    let now = cairn_auth::unix_now();
+    let ticket = |svc: &cairn_auth::ServiceKey, entity: Entity, at: u64, ttl: u64| {
+        let m = mint(svc, &entity, &Caps::admin(), at, ttl);
+        Credentials::Ticket {
+            entity,
+            ticket: m.ticket,
+            session: m.session,
+        }
+    };
+    let forged = derive_service_key(&Secret::generate(), service_key_id(now));
+    let Credentials::Ticket {
+        ticket: real,
+        session,
+        ..
+    } = c.ticket_as(Entity::admin(), Caps::admin())
+    else {
+        panic!("the cluster authenticates");
+    };
+    let real_svc = {
+        let ring = Keyring::load(&c.dir.join("mon.0").join("keyring")).expect("mon keyring");
+        let mon = ring
+            .keys
+            .iter()
+            .find(|k| k.entity.kind() == cairn_auth::EntityKind::Mon);
+        derive_service_key(&mon.expect("mon key").secret, service_key_id(now))
+    };
+    #[rustfmt::skip]
+    let refused: [(Credentials, &str); 5] = [
+        (Credentials::None, "requires authentication"),
+        (Credentials::Key { entity: admin.entity.clone(), secret: admin.secret.clone() }, "not keys"),
+        (ticket(&forged, Entity::admin(), now, 600), "not sealed with this key"),
+        (ticket(&real_svc, Entity::admin(), now - 7200, 60), "expired"),
+        (
+            Credentials::Ticket { entity: Entity::parse("client.mallory").expect("e"), ticket: real, session },
+            "issued to client.admin",
+        ),
+    ];
+    rt.block_on(async {
+        for (creds, why) in &refused {
+            let e = osd_connect(&osd, node_kind::CLIENT, creds)
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{creds:?} admitted"));
+            assert!(e.contains(why), "{creds:?}: {e}");
+        }
+        // The real path: a ticket from the monitors, renewed by the client library.
+        let key = cairn_monclient::auth::EntityKey::new(admin.entity, admin.secret, c.mons());
+        let creds = cairn_transport::Authenticator::credentials(key.as_ref(), node_kind::OSD)
+            .await
+            .expect("a ticket from the monitors");
+        let mut s = osd_connect(&osd, node_kind::CLIENT, &creds)
+            .await
+            .expect("admitted");
+        use cairn_proto::msg::osd::{OSD_PING, OSD_PONG};
+        write_frame(&mut s, OSD_PING, 3, &[], &[])
+            .await
+            .expect("ping");
+        let f = read_frame(&mut s, &Limits::default()).await.expect("pong");
+        assert_eq!(f.msg_type, OSD_PONG);
+    });
+    let log = std::fs::read_to_string(c.dir.join("log").join("osd.0.log")).expect("osd log");
+    for (_, why) in &refused {
+        assert!(log.contains(why), "the OSD did not log the refusal {why:?}");
+    }
+}
+
+/// The capability matrix of object ops: each client's `osd` caps against reads, writes and
+/// scrubs of two pools, through the real CLI (which gets its ticket from the monitors).
+#[test]
+fn object_ops_are_checked_against_the_pool_caps() {
+    let c = Cluster::up("auth-ops", 1, 1);
+    c.pool_create("a", 1, 1, 4);
+    c.pool_create("b", 1, 1, 4);
+    let admin = c.conf.display().to_string();
+    for pool in ["a", "b"] {
+        let (ok, out) = as_client(&admin, &["obj", "put", pool, "o", "-"]);
+        assert!(ok, "{out}");
+    }
+    let caps = |osd: &str| Caps {
+        mon: "r".into(),
+        osd: osd.into(),
+        nbd: String::new(),
+    };
+    let none = add_client(&c, "client.none", caps("")).0;
+    let reader = add_client(&c, "client.reader", caps("r")).0;
+    let apool = add_client(&c, "client.apool", caps("rw pool=a")).0;
+    let scrubber = add_client(&c, "client.scrubber", caps("r, x pool=a")).0;
+    let get = |p: &'static str| -> Vec<&'static str> { vec!["obj", "get", p, "o", "-"] };
+    let put = |p: &'static str| -> Vec<&'static str> { vec!["obj", "put", p, "o2", "-"] };
+    let scrub = |p: &'static str| -> Vec<&'static str> { vec!["pg", "scrub", "--pool", p] };
+    #[rustfmt::skip]
+    let matrix: Vec<(&str, Vec<&str>, bool, &str)> = vec![
+        (&none, get("a"), false, "client.none lacks r on pool a"),
+        (&none, put("a"), false, "client.none lacks w on pool a"),
+        (&reader, get("a"), true, ""),
+        (&reader, get("b"), true, ""),
+        (&reader, put("a"), false, "client.reader lacks w on pool a"),
+        (&apool, put("a"), true, ""),
+        (&apool, get("a"), true, ""),
+        (&apool, get("b"), false, "client.apool lacks r on pool b"),
+        (&apool, put("b"), false, "client.apool lacks w on pool b"),
+        (&apool, scrub("a"), false, "client.apool lacks x on pool a"),
+        (&scrubber, scrub("a"), true, ""),
+        (&scrubber, scrub("b"), false, "client.scrubber lacks x on pool b"),
+        (&scrubber, put("a"), false, "client.scrubber lacks w on pool a"),
+        (&admin, put("b"), true, ""),
+    ];
+    for (conf, args, allowed, why) in matrix {
+        let (ok, out) = as_client(conf, &args);
+        assert_eq!(ok, allowed, "{conf} {args:?}: {out}");
+        if !allowed {
+            assert!(
+                out.contains("permission denied") && out.contains(why),
+                "{conf} {args:?}: {out}"
+            );
+        }
+    }
+}
+
+/// Forged daemon messages to a replica (a `PG_PUSH Reset` that would wipe its copy, a `REP`
+/// that would overwrite an object) from a client key, from an OSD speaking in the primary's
+/// name, and from an OSD that is not the primary: all refused, and the replica's copy is
+/// intact (read from it after the primary is killed).
+#[test]
+fn forged_daemon_messages_change_nothing_on_a_replica() {
+    use cairn_proto::msg::osd::{OpKind, RepOp, RepReply, REP, REP_REPLY};
+    use cairn_proto::msg::peering::{PgDone, PgPush, PushKind, PG_DONE, PG_PUSH};
+    let c = Cluster::up("auth-forge", 1, 2);
+    c.pool_create("r", 2, 1, 4);
+    let rt = runtime();
+    let mut cfg = c.client_config();
+    cfg.op_timeout = std::time::Duration::from_secs(60);
+    let client = rt
+        .block_on(cairn_client::Client::connect(cfg))
+        .expect("client");
+    let pool = client.pool_id("r").expect("pool");
+    rt.block_on(client.write_full(pool, b"victim", b"precious"))
+        .expect("write");
+    let map = client.map();
+    let pg = map.object_pg(pool, b"victim").expect("pg");
+    let acting = map.pg_placement(pg).acting;
+    let (primary, replica) = (acting[0], acting[1]);
+    let addr = map.osds[&replica].addr.clone();
+    let admin = c.ticket_as(Entity::admin(), Caps::admin());
+    let as_replica = c.ticket_as(Entity::osd(replica), Caps::default());
+    let reset = |claim: u32| PgPush {
+        epoch: map.epoch,
+        pool,
+        pg: pg.pg,
+        primary: claim,
+        kind: PushKind::Reset,
+    };
+    let rep = |claim: u32| RepOp {
+        epoch: map.epoch,
+        pool,
+        pg: pg.pg,
+        version: 2,
+        primary: claim,
+        object: b"victim".to_vec(),
+        kind: OpKind::WriteFull,
+    };
+    rt.block_on(async {
+        // Refused outright (permission denied, connection closed).
+        for (creds, kind, claim, why) in [
+            (&admin, node_kind::CLIENT, primary, "is not an OSD"),
+            (&as_replica, node_kind::OSD, primary, "in the name of"),
+        ] {
+            for (t, body) in [
+                (PG_PUSH, cairn_proto::msg::encode(&reset(claim))),
+                (REP, cairn_proto::msg::encode(&rep(claim))),
+            ] {
+                let mut s = osd_connect(&addr, kind, creds).await.expect("admitted");
+                write_frame(&mut s, t, 1, &body, b"forged!!")
+                    .await
+                    .expect("send");
+                let f = read_frame(&mut s, &Limits::default()).await.expect("reply");
+                assert_eq!(f.msg_type, cairn_proto::msg::osd::ERROR, "message {t}");
+                let e: ErrorReply = decode("error", &f.control).expect("error");
+                assert_eq!(e.code, ErrorCode::Denied, "{}", e.message);
+                assert!(e.message.contains(why), "{}", e.message);
+            }
+        }
+        // The replica speaking as itself is not the primary: stale.
+        let mut s = osd_connect(&addr, node_kind::OSD, &as_replica)
+            .await
+            .expect("admitted");
+        let body = cairn_proto::msg::encode(&reset(replica));
+        write_frame(&mut s, PG_PUSH, 2, &body, &[])
+            .await
+            .expect("send");
+        let f = read_frame(&mut s, &Limits::default()).await.expect("reply");
+        assert_eq!(f.msg_type, PG_DONE);
+        let r: PgDone = decode("pg done", &f.control).expect("decode");
+        assert!(matches!(r, PgDone::Stale { .. }), "{r:?}");
+        let body = cairn_proto::msg::encode(&rep(replica));
+        write_frame(&mut s, REP, 3, &body, b"forged!!")
+            .await
+            .expect("send");
+        let f = read_frame(&mut s, &Limits::default()).await.expect("reply");
+        assert_eq!(f.msg_type, REP_REPLY);
+        let r: RepReply = decode("rep reply", &f.control).expect("decode");
+        assert!(matches!(r, RepReply::Stale { .. }), "{r:?}");
+    });
+    // The replica's copy is what was written: it serves it once the primary is gone.
+    c.kill9(&format!("osd.{primary}"));
+    let got = rt
+        .block_on(client.read(pool, b"victim", 0, 8))
+        .expect("read from the replica");
+    assert_eq!(got, b"precious");
+}

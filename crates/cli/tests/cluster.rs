@@ -487,21 +487,27 @@ fn cli_pool_osd_and_object_commands() {
 /// Sends raw frames to an OSD: what a buggy or hostile client could send.
 #[test]
 fn osd_refuses_malformed_input_and_keeps_serving() {
+    use cairn_auth::{Caps, Entity};
     use cairn_proto::msg::osd::{
         BatchedOp, OpBatch, OpKind, OpReply, OpRequest, ERROR, OP, OP_BATCH, OP_REPLY,
     };
     use cairn_proto::msg::{ErrorCode, ErrorReply};
+    use cairn_transport::Credentials;
     use cairn_transport::{node_kind, read_frame, write_frame};
     async fn handshake(
         s: &mut tokio::net::TcpStream,
         kind: u8,
+        creds: &Credentials,
     ) -> Result<cairn_transport::Initiated, cairn_transport::HandshakeError> {
-        cairn_transport::initiate(s, kind, &cairn_transport::Credentials::None).await
+        cairn_transport::initiate(s, kind, creds).await
     }
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let c = Cluster::up("osdinput", 1, 2);
     pool_create(&c, "p", 1, 1);
     let rt = runtime();
+    // Tickets as the monitors would grant them: the administrator's, and each OSD's.
+    let admin = c.ticket_as(Entity::admin(), Caps::admin());
+    let as_osd = |i: u32| c.ticket_as(Entity::osd(i), Caps::default());
     rt.block_on(async {
         let client = c.client().await;
         let pool = client.pool_id("p").expect("pool");
@@ -531,7 +537,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let mut s = tokio::net::TcpStream::connect(addr(0))
             .await
             .expect("connect");
-        handshake(&mut s, node_kind::CLIENT)
+        handshake(&mut s, node_kind::CLIENT, &admin)
             .await
             .expect("handshake");
         write_frame(&mut s, OP, 7, b"\xff\xff\xff", &[])
@@ -553,7 +559,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             let mut s = tokio::net::TcpStream::connect(addr(osd))
                 .await
                 .expect("connect");
-            handshake(&mut s, node_kind::CLIENT)
+            handshake(&mut s, node_kind::CLIENT, &admin)
                 .await
                 .expect("handshake");
             let req = OpRequest {
@@ -590,7 +596,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let mut s = tokio::net::TcpStream::connect(addr(primary))
             .await
             .expect("connect");
-        handshake(&mut s, node_kind::CLIENT)
+        handshake(&mut s, node_kind::CLIENT, &admin)
             .await
             .expect("handshake");
         let bad = OpBatch {
@@ -615,7 +621,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let mut s = tokio::net::TcpStream::connect(addr(primary))
             .await
             .expect("connect");
-        handshake(&mut s, node_kind::CLIENT)
+        handshake(&mut s, node_kind::CLIENT, &admin)
             .await
             .expect("handshake");
         write_frame(&mut s, OSD_SYNC, 7, &[], &[]).await.expect("send");
@@ -633,7 +639,8 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let mut s = tokio::net::TcpStream::connect(addr(primary))
             .await
             .expect("connect");
-        handshake(&mut s, node_kind::OSD).await.expect("handshake");
+        let osd0 = as_osd(0);
+        handshake(&mut s, node_kind::OSD, &osd0).await.expect("handshake");
         write_frame(&mut s, PG_QUERY, 5, b"\xff\xff", &[])
             .await
             .expect("send");
@@ -642,7 +649,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let mut s = tokio::net::TcpStream::connect(addr(primary))
             .await
             .expect("connect");
-        handshake(&mut s, node_kind::OSD).await.expect("handshake");
+        handshake(&mut s, node_kind::OSD, &osd0).await.expect("handshake");
         let push = PgPush {
             epoch: map.epoch + 1000,
             pool: 999,
@@ -674,15 +681,22 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             "{r:?}"
         );
         // An activation claiming a future epoch (it would rank this copy first in peering)
-        // is refused, and so is one from an OSD that is not the PG's primary.
+        // is refused (once the map of that epoch proves not to exist), and so is one from an
+        // OSD that is not the PG's primary.
         for (epoch, from, want) in [
             (map.epoch + 1000, primary, "newer than this OSD's map"),
-            (map.epoch, 99, "stale"),
+            (map.epoch, other, "stale"),
         ] {
+            let mut s = tokio::net::TcpStream::connect(addr(primary))
+                .await
+                .expect("connect");
+            handshake(&mut s, node_kind::OSD, &as_osd(from))
+                .await
+                .expect("handshake");
             let push = PgPush {
                 epoch,
                 pool,
-                pg: 0,
+                pg: pg.pg,
                 primary: from,
                 kind: PushKind::Activate { epoch },
             };
@@ -699,6 +713,38 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             };
             assert!(ok, "activation at {epoch} from osd.{from}: {r:?}");
         }
+        // An OSD that pushes in another OSD's name, and a client that pushes at all, are
+        // refused (permission denied) and cut off.
+        for (creds, kind, want) in [
+            (as_osd(other), node_kind::OSD, "in the name of"),
+            (admin.clone(), node_kind::CLIENT, "is not an OSD"),
+        ] {
+            let mut s = tokio::net::TcpStream::connect(addr(other))
+                .await
+                .expect("connect");
+            handshake(&mut s, kind, &creds).await.expect("handshake");
+            let push = PgPush {
+                epoch: map.epoch,
+                pool,
+                pg: pg.pg,
+                primary,
+                kind: PushKind::Reset,
+            };
+            let body = cairn_proto::msg::encode(&push);
+            write_frame(&mut s, PG_PUSH, 9, &body, &[])
+                .await
+                .expect("send");
+            let f = read_frame(&mut s, &limits).await.expect("refusal");
+            assert_eq!(f.msg_type, ERROR);
+            let e: ErrorReply = cairn_proto::msg::decode("error", &f.control).expect("decode");
+            assert_eq!(e.code, ErrorCode::Denied, "{}", e.message);
+            assert!(e.message.contains(want), "{}", e.message);
+            assert!(read_frame(&mut s, &limits).await.is_err(), "not closed");
+        }
+        let mut s = tokio::net::TcpStream::connect(addr(primary))
+            .await
+            .expect("connect");
+        handshake(&mut s, node_kind::OSD, &osd0).await.expect("handshake");
         // Scrub requests: garbage -> ERROR; a map of a PG that does not exist, or of more
         // names than allowed, is refused; so is a scrub of a PG that does not exist.
         use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG};
@@ -714,7 +760,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             let mut s = tokio::net::TcpStream::connect(addr(primary))
                 .await
                 .expect("connect");
-            handshake(&mut s, node_kind::OSD).await.expect("handshake");
+            handshake(&mut s, node_kind::OSD, &osd0).await.expect("handshake");
             let q = PgScrub {
                 epoch: map.epoch,
                 pool,
@@ -735,7 +781,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let mut s = tokio::net::TcpStream::connect(addr(primary))
             .await
             .expect("connect");
-        handshake(&mut s, node_kind::CLIENT)
+        handshake(&mut s, node_kind::CLIENT, &admin)
             .await
             .expect("handshake");
         let q = ScrubPg {
@@ -749,38 +795,46 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         let f = read_frame(&mut s, &limits).await.expect("error reply");
         assert_eq!(f.msg_type, ERROR);
         // A replicated write whose version does not follow the replica's last one (it missed
-        // one) is refused with Gap and not applied.
+        // one) is refused with Gap and not applied; one claiming a map epoch that does not
+        // exist is refused as stale (after the replica looked for that map).
         use cairn_proto::msg::osd::{RepOp, RepReply, REP, REP_REPLY};
         let mut s = tokio::net::TcpStream::connect(addr(other))
             .await
             .expect("connect");
-        handshake(&mut s, node_kind::OSD).await.expect("handshake");
-        let rep = RepOp {
-            epoch: map.epoch + 1000,
-            pool,
-            pg: pg.pg,
-            version: 5,
-            primary,
-            object: b"after-a-gap".to_vec(),
-            kind: OpKind::WriteFull,
-        };
-        write_frame(&mut s, REP, 10, &cairn_proto::msg::encode(&rep), b"data")
+        handshake(&mut s, node_kind::OSD, &as_osd(primary))
             .await
-            .expect("send");
-        let f = read_frame(&mut s, &limits).await.expect("rep reply");
-        assert_eq!(f.msg_type, REP_REPLY);
-        let r: RepReply = cairn_proto::msg::decode("rep reply", &f.control).expect("decode");
-        assert_eq!(r, RepReply::Gap { have: 0 });
+            .expect("handshake");
+        for (epoch, want) in [
+            (map.epoch, RepReply::Gap { have: 0 }),
+            (map.epoch + 1000, RepReply::Stale { epoch: map.epoch }),
+        ] {
+            let rep = RepOp {
+                epoch,
+                pool,
+                pg: pg.pg,
+                version: if epoch == map.epoch { 5 } else { 1 },
+                primary,
+                object: b"after-a-gap".to_vec(),
+                kind: OpKind::WriteFull,
+            };
+            write_frame(&mut s, REP, 10, &cairn_proto::msg::encode(&rep), b"data")
+                .await
+                .expect("send");
+            let f = read_frame(&mut s, &limits).await.expect("rep reply");
+            assert_eq!(f.msg_type, REP_REPLY);
+            let r: RepReply = cairn_proto::msg::decode("rep reply", &f.control).expect("decode");
+            assert_eq!(r, want, "REP at epoch {epoch}");
+        }
         // Recovery requests to an OSD that holds no copy of the PG: a pull is refused (never
         // answered "absent", which would delete the object at the puller); a PG_CLEAN is
         // answered Stale (it is not the primary), Busy by the primary at another epoch, and
         // garbage is refused.
         use cairn_proto::msg::peering::{PgPull, PgQuery, PG_CLEAN, PG_PULL};
         let call = |to: u32, t: u16, control: Vec<u8>| {
-            let a = addr(to);
+            let (a, creds) = (addr(to), osd0.clone());
             async move {
                 let mut s = tokio::net::TcpStream::connect(a).await.expect("connect");
-                handshake(&mut s, node_kind::OSD).await.expect("handshake");
+                handshake(&mut s, node_kind::OSD, &creds).await.expect("handshake");
                 write_frame(&mut s, t, 11, &control, &[])
                     .await
                     .expect("send");

@@ -51,7 +51,20 @@ struct Merge {
 
 /// The connection broke or could not be opened.
 #[derive(Debug, Clone)]
-pub struct ConnError(pub String);
+pub struct ConnError {
+    pub why: String,
+    /// The OSD refused this client's credentials: retrying with them cannot help.
+    pub refused: bool,
+}
+
+impl ConnError {
+    fn broken(why: String) -> ConnError {
+        ConnError {
+            why,
+            refused: false,
+        }
+    }
+}
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -69,7 +82,10 @@ impl OsdConn {
             .timeout(CONNECT_TIMEOUT);
         let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())
             .await
-            .map_err(|e| ConnError(e.to_string()))?;
+            .map_err(|e| ConnError {
+                why: e.to_string(),
+                refused: e.is_refusal(),
+            })?;
         let session = Arc::new(session);
         let merge = Arc::new(Merge {
             threshold: merge_threshold,
@@ -100,9 +116,9 @@ impl OsdConn {
             .session
             .call(OSD_SYNC, &[], &[], timeout)
             .await
-            .map_err(|e| ConnError(format!("{}: sync: {e}", self.addr)))?;
+            .map_err(|e| ConnError::broken(format!("{}: sync: {e}", self.addr)))?;
         if f.msg_type != OSD_SYNC_REPLY {
-            return Err(ConnError(format!(
+            return Err(ConnError::broken(format!(
                 "{}: unexpected reply type {} to a sync",
                 self.addr, f.msg_type
             )));
@@ -120,7 +136,7 @@ impl OsdConn {
         let (reply, in_flight) = self
             .session
             .expect_reply()
-            .map_err(|e| ConnError(e.to_string()))?;
+            .map_err(|e| ConnError::broken(e.to_string()))?;
         let id = reply.id();
         let m = &self.merge;
         let sender = self.session.sender();
@@ -139,23 +155,29 @@ impl OsdConn {
             }
         };
         if sent.is_err() {
-            return Err(ConnError(format!("connection to {} is closed", self.addr)));
+            return Err(ConnError::broken(format!(
+                "connection to {} is closed",
+                self.addr
+            )));
         }
-        let f = reply.wait().await.map_err(|e| ConnError(e.to_string()))?;
+        let f = reply
+            .wait()
+            .await
+            .map_err(|e| ConnError::broken(e.to_string()))?;
         if f.msg_type != OP_REPLY {
             let why = format!(
                 "{}: unexpected reply type {} to an op",
                 self.addr, f.msg_type
             );
             self.session.close(&why);
-            return Err(ConnError(why));
+            return Err(ConnError::broken(why));
         }
         match cairn_proto::msg::decode::<OpReply>("op reply", &f.control) {
             Ok(r) => Ok((r, f.data)),
             Err(e) => {
                 let why = format!("{}: {e}", self.addr);
                 self.session.close(&why);
-                Err(ConnError(why))
+                Err(ConnError::broken(why))
             }
         }
     }

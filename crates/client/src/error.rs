@@ -22,6 +22,10 @@ pub enum ClientError {
         after: Duration,
         last: String,
     },
+    /// The OSD refused this client: its credentials (no ticket, a refused one) or its caps
+    /// (e.g. no `w` on the pool).
+    #[error("{0}")]
+    Denied(String),
     #[error("monitors: {0}")]
     Mon(String),
 }

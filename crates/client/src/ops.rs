@@ -85,6 +85,8 @@ enum Attempt {
         min_epoch: u64,
         why: String,
     },
+    /// The OSD refused this client's credentials.
+    Denied(String),
 }
 
 impl Client {
@@ -180,14 +182,14 @@ impl Client {
             let Some(addr) = view.map.osds.get(&id).map(|o| o.addr.clone()) else {
                 continue;
             };
-            let conn = self.conn(id, &addr).await.map_err(|e| fail(id, e.0))?;
+            let conn = self.conn(id, &addr).await.map_err(|e| fail(id, e.why))?;
             let timeout = self.inner.cfg.op_timeout;
             syncs.spawn(async move { (id, conn.sync(timeout).await) });
         }
         while let Some(done) = syncs.join_next().await {
             match done {
                 Ok((_, Ok(()))) => {}
-                Ok((id, Err(e))) => return Err(fail(id, e.0)),
+                Ok((id, Err(e))) => return Err(fail(id, e.why)),
                 Err(e) => {
                     return Err(ClientError::Failed {
                         code: cairn_proto::msg::osd::FailCode::Other,
@@ -265,10 +267,11 @@ impl Client {
         };
         let conn = match self.conn(id, &addr).await {
             Ok(c) => c,
+            Err(e) if e.refused => return Attempt::Denied(e.why),
             Err(e) => {
                 return Attempt::Again {
                     min_epoch: epoch + 1,
-                    why: e.0,
+                    why: e.why,
                 }
             }
         };
@@ -322,7 +325,7 @@ impl Client {
             Ok(answer) => Attempt::Done(answer),
             Err(e) => Attempt::Again {
                 min_epoch: epoch + 1,
-                why: e.0,
+                why: e.why,
             },
         }
     }
@@ -393,6 +396,7 @@ impl Client {
             };
             let why = match self.attempt(route, &req, data, deadline).await {
                 Attempt::Done((r, d)) => return Ok((r, d, attempts)),
+                Attempt::Denied(why) => return Err(ClientError::Denied(why)),
                 Attempt::Again { min_epoch, why } => {
                     if !why.is_empty() {
                         last_why = why.clone();
@@ -593,6 +597,7 @@ enum Target<'a> {
 fn unexpected(r: OpReply) -> ClientError {
     match r {
         OpReply::Invalid(s) => ClientError::Invalid(s),
+        OpReply::Denied(s) => ClientError::Denied(s),
         OpReply::Failed { code, why } => ClientError::Failed { code, why },
         other => ClientError::Failed {
             code: cairn_proto::msg::osd::FailCode::Other,

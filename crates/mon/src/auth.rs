@@ -12,13 +12,19 @@
 //! | `COMMAND` (any other change) | clients with `mon w` |
 //! | `HEARTBEAT`, `FAILURE_REPORT` | `osd.N` only, about itself as N |
 //! | Raft messages | monitors only |
+//! | `GET_TICKET` | any authenticated client or OSD (the ticket carries its caps) |
+//! | `GET_SERVICE_KEYS` | `osd.N` only |
 //!
 //! A monitor started without a keyring (`--auth none`) lets everyone in and checks nothing.
 
 use crate::state_machine::MapView;
-use cairn_auth::{Caps, Entity, EntityKind, Keyring, Perms, Secret};
+use cairn_auth::service::{derive_service_key, mint, service_key_id, service_keys_around};
+use cairn_auth::{
+    seal, unix_now, Caps, Entity, EntityKind, Keyring, Perms, Secret, TICKET_TTL_SECS,
+};
 use cairn_map::{ClusterMap, MapChange};
 use cairn_proto::auth::{AuthInit, AUTH_KEY};
+use cairn_proto::msg::mon::{service_keys_aad, ticket_session_aad, ServiceKeysReply, TicketReply};
 use cairn_transport::{Known, Peer, Verifier};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -90,6 +96,53 @@ impl MonKeys {
         cairn_transport::Credentials::Key {
             entity: self.me.clone(),
             secret: self.current().mon.clone(),
+        }
+    }
+}
+
+impl MonKeys {
+    /// A ticket for OSDs for `peer` (authenticated on this connection, so its key and caps
+    /// are known), its session secret sealed with the peer's key.
+    pub(crate) fn grant_ticket(&self, peer: &Peer) -> TicketReply {
+        let Some(entity) = &peer.entity else {
+            return TicketReply::Refused(
+                "this cluster runs without authentication: OSDs need no ticket".into(),
+            );
+        };
+        if entity.kind() == EntityKind::Mon {
+            return TicketReply::Refused("monitors do not talk to OSDs as clients".into());
+        }
+        let keys = self.current();
+        let Some((key, caps)) = keys.entities.get(entity) else {
+            return TicketReply::Refused(format!("{entity} is no longer known"));
+        };
+        let now = unix_now();
+        let svc = derive_service_key(&keys.mon, service_key_id(now));
+        let m = mint(&svc, entity, caps, now, TICKET_TTL_SECS);
+        let name = entity.to_string();
+        TicketReply::Granted {
+            ticket: m.ticket,
+            session: seal(key, &ticket_session_aad(&name), &m.session.0),
+            ttl_secs: TICKET_TTL_SECS,
+        }
+    }
+
+    /// The OSD service keys around now for `peer`, which must be an OSD, sealed with its key.
+    pub(crate) fn grant_service_keys(&self, peer: &Peer) -> ServiceKeysReply {
+        let Some(entity) = peer.entity.as_ref().filter(|e| e.kind() == EntityKind::Osd) else {
+            return ServiceKeysReply::Refused(denied(
+                peer,
+                "is not an OSD: only OSDs get the service keys",
+            ));
+        };
+        let keys = self.current();
+        let Some((key, _)) = keys.entities.get(entity) else {
+            return ServiceKeysReply::Refused(format!("{entity} is no longer known"));
+        };
+        let svc = service_keys_around(&keys.mon, unix_now());
+        let plain = postcard::to_allocvec(&svc).unwrap_or_default();
+        ServiceKeysReply::Granted {
+            sealed: seal(key, &service_keys_aad(&entity.to_string()), &plain),
         }
     }
 }

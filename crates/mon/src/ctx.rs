@@ -29,6 +29,8 @@ pub(crate) struct Ctx {
     pub history_keep: u64,
     /// Who may connect (`crate::auth`).
     pub verifier: Arc<dyn cairn_transport::Verifier>,
+    /// The keys (`None`: the monitor runs without authentication).
+    pub keys: Option<Arc<crate::auth::MonKeys>>,
 }
 
 impl Ctx {

@@ -82,6 +82,7 @@ pub async fn run(
         starts: Default::default(),
         history_keep: cfg.history_keep,
         verifier,
+        keys,
     });
     let mut background = JoinSet::new();
     background.spawn(log_leadership(ctx.clone()));

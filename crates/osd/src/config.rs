@@ -56,9 +56,10 @@ pub struct OsdConfig {
     /// device and flushed at most this long after (`StoreConfig::wal_flush_delay`): the
     /// window in which a power loss of every member could take them. Default 5 ms.
     pub memory_flush_delay: Duration,
-    /// The credentials this OSD presents to monitors and peers. Default: none (a cluster
-    /// without authentication).
-    pub auth: cairn_transport::Auth,
+    /// This OSD's key (`osd.N`): it proves it to the monitors, gets the service keys with it
+    /// and then requires a ticket of every connection. Default: none (a cluster without
+    /// authentication: no credentials presented, none required).
+    pub key: Option<crate::auth::OsdKey>,
 }
 
 /// Smallest memory target: below it the read cache would be too small to matter.
@@ -130,7 +131,7 @@ impl OsdConfig {
             memory_target: default_memory_target(),
             direct_write_min: 0,
             memory_flush_delay: Duration::from_millis(5),
-            auth: std::sync::Arc::new(cairn_transport::NoAuth),
+            key: None,
         }
     }
 

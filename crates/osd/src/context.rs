@@ -27,6 +27,9 @@ pub struct Osd {
     /// How this OSD connects to its peers: as an OSD, from its listening address, with its
     /// credentials.
     pub dialer: cairn_transport::Dialer,
+    /// Who may connect: holders of a ticket the service keys open (or anyone, in a cluster
+    /// without authentication).
+    pub verifier: Arc<dyn cairn_transport::Verifier>,
     /// Recovery progress and pacing.
     pub recovery: crate::recovery::Recovery,
     /// What this OSD's scrubs found.

@@ -92,6 +92,29 @@ fn runtime_thread(
     Ok((handle, thread))
 }
 
+/// What this OSD presents and what it requires: with a key, its key to the monitors, tickets
+/// it mints to its peers, and a ticket of everyone who connects; without, nothing.
+fn credentials(
+    cfg: &OsdConfig,
+    service: &Arc<cairn_auth::ServiceKeys>,
+) -> (cairn_transport::Auth, Arc<dyn cairn_transport::Verifier>) {
+    match &cfg.key {
+        Some(key) => (
+            Arc::new(crate::auth::OsdAuth {
+                key: key.clone(),
+                service: service.clone(),
+            }),
+            Arc::new(cairn_transport::TicketVerifier {
+                keys: service.clone(),
+            }),
+        ),
+        None => (
+            Arc::new(cairn_transport::NoAuth),
+            Arc::new(cairn_transport::AllowNone),
+        ),
+    }
+}
+
 /// Runs an OSD until it fails. Blocks the calling thread.
 pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
     let store = open_store(&cfg)?;
@@ -112,13 +135,19 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         })?
         .to_string();
     let source = cairn_transport::net::source_for(cfg.listen);
+    let service = Arc::new(cairn_auth::ServiceKeys::default());
+    let (auth, verifier) = credentials(&cfg, &service);
     let mon = cairn_monclient::MonClient::new(cfg.mons.clone())
         .with_source(source)
-        .with_auth(cfg.auth.clone());
-    let dialer = cairn_transport::Dialer::new(cairn_transport::node_kind::OSD, cfg.auth.clone())
-        .from(source);
+        .with_auth(auth.clone());
+    let dialer = cairn_transport::Dialer::new(cairn_transport::node_kind::OSD, auth).from(source);
     let store_id = store.store_id();
     let boot = crate::mapwatch::boot(&boot_rt, &mon, store_id, &addr, &cfg)?;
+    if let Some(key) = &cfg.key {
+        boot_rt
+            .block_on(crate::auth::fetch_service_keys(&mon, key, &service))
+            .map_err(|e| OsdError::Boot(format!("getting the service keys: {e}")))?;
+    }
     drop(boot_rt);
 
     let (sync_tx, sync_rx) = std::sync::mpsc::channel();
@@ -131,6 +160,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         peers: Peers::new(dialer.clone()),
         lease: crate::lease::Lease::new(cfg.lease),
         dialer,
+        verifier,
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
         recovery: crate::recovery::Recovery::new(
@@ -206,6 +236,9 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             ticking.recovery.tick();
         }
     });
+    if let Some(key) = cfg.key.clone() {
+        rt0.spawn(crate::auth::refresh_service_keys(mon.clone(), key, service));
+    }
     if let Some(every) = cfg.scrub_interval {
         rt0.spawn(crate::scrub::periodic(osd.clone(), every));
     }

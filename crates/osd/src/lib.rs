@@ -13,6 +13,8 @@
 //! without a lock shared between PGs and never wait behind another shard's PGs. The map
 //! arrives from the monitors (`mapwatch.rs`).
 
+mod access;
+mod auth;
 mod config;
 mod context;
 mod daemon;
@@ -32,6 +34,7 @@ mod server;
 mod shard;
 mod syncer;
 
+pub use auth::OsdKey;
 pub use config::{default_memory_target, machine_memory, OsdConfig, MIN_MEMORY_TARGET};
 pub use daemon::run;
 pub use error::OsdError;

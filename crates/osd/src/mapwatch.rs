@@ -156,6 +156,38 @@ impl Flaps {
     }
 }
 
+/// Longest wait for a map a peer's message says exists.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(2);
+/// How long the subscription gets to bring it before the monitors are asked.
+const CATCH_UP_ASK_AFTER: Duration = Duration::from_millis(20);
+
+/// Waits until this OSD's map reaches `epoch` (a peer's message was sent at it): the
+/// subscription usually brings it within milliseconds; after [`CATCH_UP_ASK_AFTER`] the
+/// monitors are asked for it; after [`CATCH_UP_LIMIT`] it gives up (the message is then
+/// refused as stale: an epoch the monitors do not have is a forgery or a bug). Returns
+/// whether the map got there.
+pub(crate) async fn catch_up(osd: &Osd, epoch: u64) -> bool {
+    let start = tokio::time::Instant::now();
+    let mut asked = false;
+    while osd.map().epoch < epoch {
+        let waited = start.elapsed();
+        if waited >= CATCH_UP_LIMIT {
+            tracing::warn!(epoch, have = osd.map().epoch, "a peer's message claims a map epoch the monitors do not give; refusing it as stale");
+            return false;
+        }
+        if !asked && waited >= CATCH_UP_ASK_AFTER {
+            asked = true;
+            let left = CATCH_UP_LIMIT - waited;
+            if let Ok(Ok(m)) = tokio::time::timeout(left, osd.mon.get_map()).await {
+                install(osd, Arc::new(m));
+            }
+            continue;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    true
+}
+
 fn install(osd: &Osd, map: Arc<ClusterMap>) {
     let epoch = map.epoch;
     if !osd.set_map(map.clone()) {

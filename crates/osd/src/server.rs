@@ -1,12 +1,14 @@
 //! Accepts connections (clients and primaries) and hands each frame to the shard owning
 //! its PG. Malformed input gets an error reply and the connection is closed.
 
+use crate::access::{op_needs, Access};
 use crate::context::Osd;
 use crate::shard::ShardMsg;
+use cairn_auth::Perms;
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{
-    OpBatch, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OSD_PING, OSD_PONG, OSD_STATS,
-    OSD_STATS_REPLY, OSD_SYNC, REP,
+    OpBatch, OpReply, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OP_REPLY, OSD_PING,
+    OSD_PONG, OSD_STATS, OSD_STATS_REPLY, OSD_SYNC, REP,
 };
 use cairn_proto::msg::peering::{
     PgList, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY,
@@ -17,8 +19,7 @@ use cairn_proto::msg::{ErrorCode, ErrorReply};
 use cairn_proto::Limits;
 use cairn_store::SharedBytes;
 use cairn_transport::{
-    accept, begin_batch, end_batch, frame_buffered, node_kind, read_frame, AllowNone, FrameSender,
-    ReadError,
+    accept, begin_batch, end_batch, frame_buffered, node_kind, read_frame, FrameSender, ReadError,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,15 +46,19 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
                 };
                 let osd = osd.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = accept(&mut stream, node_kind::OSD, &AllowNone).await {
-                        tracing::warn!(%peer, error = %e, "handshake failed; closing connection");
-                        return;
-                    }
+                    let who = match accept(&mut stream, node_kind::OSD, osd.verifier.as_ref()).await
+                    {
+                        Ok(a) => a.peer,
+                        Err(e) => {
+                            tracing::warn!(%peer, error = %e, "handshake failed; closing connection");
+                            return;
+                        }
+                    };
                     // Re-register the socket with the shard's own event loop.
                     let Ok(std) = stream.into_std() else { return };
                     rt.spawn(async move {
                         match tokio::net::TcpStream::from_std(std) {
-                            Ok(s) => connection(osd, s, shard).await,
+                            Ok(s) => connection(osd, s, shard, Access::new(who)).await,
                             Err(e) => tracing::warn!(error = %e, "cannot adopt a connection"),
                         }
                     });
@@ -67,7 +72,12 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
     }
 }
 
-async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) {
+async fn connection(
+    osd: Arc<Osd>,
+    stream: tokio::net::TcpStream,
+    shard: usize,
+    mut access: Access,
+) {
     let (r, w) = stream.into_split();
     let sender = FrameSender::new(w);
     let limits = Limits::default();
@@ -90,6 +100,11 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 break;
             }
         };
+        if let Err(why) = allowed(&access, frame.msg_type) {
+            tracing::warn!(peer = %access.name(), msg_type = frame.msg_type, "refused: {why}");
+            refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+            break;
+        }
         // While more requests are already buffered, replies and forwarded writes are held
         // back and written together when the last one is handled.
         let more = frame_buffered(r.buffer());
@@ -98,6 +113,13 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
         }
         let msg = match frame.msg_type {
             OSD_STATS => {
+                if let Err(why) = access.cluster_read() {
+                    refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                    if !more {
+                        end_batch();
+                    }
+                    continue;
+                }
                 let st = osd.store.stats();
                 let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
                 let progress = osd.recovery.progress();
@@ -163,7 +185,8 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 continue;
             }
             OP_BATCH => {
-                if let Err(why) = dispatch_batch(&osd, &sender, &frame.control, frame.data, shard) {
+                let (control, data) = (&frame.control, frame.data);
+                if let Err(why) = dispatch_batch(&osd, &sender, control, data, shard, &mut access) {
                     refuse(&sender, frame.request_id, ErrorCode::Malformed, &why);
                     break;
                 }
@@ -177,8 +200,14 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
             t @ (SCRUB_PG | PG_PULL) => {
                 let (id, control) = (frame.request_id, &frame.control);
                 let started = match t {
-                    SCRUB_PG => cairn_proto::msg::decode::<ScrubPg>("scrub pg", control)
-                        .map(|req| start_scrub(&osd, &sender, id, req)),
+                    SCRUB_PG => {
+                        cairn_proto::msg::decode::<ScrubPg>("scrub pg", control).map(|req| {
+                            match access.pool(&osd, req.pool, Perms::X) {
+                                Ok(()) => start_scrub(&osd, &sender, id, req),
+                                Err(why) => refuse(&sender, id, ErrorCode::Denied, &why),
+                            }
+                        })
+                    }
                     _ => cairn_proto::msg::decode::<PgPull>("pg pull", control)
                         .map(|req| start_pull(&osd, &sender, id, req)),
                 };
@@ -193,16 +222,37 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
             }
             t @ (PG_QUERY | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN | PG_STATUS) => {
                 match peering_pg(t, &frame.control) {
-                    Ok(pg) => (
-                        pg,
-                        ShardMsg::Peer {
-                            reply: sender.clone(),
-                            req_id: frame.request_id,
-                            msg_type: t,
-                            control: frame.control,
-                            data: frame.data,
-                        },
-                    ),
+                    Ok(pg) if t == PG_STATUS && access.pool(&osd, pg.pool, Perms::R).is_err() => {
+                        let why = access
+                            .pool(&osd, pg.pool, Perms::R)
+                            .err()
+                            .unwrap_or_default();
+                        refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                        if !more {
+                            end_batch();
+                        }
+                        continue;
+                    }
+                    Ok(pg) => {
+                        if let Some(claim) = push_claim(t, &frame.control) {
+                            let r = from_primary(&osd, &access, shard, claim, "PG_PUSH").await;
+                            if let Err(why) = r {
+                                tracing::warn!(peer = %access.name(), "refused: {why}");
+                                refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                                break;
+                            }
+                        }
+                        (
+                            pg,
+                            ShardMsg::Peer {
+                                reply: sender.clone(),
+                                req_id: frame.request_id,
+                                msg_type: t,
+                                control: frame.control,
+                                data: frame.data,
+                            },
+                        )
+                    }
                     Err(e) => {
                         refuse(&sender, frame.request_id, ErrorCode::Malformed, &e);
                         break;
@@ -210,6 +260,14 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
                 }
             }
             OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
+                Ok(req) if access.pool(&osd, req.pool, op_needs(&req.kind)).is_err() => {
+                    let why = access.pool(&osd, req.pool, op_needs(&req.kind));
+                    deny_op(&sender, frame.request_id, why.err().unwrap_or_default());
+                    if !more {
+                        end_batch();
+                    }
+                    continue;
+                }
                 Ok(req) => {
                     let pg = PgId {
                         pool: req.pool,
@@ -237,6 +295,12 @@ async fn connection(osd: Arc<Osd>, stream: tokio::net::TcpStream, shard: usize) 
             },
             REP => match cairn_proto::msg::decode::<RepOp>("replicated write", &frame.control) {
                 Ok(op) => {
+                    let claim = (op.primary, op.epoch);
+                    if let Err(why) = from_primary(&osd, &access, shard, claim, "REP").await {
+                        tracing::warn!(peer = %access.name(), "refused: {why}");
+                        refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                        break;
+                    }
                     let pg = PgId {
                         pool: op.pool,
                         pg: op.pg,
@@ -292,6 +356,7 @@ fn dispatch_batch(
     control: &[u8],
     data: Vec<u8>,
     shard: usize,
+    access: &mut Access,
 ) -> Result<(), String> {
     let batch =
         cairn_proto::msg::decode::<OpBatch>("op batch", control).map_err(|e| e.to_string())?;
@@ -302,6 +367,11 @@ fn dispatch_batch(
     let mut at = 0usize;
     for op in batch.ops {
         let end = at + op.data_len as usize;
+        if let Err(why) = access.pool(osd, op.req.pool, op_needs(&op.req.kind)) {
+            deny_op(sender, op.request_id, why);
+            at = end;
+            continue;
+        }
         let pg = PgId {
             pool: op.req.pool,
             pg: op.req.pg,
@@ -367,6 +437,15 @@ fn start_scrub(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: ScrubPg) {
     });
 }
 
+/// The primary and epoch a `PG_PUSH` claims (`None` for other messages, or one that does not
+/// decode: the shard refuses it as malformed).
+fn push_claim(msg_type: u16, control: &[u8]) -> Option<(u32, u64)> {
+    (msg_type == PG_PUSH)
+        .then(|| cairn_proto::msg::decode::<PgPush>("pg push", control).ok())
+        .flatten()
+        .map(|p| (p.primary, p.epoch))
+}
+
 /// The PG a peering request is about (the request is decoded again on its shard).
 fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
     use cairn_proto::msg::decode;
@@ -382,6 +461,43 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
     }
     .map_err(e)?;
     Ok(PgId { pool, pg })
+}
+
+/// Refuses an op the sender's caps do not allow (the connection stays open).
+fn deny_op(to: &FrameSender, req_id: u64, why: String) {
+    let control = cairn_proto::msg::encode(&OpReply::Denied(why));
+    let _ = to.send(OP_REPLY, req_id, &control, &[]);
+}
+
+/// Checks that the peer may send this kind of message at all (caps on pools are checked
+/// where the pool is known). `Err`: the refusal; the connection is closed after it.
+fn allowed(access: &Access, msg_type: u16) -> Result<(), String> {
+    match msg_type {
+        REP => access.osd_only("a replicated write"),
+        PG_PUSH => access.osd_only("a PG push"),
+        PG_QUERY | PG_LIST | PG_SCRUB | PG_CLEAN | PG_PULL => access.osd_only("peering"),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a daemon message that acts for the PG's primary at `epoch`: its sender must be the
+/// OSD it names as primary (the shard checks that one against the map), and the map of that
+/// epoch must be here first. `Err`: the refusal; the connection is closed after it.
+async fn from_primary(
+    osd: &Osd,
+    access: &Access,
+    shard: usize,
+    (primary, epoch): (u32, u64),
+    what: &str,
+) -> Result<(), String> {
+    access.speaks_for(primary, what)?;
+    if epoch > osd.map().epoch {
+        // What was held back goes out before the wait.
+        end_batch();
+        osd.sync_shard(shard);
+        crate::mapwatch::catch_up(osd, epoch).await;
+    }
+    Ok(())
 }
 
 fn refuse(to: &FrameSender, req_id: u64, code: ErrorCode, why: &str) {

@@ -90,14 +90,15 @@ impl Dialer {
 
     /// Connects to `addr` and shakes hands; the peer must say it is a node of kind `expect`.
     pub async fn dial(&self, addr: &str, expect: u8) -> Result<TcpStream, DialError> {
-        let creds = self
-            .auth
-            .credentials(expect)
-            .map_err(|why| DialError::NoCredentials {
-                addr: addr.to_string(),
-                kind: expect,
-                why,
-            })?;
+        let creds =
+            self.auth
+                .credentials(expect)
+                .await
+                .map_err(|why| DialError::NoCredentials {
+                    addr: addr.to_string(),
+                    kind: expect,
+                    why,
+                })?;
         // An authenticated peer is the kind its entity is (an OSD's monitor client is an OSD).
         let kind = match &creds {
             Credentials::Key { entity, .. } | Credentials::Ticket { entity, .. } => kind_of(entity),

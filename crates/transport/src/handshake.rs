@@ -105,10 +105,19 @@ impl fmt::Debug for Credentials {
     }
 }
 
+/// What [`Authenticator::credentials`] returns: getting a ticket may ask the monitors.
+pub type CredentialsFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Credentials, String>> + Send + 'a>>;
+
 /// Gives a dialer the credentials for a peer of a kind (a key for monitors, a current ticket
 /// for OSDs).
 pub trait Authenticator: Send + Sync + fmt::Debug {
-    fn credentials(&self, peer_kind: u8) -> Result<Credentials, String>;
+    fn credentials(&self, peer_kind: u8) -> CredentialsFuture<'_>;
+}
+
+/// Credentials known without waiting.
+pub fn ready(c: Result<Credentials, String>) -> CredentialsFuture<'static> {
+    Box::pin(std::future::ready(c))
 }
 
 /// An authenticator that presents nothing (clusters run with `auth = none`, and tests of
@@ -117,8 +126,8 @@ pub trait Authenticator: Send + Sync + fmt::Debug {
 pub struct NoAuth;
 
 impl Authenticator for NoAuth {
-    fn credentials(&self, _: u8) -> Result<Credentials, String> {
-        Ok(Credentials::None)
+    fn credentials(&self, _: u8) -> CredentialsFuture<'_> {
+        ready(Ok(Credentials::None))
     }
 }
 
@@ -127,8 +136,8 @@ impl Authenticator for NoAuth {
 pub struct Fixed(pub Credentials);
 
 impl Authenticator for Fixed {
-    fn credentials(&self, _: u8) -> Result<Credentials, String> {
-        Ok(self.0.clone())
+    fn credentials(&self, _: u8) -> CredentialsFuture<'_> {
+        ready(Ok(self.0.clone()))
     }
 }
 

@@ -8,6 +8,7 @@
 //! - [`session`]: request/reply multiplexing with deadlines and typed refusals ([`Session`]).
 //! - [`sender`]: frame sending from any thread, batched per event-loop turn, with
 //!   backpressure, on connections that may still be opening ([`FrameSender`]).
+//! - [`tickets`]: the OSD's verifier of tickets ([`TicketVerifier`]).
 //! - [`frames`]: reading frames (the reader that runs is checked against the fuzzed
 //!   `cairn_proto::Decoder`).
 //!
@@ -19,15 +20,19 @@ pub mod handshake;
 pub mod net;
 pub mod sender;
 pub mod session;
+pub mod tickets;
 
 pub use dial::{DialError, Dialer};
 pub use frames::{
     check_readers_agree, encode_parts, frame_buffered, read_frame, write_frame, ReadError,
     READ_BUFFER,
 };
+pub use handshake::ready as ready_credentials;
 pub use handshake::{
     accept, initiate, kind_of, node_kind, Accepted, AllowNone, Auth, Authenticator, Credentials,
-    Fixed, HandshakeError, Initiated, Known, NoAuth, Peer, Verifier, HANDSHAKE_TIMEOUT,
+    CredentialsFuture, Fixed, HandshakeError, Initiated, Known, NoAuth, Peer, Verifier,
+    HANDSHAKE_TIMEOUT,
 };
 pub use sender::{begin_batch, end_batch, FrameSender, SendClosed};
 pub use session::{CallError, Reply, Session};
+pub use tickets::TicketVerifier;

@@ -287,10 +287,7 @@ impl Cluster {
         }
         let key = cairn_auth::Keyring::load_key(&path, &cairn_auth::Entity::admin())
             .expect("the admin key");
-        std::sync::Arc::new(cairn_monclient::auth::EntityKey {
-            entity: key.entity,
-            secret: key.secret,
-        })
+        cairn_monclient::auth::EntityKey::new(key.entity, key.secret, self.mons())
     }
 
     /// Creates the key of OSD `i` (an OSD this test starts by hand) in `osd.I/keyring` and
@@ -315,6 +312,35 @@ impl Cluster {
             ring.save(&path).expect("save the monitor keyring");
         }
         own
+    }
+
+    /// Credentials to connect to an OSD as `entity`, as a monitor would grant them: a ticket
+    /// with `caps` sealed with the current service key (derived from the monitors' key), so
+    /// a test can speak as any OSD or client. `None` for a cluster without authentication.
+    pub fn ticket_as(
+        &self,
+        entity: cairn_auth::Entity,
+        caps: cairn_auth::Caps,
+    ) -> cairn_transport::Credentials {
+        let path = self.dir.join("mon.0").join("keyring");
+        if !path.exists() {
+            return cairn_transport::Credentials::None;
+        }
+        let ring = cairn_auth::Keyring::load(&path).expect("the monitor keyring");
+        let mon = ring
+            .keys
+            .iter()
+            .find(|k| k.entity.kind() == cairn_auth::EntityKind::Mon)
+            .expect("the monitors' key");
+        let now = cairn_auth::unix_now();
+        let id = cairn_auth::service::service_key_id(now);
+        let svc = cairn_auth::service::derive_service_key(&mon.secret, id);
+        let m = cairn_auth::service::mint(&svc, &entity, &caps, now, 600);
+        cairn_transport::Credentials::Ticket {
+            entity,
+            ticket: m.ticket,
+            session: m.session,
+        }
     }
 
     /// Client settings for this cluster, as its administrator.

@@ -153,13 +153,12 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
         pg: op.pg,
     };
     let pool = map.pools.get(&op.pool);
-    if map.epoch >= op.epoch {
-        // Refuse a primary our (newer or equal) map does not know as primary: a deposed
-        // primary must not get writes acknowledged.
-        let primary = pool.and_then(|_| shard.pg(&map, pg).placement.primary());
-        if primary != Some(op.primary) {
-            return rep_reply(&to, req_id, &RepReply::Stale { epoch: map.epoch });
-        }
+    // Refuse a primary our (newer or equal) map does not know as primary: a deposed primary
+    // must not get writes acknowledged. A write from a map this OSD could not get (the
+    // connection waited for it) is refused too: the sender's role cannot be checked.
+    let primary = pool.and_then(|_| shard.pg(&map, pg).placement.primary());
+    if map.epoch < op.epoch || primary != Some(op.primary) {
+        return rep_reply(&to, req_id, &RepReply::Stale { epoch: map.epoch });
     }
     let memory = pool.is_some_and(|p| p.durability == Durability::Memory);
     let st = shard.pg(&map, pg);

@@ -81,9 +81,11 @@ pub fn handle(
             check_pg(&map, pg)?;
             let r = if let Some(why) = bad_activation(&p, map.epoch) {
                 Refusal::new(ErrorCode::Invalid, why).reply()
-            } else if map.epoch >= p.epoch
-                && shard.pg(&map, pg).placement.primary() != Some(p.primary)
+            } else if map.epoch < p.epoch
+                || shard.pg(&map, pg).placement.primary() != Some(p.primary)
             {
+                // A push from a map this OSD could not get (the connection waited for it)
+                // cannot be checked: refused like one from a deposed primary.
                 PgDone::Stale { epoch: map.epoch }
             } else {
                 apply(shard, pg, &p.kind, &data)

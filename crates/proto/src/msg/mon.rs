@@ -34,6 +34,15 @@ pub const FAILURE_REPORT: u16 = 10;
 pub const PAST_INTERVALS: u16 = 11;
 /// Reply: [`PastIntervalsReply`].
 pub const PAST_INTERVALS_REPLY: u16 = 12;
+/// Request: empty (the ticket is for the entity the connection authenticated as); reply:
+/// [`TICKET`].
+pub const GET_TICKET: u16 = 13;
+/// Reply: [`TicketReply`].
+pub const TICKET: u16 = 14;
+/// Request: empty, from an OSD; reply: [`SERVICE_KEYS`].
+pub const GET_SERVICE_KEYS: u16 = 15;
+/// Reply: [`ServiceKeysReply`].
+pub const SERVICE_KEYS: u16 = 16;
 
 /// Most PGs one heartbeat reports (an OSD leading more reports them over several).
 pub const MAX_HEARTBEAT_PGS: usize = 4096;
@@ -143,3 +152,40 @@ pub struct MonStatus {
 }
 
 pub use super::{ErrorCode, ErrorReply};
+
+/// A ticket for OSDs, or why none is given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TicketReply {
+    Granted {
+        /// The sealed ticket, presented to OSDs as is (at most `cairn_auth::MAX_TICKET` bytes).
+        ticket: Vec<u8>,
+        /// The ticket's session secret, sealed with the requester's own key (AAD
+        /// `"cairn ticket session v1" | entity`), so only the requester learns it.
+        session: Vec<u8>,
+        /// Seconds the ticket is good for (counted on the requester's clock from receipt,
+        /// so clocks need not agree).
+        ttl_secs: u64,
+    },
+    Refused(String),
+}
+
+/// The OSD service keys, or why none are given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServiceKeysReply {
+    /// `Vec<cairn_auth::ServiceKey>` (postcard), sealed with the OSD's own key (AAD
+    /// `"cairn service keys v1" | entity`).
+    Granted {
+        sealed: Vec<u8>,
+    },
+    Refused(String),
+}
+
+/// The AAD a ticket's session secret is sealed under for `entity`.
+pub fn ticket_session_aad(entity: &str) -> Vec<u8> {
+    [b"cairn ticket session v1".as_slice(), entity.as_bytes()].concat()
+}
+
+/// The AAD service keys are sealed under for `entity`.
+pub fn service_keys_aad(entity: &str) -> Vec<u8> {
+    [b"cairn service keys v1".as_slice(), entity.as_bytes()].concat()
+}

@@ -140,6 +140,9 @@ pub enum OpReply {
     PgDown {
         waiting_for: Vec<u32>,
     },
+    /// The sender may not do this (its caps): "permission denied: client.x lacks w on pool
+    /// p". Do not retry.
+    Denied(String),
 }
 
 /// Most ops one [`OpBatch`] may carry (clients send at most 8).

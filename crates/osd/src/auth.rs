@@ -1,0 +1,101 @@
+//! How an OSD authenticates: its `osd.N` key to the monitors; to other OSDs, tickets it mints
+//! itself with the service keys the monitors give it (an OSD is trusted with them: it opens
+//! every client's ticket with them anyway). The same keys open the tickets peers present.
+
+use cairn_auth::service::mint;
+use cairn_auth::{unix_now, Caps, Entity, Secret, ServiceKeys};
+use cairn_transport::{
+    node_kind, ready_credentials, Authenticator, Credentials, CredentialsFuture,
+};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a ticket an OSD mints for its peers is good for (it mints one per connection).
+const PEER_TICKET_TTL_SECS: u64 = 600;
+
+/// How often the service keys are fetched again (a new one comes into use each day).
+pub(crate) const SERVICE_KEY_REFRESH: Duration = Duration::from_secs(3600);
+
+/// An OSD's key.
+#[derive(Clone)]
+pub struct OsdKey {
+    pub entity: Entity,
+    pub secret: Secret,
+}
+
+impl fmt::Debug for OsdKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OsdKey({})", self.entity)
+    }
+}
+
+/// The credentials an OSD presents.
+#[derive(Debug)]
+pub(crate) struct OsdAuth {
+    pub key: OsdKey,
+    pub service: Arc<ServiceKeys>,
+}
+
+impl Authenticator for OsdAuth {
+    fn credentials(&self, peer_kind: u8) -> CredentialsFuture<'_> {
+        let entity = self.key.entity.clone();
+        if peer_kind != node_kind::OSD {
+            return ready_credentials(Ok(Credentials::Key {
+                entity,
+                secret: self.key.secret.clone(),
+            }));
+        }
+        let now = unix_now();
+        let c = match self.service.current(now) {
+            Some(svc) => {
+                let m = mint(&svc, &entity, &Caps::default(), now, PEER_TICKET_TTL_SECS);
+                Ok(Credentials::Ticket {
+                    entity,
+                    ticket: m.ticket,
+                    session: m.session,
+                })
+            }
+            None => Err(format!(
+                "{entity} holds no service keys yet (the monitors have not given them)"
+            )),
+        };
+        ready_credentials(c)
+    }
+}
+
+/// Fetches the service keys into `held`, retrying every 10 s until the monitors answer (a
+/// refusal is final: the key is not this OSD's, or the cluster does not authenticate).
+pub(crate) async fn fetch_service_keys(
+    mon: &cairn_monclient::MonClient,
+    key: &OsdKey,
+    held: &ServiceKeys,
+) -> Result<(), cairn_monclient::MonClientError> {
+    loop {
+        match mon.get_service_keys(&key.entity, &key.secret).await {
+            Ok(k) => {
+                held.set(k);
+                return Ok(());
+            }
+            Err(e @ cairn_monclient::MonClientError::Denied(_)) => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot fetch the service keys; retrying in 10 s");
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+        }
+    }
+}
+
+/// Fetches the service keys again every [`SERVICE_KEY_REFRESH`], forever.
+pub(crate) async fn refresh_service_keys(
+    mon: cairn_monclient::MonClient,
+    key: OsdKey,
+    held: Arc<ServiceKeys>,
+) {
+    loop {
+        tokio::time::sleep(SERVICE_KEY_REFRESH).await;
+        if let Err(e) = fetch_service_keys(&mon, &key, &held).await {
+            tracing::error!(error = %e, "the monitors refuse this OSD the service keys; keeping the old ones");
+        }
+    }
+}
