@@ -62,3 +62,35 @@ impl DaemonAuth {
         }))
     }
 }
+
+/// A daemon's connection limits (`cairn_transport::ConnLimits`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConnArgs {
+    /// Most connections held at once; more are closed as they arrive (logged).
+    #[arg(long, value_name = "N", default_value_t = cairn_transport::ConnLimits::default().max_total)]
+    pub max_connections: usize,
+    /// Most connections from one peer address, so one host cannot take every slot.
+    #[arg(long, value_name = "N", default_value_t = cairn_transport::ConnLimits::default().max_per_host)]
+    pub max_connections_per_host: usize,
+    /// Seconds a connection may send nothing before it is closed (clients reconnect when
+    /// they need to; a connection waiting for an answer is not idle).
+    #[arg(long, value_name = "SECS", default_value_t = cairn_transport::ConnLimits::default().idle.as_secs())]
+    pub idle_timeout: u64,
+}
+
+impl ConnArgs {
+    /// The limits, checked.
+    pub fn limits(&self) -> Result<cairn_transport::ConnLimits> {
+        if self.max_connections == 0 || self.max_connections_per_host == 0 {
+            bail!("--max-connections and --max-connections-per-host must be at least 1");
+        }
+        if self.idle_timeout < 2 {
+            bail!("--idle-timeout must be at least 2 seconds");
+        }
+        Ok(cairn_transport::ConnLimits {
+            max_total: self.max_connections,
+            max_per_host: self.max_connections_per_host,
+            idle: std::time::Duration::from_secs(self.idle_timeout),
+        })
+    }
+}

@@ -50,6 +50,8 @@ pub struct MonArgs {
     /// monitor admits, with their caps.
     #[command(flatten)]
     pub auth: crate::daemon_auth::DaemonAuth,
+    #[command(flatten)]
+    pub conns: crate::daemon_auth::ConnArgs,
 }
 
 fn parse_member(s: &str) -> Result<(u64, String), String> {
@@ -141,6 +143,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     cfg.down_out_interval = Duration::from_secs(args.down_out_interval);
     cfg.history_keep = args.history_keep;
     cfg.keyring = args.auth.keyring(&args.dir)?;
+    cfg.conn_limits = args.conns.limits()?;
     cfg.validate()?;
     Ok(cfg)
 }

@@ -41,6 +41,8 @@ pub struct RunArgs {
     /// The keyring holding this OSD's key (osd.N: the OSD boots as id N).
     #[command(flatten)]
     pub auth: crate::daemon_auth::DaemonAuth,
+    #[command(flatten)]
+    pub conns: crate::daemon_auth::ConnArgs,
     /// Monitor address (repeat for several); default: from -c / CAIRN_CONF.
     #[arg(long = "mon")]
     pub mons: Vec<String>,
@@ -177,6 +179,7 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     let key = a.auth.osd_key(&a.dir)?;
     let mut cfg = cairn_osd::OsdConfig::new(a.dir, mons);
     cfg.key = key;
+    cfg.conn_limits = a.conns.limits()?;
     cfg.data = a.data;
     cfg.data_size = a.data_size;
     cfg.wal = a.wal;

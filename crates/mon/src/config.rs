@@ -52,6 +52,9 @@ pub struct MonConfig {
     /// The monitor's keyring (the monitors' shared key and the entities it knows): every
     /// connection must then authenticate. `None`: no authentication (`--auth none`).
     pub keyring: Option<PathBuf>,
+    /// Connection caps and the idle limit of the monitor's port (`ConnLimits` says each
+    /// default). A connection with a subscription or a command in flight is never idle.
+    pub conn_limits: cairn_transport::ConnLimits,
 }
 
 impl MonConfig {
@@ -69,6 +72,7 @@ impl MonConfig {
             snapshot_logs: DEFAULT_SNAPSHOT_LOGS,
             history_keep: DEFAULT_HISTORY_KEEP,
             keyring: None,
+            conn_limits: cairn_transport::ConnLimits::default(),
         }
     }
 

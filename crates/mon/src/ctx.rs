@@ -31,6 +31,8 @@ pub(crate) struct Ctx {
     pub verifier: Arc<dyn cairn_transport::Verifier>,
     /// The keys (`None`: the monitor runs without authentication).
     pub keys: Option<Arc<crate::auth::MonKeys>>,
+    /// Connections held on the monitor's port, against their caps.
+    pub admission: Arc<cairn_transport::Admission>,
 }
 
 impl Ctx {

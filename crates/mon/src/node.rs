@@ -83,6 +83,7 @@ pub async fn run(
         history_keep: cfg.history_keep,
         verifier,
         keys,
+        admission: cairn_transport::Admission::new(cfg.conn_limits),
     });
     let mut background = JoinSet::new();
     background.spawn(log_leadership(ctx.clone()));

@@ -62,8 +62,14 @@ pub(crate) async fn serve(
             _ = &mut shutdown => break,
             r = listener.accept() => match r {
                 Ok((stream, peer)) => {
+                    // Over the caps: closed at once (`admit` logs it).
+                    let Some(slot) = ctx.admission.admit(peer.ip()) else { continue };
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(connection(stream, peer, ctx.clone()));
+                    let ctx = ctx.clone();
+                    conns.spawn(async move {
+                        connection(stream, peer, ctx).await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     // Usually out of file descriptors: wait rather than spin.
@@ -116,10 +122,23 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     let mut rd = BufReader::new(rd);
     let limits = raft_net::SERVER_LIMITS;
     let mut tasks = JoinSet::new();
+    let idle = ctx.admission.limits().idle;
     loop {
-        let f = match read_frame(&mut rd, &limits).await {
+        // A connection with a subscription or a command in flight is waiting for us.
+        let read = if tasks.is_empty() {
+            tokio::time::timeout(idle, read_frame(&mut rd, &limits))
+                .await
+                .unwrap_or(Err(ReadError::Idle(idle)))
+        } else {
+            read_frame(&mut rd, &limits).await
+        };
+        let f = match read {
             Ok(f) => f,
             Err(ReadError::Closed) => break,
+            Err(ReadError::Idle(after)) => {
+                tracing::debug!(%peer, ?after, "closing an idle connection");
+                break;
+            }
             Err(ReadError::Io(e)) => {
                 tracing::debug!(%peer, "connection lost: {e}");
                 break;

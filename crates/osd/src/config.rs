@@ -60,6 +60,15 @@ pub struct OsdConfig {
     /// and then requires a ticket of every connection. Default: none (a cluster without
     /// authentication: no credentials presented, none required).
     pub key: Option<crate::auth::OsdKey>,
+    /// Connection caps and the idle limit of the OSD's port (`ConnLimits` says each
+    /// default).
+    pub conn_limits: cairn_transport::ConnLimits,
+    /// Most scrubs asked by clients (`SCRUB_PG`) running at once; a connection asking for
+    /// more waits (is not read) until one ends. Default 2.
+    pub max_client_scrubs: usize,
+    /// Most recovery pulls (`PG_PULL`, up to 4 MiB read each) served at once; a peer asking
+    /// for more waits. Default 8.
+    pub max_pulls: usize,
 }
 
 /// Smallest memory target: below it the read cache would be too small to matter.
@@ -132,6 +141,9 @@ impl OsdConfig {
             direct_write_min: 0,
             memory_flush_delay: Duration::from_millis(5),
             key: None,
+            conn_limits: cairn_transport::ConnLimits::default(),
+            max_client_scrubs: 2,
+            max_pulls: 8,
         }
     }
 

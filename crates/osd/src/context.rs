@@ -30,6 +30,11 @@ pub struct Osd {
     /// Who may connect: holders of a ticket the service keys open (or anyone, in a cluster
     /// without authentication).
     pub verifier: Arc<dyn cairn_transport::Verifier>,
+    /// Connections held on the OSD's port, against their caps.
+    pub admission: Arc<cairn_transport::Admission>,
+    /// Slots for scrubs clients ask for, and for recovery pulls peers ask for.
+    pub scrub_slots: Arc<tokio::sync::Semaphore>,
+    pub pull_slots: Arc<tokio::sync::Semaphore>,
     /// Recovery progress and pacing.
     pub recovery: crate::recovery::Recovery,
     /// What this OSD's scrubs found.

@@ -161,6 +161,9 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         lease: crate::lease::Lease::new(cfg.lease),
         dialer,
         verifier,
+        admission: cairn_transport::Admission::new(cfg.conn_limits),
+        scrub_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_client_scrubs.max(1))),
+        pull_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_pulls.max(1))),
         inflight: Arc::new(Inflight::new()),
         shards: OnceLock::new(),
         recovery: crate::recovery::Recovery::new(

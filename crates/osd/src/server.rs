@@ -19,7 +19,7 @@ use cairn_proto::msg::{ErrorCode, ErrorReply};
 use cairn_proto::Limits;
 use cairn_store::SharedBytes;
 use cairn_transport::{
-    accept, begin_batch, end_batch, frame_buffered, node_kind, read_frame, FrameSender, ReadError,
+    accept, begin_batch, end_batch, node_kind, ConnReader, FrameSender, ReadError,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -37,6 +37,10 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((mut stream, peer)) => {
+                // Over the caps: closed at once (the refusal is logged by `admit`).
+                let Some(slot) = osd.admission.admit(peer.ip()) else {
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 tracing::debug!(%peer, "connection accepted");
                 let shard = next % osd.shard_count().max(1);
@@ -58,7 +62,10 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
                     let Ok(std) = stream.into_std() else { return };
                     rt.spawn(async move {
                         match tokio::net::TcpStream::from_std(std) {
-                            Ok(s) => connection(osd, s, shard, Access::new(who)).await,
+                            Ok(s) => {
+                                connection(osd, s, shard, Access::new(who)).await;
+                                drop(slot);
+                            }
                             Err(e) => tracing::warn!(error = %e, "cannot adopt a connection"),
                         }
                     });
@@ -81,8 +88,9 @@ async fn connection(
     let (r, w) = stream.into_split();
     let sender = FrameSender::new(w);
     let limits = Limits::default();
-    // Buffered: one receive call brings in every request that has arrived.
-    let mut r = tokio::io::BufReader::with_capacity(cairn_transport::READ_BUFFER, r);
+    // Buffered: one receive call brings in every request that has arrived (the buffer is
+    // released while the peer is quiet).
+    let mut r = ConnReader::new(r, osd.admission.limits().idle);
     loop {
         if sender.queued_bytes() > MAX_QUEUED_REPLIES {
             // A peer that sends requests and does not read the replies is not read either
@@ -91,9 +99,13 @@ async fn connection(
             osd.sync_shard(shard);
             sender.wait_below(MAX_QUEUED_REPLIES).await;
         }
-        let frame = match read_frame(&mut r, &limits).await {
+        let frame = match r.next(&limits).await {
             Ok(f) => f,
             Err(ReadError::Closed) => break,
+            Err(ReadError::Idle(after)) => {
+                tracing::debug!(peer = %access.name(), ?after, "closing an idle connection");
+                break;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "bad frame; closing connection");
                 refuse(&sender, 0, ErrorCode::Malformed, &e.to_string());
@@ -107,7 +119,7 @@ async fn connection(
         }
         // While more requests are already buffered, replies and forwarded writes are held
         // back and written together when the last one is handled.
-        let more = frame_buffered(r.buffer());
+        let more = r.frame_buffered();
         if more {
             begin_batch();
         }
@@ -196,24 +208,45 @@ async fn connection(
                 }
                 continue;
             }
-            // Served off the shards: they answer when done.
+            // Served off the shards, a bounded number at a time: they answer when done.
             t @ (SCRUB_PG | PG_PULL) => {
-                let (id, control) = (frame.request_id, &frame.control);
-                let started = match t {
-                    SCRUB_PG => {
-                        cairn_proto::msg::decode::<ScrubPg>("scrub pg", control).map(|req| {
-                            match access.pool(&osd, req.pool, Perms::X) {
-                                Ok(()) => start_scrub(&osd, &sender, id, req),
-                                Err(why) => refuse(&sender, id, ErrorCode::Denied, &why),
-                            }
-                        })
+                let id = frame.request_id;
+                let job = match background_job(t, &frame.control) {
+                    Ok(j) => j,
+                    Err(e) => {
+                        refuse(&sender, id, ErrorCode::Malformed, &e);
+                        break;
                     }
-                    _ => cairn_proto::msg::decode::<PgPull>("pg pull", control)
-                        .map(|req| start_pull(&osd, &sender, id, req)),
                 };
-                if let Err(e) = started {
-                    refuse(&sender, id, ErrorCode::Malformed, &e.to_string());
-                    break;
+                if let Background::Scrub(req) = &job {
+                    if let Err(why) = access.pool(&osd, req.pool, Perms::X) {
+                        refuse(&sender, id, ErrorCode::Denied, &why);
+                        if !more {
+                            end_batch();
+                        }
+                        continue;
+                    }
+                }
+                let slots = match job {
+                    Background::Scrub(_) => &osd.scrub_slots,
+                    Background::Pull(_) => &osd.pull_slots,
+                };
+                let slot = match slots.clone().try_acquire_owned() {
+                    Ok(s) => s,
+                    Err(_) => {
+                        // Every slot is taken: this connection is not read until one frees
+                        // (what was held back goes out first).
+                        end_batch();
+                        osd.sync_shard(shard);
+                        match slots.clone().acquire_owned().await {
+                            Ok(s) => s,
+                            Err(_) => break,
+                        }
+                    }
+                };
+                match job {
+                    Background::Scrub(req) => start_scrub(&osd, &sender, id, req, slot),
+                    Background::Pull(req) => start_pull(&osd, &sender, id, req, slot),
                 }
                 if !more {
                     end_batch();
@@ -389,16 +422,38 @@ fn dispatch_batch(
     Ok(())
 }
 
+/// A request served off the shards.
+enum Background {
+    Scrub(ScrubPg),
+    Pull(PgPull),
+}
+
+fn background_job(msg_type: u16, control: &[u8]) -> Result<Background, String> {
+    use cairn_proto::msg::decode;
+    let r = match msg_type {
+        SCRUB_PG => decode::<ScrubPg>("scrub pg", control).map(Background::Scrub),
+        _ => decode::<PgPull>("pg pull", control).map(Background::Pull),
+    };
+    r.map_err(|e| e.to_string())
+}
+
 /// Reads the bytes a recovery pulls off the shard's thread (up to 4 MiB from the device: the
 /// shard's client ops must not wait for that), and answers. The PG version is read before the
 /// bytes, so a copy guarded by it is refused if a write landed meanwhile.
-fn start_pull(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: PgPull) {
+fn start_pull(
+    osd: &Arc<Osd>,
+    to: &FrameSender,
+    req_id: u64,
+    req: PgPull,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) {
     let pg = PgId {
         pool: req.pool,
         pg: req.pg,
     };
     let (osd, to) = (osd.clone(), to.clone());
     tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         let map = osd.map();
         if map.pools.get(&pg.pool).is_none_or(|p| pg.pg >= p.pg_count) {
             let why = format!("pg {pg} does not exist in map epoch {}", map.epoch);
@@ -415,7 +470,13 @@ fn start_pull(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: PgPull) {
 }
 
 /// Scrubs a PG in the background and answers with its report when done.
-fn start_scrub(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: ScrubPg) {
+fn start_scrub(
+    osd: &Arc<Osd>,
+    to: &FrameSender,
+    req_id: u64,
+    req: ScrubPg,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) {
     let pg = PgId {
         pool: req.pool,
         pg: req.pg,
@@ -432,6 +493,7 @@ fn start_scrub(osd: &Arc<Osd>, to: &FrameSender, req_id: u64, req: ScrubPg) {
     }
     let (osd, to) = (osd.clone(), to.clone());
     tokio::spawn(async move {
+        let _slot = slot;
         let rep = crate::scrub::scrub_pg(osd, pg, req.repair).await;
         let _ = to.send(SCRUB_REPORT, req_id, &cairn_proto::msg::encode(&rep), &[]);
     });

@@ -95,4 +95,24 @@ fn an_op_batch_must_account_for_its_data() {
             .collect(),
     };
     assert!(big.check(0).unwrap_err().contains("ops"));
+    // Reads: up to 1 MiB in all; 64 reads of 16 MiB (a GiB to read and queue) are refused.
+    let read = |id, len| osd::BatchedOp {
+        req: osd::OpRequest {
+            kind: osd::OpKind::Read { offset: 0, len },
+            ..op(id, 0).req
+        },
+        ..op(id, 0)
+    };
+    let ok = osd::OpBatch {
+        ops: (0..8).map(|i| read(i, 16 << 10)).collect(),
+    };
+    assert!(ok.check(0).is_ok());
+    let greedy = osd::OpBatch {
+        ops: (0..64).map(|i| read(i, 16 << 20)).collect(),
+    };
+    assert!(greedy.check(0).unwrap_err().contains("over the limit"));
+    let overflow = osd::OpBatch {
+        ops: vec![read(1, u64::MAX), read(2, u64::MAX)],
+    };
+    assert!(overflow.check(0).is_err());
 }

@@ -31,6 +31,9 @@ pub enum ReadError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Frame(#[from] FrameError),
+    /// The peer sent nothing for this long (`ConnLimits::idle`).
+    #[error("idle for {0:?}; closing")]
+    Idle(std::time::Duration),
 }
 
 /// Reads one frame. `Closed` when the peer closed cleanly between frames.

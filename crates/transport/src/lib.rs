@@ -9,6 +9,7 @@
 //! - [`sender`]: frame sending from any thread, batched per event-loop turn, with
 //!   backpressure, on connections that may still be opening ([`FrameSender`]).
 //! - [`tickets`]: the OSD's verifier of tickets ([`TicketVerifier`]).
+//! - [`limits`]: connection caps and idle limits for servers ([`Admission`], [`ConnReader`]).
 //! - [`frames`]: reading frames (the reader that runs is checked against the fuzzed
 //!   `cairn_proto::Decoder`).
 //!
@@ -17,6 +18,7 @@
 pub mod dial;
 pub mod frames;
 pub mod handshake;
+pub mod limits;
 pub mod net;
 pub mod sender;
 pub mod session;
@@ -33,6 +35,7 @@ pub use handshake::{
     CredentialsFuture, Fixed, HandshakeError, Initiated, Known, NoAuth, Peer, Verifier,
     HANDSHAKE_TIMEOUT,
 };
+pub use limits::{Admission, Admitted, ConnLimits, ConnReader};
 pub use sender::{begin_batch, end_batch, FrameSender, SendClosed};
 pub use session::{CallError, Reply, Session};
 pub use tickets::TicketVerifier;

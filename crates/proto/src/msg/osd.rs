@@ -147,6 +147,10 @@ pub enum OpReply {
 
 /// Most ops one [`OpBatch`] may carry (clients send at most 8).
 pub const MAX_BATCH_OPS: usize = 64;
+/// Most bytes the reads of one [`OpBatch`] may ask for in all (clients batch only reads of
+/// at most 16 KiB, at most 8 of them): a batch cannot make an OSD read and queue much more
+/// than its own size.
+pub const MAX_BATCH_READ_BYTES: u64 = 1 << 20;
 
 /// Several ops in one message. The frame's data is the ops' data in order; `data_len` says
 /// where each one's ends. The frame's own request id is unused.
@@ -172,6 +176,19 @@ impl OpBatch {
             return Err(format!(
                 "op batch of {} ops (1..={MAX_BATCH_OPS} allowed)",
                 self.ops.len()
+            ));
+        }
+        let reads: u64 = self
+            .ops
+            .iter()
+            .map(|o| match o.req.kind {
+                OpKind::Read { len, .. } => len,
+                _ => 0,
+            })
+            .fold(0u64, u64::saturating_add);
+        if reads > MAX_BATCH_READ_BYTES {
+            return Err(format!(
+                "op batch reads {reads} bytes, over the limit of {MAX_BATCH_READ_BYTES} (send large reads alone)"
             ));
         }
         let sum: u64 = self.ops.iter().map(|o| u64::from(o.data_len)).sum();

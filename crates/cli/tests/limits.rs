@@ -1,0 +1,177 @@
+//! Bounded resources on a real OSD: thousands of connections that never finish their
+//! handshake or authenticate and then idle, a client that never reads its replies, a flood
+//! of scrub requests. The OSD's memory (RSS, measured) stays bounded and another client is
+//! served throughout.
+
+mod common;
+
+use cairn_auth::{Caps, Entity};
+use cairn_proto::msg::osd::{OpKind, OpRequest, OP};
+use cairn_proto::msg::scrub::{ScrubPg, SCRUB_PG};
+use cairn_transport::{initiate, node_kind, write_frame};
+use common::cluster::{runtime, Cluster};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+/// The resident memory of process `pid`, in MiB.
+fn rss_mib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS");
+    kib / 1024
+}
+
+async fn connect_from(src: &str, addr: &str) -> std::io::Result<TcpStream> {
+    let s = TcpSocket::new_v4()?;
+    s.bind(format!("{src}:0").parse().expect("source"))?;
+    s.connect(addr.parse().expect("addr")).await
+}
+
+/// Whether the peer closed `s` (within `wait`).
+async fn closed(s: &mut TcpStream, wait: Duration) -> bool {
+    let mut b = [0u8; 64];
+    matches!(
+        tokio::time::timeout(wait, s.read(&mut b)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+/// A write and a read by an ordinary client, within 15 s.
+async fn served(client: &cairn_client::Client, pool: u32, what: &str) {
+    let name = format!("still-served-{what}").into_bytes();
+    let io = async {
+        client.write_full(pool, &name, b"yes").await?;
+        client.read(pool, &name, 0, 3).await
+    };
+    let got = tokio::time::timeout(Duration::from_secs(15), io)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the other client was not served within 15 s"))
+        .unwrap_or_else(|e| panic!("{what}: the other client failed: {e}"));
+    assert_eq!(got, b"yes");
+}
+
+#[test]
+fn an_osd_stays_bounded_under_idle_connections_unread_replies_and_scrub_floods() {
+    let c = Cluster::up("limits", 1, 1);
+    c.pool_create("p", 1, 1, 8);
+    let pid = c.pid("osd.0");
+    let rt = runtime();
+    let client = rt
+        .block_on(cairn_client::Client::connect(c.client_config()))
+        .expect("client");
+    let pool = client.pool_id("p").expect("pool");
+    let big = vec![7u8; 1 << 20];
+    rt.block_on(client.write_full(pool, b"big", &big))
+        .expect("write");
+    let addr = client.map().osds[&0].addr.clone();
+    let ticket = c.ticket_as(Entity::admin(), Caps::admin());
+    let base = rss_mib(pid);
+    let mut report = vec![format!("\"base_mib\": {base}")];
+    rt.block_on(async {
+        // 5,000 connections that never send their hello, from one host.
+        let mut stalled = Vec::new();
+        for _ in 0..5000 {
+            stalled.push(connect_from("127.0.0.2", &addr).await.expect("connect"));
+        }
+        // 2,000 that authenticate and then idle, from another.
+        let mut idle = Vec::new();
+        for _ in 0..2000 {
+            let Ok(mut s) = connect_from("127.0.0.3", &addr).await else {
+                continue;
+            };
+            if initiate(&mut s, node_kind::CLIENT, &ticket).await.is_ok() {
+                idle.push(s);
+            }
+        }
+        let per_host = cairn_transport::ConnLimits::default().max_per_host;
+        assert_eq!(
+            idle.len(),
+            per_host,
+            "admitted idle connections from one host"
+        );
+        served(&client, pool, "idle").await;
+        let grown = rss_mib(pid).saturating_sub(base);
+        report.push(format!("\"idle_connections_mib\": {grown}"));
+        assert!(grown < 48, "7,000 connections grew the OSD by {grown} MiB");
+        // Past the handshake deadline every stalled connection is closed (those over the
+        // per-host cap at once).
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let mut open = 0;
+        for s in &mut stalled {
+            if !closed(s, Duration::from_millis(50)).await {
+                open += 1;
+            }
+        }
+        assert_eq!(open, 0, "stalled handshakes still held after the deadline");
+        drop(stalled);
+        drop(idle);
+
+        // A client that asks for 2 GiB of reads and never reads the answers.
+        let mut greedy = connect_from("127.0.0.4", &addr).await.expect("connect");
+        initiate(&mut greedy, node_kind::CLIENT, &ticket)
+            .await
+            .expect("handshake");
+        let map = client.map();
+        let pg = map.object_pg(pool, b"big").expect("pg");
+        let read = OpRequest {
+            epoch: map.epoch,
+            pool,
+            pg: pg.pg,
+            object: b"big".to_vec(),
+            kind: OpKind::Read {
+                offset: 0,
+                len: 1 << 20,
+            },
+        };
+        let body = cairn_proto::msg::encode(&read);
+        let flood = tokio::spawn(async move {
+            for i in 0..2048u64 {
+                if write_frame(&mut greedy, OP, i, &body, &[]).await.is_err() {
+                    break;
+                }
+            }
+            greedy
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        served(&client, pool, "unread replies").await;
+        let grown = rss_mib(pid).saturating_sub(base);
+        report.push(format!("\"unread_replies_mib\": {grown}"));
+        assert!(grown < 160, "unread replies grew the OSD by {grown} MiB");
+        flood.abort();
+
+        // 10,000 scrub requests on one connection, answers never read.
+        let mut scrubber = connect_from("127.0.0.5", &addr).await.expect("connect");
+        initiate(&mut scrubber, node_kind::CLIENT, &ticket)
+            .await
+            .expect("handshake");
+        let flood = tokio::spawn(async move {
+            for i in 0..10_000u64 {
+                let q = ScrubPg {
+                    pool,
+                    pg: (i % 8) as u32,
+                    repair: false,
+                };
+                let body = cairn_proto::msg::encode(&q);
+                if write_frame(&mut scrubber, SCRUB_PG, i, &body, &[])
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            scrubber
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        served(&client, pool, "scrub flood").await;
+        let grown = rss_mib(pid).saturating_sub(base);
+        report.push(format!("\"scrub_flood_mib\": {grown}"));
+        assert!(grown < 160, "a scrub flood grew the OSD by {grown} MiB");
+        flood.abort();
+    });
+    println!("{{{}}}", report.join(", "));
+}
