@@ -78,12 +78,6 @@ impl EntityKey {
         *held = Some(t.clone());
         Ok(t)
     }
-
-    /// Drops the ticket held, so the next connection gets a new one (after an OSD refused
-    /// it, e.g. because the service keys moved on).
-    pub async fn forget_ticket(&self) {
-        *self.held.lock().await = None;
-    }
 }
 
 impl Authenticator for EntityKey {
