@@ -51,6 +51,27 @@ pub fn is_peer_msg(msg_type: u16) -> bool {
 /// Largest snapshot chunk sent in one frame: well under the default 1 MiB control limit.
 pub(crate) const SNAPSHOT_CHUNK: u64 = 256 << 10;
 
+/// Largest snapshot a monitor takes from a peer. A snapshot is the map and its history:
+/// far below this on any cluster. Chunks are written at their offset into memory, so an
+/// offset past this (a forged or corrupt chunk) would allocate without bound: refused.
+pub(crate) const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+
+/// Refuses a snapshot chunk that reaches past [`MAX_SNAPSHOT_BYTES`].
+fn check_snapshot_chunk(rpc: &InstallSnapshotRequest<MonRaft>) -> Result<(), ErrorReply> {
+    let end = rpc.offset.checked_add(rpc.data.len() as u64);
+    if end.is_some_and(|e| e <= MAX_SNAPSHOT_BYTES) {
+        return Ok(());
+    }
+    Err(ErrorReply::new(
+        ErrorCode::Invalid,
+        format!(
+            "snapshot chunk at offset {} of {} bytes reaches past the largest snapshot taken ({MAX_SNAPSHOT_BYTES} bytes)",
+            rpc.offset,
+            rpc.data.len()
+        ),
+    ))
+}
+
 /// Largest `MapChange` a client may propose (encoded); larger commands are refused as
 /// malformed. Together with [`MAX_ENTRIES_PER_APPEND`] this bounds an append request well
 /// under [`SERVER_LIMITS`], so no command can make replication frames too large to send.
@@ -334,6 +355,7 @@ pub(crate) async fn serve(
         }
         RAFT_SNAPSHOT => {
             let rpc: InstallSnapshotRequest<MonRaft> = peer_request("raft snapshot", frame, fsid)?;
+            check_snapshot_chunk(&rpc)?;
             let r: SnapshotReply = raft.install_snapshot(rpc).await;
             Ok((RAFT_SNAPSHOT_REPLY, encode(&r)))
         }
@@ -349,6 +371,29 @@ mod tests {
     use super::*;
     use openraft::error::{Fatal, SnapshotMismatch};
     use openraft::{SnapshotSegmentId, Vote};
+
+    #[test]
+    fn snapshot_chunks_past_the_largest_snapshot_are_refused() {
+        use openraft::{LogId, SnapshotMeta, StoredMembership};
+        let chunk = |offset: u64, len: usize| InstallSnapshotRequest::<MonRaft> {
+            vote: Vote::new(1, 0),
+            meta: SnapshotMeta {
+                last_log_id: Some(LogId::new(openraft::CommittedLeaderId::new(1, 0), 5)),
+                last_membership: StoredMembership::default(),
+                snapshot_id: "s".into(),
+            },
+            offset,
+            data: vec![0; len],
+            done: false,
+        };
+        assert!(check_snapshot_chunk(&chunk(0, 1000)).is_ok());
+        assert!(check_snapshot_chunk(&chunk(MAX_SNAPSHOT_BYTES - 10, 10)).is_ok());
+        for (offset, len) in [(MAX_SNAPSHOT_BYTES, 1), (u64::MAX, 0), (u64::MAX - 1, 10)] {
+            let e = check_snapshot_chunk(&chunk(offset, len)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Invalid);
+            assert!(e.message.contains("reaches past"), "{}", e.message);
+        }
+    }
 
     #[test]
     fn raft_replies_and_errors_survive_postcard() {

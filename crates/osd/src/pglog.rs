@@ -17,6 +17,9 @@ pub const LOG_KEEP: u64 = 4096;
 /// Format version of an encoded entry (its first byte). Format 1 entries (no ranges) are
 /// still read.
 pub const ENTRY_FORMAT: u8 = 2;
+/// Most log entries taken from a peer: a log holds [`LOG_KEEP`] once trimmed, with room
+/// for one that is not yet.
+pub const MAX_PEER_ENTRIES: usize = 4 * LOG_KEEP as usize;
 /// Largest encoded entry: an object name is at most 1 KiB.
 pub const MAX_ENTRY: usize = 2048;
 
@@ -95,6 +98,33 @@ pub fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry, LogError> {
     Ok(e)
 }
 
+/// Decodes the log entries a peer sent (the data part of `PG_INFO` and of a `PushKind::Log`
+/// push): at most [`MAX_PEER_ENTRIES`] entries, each for an object name the protocol
+/// allows, in increasing version order, so nothing a peer sends can be stored as a log this
+/// OSD could not read back.
+pub fn decode_peer_entries(data: &[u8]) -> Result<Vec<LogEntry>, String> {
+    let entries: Vec<LogEntry> =
+        cairn_proto::msg::decode("pg log entries", data).map_err(|e| e.to_string())?;
+    if entries.len() > MAX_PEER_ENTRIES {
+        return Err(format!(
+            "{} log entries; at most {MAX_PEER_ENTRIES} are taken from a peer",
+            entries.len()
+        ));
+    }
+    let max_name = cairn_proto::msg::osd::MAX_OBJECT_NAME;
+    if let Some(e) = entries.iter().find(|e| e.object.len() > max_name) {
+        return Err(format!(
+            "log entry {} names an object of {} bytes (at most {max_name})",
+            e.version,
+            e.object.len()
+        ));
+    }
+    if entries.windows(2).any(|w| w[1].version <= w[0].version) {
+        return Err("log entries are not in increasing version order".into());
+    }
+    Ok(entries)
+}
+
 /// Adds `e` to the transaction `t` of its write, and drops the entry that falls out of the
 /// kept window.
 pub fn append(t: &mut Transaction, coll: CollId, e: &LogEntry) {
@@ -139,6 +169,28 @@ mod tests {
         let cfg = StoreConfig::default();
         Store::mkfs(&devs, &cfg).expect("mkfs");
         Store::open(&devs, cfg).expect("open")
+    }
+
+    #[test]
+    fn peer_entries_are_bounded_named_and_ordered() {
+        let enc = |v: &Vec<LogEntry>| cairn_proto::msg::encode(v);
+        let good: Vec<LogEntry> = (1..=10).map(entry).collect();
+        assert_eq!(decode_peer_entries(&enc(&good)).expect("good"), good);
+        let mut unordered = good.clone();
+        unordered.swap(3, 4);
+        assert!(decode_peer_entries(&enc(&unordered))
+            .unwrap_err()
+            .contains("increasing"));
+        let mut long = good.clone();
+        long[2].object = vec![b'x'; 5000];
+        assert!(decode_peer_entries(&enc(&long))
+            .unwrap_err()
+            .contains("5000 bytes"));
+        let many: Vec<LogEntry> = (1..=MAX_PEER_ENTRIES as u64 + 1).map(entry).collect();
+        assert!(decode_peer_entries(&enc(&many))
+            .unwrap_err()
+            .contains("at most"));
+        assert!(decode_peer_entries(b"\xff\xff").is_err());
     }
 
     fn entry(version: u64) -> LogEntry {

@@ -419,8 +419,7 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
             }
         }
         PushKind::Log { last_version } => {
-            let entries: Vec<LogEntry> =
-                cairn_proto::msg::decode("pg log entries", data).map_err(|e| e.to_string())?;
+            let entries = pglog::decode_peer_entries(data)?;
             // Entries past the new end are divergent (never acknowledged): drop them.
             let past = pglog::key(last_version.saturating_add(1));
             t.kv_rm_range(coll, &past, &[pglog::LOG_PREFIX, &[0xff; 9][..]].concat());

@@ -420,7 +420,8 @@ async fn query(
     let f = rpc.call(PG_QUERY, PG_INFO, &encode(&q), &[]).await?;
     let info: PgInfo = decode("pg info", &f.control).map_err(|e| e.to_string())?;
     check_claims(&info, id, map.epoch)?;
-    let entries: Vec<LogEntry> = decode("pg log entries", &f.data).map_err(|e| e.to_string())?;
+    let entries = crate::pglog::decode_peer_entries(&f.data)
+        .map_err(|e| format!("osd.{id}'s log of pg {pg}: {e}"))?;
     Ok(Member {
         id,
         rpc: Some(rpc),
