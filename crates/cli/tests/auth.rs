@@ -412,6 +412,9 @@ fn object_ops_are_checked_against_the_pool_caps() {
         (&scrubber, scrub("b"), false, "client.scrubber lacks x on pool b"),
         (&scrubber, put("a"), false, "client.scrubber lacks w on pool a"),
         (&admin, put("b"), true, ""),
+        // A PG's status (asked of its primary) needs r on its pool; pool a is pool 1.
+        (&none, vec!["pg", "query", "1.0"], false, "client.none lacks r on pool a"),
+        (&reader, vec!["pg", "query", "1.0"], true, ""),
     ];
     for (conf, args, allowed, why) in matrix {
         let (ok, out) = as_client(conf, &args);

@@ -100,14 +100,38 @@ impl MonKeys {
     }
 }
 
+const NO_AUTH: &str =
+    "this cluster runs without authentication: there are no tickets or service keys";
+
+/// A ticket for `peer` from `keys` (`None`: the monitor does not authenticate); refusals
+/// are logged.
+pub(crate) fn grant_ticket(keys: Option<&MonKeys>, peer: &Peer) -> TicketReply {
+    let reply = keys.map_or(TicketReply::Refused(NO_AUTH.into()), |k| {
+        k.grant_ticket(peer)
+    });
+    if let TicketReply::Refused(why) = &reply {
+        tracing::warn!(peer = %peer.name(), "no ticket: {why}");
+    }
+    reply
+}
+
+/// The service keys for `peer` from `keys`; refusals are logged.
+pub(crate) fn grant_service_keys(keys: Option<&MonKeys>, peer: &Peer) -> ServiceKeysReply {
+    let reply = keys.map_or(ServiceKeysReply::Refused(NO_AUTH.into()), |k| {
+        k.grant_service_keys(peer)
+    });
+    if let ServiceKeysReply::Refused(why) = &reply {
+        tracing::warn!(peer = %peer.name(), "no service keys: {why}");
+    }
+    reply
+}
+
 impl MonKeys {
     /// A ticket for OSDs for `peer` (authenticated on this connection, so its key and caps
     /// are known), its session secret sealed with the peer's key.
-    pub(crate) fn grant_ticket(&self, peer: &Peer) -> TicketReply {
+    fn grant_ticket(&self, peer: &Peer) -> TicketReply {
         let Some(entity) = &peer.entity else {
-            return TicketReply::Refused(
-                "this cluster runs without authentication: OSDs need no ticket".into(),
-            );
+            return TicketReply::Refused(NO_AUTH.into());
         };
         if entity.kind() == EntityKind::Mon {
             return TicketReply::Refused("monitors do not talk to OSDs as clients".into());
@@ -128,7 +152,7 @@ impl MonKeys {
     }
 
     /// The OSD service keys around now for `peer`, which must be an OSD, sealed with its key.
-    pub(crate) fn grant_service_keys(&self, peer: &Peer) -> ServiceKeysReply {
+    fn grant_service_keys(&self, peer: &Peer) -> ServiceKeysReply {
         let Some(entity) = peer.entity.as_ref().filter(|e| e.kind() == EntityKind::Osd) else {
             return ServiceKeysReply::Refused(denied(
                 peer,

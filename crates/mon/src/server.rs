@@ -12,16 +12,15 @@
 //! is closed: after a framing error the stream position cannot be trusted, and a peer sending
 //! garbage is not worth guessing about.
 
-use crate::auth::{check, Need};
+use crate::auth::{check, grant_service_keys, grant_ticket, Need};
 use crate::ctx::Ctx;
 use crate::raft_net;
 use cairn_map::MapChange;
 use cairn_proto::msg::mon::{
     CommandReply, ErrorCode, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate,
-    PastIntervalsQuery, ServiceKeysReply, Subscribe, TicketReply, COMMAND, COMMAND_REPLY, ERROR,
-    FAILURE_REPORT, GET_MAP, GET_SERVICE_KEYS, GET_TICKET, HEARTBEAT, MAP, MAX_HEARTBEAT_PGS,
-    MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS, PAST_INTERVALS_REPLY, SERVICE_KEYS, SUBSCRIBE,
-    TICKET,
+    PastIntervalsQuery, Subscribe, COMMAND, COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP,
+    GET_SERVICE_KEYS, GET_TICKET, HEARTBEAT, MAP, MAX_HEARTBEAT_PGS, MON_STATUS, MON_STATUS_REPLY,
+    PAST_INTERVALS, PAST_INTERVALS_REPLY, SERVICE_KEYS, SUBSCRIBE, TICKET,
 };
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::Frame;
@@ -249,30 +248,12 @@ async fn dispatch(
             frame(COMMAND_REPLY, rid, &ctx.failure_report(r))
         }
         MON_STATUS => frame(MON_STATUS_REPLY, rid, &ctx.status()),
-        GET_TICKET => {
-            let reply = match &ctx.keys {
-                Some(k) => k.grant_ticket(who),
-                None => TicketReply::Refused(
-                    "this cluster runs without authentication: OSDs need no ticket".into(),
-                ),
-            };
-            if let TicketReply::Refused(why) = &reply {
-                tracing::warn!(peer = %who.name(), "no ticket: {why}");
-            }
-            frame(TICKET, rid, &reply)
-        }
-        GET_SERVICE_KEYS => {
-            let reply = match &ctx.keys {
-                Some(k) => k.grant_service_keys(who),
-                None => ServiceKeysReply::Refused(
-                    "this cluster runs without authentication: there are no service keys".into(),
-                ),
-            };
-            if let ServiceKeysReply::Refused(why) = &reply {
-                tracing::warn!(peer = %who.name(), "no service keys: {why}");
-            }
-            frame(SERVICE_KEYS, rid, &reply)
-        }
+        GET_TICKET => frame(TICKET, rid, &grant_ticket(ctx.keys.as_deref(), who)),
+        GET_SERVICE_KEYS => frame(
+            SERVICE_KEYS,
+            rid,
+            &grant_service_keys(ctx.keys.as_deref(), who),
+        ),
         PAST_INTERVALS => {
             let q: PastIntervalsQuery =
                 decode("past intervals query", &f.control).map_err(malformed)?;

@@ -255,18 +255,19 @@ async fn connection(
             }
             t @ (PG_QUERY | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN | PG_STATUS) => {
                 match peering_pg(t, &frame.control) {
-                    Ok(pg) if t == PG_STATUS && access.pool(&osd, pg.pool, Perms::R).is_err() => {
-                        let why = access
-                            .pool(&osd, pg.pool, Perms::R)
-                            .err()
-                            .unwrap_or_default();
-                        refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
-                        if !more {
-                            end_batch();
-                        }
-                        continue;
-                    }
                     Ok(pg) => {
+                        // A client may ask a PG's status where it may read.
+                        let checked = match t {
+                            PG_STATUS => access.pool(&osd, pg.pool, Perms::R),
+                            _ => Ok(()),
+                        };
+                        if let Err(why) = checked {
+                            refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                            if !more {
+                                end_batch();
+                            }
+                            continue;
+                        }
                         if let Some(claim) = push_claim(t, &frame.control) {
                             let r = from_primary(&osd, &access, shard, claim, "PG_PUSH").await;
                             if let Err(why) = r {
@@ -293,15 +294,14 @@ async fn connection(
                 }
             }
             OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
-                Ok(req) if access.pool(&osd, req.pool, op_needs(&req.kind)).is_err() => {
-                    let why = access.pool(&osd, req.pool, op_needs(&req.kind));
-                    deny_op(&sender, frame.request_id, why.err().unwrap_or_default());
-                    if !more {
-                        end_batch();
-                    }
-                    continue;
-                }
                 Ok(req) => {
+                    if let Err(why) = access.pool(&osd, req.pool, op_needs(&req.kind)) {
+                        deny_op(&sender, frame.request_id, why);
+                        if !more {
+                            end_batch();
+                        }
+                        continue;
+                    }
                     let pg = PgId {
                         pool: req.pool,
                         pg: req.pg,
