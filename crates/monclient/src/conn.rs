@@ -42,6 +42,24 @@ pub(crate) async fn open(
     Session::open(&dialer(timeout, from), addr, node_kind::MON, limits()).await
 }
 
+/// Why a subscription ended.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    pub why: String,
+    /// The monitor refused this client (its credentials or caps): trying again soon cannot
+    /// help.
+    pub refused: bool,
+}
+
+impl From<String> for Ended {
+    fn from(why: String) -> Ended {
+        Ended {
+            why,
+            refused: false,
+        }
+    }
+}
+
 /// A dedicated subscription stream (not multiplexed): `follow` reads its pushes directly.
 pub(crate) struct Stream {
     rd: BufReader<tokio::net::tcp::OwnedReadHalf>,
@@ -56,15 +74,18 @@ impl Stream {
         msg_type: u16,
         rid: u64,
         control: &[u8],
-    ) -> Result<Stream, String> {
+    ) -> Result<Stream, Ended> {
         let stream = dialer(timeout, from)
             .dial(addr, node_kind::MON)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Ended {
+                refused: e.is_refusal(),
+                why: e.to_string(),
+            })?;
         let (rd, mut wr) = stream.into_split();
         write_frame(&mut wr, msg_type, rid, control, &[])
             .await
-            .map_err(|e| format!("{addr}: sending: {e}"))?;
+            .map_err(|e| Ended::from(format!("{addr}: sending: {e}")))?;
         Ok(Stream {
             rd: BufReader::new(rd),
             _wr: wr,

@@ -1,9 +1,9 @@
 //! Following the map: a task that subscribes to a monitor, applies the pushed updates and
 //! publishes each new map on a watch channel.
 
-use crate::conn::Stream;
+use crate::conn::{Ended, Stream};
 use cairn_map::ClusterMap;
-use cairn_proto::msg::mon::{ErrorReply, MapUpdate, Subscribe, ERROR, MAP, SUBSCRIBE};
+use cairn_proto::msg::mon::{ErrorCode, ErrorReply, MapUpdate, Subscribe, ERROR, MAP, SUBSCRIBE};
 use cairn_proto::msg::{decode, encode};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +14,9 @@ use tokio::sync::watch;
 const SILENCE: Duration = Duration::from_secs(15);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The wait after a monitor refused this client (its key or caps): an operator must act, so
+/// asking often would only fill the monitors' logs.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The value a follower starts with when it has no map: epoch 0, which no real map has.
 pub(crate) fn placeholder() -> ClusterMap {
@@ -45,15 +48,24 @@ pub(crate) async fn follow(
             _ = tx.closed() => return,
             r = session(addr, &from, &tx, &mut need_full, &mut progressed) => r,
         };
-        if let Err(e) = r {
-            tracing::debug!("map subscription to {addr} ended: {e}");
+        let mut wait = backoff;
+        match r {
+            Err(e) if e.refused => {
+                tracing::warn!(
+                    "the map is not followed: {}; asking again in {REFUSED_BACKOFF:?}",
+                    e.why
+                );
+                wait = REFUSED_BACKOFF;
+            }
+            Err(e) => tracing::debug!("map subscription to {addr} ended: {}", e.why),
+            Ok(()) => {}
         }
         if progressed {
             backoff = Duration::from_millis(20);
         }
         tokio::select! {
             _ = tx.closed() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
@@ -66,7 +78,7 @@ async fn session(
     tx: &watch::Sender<Arc<ClusterMap>>,
     need_full: &mut bool,
     progressed: &mut bool,
-) -> Result<(), String> {
+) -> Result<(), Ended> {
     const RID: u64 = 1;
     let have = if *need_full { 0 } else { tx.borrow().epoch };
     let req = encode(&Subscribe { have });
@@ -75,25 +87,29 @@ async fn session(
     loop {
         let f = match tokio::time::timeout(SILENCE, stream.next()).await {
             Ok(r) => r?,
-            Err(_) => return Err(format!("{addr} silent for {SILENCE:?}")),
+            Err(_) => return Err(format!("{addr} silent for {SILENCE:?}").into()),
         };
         if f.msg_type == ERROR {
             return Err(match decode::<ErrorReply>("error", &f.control) {
-                Ok(e) => format!(
-                    "{addr} refused the subscription ({}): {}",
-                    e.code, e.message
-                ),
-                Err(e) => format!("{addr} refused the subscription: {e}"),
+                Ok(e) => Ended {
+                    refused: e.code == ErrorCode::Denied,
+                    why: format!(
+                        "{addr} refused the subscription ({}): {}",
+                        e.code, e.message
+                    ),
+                },
+                Err(e) => format!("{addr} refused the subscription: {e}").into(),
             });
         }
         if f.msg_type != MAP || f.request_id != RID {
             continue;
         }
-        let update: MapUpdate = decode("map update", &f.control).map_err(|e| e.to_string())?;
+        let update: MapUpdate =
+            decode("map update", &f.control).map_err(|e| Ended::from(e.to_string()))?;
         *progressed = true;
         if let Err(e) = apply(tx, update) {
             *need_full = true;
-            return Err(e);
+            return Err(e.into());
         }
     }
 }

@@ -165,3 +165,45 @@ async fn a_peer_that_fails_the_handshake_is_unreachable_with_the_reason() {
         }
     }
 }
+
+/// A verifier that requires authentication and knows no key: every client is refused.
+struct RefuseAll;
+
+impl cairn_transport::Verifier for RefuseAll {
+    fn allow_none(&self) -> bool {
+        false
+    }
+    fn key_for(
+        &self,
+        _: u8,
+        _: &cairn_proto::auth::AuthInit,
+        _: &cairn_auth::Entity,
+    ) -> Result<cairn_transport::Known, String> {
+        Err("no keys here".into())
+    }
+}
+
+#[tokio::test]
+async fn a_refused_subscription_is_not_asked_again_at_once() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let seen = attempts.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            seen.fetch_add(1, Ordering::Relaxed);
+            let _ = accept(&mut s, node_kind::MON, &RefuseAll).await;
+        }
+    });
+    let c = MonClient::new(vec![addr]);
+    let rx = c.follow(None);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A monitor that only failed (not refused) is asked again within 2 s, backing off from
+    // 20 ms: some ten times in 3 s. A refusal waits 30 s.
+    assert_eq!(attempts.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        rx.borrow().epoch,
+        0,
+        "no map from a monitor that refuses us"
+    );
+}
