@@ -38,7 +38,7 @@ pub struct RunArgs {
     /// Directory of this OSD (holds data.img unless --data is given).
     #[arg(long)]
     pub dir: PathBuf,
-    /// The keyring holding this OSD's key (osd.N: the OSD boots as id N).
+    // The keyring holding this OSD's key (osd.N: the OSD boots as id N).
     #[command(flatten)]
     pub auth: crate::daemon_auth::DaemonAuth,
     #[command(flatten)]

@@ -351,6 +351,21 @@ fn an_osd_admits_only_tickets_from_the_monitors() {
                 .unwrap_or_else(|| panic!("{creds:?} admitted"));
             assert!(e.contains(why), "{creds:?}: {e}");
         }
+        // Only OSDs get the service keys: the administrator's key is refused them.
+        let mon = cairn_monclient::MonClient::new(c.mons()).with_auth(std::sync::Arc::new(
+            cairn_transport::Fixed(Credentials::Key {
+                entity: admin.entity.clone(),
+                secret: admin.secret.clone(),
+            }),
+        ));
+        let e = mon
+            .get_service_keys(&admin.entity, &admin.secret)
+            .await
+            .expect_err("service keys for a client");
+        assert!(
+            matches!(e, cairn_monclient::MonClientError::Denied(ref m) if m.contains("is not an OSD")),
+            "{e}"
+        );
         // The real path: a ticket from the monitors, renewed by the client library.
         let key = cairn_monclient::auth::EntityKey::new(admin.entity, admin.secret, c.mons());
         let creds = cairn_transport::Authenticator::credentials(key.as_ref(), node_kind::OSD)

@@ -6,22 +6,23 @@
 //! with (`GET_SERVICE_KEYS`). Both answers are sealed with the asker's own key.
 
 use crate::{expect, protocol, MonClient, MonClientError, Step};
-use cairn_auth::{open, Entity, Secret, ServiceKey, SECRET_LEN};
+use cairn_auth::{open, Entity, Secret, ServiceKey, MAX_TICKET, SECRET_LEN};
 use cairn_proto::msg::decode;
 use cairn_proto::msg::mon::{
     service_keys_aad, ticket_session_aad, ServiceKeysReply, TicketReply, GET_SERVICE_KEYS,
     GET_TICKET, SERVICE_KEYS, TICKET,
 };
 use cairn_transport::{
-    node_kind, ready_credentials, Authenticator, Credentials, CredentialsFuture,
+    node_kind, ready_credentials, Authenticator, Credentials, CredentialsFuture, NoCredentials,
 };
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A ticket this client holds.
-#[derive(Clone)]
+/// A ticket this client holds (`Debug` shows no secret: the ticket is sealed, the session
+/// secret's `Debug` hides it).
+#[derive(Clone, Debug)]
 pub struct HeldTicket {
     /// The sealed ticket, presented as is.
     pub ticket: Vec<u8>,
@@ -29,7 +30,16 @@ pub struct HeldTicket {
     pub session: Secret,
     /// When to get a new one (half its life).
     pub renew_at: Instant,
+    /// When it stops being accepted (on this client's clock).
+    pub expires_at: Instant,
 }
+
+/// After a failed renewal, how long the ticket held is used before asking again (so a
+/// monitor outage does not delay every new connection by a monitor call's deadline).
+const RENEW_RETRY: Duration = Duration::from_secs(10);
+
+/// Longest ticket lifetime believed (a day; monitors grant [`cairn_auth::TICKET_TTL_SECS`]).
+const MAX_TICKET_TTL_SECS: u64 = 86_400;
 
 /// An entity's key: presented to monitors; exchanged with them for tickets to OSDs.
 pub struct EntityKey {
@@ -49,11 +59,16 @@ impl fmt::Debug for EntityKey {
 impl EntityKey {
     /// The key of `entity`, getting tickets from the monitors at `mons`.
     pub fn new(entity: Entity, secret: Secret, mons: Vec<String>) -> Arc<EntityKey> {
+        EntityKey::asking(entity, secret, MonClient::new(mons))
+    }
+
+    /// The key of `entity`, getting tickets through `mons` (given this key to present).
+    pub(crate) fn asking(entity: Entity, secret: Secret, mons: MonClient) -> Arc<EntityKey> {
         let key = Credentials::Key {
             entity: entity.clone(),
             secret: secret.clone(),
         };
-        let mons = MonClient::new(mons).with_auth(Arc::new(cairn_transport::Fixed(key)));
+        let mons = mons.with_auth(Arc::new(cairn_transport::Fixed(key)));
         Arc::new(EntityKey {
             entity,
             secret,
@@ -62,21 +77,36 @@ impl EntityKey {
         })
     }
 
-    /// Who this key is.
-    pub fn entity(&self) -> &Entity {
-        &self.entity
-    }
-
     /// A current ticket: the one held, or a new one from the monitors when none is held or
-    /// it is half way to expiry. Concurrent callers share one request.
+    /// it is half way to expiry. Concurrent callers share one request. While the monitors
+    /// cannot be asked (not while they refuse), the ticket held serves until it expires.
     pub async fn ticket(&self) -> Result<HeldTicket, MonClientError> {
         let mut held = self.held.lock().await;
-        if let Some(t) = held.as_ref().filter(|t| Instant::now() < t.renew_at) {
+        let now = Instant::now();
+        if let Some(t) = held
+            .as_ref()
+            .filter(|t| now < t.renew_at && now < t.expires_at)
+        {
             return Ok(t.clone());
         }
-        let t = self.mons.get_ticket(&self.entity, &self.secret).await?;
-        *held = Some(t.clone());
-        Ok(t)
+        match self.mons.get_ticket(&self.entity, &self.secret).await {
+            Ok(t) => {
+                *held = Some(t.clone());
+                Ok(t)
+            }
+            Err(e @ MonClientError::Denied(_)) => {
+                *held = None;
+                Err(e)
+            }
+            Err(e) => {
+                let Some(t) = held.as_mut().filter(|t| Instant::now() < t.expires_at) else {
+                    return Err(e);
+                };
+                tracing::warn!(entity = %self.entity, error = %e, "cannot renew the ticket; using the one held until it expires");
+                t.renew_at = Instant::now() + RENEW_RETRY;
+                Ok(t.clone())
+            }
+        }
     }
 }
 
@@ -89,10 +119,10 @@ impl Authenticator for EntityKey {
             }));
         }
         Box::pin(async move {
-            let t = self
-                .ticket()
-                .await
-                .map_err(|e| format!("no ticket for {}: {e}", self.entity))?;
+            let t = self.ticket().await.map_err(|e| NoCredentials {
+                refused: matches!(e, MonClientError::Denied(_)),
+                why: format!("no ticket for {}: {e}", self.entity),
+            })?;
             Ok(Credentials::Ticket {
                 entity: self.entity.clone(),
                 ticket: t.ticket,
@@ -128,6 +158,14 @@ impl MonClient {
                     ttl_secs,
                 }) => (ticket, session, ttl_secs),
             };
+            if ticket.len() > MAX_TICKET {
+                return Step::Fail(protocol(format!(
+                    "a ticket of {} bytes (at most {MAX_TICKET})",
+                    ticket.len()
+                )));
+            }
+            // The monitor's word on the lifetime is bounded (it must not overflow a clock).
+            let ttl = Duration::from_secs(ttl.min(MAX_TICKET_TTL_SECS));
             let session = match open(secret, &aad, &sealed) {
                 Ok(s) if s.len() == SECRET_LEN => {
                     let mut b = [0u8; SECRET_LEN];
@@ -140,10 +178,12 @@ impl MonClient {
                     ))
                 }
             };
+            let now = Instant::now();
             Step::Done(HeldTicket {
                 ticket,
                 session,
-                renew_at: Instant::now() + Duration::from_secs(ttl / 2),
+                renew_at: now + ttl / 2,
+                expires_at: now + ttl,
             })
         })
         .await

@@ -207,3 +207,163 @@ async fn a_refused_subscription_is_not_asked_again_at_once() {
         "no map from a monitor that refuses us"
     );
 }
+
+/// A verifier that knows one entity's key.
+struct OneKey(cairn_auth::Entity, cairn_auth::Secret);
+
+impl cairn_transport::Verifier for OneKey {
+    fn allow_none(&self) -> bool {
+        false
+    }
+    fn key_for(
+        &self,
+        _: u8,
+        _: &cairn_proto::auth::AuthInit,
+        e: &cairn_auth::Entity,
+    ) -> Result<cairn_transport::Known, String> {
+        if *e != self.0 {
+            return Err("unknown".into());
+        }
+        Ok(cairn_transport::Known {
+            entity: e.clone(),
+            caps: cairn_auth::Caps::default(),
+            key: self.1.clone(),
+        })
+    }
+}
+
+/// A fake monitor answering every `GET_TICKET` with `reply(n)` (n counts the requests);
+/// returns its address and the task serving it (abort it to take the monitor away).
+async fn ticket_monitor(
+    key: (cairn_auth::Entity, cairn_auth::Secret),
+    reply: fn(usize, &cairn_auth::Secret) -> cairn_proto::msg::mon::TicketReply,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use cairn_proto::msg::mon::{GET_TICKET, TICKET};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let served = Arc::new(AtomicUsize::new(0));
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        while let Ok((mut s, _)) = l.accept().await {
+            let (key, served) = (key.clone(), served.clone());
+            conns.spawn(async move {
+                if accept(&mut s, node_kind::MON, &OneKey(key.0, key.1.clone()))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                while let Ok(f) = read_frame(&mut s, &Limits::default()).await {
+                    assert_eq!(f.msg_type, GET_TICKET);
+                    let n = served.fetch_add(1, Ordering::Relaxed);
+                    let body = encode(&reply(n, &key.1));
+                    let _ = write_frame(&mut s, TICKET, f.request_id, &body, &[]).await;
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// A granted ticket `n` (its bytes say which), good for `ttl` seconds.
+fn granted(n: usize, secret: &cairn_auth::Secret, ttl: u64) -> cairn_proto::msg::mon::TicketReply {
+    let aad = cairn_proto::msg::mon::ticket_session_aad("client.t");
+    cairn_proto::msg::mon::TicketReply::Granted {
+        ticket: vec![n as u8; 100],
+        session: cairn_auth::seal(secret, &aad, &[n as u8; 32]),
+        ttl_secs: ttl,
+    }
+}
+
+/// A monitor client presenting `key`, giving up after half a second.
+fn keyed_mons(addr: String, key: &(cairn_auth::Entity, cairn_auth::Secret)) -> MonClient {
+    let creds = cairn_transport::Credentials::Key {
+        entity: key.0.clone(),
+        secret: key.1.clone(),
+    };
+    MonClient::new(vec![addr])
+        .with_timeout(Duration::from_millis(500))
+        .with_auth(Arc::new(cairn_transport::Fixed(creds)))
+}
+
+/// The key of `client.t`, which the fake monitors know.
+fn test_key() -> (cairn_auth::Entity, cairn_auth::Secret) {
+    let e = cairn_auth::Entity::parse("client.t").expect("entity");
+    (e, cairn_auth::Secret::generate())
+}
+
+#[tokio::test]
+async fn a_ticket_is_kept_while_the_monitors_cannot_renew_it_and_dropped_when_they_refuse() {
+    use cairn_transport::Authenticator;
+    let key = test_key();
+    let (addr, monitor) = ticket_monitor(key.clone(), |n, s| granted(n, s, 4)).await;
+    let mons = MonClient::new(vec![addr]).with_timeout(Duration::from_millis(500));
+    let k = auth::EntityKey::asking(key.0.clone(), key.1.clone(), mons);
+    let first = k.ticket().await.expect("a ticket");
+    assert_eq!(first.ticket, vec![0u8; 100]);
+    assert_eq!(
+        first.session.0, [0u8; 32],
+        "the session secret opens with our key"
+    );
+    assert_eq!(
+        k.ticket().await.expect("held").ticket,
+        first.ticket,
+        "no new request"
+    );
+    // The monitor goes away; past half-life the renewal fails and the held ticket serves.
+    monitor.abort();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let kept = k.ticket().await.expect("the held ticket");
+    assert_eq!(kept.ticket, first.ticket);
+    // Past its expiry there is none, and the dialer may retry (not a refusal).
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let e = k.credentials(node_kind::OSD).await.expect_err("expired");
+    assert!(!e.refused, "{}", e.why);
+    // Monitors that refuse: no ticket, and a refusal the dialer does not retry.
+    let (addr, _m) = ticket_monitor(key.clone(), |_, _| {
+        cairn_proto::msg::mon::TicketReply::Refused("no".into())
+    })
+    .await;
+    let mons = MonClient::new(vec![addr]).with_timeout(Duration::from_millis(500));
+    let k = auth::EntityKey::asking(key.0.clone(), key.1.clone(), mons);
+    let e = k.credentials(node_kind::OSD).await.expect_err("refused");
+    assert!(e.refused, "{}", e.why);
+}
+
+#[tokio::test]
+async fn a_monitors_ticket_claims_are_bounded() {
+    let key = test_key();
+    // A lifetime that would overflow the clock is taken as a day at most.
+    let (addr, _m) = ticket_monitor(key.clone(), |n, s| granted(n, s, u64::MAX)).await;
+    let mons = keyed_mons(addr, &key);
+    let t = mons.get_ticket(&key.0, &key.1).await.expect("a ticket");
+    assert!(t.expires_at <= tokio::time::Instant::now() + Duration::from_secs(86_400));
+    // An oversized ticket, and a session secret sealed with another key, are refused.
+    let (addr, _m) = ticket_monitor(key.clone(), |_, s| {
+        let cairn_proto::msg::mon::TicketReply::Granted { session, .. } = granted(0, s, 60) else {
+            unreachable!()
+        };
+        cairn_proto::msg::mon::TicketReply::Granted {
+            ticket: vec![1; cairn_auth::MAX_TICKET + 1],
+            session,
+            ttl_secs: 60,
+        }
+    })
+    .await;
+    let mons = keyed_mons(addr, &key);
+    let e = mons
+        .get_ticket(&key.0, &key.1)
+        .await
+        .expect_err("too large");
+    assert!(e.to_string().contains("at most"), "{e}");
+    let (addr, _m) = ticket_monitor(key.clone(), |n, _| {
+        granted(n, &cairn_auth::Secret::generate(), 60)
+    })
+    .await;
+    let mons = keyed_mons(addr, &key);
+    let e = mons
+        .get_ticket(&key.0, &key.1)
+        .await
+        .expect_err("wrong key");
+    assert!(e.to_string().contains("does not open with our key"), "{e}");
+}

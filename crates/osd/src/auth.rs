@@ -5,7 +5,7 @@
 use cairn_auth::service::mint;
 use cairn_auth::{unix_now, Caps, Entity, Secret, ServiceKeys};
 use cairn_transport::{
-    node_kind, ready_credentials, Authenticator, Credentials, CredentialsFuture,
+    node_kind, ready_credentials, Authenticator, Credentials, CredentialsFuture, NoCredentials,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -56,9 +56,12 @@ impl Authenticator for OsdAuth {
                     session: m.session,
                 })
             }
-            None => Err(format!(
-                "{entity} holds no service keys yet (the monitors have not given them)"
-            )),
+            None => Err(NoCredentials {
+                why: format!(
+                    "{entity} holds no service keys yet (the monitors have not given them)"
+                ),
+                refused: false,
+            }),
         };
         ready_credentials(c)
     }

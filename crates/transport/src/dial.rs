@@ -38,7 +38,13 @@ pub enum DialError {
     #[error("{addr}: connecting timed out after {after:?}")]
     Timeout { addr: String, after: Duration },
     #[error("{addr}: no credentials for a {}: {why}", node_kind::name(*kind))]
-    NoCredentials { addr: String, kind: u8, why: String },
+    NoCredentials {
+        addr: String,
+        kind: u8,
+        why: String,
+        /// The monitors refused them (see [`crate::NoCredentials::refused`]).
+        refused: bool,
+    },
 }
 
 impl DialError {
@@ -51,7 +57,7 @@ impl DialError {
                     | HandshakeError::PeerProof(_)
                     | HandshakeError::Unauthenticated,
                 ..
-            } | DialError::NoCredentials { .. }
+            } | DialError::NoCredentials { refused: true, .. }
         )
     }
 }
@@ -90,15 +96,16 @@ impl Dialer {
 
     /// Connects to `addr` and shakes hands; the peer must say it is a node of kind `expect`.
     pub async fn dial(&self, addr: &str, expect: u8) -> Result<TcpStream, DialError> {
-        let creds =
-            self.auth
-                .credentials(expect)
-                .await
-                .map_err(|why| DialError::NoCredentials {
-                    addr: addr.to_string(),
-                    kind: expect,
-                    why,
-                })?;
+        let creds = self
+            .auth
+            .credentials(expect)
+            .await
+            .map_err(|e| DialError::NoCredentials {
+                addr: addr.to_string(),
+                kind: expect,
+                why: e.why,
+                refused: e.refused,
+            })?;
         // An authenticated peer is the kind its entity is (an OSD's monitor client is an OSD).
         let kind = match &creds {
             Credentials::Key { entity, .. } | Credentials::Ticket { entity, .. } => kind_of(entity),

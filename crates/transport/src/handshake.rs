@@ -105,9 +105,19 @@ impl fmt::Debug for Credentials {
     }
 }
 
+/// Why there are no credentials for a peer.
+#[derive(Debug, Clone)]
+pub struct NoCredentials {
+    pub why: String,
+    /// The monitors refused them (this entity's key or caps): trying again cannot help.
+    /// `false` when they could not be asked (unreachable), which a retry may cure.
+    pub refused: bool,
+}
+
 /// What [`Authenticator::credentials`] returns: getting a ticket may ask the monitors.
-pub type CredentialsFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Credentials, String>> + Send + 'a>>;
+pub type CredentialsFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Credentials, NoCredentials>> + Send + 'a>,
+>;
 
 /// Gives a dialer the credentials for a peer of a kind (a key for monitors, a current ticket
 /// for OSDs).
@@ -116,7 +126,7 @@ pub trait Authenticator: Send + Sync + fmt::Debug {
 }
 
 /// Credentials known without waiting.
-pub fn ready(c: Result<Credentials, String>) -> CredentialsFuture<'static> {
+pub fn ready(c: Result<Credentials, NoCredentials>) -> CredentialsFuture<'static> {
     Box::pin(std::future::ready(c))
 }
 

@@ -32,8 +32,8 @@ pub use frames::{
 pub use handshake::ready as ready_credentials;
 pub use handshake::{
     accept, initiate, kind_of, node_kind, Accepted, AllowNone, Auth, Authenticator, Credentials,
-    CredentialsFuture, Fixed, HandshakeError, Initiated, Known, NoAuth, Peer, Verifier,
-    HANDSHAKE_TIMEOUT,
+    CredentialsFuture, Fixed, HandshakeError, Initiated, Known, NoAuth, NoCredentials, Peer,
+    Verifier, HANDSHAKE_TIMEOUT,
 };
 pub use limits::{Admission, Admitted, ConnLimits, ConnReader};
 pub use sender::{begin_batch, end_batch, FrameSender, SendClosed};
