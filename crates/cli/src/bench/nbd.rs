@@ -31,9 +31,9 @@ nbdkit, waiting 3 s before each (so the OSDs finish flushing outside any measure
   write-1m-qd8         1 MiB sequential writes, 8 in flight
 The pool (and the volume) are removed at the end.
 
-JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {p50, p99},
+JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {p50, p99, p999},
 \"cpu_us_per_op\" (monitors, OSDs and the NBD server), \"baseline_iops\", \"baseline_mb_per_s\",
-\"baseline_lat_us\": {p50, p99}, \"ratio_to_baseline\" (IOPS), \"lat_p50_ratio_to_baseline\"}]}.";
+\"baseline_lat_us\": {p50, p99, p999}, \"ratio_to_baseline\" (IOPS), \"lat_p50_ratio_to_baseline\"}]}.";
 
 #[derive(Args)]
 pub struct BenchNbdArgs {
@@ -164,6 +164,7 @@ struct Fio {
     mb_per_s: f64,
     p50_us: f64,
     p99_us: f64,
+    p999_us: f64,
     ops: u64,
 }
 
@@ -208,6 +209,7 @@ fn fio(uri: &str, rw: &str, bs: usize, qd: usize, size: u64, seconds: Option<f64
         mb_per_s: j["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
         p50_us: round(pct("50.000000"), 1),
         p99_us: round(pct("99.000000"), 1),
+        p999_us: round(pct("99.900000"), 1),
         ops: j["total_ios"].as_u64().unwrap_or(0),
     })
 }
@@ -287,14 +289,20 @@ fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<
             .put("mb_per_s", round(r.mb_per_s, 1))
             .put_obj(
                 "lat_us",
-                Obj::new().put("p50", r.p50_us).put("p99", r.p99_us),
+                Obj::new()
+                    .put("p50", r.p50_us)
+                    .put("p99", r.p99_us)
+                    .put("p999", r.p999_us),
             )
             .put("cpu_us_per_op", per_op(c1 - c0, r.ops))
             .put("baseline_iops", round(b.iops, 1))
             .put("baseline_mb_per_s", round(b.mb_per_s, 1))
             .put_obj(
                 "baseline_lat_us",
-                Obj::new().put("p50", b.p50_us).put("p99", b.p99_us),
+                Obj::new()
+                    .put("p50", b.p50_us)
+                    .put("p99", b.p99_us)
+                    .put("p999", b.p999_us),
             )
             .put("baseline_cpu_us_per_op", per_op(k1 - k0, b.ops))
             .put("ratio_to_baseline", round(ratio(r.iops, b.iops), 4))
