@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 31 {
+    match which % 33 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -57,6 +57,8 @@ fuzz_target!(|data: &[u8]| {
         27 => roundtrip::<cairn_proto::msg::ErrorReply>("error", b),
         28 => roundtrip::<mon::TicketReply>("ticket", b),
         29 => roundtrip::<mon::ServiceKeysReply>("service keys", b),
+        30 => roundtrip::<mon::AuthRequest>("auth command", b),
+        31 => roundtrip::<mon::AuthReply>("auth reply", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

@@ -38,6 +38,14 @@ pub struct ClusterConf {
 /// to one cluster as one entity).
 static AUTH: std::sync::OnceLock<Auth> = std::sync::OnceLock::new();
 
+/// This process's own key (set with [`AUTH`]).
+static KEY: std::sync::OnceLock<Arc<cairn_monclient::auth::KeySource>> = std::sync::OnceLock::new();
+
+/// This process's own key, when a configuration with a keyring is loaded.
+pub fn own_key() -> Option<Arc<cairn_monclient::auth::KeySource>> {
+    KEY.get().cloned()
+}
+
 /// This process's credentials (none until a configuration with a keyring is loaded).
 pub fn auth() -> Auth {
     AUTH.get()
@@ -45,8 +53,8 @@ pub fn auth() -> Auth {
         .unwrap_or_else(|| Arc::new(cairn_transport::NoAuth))
 }
 
-/// Uses the key of `entity` (or the first) from the keyring at `path`, getting tickets for
-/// OSDs from the monitors at `mons`. A process talks to one cluster as one entity: the first
+/// Uses the key of `entity` (or the first) from the keyring at `path` (read again when the
+/// file changes), getting tickets for OSDs from the monitors at `mons`. A process talks to one cluster as one entity: the first
 /// keyring it loads is the one it keeps.
 pub fn use_keyring(path: &Path, entity: Option<&str>, mons: &[String]) -> Result<()> {
     let ring = Keyring::load(path)?;
@@ -60,12 +68,13 @@ pub fn use_keyring(path: &Path, entity: Option<&str>, mons: &[String]) -> Result
             .first()
             .with_context(|| format!("keyring {} holds no key", path.display()))?,
     };
-    let a: Auth = cairn_monclient::auth::EntityKey::new(
-        key.entity.clone(),
-        key.secret.clone(),
-        mons.to_vec(),
-    );
-    let _ = AUTH.set(a);
+    // Followed: a long-running command (`nbd serve`) takes up a rotated key installed in
+    // the file without a restart.
+    let source = cairn_monclient::auth::KeySource::keyring(path, &key.entity)?;
+    let a: Auth = cairn_monclient::auth::EntityKey::from_source(source.clone(), mons.to_vec());
+    if AUTH.set(a).is_ok() {
+        let _ = KEY.set(source);
+    }
     Ok(())
 }
 

@@ -56,10 +56,8 @@ impl DaemonAuth {
             .find(|k| k.entity.kind() == EntityKind::Osd)
             .with_context(|| format!("keyring {} has no OSD key (osd.N)", path.display()))?;
         tracing::info!(entity = %key.entity, keyring = %path.display(), "authenticating as");
-        Ok(Some(cairn_osd::OsdKey {
-            entity: key.entity.clone(),
-            secret: key.secret.clone(),
-        }))
+        let source = cairn_monclient::auth::KeySource::keyring(&path, &key.entity)?;
+        Ok(Some(cairn_osd::OsdKey(source)))
     }
 }
 

@@ -552,6 +552,9 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     wait_for(&dir, "the monitors", timeout, || {
         Ok(block_on(mon.status())?.ok().filter(|s| s.leader.is_some()))
     })?;
+    if !state.no_auth {
+        register_osd_keys(&dir, &state, &mon)?;
+    }
     eprintln!("  starting {} OSD(s)...", state.osds);
     start_osds(&dir, &state, &mon, timeout)?;
     wait_for(&dir, "the OSDs", timeout, || {
@@ -736,6 +739,19 @@ fn dev_memory_target(osds: u32) -> u64 {
 
 /// Starts the OSDs that are not running. A new OSD gets the next id at its first boot, so new
 /// ones are started one at a time: `osd.N` (directory, log, pid file) is OSD id N.
+/// Has the monitors hold every OSD's key (the first leader seeds the key database from the
+/// monitor keyrings; OSDs added later are registered here).
+fn register_osd_keys(dir: &Path, state: &DevState, mon: &MonClient) -> Result<()> {
+    let me = crate::conf::own_key().context("the administrator's key is not loaded")?;
+    let mon = mon.clone().with_timeout(Duration::from_secs(10));
+    for i in 0..state.osds {
+        let path = dir.join(format!("osd.{i}")).join("keyring");
+        let entry = cairn_auth::Keyring::load_key(&path, &cairn_auth::Entity::osd(i))?;
+        crate::auth_cmd::ensure_registered(&mon, &me, &entry)?;
+    }
+    Ok(())
+}
+
 fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> Result<()> {
     for i in 0..s.osds {
         let mut args = vec![

@@ -5,6 +5,7 @@
 //! benchmarks (`cairn bench`). Commands find the cluster with `-c FILE` or `CAIRN_CONF`.
 
 mod admin;
+mod auth_cmd;
 mod bench;
 mod capacity;
 mod conf;
@@ -62,6 +63,9 @@ enum Cmd {
     /// Placement groups: scrub (compare and repair object copies), query (state, past intervals).
     #[command(subcommand)]
     Pg(pg_cmd::PgCmd),
+    /// Manage keys and caps: who may connect and what each may do (needs `mon x`).
+    #[command(subcommand)]
+    Auth(auth_cmd::AuthCmd),
     /// Put, get, remove, list and stat objects.
     #[command(subcommand)]
     Obj(obj_cmd::ObjCmd),
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
         Cmd::Pool(c) => ok(admin::pool(c, conf)),
         Cmd::Osd(c) => ok(osd_cmd::run(c, conf)),
         Cmd::Pg(c) => pg_cmd::run(c, conf),
+        Cmd::Auth(c) => ok(auth_cmd::run(c, conf)),
         Cmd::Obj(c) => ok(obj_cmd::run(c, conf)),
         Cmd::Vol(c) => ok(vol_cmd::run(c, conf)),
         Cmd::Nbd(c) => ok(nbd_cmd::run(c, conf)),

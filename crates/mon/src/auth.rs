@@ -20,7 +20,8 @@
 use crate::state_machine::MapView;
 use cairn_auth::service::{derive_service_key, mint, service_key_id, service_keys_around};
 use cairn_auth::{
-    seal, unix_now, Caps, Entity, EntityKind, Keyring, Perms, Secret, TICKET_TTL_SECS,
+    key_id, seal, unix_now, Caps, Entity, EntityKind, Keyring, Perms, Secret, KEY_ID_LEN,
+    TICKET_TTL_SECS,
 };
 use cairn_map::{ClusterMap, MapChange};
 use cairn_proto::auth::{AuthInit, AUTH_KEY};
@@ -28,23 +29,27 @@ use cairn_proto::msg::mon::{service_keys_aad, ticket_session_aad, ServiceKeysRep
 use cairn_transport::{Known, Peer, Verifier};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
-/// The keys a monitor knows: its keyring, re-read when the file changes (so keys added for
-/// new OSDs are admitted without a restart).
+/// The keys a monitor knows: the monitors' shared key from its keyring file (re-read when
+/// the file changes), and every other entity's key from the replicated key database
+/// (`cairn_auth::KeyDb`). Until the first leader has seeded the database, the other keys of
+/// the file stand in for it.
 pub struct MonKeys {
     path: PathBuf,
     /// This monitor's entity (`mon.ID`), for dialing its peers.
     me: Entity,
     loaded: RwLock<Loaded>,
+    /// The replicated state holding the key database.
+    view: Arc<MapView>,
 }
 
 struct Loaded {
     modified: Option<SystemTime>,
     /// The monitors' shared key.
     mon: Secret,
-    /// Other entities' keys and caps.
+    /// The file's other keys: the bootstrap keys the database is seeded with.
     entities: HashMap<Entity, (Secret, Caps)>,
 }
 
@@ -60,12 +65,13 @@ pub enum MonKeysError {
 }
 
 impl MonKeys {
-    /// Loads a monitor's keyring; `id` is this monitor's id.
-    pub fn load(path: &Path, id: u64) -> Result<MonKeys, MonKeysError> {
+    /// Loads a monitor's keyring; `id` is this monitor's id, `view` its replicated state.
+    pub(crate) fn load(path: &Path, id: u64, view: Arc<MapView>) -> Result<MonKeys, MonKeysError> {
         Ok(MonKeys {
             path: path.to_path_buf(),
             me: Entity::mon(id),
             loaded: RwLock::new(read(path)?),
+            view,
         })
     }
 
@@ -97,6 +103,52 @@ impl MonKeys {
             entity: self.me.clone(),
             secret: self.current().mon.clone(),
         }
+    }
+
+    /// Whether the key database has been seeded (until then the file's keys are used).
+    pub(crate) fn seeded(&self) -> bool {
+        self.view.with_keys(|k| k.seeded)
+    }
+
+    /// The keys the database is seeded with: the file's keys other than the monitors'.
+    pub(crate) fn bootstrap_keys(&self) -> Vec<(Entity, Secret, Caps)> {
+        let mut v: Vec<_> = self
+            .current()
+            .entities
+            .iter()
+            .map(|(e, (s, c))| (e.clone(), s.clone(), c.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// The key of `entity` with id `id` (current, or previous during a rotation) and its
+    /// caps; `Err` is the refusal.
+    fn lookup(&self, entity: &Entity, id: &[u8; KEY_ID_LEN]) -> Result<(Secret, Caps), String> {
+        if self.seeded() {
+            return self.view.with_keys(|db| db.key_for(entity, id, unix_now()));
+        }
+        let keys = self.current();
+        let (key, caps) = keys
+            .entities
+            .get(entity)
+            .ok_or_else(|| format!("unknown entity {entity}: no monitor keyring holds its key"))?;
+        if &key_id(key) != id {
+            return Err(format!(
+                "{entity} presents a key the monitors do not hold for it (rotated or re-created?)"
+            ));
+        }
+        Ok((key.clone(), caps.clone()))
+    }
+
+    /// The current caps of `entity`, if it has a key.
+    fn caps_of(&self, entity: &Entity) -> Option<Caps> {
+        if self.seeded() {
+            return self
+                .view
+                .with_keys(|db| db.keys.get(entity).map(|k| k.caps.clone()));
+        }
+        self.current().entities.get(entity).map(|(_, c)| c.clone())
     }
 }
 
@@ -136,16 +188,17 @@ impl MonKeys {
         if entity.kind() == EntityKind::Mon {
             return TicketReply::Refused("monitors do not talk to OSDs as clients".into());
         }
-        let keys = self.current();
-        let Some((key, caps)) = keys.entities.get(entity) else {
+        let (Some(caps), Some(key)) = (self.caps_of(entity), &peer.key) else {
             return TicketReply::Refused(format!("{entity} is no longer known"));
         };
         let now = unix_now();
-        let svc = derive_service_key(&keys.mon, service_key_id(now));
-        let m = mint(&svc, entity, caps, now, TICKET_TTL_SECS);
+        let svc = derive_service_key(&self.current().mon, service_key_id(now));
+        let m = mint(&svc, entity, &caps, now, TICKET_TTL_SECS);
         let name = entity.to_string();
         TicketReply::Granted {
             ticket: m.ticket,
+            // Sealed with the key this connection proved: during a rotation the peer may
+            // still hold the previous one.
             session: seal(key, &ticket_session_aad(&name), &m.session.0),
             ttl_secs: TICKET_TTL_SECS,
         }
@@ -159,11 +212,10 @@ impl MonKeys {
                 "is not an OSD: only OSDs get the service keys",
             ));
         };
-        let keys = self.current();
-        let Some((key, _)) = keys.entities.get(entity) else {
+        let (Some(_), Some(key)) = (self.caps_of(entity), &peer.key) else {
             return ServiceKeysReply::Refused(format!("{entity} is no longer known"));
         };
-        let svc = service_keys_around(&keys.mon, unix_now());
+        let svc = service_keys_around(&self.current().mon, unix_now());
         let plain = postcard::to_allocvec(&svc).unwrap_or_default();
         ServiceKeysReply::Granted {
             sealed: seal(key, &service_keys_aad(&entity.to_string()), &plain),
@@ -199,26 +251,29 @@ impl Verifier for MonKeys {
         false
     }
 
-    fn key_for(&self, method: u8, _init: &AuthInit, entity: &Entity) -> Result<Known, String> {
+    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String> {
         if method != AUTH_KEY {
             return Err("monitors authenticate entities by their keys, not tickets".into());
         }
-        let keys = self.current();
         if entity.kind() == EntityKind::Mon {
+            let mon = self.current().mon.clone();
+            if key_id(&mon) != init.key_id {
+                return Err(format!(
+                    "{entity} holds another monitors' key than this monitor (keyring {})",
+                    self.path.display()
+                ));
+            }
             return Ok(Known {
                 entity: entity.clone(),
                 caps: Caps::default(),
-                key: keys.mon.clone(),
+                key: mon,
             });
         }
-        let (key, caps) = keys
-            .entities
-            .get(entity)
-            .ok_or_else(|| format!("unknown entity {entity}: no monitor keyring holds its key"))?;
+        let (key, caps) = self.lookup(entity, &init.key_id)?;
         Ok(Known {
             entity: entity.clone(),
-            caps: caps.clone(),
-            key: key.clone(),
+            caps,
+            key,
         })
     }
 }
@@ -285,10 +340,19 @@ pub(crate) fn check(peer: &Peer, need: Need<'_>, view: &MapView) -> Result<(), S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_auth::KeyEntry;
+    use cairn_auth::{KeyChange, KeyDb, KeyEntry};
+
+    fn init_for(secret: &Secret) -> AuthInit {
+        AuthInit {
+            entity: String::new(),
+            key_id: key_id(secret),
+            nonce: [0; 32],
+            ticket: Vec::new(),
+        }
+    }
 
     #[test]
-    fn a_keyring_without_the_monitor_key_is_refused_and_keys_are_re_read() {
+    fn file_keys_serve_until_the_database_is_seeded_then_the_database_rules() {
         let dir = std::env::temp_dir().join(format!("cairn-monkeys-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("keyring");
@@ -301,7 +365,8 @@ mod tests {
             keys: vec![admin.clone()],
         };
         ring.save(&path).expect("save");
-        let e = MonKeys::load(&path, 0)
+        let view = Arc::new(MapView::for_tests());
+        let e = MonKeys::load(&path, 0, view.clone())
             .err()
             .expect("no monitor key")
             .to_string();
@@ -312,33 +377,57 @@ mod tests {
             caps: None,
         });
         ring.save(&path).expect("save");
-        let keys = MonKeys::load(&path, 1).expect("load");
-        let init = AuthInit {
-            entity: "osd.4".into(),
-            nonce: [0; 32],
-            ticket: Vec::new(),
-        };
+        let keys = MonKeys::load(&path, 1, view.clone()).expect("load");
         let known = keys
-            .key_for(AUTH_KEY, &init, &Entity::admin())
+            .key_for(AUTH_KEY, &init_for(&admin.secret), &Entity::admin())
             .expect("admin");
         assert_eq!(known.caps, Caps::admin());
+        let e = keys
+            .key_for(AUTH_KEY, &init_for(&Secret::generate()), &Entity::admin())
+            .err()
+            .expect("another key");
+        assert!(e.contains("do not hold"), "{e}");
         let osd = Entity::osd(4);
-        let e = keys.key_for(AUTH_KEY, &init, &osd).err().expect("unknown");
+        let osd_key = Secret::generate();
+        let e = keys
+            .key_for(AUTH_KEY, &init_for(&osd_key), &osd)
+            .err()
+            .expect("unknown");
         assert!(e.contains("unknown entity osd.4"), "{e}");
         let e = keys
-            .key_for(cairn_proto::auth::AUTH_TICKET, &init, &osd)
+            .key_for(cairn_proto::auth::AUTH_TICKET, &init_for(&osd_key), &osd)
             .err()
             .expect("tickets");
         assert!(e.contains("not tickets"), "{e}");
-        // A key added to the file is admitted without a restart.
+        // A key added to the file is admitted without a restart, until the database is
+        // seeded.
         ring.put(KeyEntry {
             entity: osd.clone(),
-            secret: Secret::generate(),
+            secret: osd_key.clone(),
             caps: None,
         });
         std::thread::sleep(std::time::Duration::from_millis(20));
         ring.save(&path).expect("save");
-        assert!(keys.key_for(AUTH_KEY, &init, &osd).is_ok());
+        assert!(keys.key_for(AUTH_KEY, &init_for(&osd_key), &osd).is_ok());
+        assert_eq!(keys.bootstrap_keys().len(), 2);
+        // Seeded with the admin key only: the file's osd.4 no longer counts.
+        let mut db = KeyDb::default();
+        db.apply(&KeyChange::Seed(vec![(
+            Entity::admin(),
+            admin.secret.clone(),
+            Caps::admin(),
+        )]))
+        .expect("seed");
+        view.set_keys_for_tests(db);
+        assert!(keys.seeded());
+        let e = keys
+            .key_for(AUTH_KEY, &init_for(&osd_key), &osd)
+            .err()
+            .expect("not in the database");
+        assert!(e.contains("unknown entity osd.4"), "{e}");
+        assert!(keys
+            .key_for(AUTH_KEY, &init_for(&admin.secret), &Entity::admin())
+            .is_ok());
         std::fs::remove_dir_all(&dir).expect("clean");
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::failure::FailureDetector;
 use crate::state_machine::MapView;
-use crate::types::{BasicNode, NodeId, Raft};
+use crate::types::{ApplyResult, BasicNode, NodeId, Proposal, Raft};
 use cairn_map::{ChangeOutcome, MapChange, MapError};
 use cairn_proto::msg::mon::{
     CommandReply, FailureReport, Heartbeat, MonStatus, PastIntervalsQuery, PastIntervalsReply,
@@ -13,6 +13,16 @@ use openraft::{RaftMetrics, ServerState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+/// What became of a proposal.
+pub(crate) enum Proposed {
+    /// Committed and applied here, with what applying it returned.
+    Applied(ApplyResult),
+    /// This monitor does not lead (the leader's address when known).
+    NotLeader(Option<String>),
+    /// Not committed in time, or the monitor is stopping.
+    Unavailable(String),
+}
 
 /// A monitor's shared state.
 pub(crate) struct Ctx {
@@ -65,30 +75,38 @@ impl Ctx {
         })
     }
 
-    /// Proposes a change and waits until it is committed and applied here.
+    /// Proposes a map change and waits until it is committed and applied here.
     pub(crate) async fn command(&self, change: MapChange) -> CommandReply {
-        if let Some(r) = self.not_leader() {
-            return r;
+        match self.propose(Proposal::Map(change)).await {
+            Proposed::Applied(ApplyResult::Map(Ok(outcome))) => CommandReply::Done(outcome),
+            Proposed::Applied(ApplyResult::Map(Err(e))) => CommandReply::Refused(e),
+            Proposed::Applied(ApplyResult::Keys(_)) => {
+                CommandReply::Unavailable("a map change applied as a key change".into())
+            }
+            Proposed::NotLeader(leader) => CommandReply::NotLeader { leader },
+            Proposed::Unavailable(why) => CommandReply::Unavailable(why),
         }
-        let write = self.raft.client_write(change);
+    }
+
+    /// Proposes `p` (leader only) and waits until it is committed and applied here.
+    pub(crate) async fn propose(&self, p: Proposal) -> Proposed {
+        if self.leading_term().is_none() {
+            return Proposed::NotLeader(self.leader().1);
+        }
+        let write = self.raft.client_write(p);
         match tokio::time::timeout(self.command_timeout, write).await {
-            Err(_) => CommandReply::Unavailable(format!(
+            Err(_) => Proposed::Unavailable(format!(
                 "the change was not committed within {:?} (it may still be): a majority of \
                  the monitors must be running and reachable",
                 self.command_timeout
             )),
-            Ok(Ok(resp)) => match resp.data {
-                Ok(outcome) => CommandReply::Done(outcome),
-                Err(e) => CommandReply::Refused(e),
-            },
+            Ok(Ok(resp)) => Proposed::Applied(resp.data),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                CommandReply::NotLeader {
-                    leader: f.leader_node.map(|n| n.addr),
-                }
+                Proposed::NotLeader(f.leader_node.map(|n| n.addr))
             }
-            Ok(Err(RaftError::APIError(e))) => CommandReply::Unavailable(e.to_string()),
+            Ok(Err(RaftError::APIError(e))) => Proposed::Unavailable(e.to_string()),
             Ok(Err(RaftError::Fatal(e))) => {
-                CommandReply::Unavailable(format!("this monitor is stopping: {e}"))
+                Proposed::Unavailable(format!("this monitor is stopping: {e}"))
             }
         }
     }

@@ -3,7 +3,8 @@
 //! Monitors hold the cluster map. They replicate it with Raft (openraft) across 1, 3 or 5
 //! monitors and persist it in redb (`<dir>/mon.redb`); every Raft log entry is one
 //! [`cairn_map::MapChange`], and the replicated state machine is the map built by applying
-//! them in order. The leader takes commands and OSD heartbeats and marks OSDs down when their
+//! them in order; the same log carries the key database's changes (`cairn auth`), kept
+//! beside the map but never sent with it. The leader takes commands and OSD heartbeats and marks OSDs down when their
 //! heartbeats stop; every monitor serves the map and pushes new epochs to subscribers. Clients
 //! use `cairn-monclient`; the wire protocol is `cairn_proto::msg::mon`, and monitors talk to
 //! each other on the same port with the message types of [`raft_net`].
@@ -18,6 +19,7 @@ mod ctx;
 mod error;
 mod failure;
 mod history;
+mod keys_cmd;
 mod log_store;
 mod migrate;
 mod node;

@@ -2,13 +2,13 @@
 
 use crate::auth::MonKeys;
 use crate::config::{fsid_hex, MonConfig};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, Proposed};
 use crate::error::MonError;
 use crate::failure::FailureDetector;
 use crate::log_store::LogStore;
 use crate::raft_net::{self, Network};
 use crate::state_machine::StateMachine;
-use crate::types::{BasicNode, Raft};
+use crate::types::{BasicNode, Proposal, Raft};
 use crate::{server, store};
 use cairn_transport::{AllowNone, Auth, Fixed, NoAuth, Verifier};
 use openraft::error::{InitializeError, RaftError};
@@ -33,14 +33,6 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), MonError> {
     cfg.validate()?;
-    let keys = match &cfg.keyring {
-        Some(path) => Some(Arc::new(MonKeys::load(path, cfg.id)?)),
-        None => None,
-    };
-    let (verifier, peer_auth): (Arc<dyn Verifier>, Auth) = match &keys {
-        Some(k) => (k.clone(), Arc::new(Fixed(k.peer_credentials()))),
-        None => (Arc::new(AllowNone), Arc::new(NoAuth)),
-    };
     let db = store::open(&cfg.dir, cfg.id, cfg.fsid)?;
     let store_err = |e: store::StoreError| MonError::Store {
         path: cfg.dir.join(store::DB_FILE),
@@ -48,6 +40,14 @@ pub async fn run(
     };
     let sm = StateMachine::open(db.clone(), cfg.fsid).map_err(store_err)?;
     let view = sm.view();
+    let keys = match &cfg.keyring {
+        Some(path) => Some(Arc::new(MonKeys::load(path, cfg.id, view.clone())?)),
+        None => None,
+    };
+    let (verifier, peer_auth): (Arc<dyn Verifier>, Auth) = match &keys {
+        Some(k) => (k.clone(), Arc::new(Fixed(k.peer_credentials()))),
+        None => (Arc::new(AllowNone), Arc::new(NoAuth)),
+    };
     let raft = Raft::new(
         cfg.id,
         Arc::new(raft_config(&cfg)?),
@@ -89,6 +89,7 @@ pub async fn run(
     background.spawn(log_leadership(ctx.clone()));
     background.spawn(failure_ticker(ctx.clone()));
     background.spawn(history_ticker(ctx.clone()));
+    background.spawn(seed_keys(ctx.clone()));
 
     let mut metrics = raft.metrics();
     let fatal = async move {
@@ -232,6 +233,42 @@ async fn history_ticker(ctx: Arc<Ctx>) {
                 .command(cairn_map::MapChange::TrimHistory { below })
                 .await;
             tracing::debug!(below, ?reply, "map history trim proposal");
+        }
+    }
+}
+
+/// How often a monitor checks whether it must seed the key database.
+const SEED_EVERY: Duration = Duration::from_millis(200);
+
+/// Seeds the key database from this monitor's keyring file, once, when it leads a cluster
+/// whose database was never seeded (a new cluster, or one upgraded from format 2).
+async fn seed_keys(ctx: Arc<Ctx>) {
+    let Some(keys) = ctx.keys.clone() else { return };
+    let mut tick = tokio::time::interval(SEED_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if keys.seeded() {
+            let ignored = keys.bootstrap_keys().len();
+            if ignored > 0 {
+                tracing::info!(ignored, "the key database is seeded: the monitors admit the keys it holds (`cairn auth ls`), not the other keys of the keyring file");
+            }
+            return;
+        }
+        if ctx.leading_term().is_none() {
+            continue;
+        }
+        let seed = keys.bootstrap_keys();
+        let n = seed.len();
+        match ctx
+            .propose(Proposal::Keys(cairn_auth::KeyChange::Seed(seed)))
+            .await
+        {
+            Proposed::Applied(_) => {
+                tracing::info!(keys = n, "seeded the key database from the keyring file")
+            }
+            Proposed::NotLeader(_) => {}
+            Proposed::Unavailable(why) => tracing::warn!("seeding the key database: {why}"),
         }
     }
 }

@@ -1,11 +1,14 @@
-//! The replicated state machine: the cluster map, built by applying committed `MapChange`s
-//! (openraft's `RaftStateMachine`), and the view of it that clients are served from.
+//! The replicated state machine: the cluster map and the key database, built by applying
+//! committed proposals (openraft's `RaftStateMachine`), and the view of them that requests
+//! are served from. The key database never leaves the monitors in a map.
 
 use crate::history::{self, History, HistoryWrite};
 use crate::store::{self, blocking, dec, enc, get_meta, key, StoreError};
 use crate::types::{
-    ApplyResult, BasicNode, Entry, LogId, MonRaft, NodeId, StorageError, StoredMembership,
+    key_change_summary, ApplyResult, BasicNode, Entry, LogId, MonRaft, NodeId, Proposal,
+    StorageError, StoredMembership,
 };
+use cairn_auth::KeyDb;
 use cairn_map::{ChangeOutcome, ClusterMap, Incremental, MapChange, PastInterval, PgId};
 use cairn_proto::msg::mon::MapUpdate;
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -26,6 +29,8 @@ pub(crate) struct SmData {
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
     pub map: ClusterMap,
+    /// Every entity's key and caps (format 3).
+    pub keys: KeyDb,
 }
 
 /// What a snapshot carries: the applied state and the map history.
@@ -85,6 +90,30 @@ impl MapView {
     /// Runs `f` on the current map.
     pub fn with_map<R>(&self, f: impl FnOnce(&ClusterMap) -> R) -> R {
         f(&self.read().data.map)
+    }
+
+    /// An empty view (a new cluster's), for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> MapView {
+        let sm = SmData {
+            last_applied: None,
+            membership: StoredMembership::default(),
+            map: ClusterMap::new([0; 16]),
+            keys: KeyDb::default(),
+        };
+        let history = History::starting_at(&sm.map);
+        MapView::new(sm, history)
+    }
+
+    /// Replaces the key database, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn set_keys_for_tests(&self, keys: KeyDb) {
+        self.write().data.keys = keys;
+    }
+
+    /// Runs `f` on the key database.
+    pub fn with_keys<R>(&self, f: impl FnOnce(&KeyDb) -> R) -> R {
+        f(&self.read().data.keys)
     }
 
     /// The current epoch.
@@ -192,6 +221,7 @@ impl StateMachine {
                     last_applied: None,
                     membership: StoredMembership::default(),
                     map: ClusterMap::new(fsid),
+                    keys: KeyDb::default(),
                 };
                 (sm, None)
             }
@@ -234,8 +264,22 @@ impl RaftStateMachine<MonRaft> for StateMachine {
             for e in entries {
                 live.data.last_applied = Some(e.log_id);
                 match e.payload {
-                    EntryPayload::Blank => replies.push(Ok(ChangeOutcome::Unchanged)),
-                    EntryPayload::Normal(change) => {
+                    EntryPayload::Blank => {
+                        replies.push(ApplyResult::Map(Ok(ChangeOutcome::Unchanged)))
+                    }
+                    EntryPayload::Normal(Proposal::Keys(k)) => {
+                        let r = live.data.keys.apply(&k);
+                        match &r {
+                            Ok(()) => {
+                                tracing::info!(change = %key_change_summary(&k), "key database changed")
+                            }
+                            Err(e) => {
+                                tracing::info!(change = %key_change_summary(&k), "key change refused: {e}")
+                            }
+                        }
+                        replies.push(ApplyResult::Keys(r));
+                    }
+                    EntryPayload::Normal(Proposal::Map(change)) => {
                         let r = live.data.map.apply(&change);
                         if let Ok(ChangeOutcome::Changed { epoch, .. }) = r {
                             tracing::info!(epoch, ?change, "map changed");
@@ -254,12 +298,12 @@ impl RaftStateMachine<MonRaft> for StateMachine {
                                 hw.base = Some(enc(&live.history.base));
                             }
                         }
-                        replies.push(r);
+                        replies.push(ApplyResult::Map(r));
                     }
                     EntryPayload::Membership(m) => {
                         tracing::info!(log_id = %e.log_id, membership = ?m, "monitor membership");
                         live.data.membership = StoredMembership::new(Some(e.log_id), m);
-                        replies.push(Ok(ChangeOutcome::Unchanged));
+                        replies.push(ApplyResult::Map(Ok(ChangeOutcome::Unchanged)));
                     }
                 }
             }
@@ -315,6 +359,7 @@ impl RaftStateMachine<MonRaft> for StateMachine {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
             map: got.sm.map,
+            keys: got.sm.keys,
         };
         let hist = got.history;
         let sm = enc(&data);

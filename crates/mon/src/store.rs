@@ -2,12 +2,13 @@
 //! log store and the state machine share.
 //!
 //! Layout (format [`FORMAT`]):
-//! - table `raft_log`: log index (u64) -> postcard of the openraft `Entry` (a `MapChange`,
-//!   a membership change or a blank entry).
+//! - table `raft_log`: log index (u64) -> postcard of the openraft `Entry` (a `Proposal`:
+//!   map change or key change; a membership change; or a blank entry).
 //! - table `meta`: name -> postcard value:
 //!   `format` (u32), `fsid` ([u8; 16]), `mon_id` (u64) — written once at creation;
 //!   `vote`, `committed`, `purged` — Raft's persistent markers;
-//!   `state_machine` — the applied state ([`crate::state_machine::SmData`]);
+//!   `state_machine` — the applied state ([`crate::state_machine::SmData`]: the map and the
+//!   key database);
 //!   `snapshot` — the last snapshot (meta + the serialized `SmData` and map history);
 //!   `history_base` — the map at the oldest epoch of the history.
 //! - table `map_history`: epoch (u64) -> postcard `Incremental`, every epoch after the base
@@ -30,9 +31,10 @@ pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_l
 /// Everything else, by name.
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
-/// On-disk format written by this build (2: OSDs' `lost_at`, map history; format 1 is
-/// upgraded in place at open, `crate::migrate`).
-pub const FORMAT: u32 = 2;
+/// On-disk format written by this build (2: OSDs' `lost_at`, map history; 3: the key
+/// database, log entries as `Proposal`s; formats 1 and 2 are upgraded in place at open,
+/// `crate::migrate`).
+pub const FORMAT: u32 = 3;
 
 /// Names of the `meta` entries.
 pub(crate) mod key {
@@ -202,6 +204,10 @@ pub(crate) fn open(dir: &Path, id: u64, fsid: [u8; 16]) -> Result<Arc<Database>,
     if format == Some(1) {
         tracing::info!(path = %path.display(), "upgrading the monitor database from format 1 to 2");
         crate::migrate::from_v1(&db).map_err(e)?;
+    }
+    if matches!(format, Some(1 | 2)) {
+        tracing::info!(path = %path.display(), "upgrading the monitor database from format 2 to 3");
+        crate::migrate::from_v2(&db).map_err(e)?;
     } else if let Some(found) = format {
         if found != FORMAT {
             return Err(MonError::Format {

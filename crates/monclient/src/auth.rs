@@ -6,18 +6,28 @@
 //! with (`GET_SERVICE_KEYS`). Both answers are sealed with the asker's own key.
 
 use crate::{expect, protocol, MonClient, MonClientError, Step};
-use cairn_auth::{open, Entity, Secret, ServiceKey, MAX_TICKET, SECRET_LEN};
-use cairn_proto::msg::decode;
+use cairn_auth::{
+    open, seal, Caps, Entity, KeyEntry, Keyring, KeyringError, Secret, ServiceKey, MAX_TICKET,
+    SECRET_LEN,
+};
+use cairn_proto::msg::mon::{
+    auth_import_aad, auth_key_aad, AuthListing, AuthReply, AuthRequest, WireCaps, AUTH_COMMAND,
+    AUTH_REPLY,
+};
 use cairn_proto::msg::mon::{
     service_keys_aad, ticket_session_aad, ServiceKeysReply, TicketReply, GET_SERVICE_KEYS,
     GET_TICKET, SERVICE_KEYS, TICKET,
 };
+use cairn_proto::msg::{decode, encode};
+use cairn_proto::Frame;
 use cairn_transport::{
     node_kind, ready_credentials, Authenticator, Credentials, CredentialsFuture, NoCredentials,
 };
 use std::fmt;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::SystemTime;
 use tokio::time::Instant;
 
 /// A ticket this client holds (`Debug` shows no secret: the ticket is sealed, the session
@@ -41,10 +51,116 @@ const RENEW_RETRY: Duration = Duration::from_secs(10);
 /// Longest ticket lifetime believed (a day; monitors grant [`cairn_auth::TICKET_TTL_SECS`]).
 const MAX_TICKET_TTL_SECS: u64 = 86_400;
 
+/// Where an entity's key comes from: fixed, or a keyring file read again whenever it changes
+/// (so a key rotated with `cairn auth rotate` is taken up without a restart: install the new
+/// key in the file). The key held before a change is kept as the previous one, to open
+/// answers sealed with it on connections that proved it.
+pub struct KeySource {
+    entity: Entity,
+    file: Option<PathBuf>,
+    state: Mutex<KeyState>,
+}
+
+struct KeyState {
+    secret: Secret,
+    previous: Option<Secret>,
+    modified: Option<SystemTime>,
+}
+
+impl fmt::Debug for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeySource({})", self.entity)
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+impl KeySource {
+    /// A key that never changes.
+    pub fn fixed(entity: Entity, secret: Secret) -> Arc<KeySource> {
+        Arc::new(KeySource {
+            entity,
+            file: None,
+            state: Mutex::new(KeyState {
+                secret,
+                previous: None,
+                modified: None,
+            }),
+        })
+    }
+
+    /// The key of `entity` in the keyring at `path`, read again when the file changes.
+    pub fn keyring(path: &Path, entity: &Entity) -> Result<Arc<KeySource>, KeyringError> {
+        let seen = modified(path);
+        let key = Keyring::load_key(path, entity)?;
+        Ok(Arc::new(KeySource {
+            entity: entity.clone(),
+            file: Some(path.to_path_buf()),
+            state: Mutex::new(KeyState {
+                secret: key.secret,
+                previous: None,
+                modified: seen,
+            }),
+        }))
+    }
+
+    /// The entity whose key this is.
+    pub fn entity(&self) -> &Entity {
+        &self.entity
+    }
+
+    /// The current key, after reading the file again if it changed.
+    pub fn current(&self) -> Secret {
+        self.keys().0
+    }
+
+    /// The current key and the one held before it, if any.
+    pub fn keys(&self) -> (Secret, Option<Secret>) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(path) = &self.file {
+            let now = modified(path);
+            if now != st.modified {
+                st.modified = now;
+                match Keyring::load_key(path, &self.entity) {
+                    Ok(k) if k.secret != st.secret => {
+                        tracing::info!(entity = %self.entity, keyring = %path.display(), "using the new key of the keyring");
+                        st.previous = Some(std::mem::replace(&mut st.secret, k.secret));
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("keeping the key read before: {e}"),
+                }
+            }
+        }
+        (st.secret.clone(), st.previous.clone())
+    }
+
+    /// Every key held, newest first (what a sealed answer may be sealed with).
+    pub fn candidates(&self) -> Vec<Secret> {
+        let (cur, prev) = self.keys();
+        std::iter::once(cur).chain(prev).collect()
+    }
+}
+
+impl Authenticator for KeySource {
+    fn credentials(&self, _peer_kind: u8) -> CredentialsFuture<'_> {
+        ready_credentials(Ok(Credentials::Key {
+            entity: self.entity.clone(),
+            secret: self.current(),
+        }))
+    }
+}
+
+/// Opens `sealed` with the first of `keys` it opens with.
+pub(crate) fn open_any(keys: &[Secret], aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+    keys.iter().find_map(|k| open(k, aad, sealed).ok())
+}
+
 /// An entity's key: presented to monitors; exchanged with them for tickets to OSDs.
 pub struct EntityKey {
     entity: Entity,
-    secret: Secret,
+    key: Arc<KeySource>,
     /// Monitors to ask for tickets, authenticating with this key.
     mons: MonClient,
     held: tokio::sync::Mutex<Option<HeldTicket>>,
@@ -59,22 +175,29 @@ impl fmt::Debug for EntityKey {
 impl EntityKey {
     /// The key of `entity`, getting tickets from the monitors at `mons`.
     pub fn new(entity: Entity, secret: Secret, mons: Vec<String>) -> Arc<EntityKey> {
-        EntityKey::asking(entity, secret, MonClient::new(mons))
+        EntityKey::asking(KeySource::fixed(entity, secret), MonClient::new(mons))
     }
 
-    /// The key of `entity`, getting tickets through `mons` (given this key to present).
-    pub(crate) fn asking(entity: Entity, secret: Secret, mons: MonClient) -> Arc<EntityKey> {
-        let key = Credentials::Key {
-            entity: entity.clone(),
-            secret: secret.clone(),
-        };
-        let mons = mons.with_auth(Arc::new(cairn_transport::Fixed(key)));
+    /// The key `key` holds (e.g. a keyring file, followed), getting tickets from the
+    /// monitors at `mons`.
+    pub fn from_source(key: Arc<KeySource>, mons: Vec<String>) -> Arc<EntityKey> {
+        EntityKey::asking(key, MonClient::new(mons))
+    }
+
+    /// The key `key` holds, getting tickets through `mons` (given this key to present).
+    pub(crate) fn asking(key: Arc<KeySource>, mons: MonClient) -> Arc<EntityKey> {
+        let mons = mons.with_auth(key.clone());
         Arc::new(EntityKey {
-            entity,
-            secret,
+            entity: key.entity().clone(),
+            key,
             mons,
             held: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// The key source (for answers sealed with this entity's key).
+    pub fn source(&self) -> &Arc<KeySource> {
+        &self.key
     }
 
     /// A current ticket: the one held, or a new one from the monitors when none is held or
@@ -89,7 +212,11 @@ impl EntityKey {
         {
             return Ok(t.clone());
         }
-        match self.mons.get_ticket(&self.entity, &self.secret).await {
+        match self
+            .mons
+            .get_ticket(&self.entity, &self.key.candidates())
+            .await
+        {
             Ok(t) => {
                 *held = Some(t.clone());
                 Ok(t)
@@ -113,10 +240,7 @@ impl EntityKey {
 impl Authenticator for EntityKey {
     fn credentials(&self, peer_kind: u8) -> CredentialsFuture<'_> {
         if peer_kind != node_kind::OSD {
-            return ready_credentials(Ok(Credentials::Key {
-                entity: self.entity.clone(),
-                secret: self.secret.clone(),
-            }));
+            return self.key.credentials(peer_kind);
         }
         Box::pin(async move {
             let t = self.ticket().await.map_err(|e| NoCredentials {
@@ -137,12 +261,13 @@ fn refused(why: String) -> Step<HeldTicket> {
 }
 
 impl MonClient {
-    /// Asks for a ticket for OSDs; `entity`/`secret` must be the key this client
-    /// authenticates with (it opens the ticket's session secret).
+    /// Asks for a ticket for OSDs; `secrets` must hold the key this client authenticates
+    /// with (the one that opens the ticket's session secret; during a rotation, the new and
+    /// the previous key).
     pub async fn get_ticket(
         &self,
         entity: &Entity,
-        secret: &Secret,
+        secrets: &[Secret],
     ) -> Result<HeldTicket, MonClientError> {
         let aad = ticket_session_aad(&entity.to_string());
         self.call(GET_TICKET, Vec::new(), self.deadline(), |f| {
@@ -166,8 +291,8 @@ impl MonClient {
             }
             // The monitor's word on the lifetime is bounded (it must not overflow a clock).
             let ttl = Duration::from_secs(ttl.min(MAX_TICKET_TTL_SECS));
-            let session = match open(secret, &aad, &sealed) {
-                Ok(s) if s.len() == SECRET_LEN => {
+            let session = match open_any(secrets, &aad, &sealed) {
+                Some(s) if s.len() == SECRET_LEN => {
                     let mut b = [0u8; SECRET_LEN];
                     b.copy_from_slice(&s);
                     Secret(b)
@@ -189,12 +314,12 @@ impl MonClient {
         .await
     }
 
-    /// Asks for the OSD service keys (only an OSD gets them); `entity`/`secret` must be the
-    /// key this client authenticates with.
+    /// Asks for the OSD service keys (only an OSD gets them); `secrets` must hold the key
+    /// this client authenticates with.
     pub async fn get_service_keys(
         &self,
         entity: &Entity,
-        secret: &Secret,
+        secrets: &[Secret],
     ) -> Result<Vec<ServiceKey>, MonClientError> {
         let aad = service_keys_aad(&entity.to_string());
         self.call(GET_SERVICE_KEYS, Vec::new(), self.deadline(), |f| {
@@ -208,13 +333,115 @@ impl MonClient {
                 }
                 Ok(ServiceKeysReply::Granted { sealed }) => sealed,
             };
-            let keys = open(secret, &aad, &sealed)
-                .ok()
+            let keys = open_any(secrets, &aad, &sealed)
                 .and_then(|p| postcard::from_bytes::<Vec<ServiceKey>>(&p).ok());
             match keys {
                 Some(k) if k.len() <= 16 => Step::Done(k),
                 _ => Step::Fail(protocol("the service keys do not open with our key")),
             }
+        })
+        .await
+    }
+}
+
+/// What a key database request returned.
+#[derive(Debug)]
+pub enum AuthAnswer {
+    /// Done, nothing to show.
+    Done,
+    /// Every entity with its caps.
+    List(Vec<AuthListing>),
+    /// An entity's key and caps (opened with this client's key).
+    Key(KeyEntry),
+}
+
+fn wire_caps(c: &Caps) -> WireCaps {
+    WireCaps {
+        mon: c.mon.clone(),
+        osd: c.osd.clone(),
+        nbd: c.nbd.clone(),
+    }
+}
+
+/// The request that imports `entry`, its secret sealed with `me` (the key this client
+/// authenticates with).
+pub fn import_request(entry: &KeyEntry, me: &Secret) -> AuthRequest {
+    let name = entry.entity.to_string();
+    AuthRequest::Import {
+        sealed: seal(me, &auth_import_aad(&name), &entry.secret.0),
+        caps: wire_caps(entry.caps.as_ref().unwrap_or(&Caps::default())),
+        entity: name,
+    }
+}
+
+/// The request that adds `entity` with `caps`.
+pub fn add_request(entity: &Entity, caps: &Caps) -> AuthRequest {
+    AuthRequest::Add {
+        entity: entity.to_string(),
+        caps: wire_caps(caps),
+    }
+}
+
+/// The request that sets the caps of `entity`.
+pub fn caps_request(entity: &Entity, caps: &Caps) -> AuthRequest {
+    AuthRequest::SetCaps {
+        entity: entity.to_string(),
+        caps: wire_caps(caps),
+    }
+}
+
+fn auth_step(f: Frame, me: &[Secret]) -> Step<AuthAnswer> {
+    if let Err(e) = expect(&f, AUTH_REPLY, "auth") {
+        return Step::Fail(e);
+    }
+    match decode::<AuthReply>("auth reply", &f.control) {
+        Err(e) => Step::Fail(protocol(e)),
+        Ok(AuthReply::Done) => Step::Done(AuthAnswer::Done),
+        Ok(AuthReply::List(l)) => Step::Done(AuthAnswer::List(l)),
+        Ok(AuthReply::Refused(why)) => Step::Fail(MonClientError::KeyRefused(why)),
+        Ok(AuthReply::NotLeader { leader }) => Step::Redirect(leader),
+        Ok(AuthReply::Unavailable(why)) => Step::Retry(why),
+        Ok(AuthReply::Key {
+            entity,
+            caps,
+            sealed,
+        }) => {
+            let Ok(e) = Entity::parse(&entity) else {
+                return Step::Fail(protocol(format!("a key for {entity:?}, not an entity")));
+            };
+            let secret = match open_any(me, &auth_key_aad(&entity), &sealed) {
+                Some(b) if b.len() == SECRET_LEN => {
+                    let mut s = [0u8; SECRET_LEN];
+                    s.copy_from_slice(&b);
+                    Secret(s)
+                }
+                _ => return Step::Fail(protocol("the key sent does not open with our key")),
+            };
+            let caps = Caps {
+                mon: caps.mon,
+                osd: caps.osd,
+                nbd: caps.nbd,
+            };
+            Step::Done(AuthAnswer::Key(KeyEntry {
+                entity: e,
+                secret,
+                caps: Some(caps),
+            }))
+        }
+    }
+}
+
+impl MonClient {
+    /// Sends a request to the monitors' key database (it needs `mon x`). `me` is the key
+    /// this client authenticates with: a key in the answer comes sealed with it.
+    pub async fn auth_request(
+        &self,
+        req: AuthRequest,
+        me: &KeySource,
+    ) -> Result<AuthAnswer, MonClientError> {
+        let keys = me.candidates();
+        self.call(AUTH_COMMAND, encode(&req), self.deadline(), |f| {
+            auth_step(f, &keys)
         })
         .await
     }

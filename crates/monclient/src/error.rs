@@ -20,6 +20,9 @@ pub enum MonClientError {
     /// The monitors refused the change (the map is unchanged).
     #[error("refused: {0}")]
     Refused(MapError),
+    /// The monitors refused a key database request (`cairn auth`): its reason.
+    #[error("refused: {0}")]
+    KeyRefused(String),
     /// Monitors answered but could not commit (no leader or no quorum) before the deadline.
     #[error("monitors unavailable: {0}")]
     Unavailable(String),

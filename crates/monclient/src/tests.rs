@@ -298,7 +298,7 @@ async fn a_ticket_is_kept_while_the_monitors_cannot_renew_it_and_dropped_when_th
     let key = test_key();
     let (addr, monitor) = ticket_monitor(key.clone(), |n, s| granted(n, s, 4)).await;
     let mons = MonClient::new(vec![addr]).with_timeout(Duration::from_millis(500));
-    let k = auth::EntityKey::asking(key.0.clone(), key.1.clone(), mons);
+    let k = auth::EntityKey::asking(auth::KeySource::fixed(key.0.clone(), key.1.clone()), mons);
     let first = k.ticket().await.expect("a ticket");
     assert_eq!(first.ticket, vec![0u8; 100]);
     assert_eq!(
@@ -325,7 +325,7 @@ async fn a_ticket_is_kept_while_the_monitors_cannot_renew_it_and_dropped_when_th
     })
     .await;
     let mons = MonClient::new(vec![addr]).with_timeout(Duration::from_millis(500));
-    let k = auth::EntityKey::asking(key.0.clone(), key.1.clone(), mons);
+    let k = auth::EntityKey::asking(auth::KeySource::fixed(key.0.clone(), key.1.clone()), mons);
     let e = k.credentials(node_kind::OSD).await.expect_err("refused");
     assert!(e.refused, "{}", e.why);
 }
@@ -336,7 +336,10 @@ async fn a_monitors_ticket_claims_are_bounded() {
     // A lifetime that would overflow the clock is taken as a day at most.
     let (addr, _m) = ticket_monitor(key.clone(), |n, s| granted(n, s, u64::MAX)).await;
     let mons = keyed_mons(addr, &key);
-    let t = mons.get_ticket(&key.0, &key.1).await.expect("a ticket");
+    let t = mons
+        .get_ticket(&key.0, std::slice::from_ref(&key.1))
+        .await
+        .expect("a ticket");
     assert!(t.expires_at <= tokio::time::Instant::now() + Duration::from_secs(86_400));
     // An oversized ticket, and a session secret sealed with another key, are refused.
     let (addr, _m) = ticket_monitor(key.clone(), |_, s| {
@@ -352,7 +355,7 @@ async fn a_monitors_ticket_claims_are_bounded() {
     .await;
     let mons = keyed_mons(addr, &key);
     let e = mons
-        .get_ticket(&key.0, &key.1)
+        .get_ticket(&key.0, std::slice::from_ref(&key.1))
         .await
         .expect_err("too large");
     assert!(e.to_string().contains("at most"), "{e}");
@@ -362,7 +365,7 @@ async fn a_monitors_ticket_claims_are_bounded() {
     .await;
     let mons = keyed_mons(addr, &key);
     let e = mons
-        .get_ticket(&key.0, &key.1)
+        .get_ticket(&key.0, std::slice::from_ref(&key.1))
         .await
         .expect_err("wrong key");
     assert!(e.to_string().contains("does not open with our key"), "{e}");

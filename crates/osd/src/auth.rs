@@ -3,7 +3,8 @@
 //! every client's ticket with them anyway). The same keys open the tickets peers present.
 
 use cairn_auth::service::mint;
-use cairn_auth::{unix_now, Caps, Entity, Secret, ServiceKeys};
+use cairn_auth::{unix_now, Caps, Entity, ServiceKeys};
+use cairn_monclient::auth::KeySource;
 use cairn_transport::{
     node_kind, ready_credentials, Authenticator, Credentials, CredentialsFuture, NoCredentials,
 };
@@ -17,16 +18,21 @@ const PEER_TICKET_TTL_SECS: u64 = 600;
 /// How often the service keys are fetched again (a new one comes into use each day).
 pub(crate) const SERVICE_KEY_REFRESH: Duration = Duration::from_secs(3600);
 
-/// An OSD's key.
+/// An OSD's key: its `osd.N` entity and where the key comes from (its keyring file, read
+/// again when it changes, so a rotated key is taken up without a restart).
 #[derive(Clone)]
-pub struct OsdKey {
-    pub entity: Entity,
-    pub secret: Secret,
+pub struct OsdKey(pub Arc<KeySource>);
+
+impl OsdKey {
+    /// The entity (`osd.N`).
+    pub fn entity(&self) -> &Entity {
+        self.0.entity()
+    }
 }
 
 impl fmt::Debug for OsdKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "OsdKey({})", self.entity)
+        write!(f, "OsdKey({})", self.entity())
     }
 }
 
@@ -39,12 +45,9 @@ pub(crate) struct OsdAuth {
 
 impl Authenticator for OsdAuth {
     fn credentials(&self, peer_kind: u8) -> CredentialsFuture<'_> {
-        let entity = self.key.entity.clone();
+        let entity = self.key.entity().clone();
         if peer_kind != node_kind::OSD {
-            return ready_credentials(Ok(Credentials::Key {
-                entity,
-                secret: self.key.secret.clone(),
-            }));
+            return self.key.0.credentials(peer_kind);
         }
         let now = unix_now();
         let c = match self.service.current(now) {
@@ -75,7 +78,10 @@ pub(crate) async fn fetch_service_keys(
     held: &ServiceKeys,
 ) -> Result<(), cairn_monclient::MonClientError> {
     loop {
-        match mon.get_service_keys(&key.entity, &key.secret).await {
+        match mon
+            .get_service_keys(key.entity(), &key.0.candidates())
+            .await
+        {
             Ok(k) => {
                 held.set(k);
                 return Ok(());

@@ -24,11 +24,13 @@ pub const PROOF_RECORD_LEN: usize = 36;
 /// Longest refusal message kept.
 pub const MAX_REFUSAL: usize = 512;
 
-/// What the initiator says: who it is, a fresh nonce, and its ticket (method
-/// [`AUTH_TICKET`]; empty for [`AUTH_KEY`]).
+/// What the initiator says: who it is, which of its keys it proves (`key_id`, from
+/// `cairn_auth::key_id`: during a rotation an entity has two), a fresh nonce, and its ticket
+/// (method [`AUTH_TICKET`]; empty for [`AUTH_KEY`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuthInit {
     pub entity: String,
+    pub key_id: [u8; 8],
     pub nonce: [u8; NONCE_LEN],
     pub ticket: Vec<u8>,
 }
@@ -83,6 +85,7 @@ mod tests {
     fn records_round_trip_and_refuse_trailing_bytes() {
         let i = AuthInit {
             entity: "client.admin".into(),
+            key_id: [9; 8],
             nonce: [3; 32],
             ticket: vec![1, 2, 3],
         };

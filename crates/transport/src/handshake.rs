@@ -193,6 +193,9 @@ pub struct Peer {
     pub caps: Caps,
     /// The connection's session key.
     pub session: Option<Secret>,
+    /// The key it proved (its entity key, or its ticket's session secret): what answers
+    /// meant for it alone are sealed with (during a rotation it may be the previous key).
+    pub key: Option<Secret>,
 }
 
 impl Peer {
@@ -275,6 +278,7 @@ pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
             Credentials::Key { entity, secret } => {
                 let init = AuthInit {
                     entity: entity.to_string(),
+                    key_id: cairn_auth::key_id(secret),
                     nonce,
                     ticket: Vec::new(),
                 };
@@ -290,6 +294,7 @@ pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
             } => {
                 let init = AuthInit {
                     entity: entity.to_string(),
+                    key_id: cairn_auth::key_id(session),
                     nonce,
                     ticket: ticket.clone(),
                 };
@@ -376,6 +381,7 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
                 entity: None,
                 caps: Caps::default(),
                 session: None,
+                key: None,
             };
             return Ok(Accepted {
                 hello: theirs,
@@ -433,6 +439,7 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             entity: Some(known.entity),
             caps: known.caps,
             session: Some(session_key(&known.key, &init.nonce, &nonce)),
+            key: Some(known.key),
         };
         Ok(Accepted {
             hello: theirs,

@@ -337,6 +337,7 @@ fn malformed_authentication_is_refused_with_its_reason() {
         let init = |entity: &str| {
             encode(&AuthInit {
                 entity: entity.into(),
+                key_id: [0; 8],
                 nonce: [0; 32],
                 ticket: Vec::new(),
             })

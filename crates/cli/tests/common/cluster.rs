@@ -291,7 +291,7 @@ impl Cluster {
     }
 
     /// Creates the key of OSD `i` (an OSD this test starts by hand) in `osd.I/keyring` and
-    /// has every monitor admit it (they re-read their keyrings); returns the OSD's keyring.
+    /// registers it with the monitors (`cairn auth import`); returns the OSD's keyring.
     pub fn osd_keyring(&self, i: u32) -> PathBuf {
         let entry = cairn_auth::KeyEntry {
             entity: cairn_auth::Entity::osd(i),
@@ -305,12 +305,7 @@ impl Cluster {
         }
         .save(&own)
         .expect("save the OSD keyring");
-        for m in 0..self.mons().len() {
-            let path = self.dir.join(format!("mon.{m}")).join("keyring");
-            let mut ring = cairn_auth::Keyring::load(&path).expect("a monitor keyring");
-            ring.put(entry.clone());
-            ring.save(&path).expect("save the monitor keyring");
-        }
+        self.ok(&["auth", "import", &own.display().to_string()]);
         own
     }
 

@@ -43,6 +43,10 @@ pub const TICKET: u16 = 14;
 pub const GET_SERVICE_KEYS: u16 = 15;
 /// Reply: [`ServiceKeysReply`].
 pub const SERVICE_KEYS: u16 = 16;
+/// Request: [`AuthRequest`] (needs `mon x`); reply: [`AUTH_REPLY`]. Handled by the leader.
+pub const AUTH_COMMAND: u16 = 17;
+/// Reply: [`AuthReply`].
+pub const AUTH_REPLY: u16 = 18;
 
 /// Most PGs one heartbeat reports (an OSD leading more reports them over several).
 pub const MAX_HEARTBEAT_PGS: usize = 4096;
@@ -188,4 +192,76 @@ pub fn ticket_session_aad(entity: &str) -> Vec<u8> {
 /// The AAD service keys are sealed under for `entity`.
 pub fn service_keys_aad(entity: &str) -> Vec<u8> {
     [b"cairn service keys v1".as_slice(), entity.as_bytes()].concat()
+}
+
+/// An entity's caps on the wire (`cairn_auth::Caps`, checked by the monitor when set).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WireCaps {
+    pub mon: String,
+    pub osd: String,
+    pub nbd: String,
+}
+
+/// A request to the monitors' key database (`cairn auth`). Entity names are checked by the
+/// monitor; secrets travel sealed with the requester's own key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuthRequest {
+    /// Every entity with its caps (no secrets).
+    List,
+    /// An entity's key and caps.
+    Get { entity: String },
+    /// A new entity with a key the leader generates; the reply carries it.
+    Add { entity: String, caps: WireCaps },
+    /// A new entity with the key given, sealed with the requester's key (AAD
+    /// [`auth_import_aad`]).
+    Import {
+        entity: String,
+        sealed: Vec<u8>,
+        caps: WireCaps,
+    },
+    /// Replaces an entity's caps.
+    SetCaps { entity: String, caps: WireCaps },
+    /// A new key for an entity; the old one is still accepted for `keep_old_secs`.
+    Rotate { entity: String, keep_old_secs: u64 },
+    /// Removes an entity's key.
+    Remove { entity: String },
+}
+
+/// One entity of [`AuthReply::List`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthListing {
+    pub entity: String,
+    pub caps: WireCaps,
+    /// When the previous key stops being accepted (unix seconds), during a rotation.
+    pub previous_until: Option<u64>,
+}
+
+/// The answer to an [`AuthRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuthReply {
+    Done,
+    List(Vec<AuthListing>),
+    /// An entity's key, sealed with the requester's key (AAD [`auth_key_aad`]).
+    Key {
+        entity: String,
+        caps: WireCaps,
+        sealed: Vec<u8>,
+    },
+    Refused(String),
+    /// Ask the leader instead.
+    NotLeader {
+        leader: Option<String>,
+    },
+    /// The monitors cannot commit right now; retry later.
+    Unavailable(String),
+}
+
+/// The AAD an entity's key is sealed under in [`AuthReply::Key`].
+pub fn auth_key_aad(entity: &str) -> Vec<u8> {
+    [b"cairn auth key v1".as_slice(), entity.as_bytes()].concat()
+}
+
+/// The AAD a key is sealed under in [`AuthRequest::Import`].
+pub fn auth_import_aad(entity: &str) -> Vec<u8> {
+    [b"cairn auth import v1".as_slice(), entity.as_bytes()].concat()
 }

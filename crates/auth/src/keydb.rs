@@ -1,0 +1,386 @@
+//! The monitors' key database: every entity's key and caps, kept in the monitors' replicated
+//! state (never in the cluster map clients receive) and changed only by [`KeyChange`]s that
+//! went through Raft, so every monitor admits the same keys.
+//!
+//! The monitors' own key is not here: it stays in each monitor's keyring file (monitors prove
+//! it to each other before any of this is replicated). The database starts empty and
+//! *unseeded*; the first leader seeds it with the keys of its keyring file (what `cairn dev up`
+//! or a bootstrap wrote there). Until then a monitor admits the keys of its file.
+//!
+//! Rotation keeps the previous key valid for a grace period, so a process that still holds it
+//! keeps working while the operator installs the new one. A handshake names the key it proves
+//! by [`key_id`], so the monitor knows which of the two to prove itself with.
+//!
+//! Applying a change is deterministic (no clock, no randomness): the leader puts the new
+//! secret and the grace's end into the change before proposing it.
+
+use crate::{Caps, Entity, EntityKind, Secret};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use std::collections::BTreeMap;
+
+/// Bytes of a key id.
+pub const KEY_ID_LEN: usize = 8;
+
+/// A key's public name: the first bytes of `HMAC-SHA256(key, "cairn key id v1")`. It tells
+/// which of an entity's keys a handshake proves, and reveals nothing usable about the key.
+pub fn key_id(key: &Secret) -> [u8; KEY_ID_LEN] {
+    // A 32-byte key is always accepted by HMAC.
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).unwrap_or_else(|_| unreachable!());
+    m.update(b"cairn key id v1");
+    let full = m.finalize().into_bytes();
+    let mut id = [0u8; KEY_ID_LEN];
+    id.copy_from_slice(&full[..KEY_ID_LEN]);
+    id
+}
+
+/// Most keys the database holds (a change that would pass it is refused).
+pub const MAX_KEYS: usize = 65_536;
+
+/// One entity's key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredKey {
+    pub secret: Secret,
+    pub caps: Caps,
+    /// The key it replaced, still accepted until the unix time given (seconds).
+    pub previous: Option<(Secret, u64)>,
+}
+
+/// The replicated key database.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KeyDb {
+    /// Whether the bootstrap keys have been loaded (until then monitors use their files).
+    pub seeded: bool,
+    pub keys: BTreeMap<Entity, StoredKey>,
+}
+
+/// A change to the key database, as proposed through Raft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyChange {
+    /// Loads the bootstrap keys once (ignored when already seeded).
+    Seed(Vec<(Entity, Secret, Caps)>),
+    /// Adds a key; refused when the entity has a different one.
+    Add {
+        entity: Entity,
+        secret: Secret,
+        caps: Caps,
+    },
+    /// Replaces an entity's caps.
+    SetCaps { entity: Entity, caps: Caps },
+    /// Gives an entity a new key; the old one is accepted until `keep_old_until` (unix
+    /// seconds; 0 = not at all).
+    Rotate {
+        entity: Entity,
+        secret: Secret,
+        keep_old_until: u64,
+    },
+    /// Removes an entity's key.
+    Remove { entity: Entity },
+}
+
+/// Why a key change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum KeyDbError {
+    #[error("{0} has no key in the monitors' key database (`cairn auth ls` lists them)")]
+    NoSuchEntity(Entity),
+    #[error("{0} already has another key: `cairn auth get {0}` shows it, `cairn auth rotate {0}` replaces it")]
+    Exists(Entity),
+    #[error(
+        "{0}: the monitors' key lives in each monitor's keyring file, not in the key database"
+    )]
+    MonitorKey(Entity),
+    #[error("{0}: daemons have no caps (their role comes from their entity)")]
+    DaemonCaps(Entity),
+    #[error("refusing to leave no key with `mon x` (no one could manage keys any more): give another entity `mon x` first")]
+    LastAdmin,
+    #[error("the key database holds {MAX_KEYS} keys, its limit")]
+    Full,
+    #[error("the monitors have not loaded their bootstrap keys yet; try again in a moment")]
+    NotSeeded,
+    #[error("bad caps: {0}")]
+    BadCaps(String),
+}
+
+fn is_admin(k: &StoredKey) -> bool {
+    k.caps.mon_perms().covers(crate::Perms::X)
+}
+
+impl KeyDb {
+    /// Applies `change`; on `Err` nothing changed.
+    pub fn apply(&mut self, change: &KeyChange) -> Result<(), KeyDbError> {
+        if let KeyChange::Seed(keys) = change {
+            if !self.seeded {
+                for (entity, secret, caps) in keys.iter().take(MAX_KEYS) {
+                    if entity.kind() != EntityKind::Mon {
+                        let k = StoredKey {
+                            secret: secret.clone(),
+                            caps: caps.clone(),
+                            previous: None,
+                        };
+                        self.keys.entry(entity.clone()).or_insert(k);
+                    }
+                }
+                self.seeded = true;
+            }
+            return Ok(());
+        }
+        if !self.seeded {
+            return Err(KeyDbError::NotSeeded);
+        }
+        let before = self.clone();
+        let r = self.change(change);
+        if r.is_ok() && self.admins() == 0 && before.admins() > 0 {
+            *self = before;
+            return Err(KeyDbError::LastAdmin);
+        }
+        if r.is_err() {
+            *self = before;
+        }
+        r
+    }
+
+    fn admins(&self) -> usize {
+        self.keys.values().filter(|k| is_admin(k)).count()
+    }
+
+    fn existing(&mut self, entity: &Entity) -> Result<&mut StoredKey, KeyDbError> {
+        self.keys
+            .get_mut(entity)
+            .ok_or_else(|| KeyDbError::NoSuchEntity(entity.clone()))
+    }
+
+    fn change(&mut self, change: &KeyChange) -> Result<(), KeyDbError> {
+        let entity = match change {
+            KeyChange::Seed(_) => return Ok(()),
+            KeyChange::Add { entity, .. }
+            | KeyChange::SetCaps { entity, .. }
+            | KeyChange::Rotate { entity, .. }
+            | KeyChange::Remove { entity } => entity,
+        };
+        if entity.kind() == EntityKind::Mon {
+            return Err(KeyDbError::MonitorKey(entity.clone()));
+        }
+        match change {
+            KeyChange::Seed(_) => Ok(()),
+            KeyChange::Add {
+                entity,
+                secret,
+                caps,
+            } => {
+                check_caps(entity, caps)?;
+                match self.keys.get(entity) {
+                    Some(k) if &k.secret == secret && &k.caps == caps => Ok(()),
+                    Some(_) => Err(KeyDbError::Exists(entity.clone())),
+                    None if self.keys.len() >= MAX_KEYS => Err(KeyDbError::Full),
+                    None => {
+                        let k = StoredKey {
+                            secret: secret.clone(),
+                            caps: caps.clone(),
+                            previous: None,
+                        };
+                        self.keys.insert(entity.clone(), k);
+                        Ok(())
+                    }
+                }
+            }
+            KeyChange::SetCaps { entity, caps } => {
+                check_caps(entity, caps)?;
+                self.existing(entity)?.caps = caps.clone();
+                Ok(())
+            }
+            KeyChange::Rotate {
+                entity,
+                secret,
+                keep_old_until,
+            } => {
+                let k = self.existing(entity)?;
+                let old = std::mem::replace(&mut k.secret, secret.clone());
+                k.previous = (*keep_old_until > 0).then_some((old, *keep_old_until));
+                Ok(())
+            }
+            KeyChange::Remove { entity } => {
+                self.keys
+                    .remove(entity)
+                    .ok_or_else(|| KeyDbError::NoSuchEntity(entity.clone()))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The key of `entity` whose id is `id`, and its caps, at unix time `now`: the current
+    /// key, or the previous one while its grace lasts. `Err` says why not, for the refusal.
+    pub fn key_for(
+        &self,
+        entity: &Entity,
+        id: &[u8; KEY_ID_LEN],
+        now: u64,
+    ) -> Result<(Secret, Caps), String> {
+        let k = self.keys.get(entity).ok_or_else(|| {
+            format!("unknown entity {entity}: the monitors hold no key for it (`cairn auth add`)")
+        })?;
+        if &key_id(&k.secret) == id {
+            return Ok((k.secret.clone(), k.caps.clone()));
+        }
+        match &k.previous {
+            Some((old, until)) if &key_id(old) == id && now < *until => {
+                Ok((old.clone(), k.caps.clone()))
+            }
+            Some((old, _)) if &key_id(old) == id => Err(format!(
+                "{entity} presents its previous key, replaced by `cairn auth rotate` and no \
+                 longer accepted: install the new key (`cairn auth get {entity}`)"
+            )),
+            _ => Err(format!(
+                "{entity} presents a key the monitors do not hold for it (rotated or \
+                 re-created?): `cairn auth get {entity}` shows the current key"
+            )),
+        }
+    }
+}
+
+fn check_caps(entity: &Entity, caps: &Caps) -> Result<(), KeyDbError> {
+    caps.validate()
+        .map_err(|e| KeyDbError::BadCaps(e.0.clone()))?;
+    let daemon = matches!(entity.kind(), EntityKind::Osd | EntityKind::Mon);
+    if daemon && caps != &Caps::default() {
+        return Err(KeyDbError::DaemonCaps(entity.clone()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(name: &str) -> Entity {
+        Entity::parse(&format!("client.{name}")).unwrap()
+    }
+
+    fn seeded() -> KeyDb {
+        let mut db = KeyDb::default();
+        let seed = KeyChange::Seed(vec![
+            (Entity::admin(), Secret::generate(), Caps::admin()),
+            (Entity::mon(0), Secret::generate(), Caps::default()),
+        ]);
+        db.apply(&seed).unwrap();
+        db
+    }
+
+    #[test]
+    fn seeding_happens_once_and_changes_wait_for_it() {
+        let mut db = KeyDb::default();
+        let add = KeyChange::Add {
+            entity: client("a"),
+            secret: Secret::generate(),
+            caps: Caps::default(),
+        };
+        assert_eq!(db.apply(&add), Err(KeyDbError::NotSeeded));
+        let admin = Secret::generate();
+        db.apply(&KeyChange::Seed(vec![(
+            Entity::admin(),
+            admin.clone(),
+            Caps::admin(),
+        )]))
+        .unwrap();
+        // A second seed (another monitor's file) changes nothing.
+        db.apply(&KeyChange::Seed(vec![(
+            Entity::admin(),
+            Secret::generate(),
+            Caps::default(),
+        )]))
+        .unwrap();
+        assert_eq!(db.keys[&Entity::admin()].secret, admin);
+        db.apply(&add).unwrap();
+        // The same add again is a no-op (a retried command), another key is refused.
+        db.apply(&add).unwrap();
+        let other = KeyChange::Add {
+            entity: client("a"),
+            secret: Secret::generate(),
+            caps: Caps::default(),
+        };
+        assert_eq!(db.apply(&other), Err(KeyDbError::Exists(client("a"))));
+    }
+
+    #[test]
+    fn the_monitor_key_never_enters_and_daemons_get_no_caps() {
+        let mut db = seeded();
+        assert!(!db.keys.contains_key(&Entity::mon(0)));
+        let mon = KeyChange::Remove {
+            entity: Entity::mon(1),
+        };
+        assert_eq!(db.apply(&mon), Err(KeyDbError::MonitorKey(Entity::mon(1))));
+        let osd = KeyChange::Add {
+            entity: Entity::osd(1),
+            secret: Secret::generate(),
+            caps: Caps::admin(),
+        };
+        assert_eq!(db.apply(&osd), Err(KeyDbError::DaemonCaps(Entity::osd(1))));
+        let bad = KeyChange::SetCaps {
+            entity: Entity::admin(),
+            caps: Caps {
+                mon: "q".into(),
+                ..Caps::default()
+            },
+        };
+        assert!(matches!(db.apply(&bad), Err(KeyDbError::BadCaps(_))));
+    }
+
+    #[test]
+    fn rotation_keeps_the_old_key_for_its_grace_only() {
+        let mut db = seeded();
+        let old = db.keys[&Entity::admin()].secret.clone();
+        let new = Secret::generate();
+        db.apply(&KeyChange::Rotate {
+            entity: Entity::admin(),
+            secret: new.clone(),
+            keep_old_until: 1000,
+        })
+        .unwrap();
+        let a = Entity::admin();
+        assert_eq!(db.key_for(&a, &key_id(&new), 2000).unwrap().0, new);
+        assert_eq!(db.key_for(&a, &key_id(&old), 999).unwrap().0, old);
+        let e = db.key_for(&a, &key_id(&old), 1000).unwrap_err();
+        assert!(e.contains("previous key"), "{e}");
+        let e = db.key_for(&a, &key_id(&Secret::generate()), 0).unwrap_err();
+        assert!(e.contains("do not hold"), "{e}");
+        let e = db.key_for(&client("x"), &key_id(&new), 0).unwrap_err();
+        assert!(e.contains("unknown entity client.x"), "{e}");
+        // Without a grace the old key is refused at once.
+        db.apply(&KeyChange::Rotate {
+            entity: Entity::admin(),
+            secret: Secret::generate(),
+            keep_old_until: 0,
+        })
+        .unwrap();
+        assert!(db.key_for(&a, &key_id(&new), 0).is_err());
+    }
+
+    #[test]
+    fn the_last_key_that_can_manage_keys_stays() {
+        let mut db = seeded();
+        let a = Entity::admin();
+        let rm = KeyChange::Remove { entity: a.clone() };
+        assert_eq!(db.apply(&rm), Err(KeyDbError::LastAdmin));
+        let demote = KeyChange::SetCaps {
+            entity: a.clone(),
+            caps: Caps::default(),
+        };
+        assert_eq!(db.apply(&demote), Err(KeyDbError::LastAdmin));
+        assert_eq!(db.keys[&a].caps, Caps::admin());
+        db.apply(&KeyChange::Add {
+            entity: client("ops"),
+            secret: Secret::generate(),
+            caps: Caps::admin(),
+        })
+        .unwrap();
+        db.apply(&rm).unwrap();
+        assert_eq!(db.apply(&rm), Err(KeyDbError::NoSuchEntity(a)));
+    }
+
+    #[test]
+    fn key_ids_differ_per_key_and_are_stable() {
+        let k = Secret::generate();
+        assert_eq!(key_id(&k), key_id(&k.clone()));
+        assert_ne!(key_id(&k), key_id(&Secret::generate()));
+    }
+}

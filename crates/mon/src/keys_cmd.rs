@@ -1,0 +1,228 @@
+//! `AUTH_COMMAND`: managing the key database (`cairn auth`), on the leader.
+//!
+//! Every request needs `mon x`. Reads (list, get) are answered from the leader's applied
+//! state; changes go through Raft. New secrets come from the leader's random source and are
+//! put into the change before it is proposed (applying must be deterministic). A secret
+//! travels only sealed with the key the requester proved on this connection.
+
+use crate::ctx::{Ctx, Proposed};
+use crate::types::{ApplyResult, Proposal};
+use cairn_auth::{
+    open, seal, unix_now, Caps, Entity, EntityKind, KeyChange, KeyDbError, Perms, Secret,
+    SECRET_LEN,
+};
+use cairn_proto::msg::mon::{
+    auth_import_aad, auth_key_aad, AuthListing, AuthReply, AuthRequest, WireCaps,
+};
+use cairn_transport::Peer;
+
+/// Longest grace a rotation may keep the old key for (30 days).
+pub const MAX_KEEP_OLD_SECS: u64 = 30 * 86_400;
+
+fn wire(c: &Caps) -> WireCaps {
+    WireCaps {
+        mon: c.mon.clone(),
+        osd: c.osd.clone(),
+        nbd: c.nbd.clone(),
+    }
+}
+
+fn caps(w: WireCaps) -> Result<Caps, String> {
+    let c = Caps {
+        mon: w.mon,
+        osd: w.osd,
+        nbd: w.nbd,
+    };
+    c.validate().map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+/// Why `peer` may not manage keys, if it may not.
+fn refusal(ctx: &Ctx, peer: &Peer) -> Option<String> {
+    if ctx.keys.is_none() {
+        return Some(
+            "this cluster runs without authentication (--auth none): there are no keys to \
+             manage"
+                .into(),
+        );
+    }
+    let entity = peer.entity.as_ref()?;
+    let client = matches!(entity.kind(), EntityKind::Client | EntityKind::Nbd);
+    if client && peer.caps.mon_perms().covers(Perms::X) {
+        return None;
+    }
+    Some(format!(
+        "permission denied: {} lacks x on the monitors (managing keys needs `mon x`)",
+        peer.name()
+    ))
+}
+
+/// Answers one request from `peer`.
+pub(crate) async fn serve(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> AuthReply {
+    if let Some(why) = refusal(ctx, peer) {
+        tracing::warn!(peer = %peer.name(), "refused: {why}");
+        return AuthReply::Refused(why);
+    }
+    if ctx.leading_term().is_none() {
+        return AuthReply::NotLeader {
+            leader: ctx.leader().1,
+        };
+    }
+    if !ctx.view.with_keys(|k| k.seeded) {
+        return AuthReply::Unavailable(KeyDbError::NotSeeded.to_string());
+    }
+    match handle(ctx, peer, req).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn entity(name: &str) -> Result<Entity, AuthReply> {
+    Entity::parse(name).map_err(|e| AuthReply::Refused(e.to_string()))
+}
+
+/// The key of `entity` sealed for the requester.
+fn key_reply(peer: &Peer, entity: &Entity, secret: &Secret, c: &Caps) -> AuthReply {
+    let Some(key) = &peer.key else {
+        return AuthReply::Refused("this connection is not authenticated".into());
+    };
+    let name = entity.to_string();
+    AuthReply::Key {
+        sealed: seal(key, &auth_key_aad(&name), &secret.0),
+        entity: name,
+        caps: wire(c),
+    }
+}
+
+async fn change(ctx: &Ctx, k: KeyChange) -> Result<(), AuthReply> {
+    match ctx.propose(Proposal::Keys(k)).await {
+        Proposed::Applied(ApplyResult::Keys(Ok(()))) => Ok(()),
+        Proposed::Applied(ApplyResult::Keys(Err(KeyDbError::NotSeeded))) => {
+            Err(AuthReply::Unavailable(KeyDbError::NotSeeded.to_string()))
+        }
+        Proposed::Applied(ApplyResult::Keys(Err(e))) => Err(AuthReply::Refused(e.to_string())),
+        Proposed::Applied(ApplyResult::Map(_)) => Err(AuthReply::Unavailable(
+            "a key change applied as a map change".into(),
+        )),
+        Proposed::NotLeader(leader) => Err(AuthReply::NotLeader { leader }),
+        Proposed::Unavailable(why) => Err(AuthReply::Unavailable(why)),
+    }
+}
+
+async fn handle(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> Result<AuthReply, AuthReply> {
+    let refused = |s: String| AuthReply::Refused(s);
+    match req {
+        AuthRequest::List => Ok(AuthReply::List(ctx.view.with_keys(|db| {
+            db.keys
+                .iter()
+                .map(|(e, k)| AuthListing {
+                    entity: e.to_string(),
+                    caps: wire(&k.caps),
+                    previous_until: k.previous.as_ref().map(|p| p.1),
+                })
+                .collect()
+        }))),
+        AuthRequest::Get { entity: name } => {
+            let e = entity(&name)?;
+            let found = ctx
+                .view
+                .with_keys(|db| db.keys.get(&e).map(|k| (k.secret.clone(), k.caps.clone())));
+            let (secret, c) =
+                found.ok_or_else(|| refused(KeyDbError::NoSuchEntity(e.clone()).to_string()))?;
+            Ok(key_reply(peer, &e, &secret, &c))
+        }
+        AuthRequest::Add {
+            entity: name,
+            caps: w,
+        } => {
+            let e = entity(&name)?;
+            let c = caps(w).map_err(refused)?;
+            let secret = Secret::generate();
+            change(
+                ctx,
+                KeyChange::Add {
+                    entity: e.clone(),
+                    secret: secret.clone(),
+                    caps: c.clone(),
+                },
+            )
+            .await?;
+            Ok(key_reply(peer, &e, &secret, &c))
+        }
+        AuthRequest::Import {
+            entity: name,
+            sealed,
+            caps: w,
+        } => {
+            let e = entity(&name)?;
+            let c = caps(w).map_err(refused)?;
+            let key = peer.key.as_ref().ok_or_else(|| refused("no key".into()))?;
+            let secret = match open(key, &auth_import_aad(&name), &sealed) {
+                Ok(b) if b.len() == SECRET_LEN => {
+                    let mut s = [0u8; SECRET_LEN];
+                    s.copy_from_slice(&b);
+                    Secret(s)
+                }
+                _ => {
+                    return Err(refused(
+                        "the imported key does not open with your key".into(),
+                    ))
+                }
+            };
+            change(
+                ctx,
+                KeyChange::Add {
+                    entity: e,
+                    secret,
+                    caps: c,
+                },
+            )
+            .await?;
+            Ok(AuthReply::Done)
+        }
+        AuthRequest::SetCaps {
+            entity: name,
+            caps: w,
+        } => {
+            let e = entity(&name)?;
+            let c = caps(w).map_err(refused)?;
+            change(ctx, KeyChange::SetCaps { entity: e, caps: c }).await?;
+            Ok(AuthReply::Done)
+        }
+        AuthRequest::Rotate {
+            entity: name,
+            keep_old_secs,
+        } => {
+            let e = entity(&name)?;
+            if keep_old_secs > MAX_KEEP_OLD_SECS {
+                return Err(refused(format!(
+                    "keeping the old key {keep_old_secs} s is over the limit of \
+                     {MAX_KEEP_OLD_SECS} s (30 days)"
+                )));
+            }
+            let secret = Secret::generate();
+            let keep_old_until = match keep_old_secs {
+                0 => 0,
+                s => unix_now().saturating_add(s),
+            };
+            change(
+                ctx,
+                KeyChange::Rotate {
+                    entity: e.clone(),
+                    secret: secret.clone(),
+                    keep_old_until,
+                },
+            )
+            .await?;
+            let c = ctx
+                .view
+                .with_keys(|db| db.keys.get(&e).map(|k| k.caps.clone()))
+                .unwrap_or_default();
+            Ok(key_reply(peer, &e, &secret, &c))
+        }
+        AuthRequest::Remove { entity: name } => {
+            let e = entity(&name)?;
+            change(ctx, KeyChange::Remove { entity: e }).await?;
+            Ok(AuthReply::Done)
+        }
+    }
+}
