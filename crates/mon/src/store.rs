@@ -199,6 +199,11 @@ pub(crate) fn open(dir: &Path, id: u64, fsid: [u8; 16]) -> Result<Arc<Database>,
     })?;
     let path: PathBuf = dir.join(DB_FILE);
     let db = open_db(&path)?;
+    // It holds every entity's key (the key database): for the monitor's user only, like a
+    // keyring.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|err| store_err(&path, format!("cannot make it private (chmod 600): {err}")))?;
     let e = |e: StoreError| store_err(&path, e);
     let format: Option<u32> = get_meta_if_exists(&db, key::FORMAT).map_err(e)?;
     if format == Some(1) {

@@ -1,0 +1,299 @@
+//! The monitors' key database through `cairn auth`, on real clusters: keys are created,
+//! shown, limited, replicated, removed and rotated by the monitors (not by editing keyring
+//! files), and a rotation under load fails no I/O.
+
+mod common;
+
+use cairn_auth::{Entity, Keyring};
+use common::cluster::{runtime, text, Cluster};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A configuration for `c` that uses the key of `entity` in `keyring`.
+fn conf_for(c: &Cluster, entity: &str, keyring: &Path) -> String {
+    let conf = std::fs::read_to_string(&c.conf)
+        .expect("conf")
+        .replace(
+            "keyring = \"keyring\"",
+            &format!("keyring = \"{}\"", keyring.display()),
+        )
+        .replace("client.admin", entity);
+    let file = keyring.file_name().and_then(|n| n.to_str()).unwrap_or("k");
+    let path = c.dir.join(format!("{entity}-{file}.toml"));
+    std::fs::write(&path, conf).expect("write conf");
+    path.display().to_string()
+}
+
+/// Runs `cairn -c CONF ARGS`; returns (success, stdout + stderr).
+fn run_as(conf: &str, args: &[&str]) -> (bool, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["-c", conf])
+        .args(args)
+        .output()
+        .expect("run cairn");
+    (
+        o.status.success(),
+        format!("{}{}", text(&o.stdout), text(&o.stderr)),
+    )
+}
+
+/// `cairn ARGS` as the administrator, which must fail; returns its output.
+fn refused(c: &Cluster, args: &[&str]) -> String {
+    let o = c.cairn(args);
+    let out = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(!o.status.success(), "{args:?} succeeded: {out}");
+    out
+}
+
+#[test]
+fn keys_are_created_limited_replicated_and_removed_through_the_monitors() {
+    let c = Cluster::up("keys-manage", 3, 1);
+    c.pool_create("p", 1, 1, 8);
+    let ls: serde_json::Value =
+        serde_json::from_str(&c.ok(&["auth", "ls", "--json"])).expect("ls json");
+    let mut names: Vec<&str> = ls
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|e| e["entity"].as_str().expect("entity"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["client.admin", "osd.0"], "{ls}");
+    let admin = ls
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["entity"] == "client.admin"))
+        .expect("admin");
+    assert_eq!(admin["caps"]["mon"], "*");
+    // The monitors' database holds every key: private to the monitor's user.
+    let db = c.dir.join("mon.0").join("mon.redb");
+    let mode = std::fs::metadata(&db)
+        .expect("mon.redb")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600, "{}", db.display());
+
+    // A new client: its key comes from the monitors, written private.
+    let app_ring = c.dir.join("app.keyring");
+    let ring_s = app_ring.display().to_string();
+    c.ok(&[
+        "auth",
+        "add",
+        "client.app",
+        "--mon",
+        "r",
+        "--osd",
+        "rw pool=p",
+        "-o",
+        &ring_s,
+    ]);
+    let mode = std::fs::metadata(&app_ring)
+        .expect("keyring")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let app = Entity::parse("client.app").expect("entity");
+    let key = Keyring::load_key(&app_ring, &app).expect("app key").secret;
+    let shown = c.ok(&["auth", "get", "client.app"]);
+    assert!(shown.contains(&key.to_hex()), "{shown}");
+    let out = refused(&c, &["auth", "add", "client.app"]);
+    assert!(out.contains("client.app already has another key"), "{out}");
+
+    // What the caps allow, checked by the monitors and the OSDs.
+    let app_conf = conf_for(&c, "client.app", &app_ring);
+    let data = c.dir.join("data");
+    std::fs::write(&data, b"hello keys").expect("data");
+    let data_s = data.display().to_string();
+    let (ok, out) = run_as(&app_conf, &["obj", "put", "p", "a", &data_s]);
+    assert!(ok, "{out}");
+    let (ok, out) = run_as(&app_conf, &["auth", "ls"]);
+    assert!(
+        !ok && out.contains("permission denied: client.app lacks x on the monitors"),
+        "{out}"
+    );
+    let (ok, out) = run_as(&app_conf, &["pool", "create", "q", "--size", "1"]);
+    assert!(!ok && out.contains("lacks w on the monitors"), "{out}");
+    c.ok(&[
+        "auth",
+        "caps",
+        "client.app",
+        "--mon",
+        "r",
+        "--osd",
+        "r pool=p",
+    ]);
+    let (ok, out) = run_as(&app_conf, &["obj", "put", "p", "b", &data_s]);
+    assert!(
+        !ok && out.contains("permission denied: client.app lacks w on pool p"),
+        "{out}"
+    );
+    let (ok, out) = run_as(&app_conf, &["obj", "get", "p", "a", "-"]);
+    assert!(ok && out.contains("hello keys"), "{out}");
+
+    // Rules the database keeps.
+    let out = refused(&c, &["auth", "rm", "client.admin"]);
+    assert!(
+        out.contains("refusing to leave no key with `mon x`"),
+        "{out}"
+    );
+    let out = refused(&c, &["auth", "add", "mon.7"]);
+    assert!(
+        out.contains("the monitors' key lives in each monitor's keyring file"),
+        "{out}"
+    );
+    let out = refused(&c, &["auth", "caps", "osd.0", "--mon", "r"]);
+    assert!(out.contains("daemons have no caps"), "{out}");
+    let out = refused(&c, &["auth", "caps", "client.app", "--osd", "rw pool"]);
+    assert!(out.contains("bad caps"), "{out}");
+
+    // Replicated: with the leader killed, the others still know every key.
+    let leader = c.status()["mons"]["leader"].as_u64().expect("a leader");
+    c.kill9(&format!("mon.{leader}"));
+    let again = c.ok(&["auth", "get", "client.app"]);
+    assert!(again.contains(&key.to_hex()), "{again}");
+    let (ok, out) = run_as(&app_conf, &["obj", "get", "p", "a", "-"]);
+    assert!(ok && out.contains("hello keys"), "{out}");
+
+    // Removed: refused at the door, with the reason.
+    c.ok(&["auth", "rm", "client.app"]);
+    let (ok, out) = run_as(&app_conf, &["status"]);
+    assert!(!ok && out.contains("unknown entity client.app"), "{out}");
+    let out = refused(&c, &["auth", "get", "client.app"]);
+    assert!(out.contains("client.app has no key"), "{out}");
+}
+
+#[test]
+fn a_rotated_client_and_osd_key_under_load_fail_no_io_and_the_old_key_expires() {
+    let c = Cluster::up("keys-rotate", 1, 3);
+    c.pool_create("p", 3, 2, 32);
+    let app_ring = c.dir.join("app.keyring");
+    let ring_s = app_ring.display().to_string();
+    c.ok(&[
+        "auth",
+        "add",
+        "client.app",
+        "--mon",
+        "r",
+        "--osd",
+        "rw",
+        "-o",
+        &ring_s,
+    ]);
+    let app = Entity::parse("client.app").expect("entity");
+    let old_ring = c.dir.join("app-old.keyring");
+    std::fs::copy(&app_ring, &old_ring).expect("keep the old keyring");
+    let old_conf = conf_for(&c, "client.app", &old_ring);
+    let source = cairn_monclient::auth::KeySource::keyring(&app_ring, &app).expect("key");
+
+    let rt = runtime();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let mut cfg = cairn_client::ClientConfig::new(c.mons());
+        cfg.auth = cairn_monclient::auth::EntityKey::from_source(source.clone(), c.mons());
+        cfg.op_timeout = Duration::from_secs(60);
+        let stop = stop.clone();
+        rt.spawn(async move {
+            let client = cairn_client::Client::connect(cfg).await.expect("connect");
+            let pool = client.pool_id("p").expect("pool");
+            let (mut done, mut failed) = (0u64, Vec::new());
+            let deadline = Instant::now() + Duration::from_secs(90);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let name = format!("k{}", done % 32);
+                match client
+                    .write_full(pool, name.as_bytes(), &done.to_le_bytes())
+                    .await
+                {
+                    Ok(_) => done += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (client, pool, done, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+
+    // Rotate both keys, the new ones installed where the processes read them.
+    let grace = 4u64;
+    let keep = grace.to_string();
+    c.ok(&[
+        "auth",
+        "rotate",
+        "client.app",
+        "--keep-old",
+        &keep,
+        "-o",
+        &ring_s,
+    ]);
+    let osd_ring = c.dir.join("osd.1").join("keyring");
+    let osd_s = osd_ring.display().to_string();
+    c.ok(&["auth", "rotate", "osd.1", "--keep-old", &keep, "-o", &osd_s]);
+    let rotated = Instant::now();
+    let new_key = Keyring::load_key(&app_ring, &app).expect("new key").secret;
+    let old_key = Keyring::load_key(&old_ring, &app).expect("old key").secret;
+    assert_ne!(new_key, old_key);
+    let listed = c.ok(&["auth", "ls"]);
+    assert!(listed.contains("previous key accepted until"), "{listed}");
+    // During the grace the old key still gets in.
+    let (ok, out) = run_as(&old_conf, &["status"]);
+    assert!(ok, "the old key within its grace: {out}");
+    std::thread::sleep(Duration::from_secs(grace + 1).saturating_sub(rotated.elapsed()));
+    let (ok, out) = run_as(&old_conf, &["status"]);
+    assert!(
+        !ok && out.contains("presents its previous key"),
+        "the old key after its grace: {out}"
+    );
+
+    // Every process must authenticate again: the monitor restarts. The OSD and the client
+    // reconnect with the keys they read from their files.
+    let mon_log = c.dir.join("log").join("mon.0.log");
+    let before = std::fs::read_to_string(&mon_log).expect("mon log");
+    c.kill9("mon.0");
+    c.restart_missing(1, 3);
+    rt.block_on(async {
+        let mons = cairn_monclient::MonClient::new(c.mons()).with_auth(source.clone());
+        let t = mons.get_ticket(&app, &source.candidates()).await;
+        assert!(t.is_ok(), "a ticket for the new key: {t:?}");
+    });
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = c.status();
+        if st["osds"]["up"].as_u64() == Some(3) && st["pgs"]["inactive"].as_u64() == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the OSDs did not all come back: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let (client, pool, done, failed) = rt.block_on(writer).expect("writer");
+    assert!(failed.is_empty(), "failed writes: {failed:?}");
+    assert!(done > 50, "only {done} writes");
+    // The last value of every object is the last write acknowledged for it.
+    rt.block_on(async {
+        for i in 0..32u64.min(done) {
+            let last = (0..done).rev().find(|n| n % 32 == i).expect("a write");
+            let got = client
+                .read(pool, format!("k{i}").as_bytes(), 0, 8)
+                .await
+                .expect("read");
+            assert_eq!(got, last.to_le_bytes(), "k{i}");
+        }
+    });
+    let log = std::fs::read_to_string(&mon_log).expect("mon log");
+    let after = log.strip_prefix(before.as_str()).unwrap_or(&log);
+    for who in ["osd.1", "client.app"] {
+        assert!(
+            !after
+                .lines()
+                .any(|l| l.contains(who) && l.contains("refused")),
+            "{who} was refused after the restart:\n{after}"
+        );
+    }
+}
