@@ -1,11 +1,13 @@
 //! A dev cluster's keys: `cairn dev up` authenticates like any cluster.
 //!
 //! - `DIR/keyring`: `client.admin` (every cap), what `cairn.toml` points commands at;
-//! - `DIR/mon.I/keyring`: the monitors' shared key as `mon.I`, and every key the monitors
-//!   admit (`client.admin` and each OSD's), with caps;
+//! - `DIR/mon.I/keyring`: the monitors' shared key as `mon.I`, and the bootstrap keys
+//!   (`client.admin` and each OSD's, with caps) the first leader seeds the monitors' key
+//!   database with;
 //! - `DIR/osd.I/keyring`: `osd.I`, the key OSD I boots with.
 //!
-//! Existing keys are kept; new OSDs get new keys, and the monitors re-read their keyrings.
+//! Existing keys are kept; new OSDs get new keys, which `dev up` registers with the monitors
+//! (`cairn auth import`) once they run.
 
 use anyhow::{Context, Result};
 use cairn_auth::{Caps, Entity, EntityKind, KeyEntry, Keyring, Secret};

@@ -18,6 +18,8 @@ mod config;
 mod ctx;
 mod error;
 mod failure;
+#[doc(hidden)]
+pub mod fuzzing;
 mod history;
 mod keys_cmd;
 mod log_store;

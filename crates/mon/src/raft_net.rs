@@ -335,6 +335,42 @@ fn peer_request<T: DeserializeOwned>(
     Ok(req.rpc)
 }
 
+/// A peer's Raft request, decoded and checked.
+pub(crate) enum PeerRpc {
+    Append(AppendEntriesRequest<MonRaft>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<MonRaft>),
+}
+
+/// Decodes a peer's request and checks what can be checked before openraft sees it (its
+/// cluster, a snapshot chunk's reach); `Err` is the refusal.
+pub(crate) fn decode_peer_rpc(fsid: &[u8; 16], frame: &Frame) -> Result<PeerRpc, ErrorReply> {
+    match frame.msg_type {
+        RAFT_APPEND => Ok(PeerRpc::Append(peer_request("raft append", frame, fsid)?)),
+        RAFT_VOTE => Ok(PeerRpc::Vote(peer_request("raft vote", frame, fsid)?)),
+        RAFT_SNAPSHOT => {
+            let rpc: InstallSnapshotRequest<MonRaft> = peer_request("raft snapshot", frame, fsid)?;
+            check_snapshot_chunk(&rpc)?;
+            Ok(PeerRpc::Snapshot(rpc))
+        }
+        t => Err(ErrorReply::new(
+            ErrorCode::Unsupported,
+            format!("unknown monitor-to-monitor message type {t}"),
+        )),
+    }
+}
+
+/// Decodes a peer's reply of type `msg_type` as the client side does (the fuzz target's
+/// entry; `false` when it does not decode).
+pub(crate) fn decode_peer_reply(msg_type: u16, control: &[u8]) -> bool {
+    match msg_type {
+        RAFT_APPEND_REPLY => decode::<AppendReply>("raft append reply", control).is_ok(),
+        RAFT_VOTE_REPLY => decode::<VoteReply>("raft vote reply", control).is_ok(),
+        RAFT_SNAPSHOT_REPLY => decode::<SnapshotReply>("raft snapshot reply", control).is_ok(),
+        _ => false,
+    }
+}
+
 /// Serves one peer request: the reply's message type and control part, or why it is refused
 /// (the connection is then answered `ERROR` and closed).
 pub(crate) async fn serve(
@@ -342,27 +378,19 @@ pub(crate) async fn serve(
     fsid: &[u8; 16],
     frame: &Frame,
 ) -> Result<(u16, Vec<u8>), ErrorReply> {
-    match frame.msg_type {
-        RAFT_APPEND => {
-            let rpc: AppendEntriesRequest<MonRaft> = peer_request("raft append", frame, fsid)?;
+    match decode_peer_rpc(fsid, frame)? {
+        PeerRpc::Append(rpc) => {
             let r: AppendReply = raft.append_entries(rpc).await;
             Ok((RAFT_APPEND_REPLY, encode(&r)))
         }
-        RAFT_VOTE => {
-            let rpc: VoteRequest<NodeId> = peer_request("raft vote", frame, fsid)?;
+        PeerRpc::Vote(rpc) => {
             let r: VoteReply = raft.vote(rpc).await;
             Ok((RAFT_VOTE_REPLY, encode(&r)))
         }
-        RAFT_SNAPSHOT => {
-            let rpc: InstallSnapshotRequest<MonRaft> = peer_request("raft snapshot", frame, fsid)?;
-            check_snapshot_chunk(&rpc)?;
+        PeerRpc::Snapshot(rpc) => {
             let r: SnapshotReply = raft.install_snapshot(rpc).await;
             Ok((RAFT_SNAPSHOT_REPLY, encode(&r)))
         }
-        t => Err(ErrorReply::new(
-            ErrorCode::Unsupported,
-            format!("unknown monitor-to-monitor message type {t}"),
-        )),
     }
 }
 
