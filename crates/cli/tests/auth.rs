@@ -524,3 +524,35 @@ fn forged_daemon_messages_change_nothing_on_a_replica() {
         .expect("read from the replica");
     assert_eq!(got, b"precious");
 }
+
+/// `cairn bench objects` measures new connections (handshake and authentication to a
+/// monitor with a key, to an OSD with a ticket) next to a bare TCP connect.
+#[test]
+fn bench_objects_measures_authenticated_connections() {
+    let c = Cluster::up("auth-bench-connect", 1, 1);
+    let out = c.ok(&[
+        "bench",
+        "objects",
+        "--json",
+        "--seconds",
+        "0.3",
+        "--objects",
+        "1",
+        "--size",
+        "1",
+        "--only",
+        "connect",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let w = v["workloads"].as_array().expect("workloads");
+    let names: Vec<&str> = w.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["connect-mon", "connect-osd"], "{v}");
+    for e in w {
+        assert!(e["connections"].as_u64().unwrap_or(0) > 0, "{e}");
+        assert!(e["lat_us"]["p50"].as_f64().unwrap_or(0.0) > 0.0, "{e}");
+        assert!(
+            e["baseline_lat_us"]["p50"].as_f64().unwrap_or(0.0) > 0.0,
+            "{e}"
+        );
+    }
+}

@@ -6,6 +6,7 @@
 //! two slow-flushing devices (prefill, then the mix with and without read/flush separation)
 //! -> one JSON object. Files are removed at the end, also after an error or Ctrl-C.
 
+mod connect;
 mod echo;
 pub mod measure;
 pub mod nbd;

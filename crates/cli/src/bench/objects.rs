@@ -29,12 +29,18 @@ measurement):
   write-1m-qd8   1 MiB writes of whole objects, 8 in flight (last: it leaves the OSDs
                  flushing for a while)
 Each workload is followed by its baseline: a bare request/response echo of the same payload
-over loopback TCP at the same queue depth. The pool is removed at the end.
+over loopback TCP at the same queue depth. Then two connection workloads, one connection
+after another (at most 5000), each followed by a bare loopback TCP connect + accept:
+  connect-mon    connect, handshake and key authentication to a monitor
+  connect-osd    connect, handshake and ticket authentication to an OSD
+The pool is removed at the end.
 
 JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {p50,p99,p999,max},
 \"cpu_us_per_op\" (all monitor and OSD processes), \"client_cpu_us_per_op\",
 \"baseline_iops\", \"baseline_lat_us\": {p50,p99,p999,max}, \"ratio_to_baseline\" (IOPS),
-\"lat_p50_ratio_to_baseline\"}]}. Every read is checked against what was written.";
+\"lat_p50_ratio_to_baseline\"}, ...]}; a connection workload has {\"name\", \"connections\",
+\"per_s\", \"lat_us\", \"baseline_per_s\", \"baseline_lat_us\", \"lat_p50_ratio_to_baseline\"}.
+Every read is checked against what was written.";
 
 #[derive(Args)]
 pub struct BenchObjectsArgs {
@@ -362,5 +368,7 @@ async fn bench(
         }
         out.push(o);
     }
+    let keep = |name: &str| a.only.as_deref().is_none_or(|o| name.contains(o));
+    out.extend(super::connect::run(client, dur, a.json, keep).await?);
     Ok(out)
 }
