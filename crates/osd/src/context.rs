@@ -94,9 +94,23 @@ impl Osd {
         let i = shard_of(pg, shards.len());
         if i == here {
             self.handle_on_shard(i, msg);
-        } else if shards[i].tx.send(msg).is_err() {
+            return;
+        }
+        let cost = msg.backlog_bytes();
+        shards[i].backlog.add(cost);
+        if shards[i].tx.send((msg, cost)).is_err() {
+            shards[i].backlog.sub(cost);
             tracing::error!(shard = i, "shard is gone");
         }
+    }
+
+    /// A shard whose backlog is over its bound, if any: connections wait for it before they
+    /// read more requests.
+    pub(crate) fn backlogged_shard(&self) -> Option<&crate::backlog::Backlog> {
+        self.shards()
+            .iter()
+            .map(|s| s.backlog.as_ref())
+            .find(|b| b.over())
     }
 
     /// Runs a message on shard `i`'s state at once (the caller runs on that shard's thread).
@@ -179,14 +193,14 @@ impl Osd {
     /// Queues a message to every shard.
     pub fn queue_all(&self, msg: impl Fn() -> ShardMsg) {
         for s in self.shards() {
-            let _ = s.tx.send(msg());
+            let _ = s.tx.send((msg(), 0));
         }
     }
 
     /// Queues a message to shard `i`.
     pub fn queue_shard(&self, i: usize, msg: ShardMsg) {
         if let Some(s) = self.shards().get(i) {
-            let _ = s.tx.send(msg);
+            let _ = s.tx.send((msg, 0));
         }
     }
 
@@ -194,7 +208,7 @@ impl Osd {
     pub fn queue(&self, pg: PgId, msg: ShardMsg) {
         let shards = self.shards();
         if !shards.is_empty() {
-            let _ = shards[shard_of(pg, shards.len())].tx.send(msg);
+            let _ = shards[shard_of(pg, shards.len())].tx.send((msg, 0));
         }
     }
 

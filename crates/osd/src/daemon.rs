@@ -69,9 +69,10 @@ pub fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
 fn start_shard(
     i: usize,
     state: Arc<Mutex<Shard>>,
-    rx: tokio::sync::mpsc::UnboundedReceiver<ShardMsg>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<crate::shard::Queued>,
+    backlog: Arc<crate::backlog::Backlog>,
 ) -> Result<(tokio::runtime::Handle, std::thread::JoinHandle<()>), OsdError> {
-    runtime_thread(format!("osd-shard-{i}"), serve_queue(state, rx))
+    runtime_thread(format!("osd-shard-{i}"), serve_queue(state, rx, backlog))
 }
 
 /// Starts a thread named `name` running `main` on a single-threaded runtime of its own;
@@ -208,8 +209,14 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             last_seq: 0,
             syncing: 0,
         }));
-        let (rt, thread) = start_shard(i, state.clone(), rx)?;
-        handles.push(ShardHandle { tx, state, rt });
+        let backlog = Arc::new(crate::backlog::Backlog::new(crate::backlog::SHARD_BACKLOG));
+        let (rt, thread) = start_shard(i, state.clone(), rx, backlog.clone())?;
+        handles.push(ShardHandle {
+            tx,
+            state,
+            rt,
+            backlog,
+        });
         threads.push(thread);
     }
     let _ = osd.shards.set(handles);

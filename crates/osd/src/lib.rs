@@ -15,6 +15,7 @@
 
 mod access;
 mod auth;
+mod backlog;
 mod config;
 mod context;
 mod daemon;

@@ -99,6 +99,13 @@ async fn connection(
             osd.sync_shard(shard);
             sender.wait_below(MAX_QUEUED_REPLIES).await;
         }
+        // A shard is behind on requests from connections by more than its bound: read nothing
+        // more until it catches up (held-back replies and writes go out first).
+        while let Some(backlog) = osd.backlogged_shard() {
+            end_batch();
+            osd.sync_shard(shard);
+            backlog.wait_room().await;
+        }
         let frame = match r.next(&limits).await {
             Ok(f) => f,
             Err(ReadError::Closed) => break,

@@ -110,16 +110,41 @@ pub struct Shard {
     pub syncing: usize,
 }
 
+/// A queued message and the bytes it counts in the shard's backlog (0 for what the OSD
+/// queues itself).
+pub type Queued = (ShardMsg, usize);
+
 /// How other threads reach a shard.
 pub struct ShardHandle {
-    pub tx: UnboundedSender<ShardMsg>,
+    pub tx: UnboundedSender<Queued>,
     pub state: Arc<Mutex<Shard>>,
     pub rt: tokio::runtime::Handle,
+    /// What connections have queued for it (`crate::backlog`).
+    pub backlog: Arc<crate::backlog::Backlog>,
+}
+
+impl ShardMsg {
+    /// What this request costs in a shard's backlog.
+    pub fn backlog_bytes(&self) -> usize {
+        let payload = match self {
+            ShardMsg::Op { data, .. } | ShardMsg::Rep { data, .. } => data.len(),
+            ShardMsg::Peer { control, data, .. } => control.len() + data.len(),
+            _ => 0,
+        };
+        payload + crate::backlog::MESSAGE_OVERHEAD
+    }
 }
 
 /// Runs the messages queued to a shard, on its thread, until every sender is gone.
-pub async fn serve_queue(state: Arc<Mutex<Shard>>, mut rx: UnboundedReceiver<ShardMsg>) {
-    while let Some(msg) = rx.recv().await {
+pub async fn serve_queue(
+    state: Arc<Mutex<Shard>>,
+    mut rx: UnboundedReceiver<Queued>,
+    backlog: Arc<crate::backlog::Backlog>,
+) {
+    while let Some((msg, counted)) = rx.recv().await {
+        if counted > 0 {
+            backlog.sub(counted);
+        }
         let mut shard = state.lock().unwrap_or_else(|p| p.into_inner());
         shard.handle(msg);
         if rx.is_empty() {
