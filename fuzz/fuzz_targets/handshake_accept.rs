@@ -47,7 +47,10 @@ fuzz_target!(|data: &[u8]| {
     }]);
     let verifier = OneKey {
         allow_none: flags & 1 == 1,
-        tickets: TicketVerifier { keys },
+        tickets: TicketVerifier {
+            keys,
+            frames: cairn_auth::FrameMode::Plain,
+        },
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()

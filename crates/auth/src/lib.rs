@@ -6,6 +6,7 @@
 //! - [`caps`]: capabilities, parsed and checked.
 //! - [`proof`]: the handshake's mutual proofs and session key (HMAC-SHA256, HKDF-SHA256).
 //! - [`ticket`]: tickets for OSDs, sealed with ChaCha20-Poly1305.
+//! - [`frames`]: frame protection after the handshake (signed, secure).
 //! - [`keydb`]: the monitors' replicated key database and key ids.
 //! - [`service`]: the OSD service keys tickets are sealed with, derived from the monitors' key.
 //!
@@ -14,6 +15,7 @@
 
 pub mod caps;
 pub mod entity;
+pub mod frames;
 pub mod keydb;
 pub mod keyring;
 pub mod proof;
@@ -23,6 +25,7 @@ pub mod ticket;
 
 pub use caps::{BadCaps, Caps, Grant, Perms};
 pub use entity::{BadEntity, Entity, EntityKind, MAX_ENTITY_LEN};
+pub use frames::{frame_guards, FrameMode, Opener, Sealer, Tampered, FRAME_TAGS_LEN};
 pub use keydb::{key_id, KeyChange, KeyDb, KeyDbError, StoredKey, KEY_ID_LEN};
 pub use keyring::{KeyEntry, Keyring, KeyringError};
 pub use secret::{random, BadSecret, Secret, SECRET_LEN};

@@ -84,6 +84,12 @@ pub fn mon_client(conf: Option<&Path>) -> Result<MonClient> {
     ))
 }
 
+/// A frame protection mode by its number on the wire.
+fn frames_name(b: u8) -> String {
+    cairn_transport::FrameMode::from_u8(b)
+        .map_or_else(|| format!("unknown ({b})"), |m| m.to_string())
+}
+
 /// Sends a map change and reports the outcome.
 pub fn change(conf: Option<&Path>, c: MapChange, what: &str) -> Result<()> {
     let mon = mon_client(conf)?;
@@ -650,7 +656,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             "fsid": crate::conf::hex16(&map.fsid),
             "mons": mons.as_ref().ok().map(|s| serde_json::json!({
                 "members": s.members.len(), "leader": s.leader, "term": s.term,
-                "history_oldest_epoch": s.history_oldest})),
+                "history_oldest_epoch": s.history_oldest,
+                "authentication": if s.authenticated { "key" } else { "none" },
+                "frames": frames_name(s.frames)})),
             "osds": {"total": osds, "up": up, "in": inn},
             "capacity": {"used_bytes": used, "total_bytes": capacity,
                          "osds_reporting": usage.len() - unreachable.len()},
@@ -696,6 +704,14 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         Err(_) => println!("  map:    epoch {}", map.epoch),
     }
     println!("  mon:    {mon_line}");
+    if let Ok(s) = &mons {
+        let auth = if s.authenticated {
+            "every connection authenticated (keys, tickets)"
+        } else {
+            "none (--auth none: anyone who can connect may do anything)"
+        };
+        println!("  auth:   {auth}; frames {}", frames_name(s.frames));
+    }
     println!("  osd:    {osds} osds: {up} up, {inn} in");
     println!(
         "  usage:  {} used of {} (object data, all replicas; {} of {up} up OSDs reporting)",

@@ -6,6 +6,8 @@
 //! mons = ["127.0.0.1:6789"]          # monitor addresses
 //! keyring = "keyring"                # this client's key (relative to this file's directory)
 //! entity = "client.admin"            # whose key to use from the keyring (default: the first)
+//! frames = "secure"                  # frame protection asked for: plain (default), signed,
+//!                                    # secure (the cluster may require more)
 //! ```
 //!
 //! Without `keyring` the client presents no credentials (a cluster run with `--auth none`).
@@ -32,6 +34,8 @@ pub struct ClusterConf {
     pub keyring: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<String>,
 }
 
 /// The credentials of this process, set when the configuration is loaded (a command talks
@@ -44,6 +48,14 @@ static KEY: std::sync::OnceLock<Arc<cairn_monclient::auth::KeySource>> = std::sy
 /// This process's own key, when a configuration with a keyring is loaded.
 pub fn own_key() -> Option<Arc<cairn_monclient::auth::KeySource>> {
     KEY.get().cloned()
+}
+
+/// The frame protection this process asks for (from `frames` in the configuration).
+static FRAMES: std::sync::OnceLock<cairn_transport::FrameMode> = std::sync::OnceLock::new();
+
+/// The frame protection this process asks for (plain unless the configuration says).
+pub fn frames() -> cairn_transport::FrameMode {
+    FRAMES.get().copied().unwrap_or_default()
 }
 
 /// This process's credentials (none until a configuration with a keyring is loaded).
@@ -82,12 +94,15 @@ pub fn use_keyring(path: &Path, entity: Option<&str>, mons: &[String]) -> Result
 pub fn client_config(mons: Vec<String>) -> cairn_client::ClientConfig {
     let mut c = cairn_client::ClientConfig::new(mons);
     c.auth = auth();
+    c.frames = frames();
     c
 }
 
 /// A monitor client with this process's credentials.
 pub fn mon_client(mons: Vec<String>) -> cairn_monclient::MonClient {
-    cairn_monclient::MonClient::new(mons).with_auth(auth())
+    cairn_monclient::MonClient::new(mons)
+        .with_auth(auth())
+        .with_frames(frames())
 }
 
 /// Where the configuration comes from: `-c FILE`, else `CAIRN_CONF`, else `./cairn-dev/cairn.toml`
@@ -115,6 +130,11 @@ pub fn load(explicit: Option<&Path>) -> Result<Conf> {
         .with_context(|| format!("{} is not a valid cairn.toml", path.display()))?;
     if conf.cluster.mons.is_empty() {
         bail!("{}: [cluster] mons is empty", path.display());
+    }
+    if let Some(f) = &conf.cluster.frames {
+        let mode = crate::daemon_auth::parse_frames(f)
+            .map_err(|e| anyhow::anyhow!("{}: [cluster] frames: {e}", path.display()))?;
+        let _ = FRAMES.set(mode);
     }
     if let Some(k) = &conf.cluster.keyring {
         let dir = path.parent().unwrap_or(Path::new("."));

@@ -24,11 +24,30 @@ pub struct DaemonAuth {
     /// `key` (default): every connection authenticates; `none`: no authentication.
     #[arg(long, value_enum, default_value_t = AuthMode::Key)]
     pub auth: AuthMode,
+    /// How every connection's frames are protected at least: `plain` (default: a header
+    /// crc only, for a trusted network), `signed` (every frame authenticated, HMAC-SHA256)
+    /// or `secure` (every frame encrypted and authenticated, ChaCha20-Poly1305). A peer
+    /// asking for more gets more. Needs authentication.
+    #[arg(long, value_name = "MODE", value_parser = parse_frames, default_value = "plain")]
+    pub frames: cairn_transport::FrameMode,
+}
+
+/// Parses a frame protection mode.
+pub fn parse_frames(s: &str) -> std::result::Result<cairn_transport::FrameMode, String> {
+    cairn_transport::FrameMode::parse(s)
+        .ok_or_else(|| format!("{s:?}: the frame protection is plain, signed or secure"))
 }
 
 impl DaemonAuth {
     /// The keyring to use (`None` with `--auth none`); it must exist.
     pub fn keyring(&self, dir: &Path) -> Result<Option<PathBuf>> {
+        if self.auth == AuthMode::None && self.frames != cairn_transport::FrameMode::Plain {
+            bail!(
+                "--frames {} needs authentication: it protects frames with the keys of the \
+                 handshake (drop --auth none, or use --frames plain)",
+                self.frames
+            );
+        }
         if self.auth == AuthMode::None {
             tracing::warn!("running without authentication (--auth none): anyone who can connect may do anything");
             return Ok(None);

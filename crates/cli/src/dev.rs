@@ -88,6 +88,11 @@ pub struct UpArgs {
     /// created.
     #[arg(long, value_enum)]
     pub auth: Option<crate::daemon_auth::AuthMode>,
+    /// Frame protection of every connection: `plain` (default), `signed` or `secure` (see
+    /// `cairn osd run --help`); the daemons require it and `cairn.toml` asks for it. Fixed
+    /// when the cluster is created; needs authentication.
+    #[arg(long, value_name = "MODE", value_parser = crate::daemon_auth::parse_frames)]
+    pub frames: Option<cairn_transport::FrameMode>,
 }
 
 /// The volume `dev up` creates and serves as the default NBD export.
@@ -136,6 +141,18 @@ struct DevState {
     /// Daemons and clients run without authentication (`--auth none`).
     #[serde(default)]
     no_auth: bool,
+    /// Frame protection (`--frames`; absent: plain).
+    #[serde(default)]
+    frames: Option<String>,
+}
+
+impl DevState {
+    fn frames(&self) -> cairn_transport::FrameMode {
+        self.frames
+            .as_deref()
+            .and_then(cairn_transport::FrameMode::parse)
+            .unwrap_or_default()
+    }
 }
 
 pub fn run(cmd: DevCmd) -> Result<()> {
@@ -209,6 +226,13 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
     if osds == 0 {
         bail!("--osds must be at least 1");
     }
+    let no_auth = a.auth == Some(crate::daemon_auth::AuthMode::None);
+    if let Some(f) = a
+        .frames
+        .filter(|f| no_auth && *f != cairn_transport::FrameMode::Plain)
+    {
+        bail!("--frames {f} needs authentication: drop --auth none");
+    }
     let fsid = hex16(&random_fsid()?);
     let mons = (0..n_mons)
         .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
@@ -228,6 +252,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         recovery_sleep_ms: a.recovery_sleep_ms.unwrap_or(0),
         direct_write_min: a.direct_write_min.unwrap_or(0),
         no_auth: a.auth == Some(crate::daemon_auth::AuthMode::None),
+        frames: a.frames.map(|f| f.to_string()),
     })
 }
 
@@ -266,6 +291,11 @@ fn check_fixed(a: &UpArgs, s: &DevState) -> Result<()> {
         if (mode == crate::daemon_auth::AuthMode::None) != s.no_auth {
             let have = if s.no_auth { "none" } else { "key" };
             differ.push(format!("--auth {mode:?} (it has {have})").to_lowercase());
+        }
+    }
+    if let Some(f) = a.frames {
+        if f != s.frames() {
+            differ.push(format!("--frames {f} (it has {})", s.frames()));
         }
     }
     if differ.is_empty() {
@@ -533,6 +563,7 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
                 mons: state.mons.clone(),
                 entity: keyring.as_ref().map(|_| "client.admin".to_string()),
                 keyring,
+                frames: state.frames.clone(),
             },
         },
     )?;
@@ -725,6 +756,7 @@ fn start_mons(dir: &Path, s: &DevState) -> Result<()> {
         if s.no_auth {
             args.extend(["--auth".into(), "none".into()]);
         }
+        args.extend(["--frames".into(), s.frames().to_string()]);
         spawn(dir, &format!("mon.{i}"), &args)?;
     }
     Ok(())
@@ -787,6 +819,7 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
         if s.no_auth {
             args.extend(["--auth".into(), "none".into()]);
         }
+        args.extend(["--frames".into(), s.frames().to_string()]);
         let known = block_on(mon.get_map())??.osds.len() as u32;
         spawn(dir, &format!("osd.{i}"), &args)?;
         if known <= i {

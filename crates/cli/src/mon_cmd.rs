@@ -143,6 +143,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     cfg.down_out_interval = Duration::from_secs(args.down_out_interval);
     cfg.history_keep = args.history_keep;
     cfg.keyring = args.auth.keyring(&args.dir)?;
+    cfg.frames = args.auth.frames;
     cfg.conn_limits = args.conns.limits()?;
     cfg.validate()?;
     Ok(cfg)

@@ -179,6 +179,7 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     let key = a.auth.osd_key(&a.dir)?;
     let mut cfg = cairn_osd::OsdConfig::new(a.dir, mons);
     cfg.key = key;
+    cfg.frames = a.auth.frames;
     cfg.conn_limits = a.conns.limits()?;
     cfg.data = a.data;
     cfg.data_size = a.data_size;

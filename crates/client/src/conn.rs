@@ -69,17 +69,14 @@ impl ConnError {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl OsdConn {
-    /// Connects to the OSD at `addr`.
+    /// Connects to the OSD at `addr` with `dialer` (within 2 s).
     pub async fn connect(
         addr: &str,
-        from: Option<std::net::IpAddr>,
-        auth: &cairn_transport::Auth,
+        dialer: Dialer,
         merge_threshold: usize,
         counters: Arc<MergeCounters>,
     ) -> Result<Arc<OsdConn>, ConnError> {
-        let dialer = Dialer::new(node_kind::CLIENT, auth.clone())
-            .from(from)
-            .timeout(CONNECT_TIMEOUT);
+        let dialer = dialer.timeout(CONNECT_TIMEOUT);
         let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())
             .await
             .map_err(|e| ConnError {

@@ -6,6 +6,7 @@ use crate::route::{MapView, Route};
 use cairn_map::{ClusterMap, PgId};
 use cairn_monclient::MonClient;
 use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, MAX_LIST};
+use cairn_transport::{node_kind, Dialer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +27,8 @@ pub struct ClientConfig {
     pub source: Option<std::net::IpAddr>,
     /// The credentials this client presents (its key to monitors, tickets to OSDs).
     pub auth: cairn_transport::Auth,
+    /// The frame protection it asks for (the cluster may require more). Default plain.
+    pub frames: cairn_transport::FrameMode,
 }
 
 /// Default [`ClientConfig::merge_threshold`].
@@ -40,6 +43,7 @@ impl ClientConfig {
             merge_threshold: DEFAULT_MERGE_THRESHOLD,
             source: None,
             auth: Arc::new(cairn_transport::NoAuth),
+            frames: cairn_transport::FrameMode::Plain,
         }
     }
 }
@@ -94,7 +98,8 @@ impl Client {
     pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
         let mon = MonClient::new(cfg.mons.clone())
             .with_source(cfg.source)
-            .with_auth(cfg.auth.clone());
+            .with_auth(cfg.auth.clone())
+            .with_frames(cfg.frames);
         let map = mon
             .get_map()
             .await
@@ -233,16 +238,12 @@ impl Client {
         if let Some(c) = self.open_conn(id, addr) {
             return Ok(c); // another op connected meanwhile
         }
-        let threshold = self.inner.cfg.merge_threshold;
-        let from = self.inner.cfg.source;
-        let c = OsdConn::connect(
-            addr,
-            from,
-            &self.inner.cfg.auth,
-            threshold,
-            self.inner.merged.clone(),
-        )
-        .await?;
+        let cfg = &self.inner.cfg;
+        let dialer = Dialer::new(node_kind::CLIENT, cfg.auth.clone())
+            .from(cfg.source)
+            .frames(cfg.frames);
+        let c =
+            OsdConn::connect(addr, dialer, cfg.merge_threshold, self.inner.merged.clone()).await?;
         self.inner
             .conns
             .lock()

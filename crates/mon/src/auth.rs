@@ -43,6 +43,8 @@ pub struct MonKeys {
     loaded: RwLock<Loaded>,
     /// The replicated state holding the key database.
     view: Arc<MapView>,
+    /// The frame protection every connection gets at least.
+    frames: cairn_auth::FrameMode,
 }
 
 struct Loaded {
@@ -72,7 +74,13 @@ impl MonKeys {
             me: Entity::mon(id),
             loaded: RwLock::new(read(path)?),
             view,
+            frames: cairn_auth::FrameMode::Plain,
         })
+    }
+
+    /// The same keys, protecting every connection's frames with `frames` at least.
+    pub(crate) fn with_frames(self, frames: cairn_auth::FrameMode) -> MonKeys {
+        MonKeys { frames, ..self }
     }
 
     fn current(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
@@ -251,6 +259,10 @@ impl Verifier for MonKeys {
         false
     }
 
+    fn frames(&self) -> cairn_auth::FrameMode {
+        self.frames
+    }
+
     fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String> {
         if method != AUTH_KEY {
             return Err("monitors authenticate entities by their keys, not tickets".into());
@@ -346,6 +358,7 @@ mod tests {
         AuthInit {
             entity: String::new(),
             key_id: key_id(secret),
+            frames: 0,
             nonce: [0; 32],
             ticket: Vec::new(),
         }

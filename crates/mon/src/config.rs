@@ -55,6 +55,9 @@ pub struct MonConfig {
     /// Connection caps and the idle limit of the monitor's port (`ConnLimits` says each
     /// default). A connection with a subscription or a command in flight is never idle.
     pub conn_limits: cairn_transport::ConnLimits,
+    /// How every connection's frames are protected at least (clients and monitor peers;
+    /// a peer asking for more gets more). Needs a keyring. Default plain.
+    pub frames: cairn_transport::FrameMode,
 }
 
 impl MonConfig {
@@ -73,6 +76,7 @@ impl MonConfig {
             history_keep: DEFAULT_HISTORY_KEEP,
             keyring: None,
             conn_limits: cairn_transport::ConnLimits::default(),
+            frames: cairn_transport::FrameMode::Plain,
         }
     }
 
@@ -91,6 +95,12 @@ impl MonConfig {
             if addr.parse::<std::net::SocketAddr>().is_err() {
                 return bad(format!("member {id} address {addr:?} is not ip:port"));
             }
+        }
+        if self.keyring.is_none() && self.frames != cairn_transport::FrameMode::Plain {
+            return bad(format!(
+                "{} frames need authentication: give the monitor its keyring (or --frames plain)",
+                self.frames
+            ));
         }
         let (lo, hi) = self.election_timeout_ms;
         if lo < 20 || hi <= lo {

@@ -219,6 +219,8 @@ impl Ctx {
                 .collect(),
             epoch: self.view.epoch(),
             history_oldest: self.view.history_oldest(),
+            frames: self.verifier.frames().to_u8(),
+            authenticated: self.keys.is_some(),
         }
     }
 }

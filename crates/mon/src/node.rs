@@ -41,7 +41,9 @@ pub async fn run(
     let sm = StateMachine::open(db.clone(), cfg.fsid).map_err(store_err)?;
     let view = sm.view();
     let keys = match &cfg.keyring {
-        Some(path) => Some(Arc::new(MonKeys::load(path, cfg.id, view.clone())?)),
+        Some(path) => Some(Arc::new(
+            MonKeys::load(path, cfg.id, view.clone())?.with_frames(cfg.frames),
+        )),
         None => None,
     };
     let (verifier, peer_auth): (Arc<dyn Verifier>, Auth) = match &keys {
@@ -51,7 +53,7 @@ pub async fn run(
     let raft = Raft::new(
         cfg.id,
         Arc::new(raft_config(&cfg)?),
-        Network::new(cfg.fsid, cfg.id, peer_auth),
+        Network::new(cfg.fsid, cfg.id, (peer_auth, cfg.frames)),
         LogStore::new(db.clone()),
         sm,
     )

@@ -115,12 +115,19 @@ pub(crate) struct Network {
     sessions: Arc<Mutex<HashMap<NodeId, Arc<Session>>>>,
     /// How this monitor proves itself to its peers.
     auth: cairn_transport::Auth,
+    /// The frame protection asked for.
+    frames: cairn_transport::FrameMode,
 }
 
 impl Network {
-    pub(crate) fn new(fsid: [u8; 16], me: NodeId, auth: cairn_transport::Auth) -> Self {
+    pub(crate) fn new(
+        fsid: [u8; 16],
+        me: NodeId,
+        (auth, frames): (cairn_transport::Auth, cairn_transport::FrameMode),
+    ) -> Self {
         Network {
             auth,
+            frames,
             fsid,
             me,
             sessions: Arc::default(),
@@ -143,7 +150,9 @@ impl Network {
         addr: &str,
         timeout: Duration,
     ) -> Result<Arc<Session>, DialError> {
-        let dialer = Dialer::new(node_kind::MON, self.auth.clone()).timeout(timeout);
+        let dialer = Dialer::new(node_kind::MON, self.auth.clone())
+            .timeout(timeout)
+            .frames(self.frames);
         let s = Arc::new(Session::open(&dialer, addr, node_kind::MON, PEER_LIMITS).await?);
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions.insert(target, s.clone());

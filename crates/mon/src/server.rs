@@ -26,7 +26,7 @@ use cairn_proto::msg::mon::{
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::Frame;
 use cairn_transport::{
-    accept, encode_parts, node_kind, read_frame, HandshakeError, Peer, ReadError,
+    accept, encode_parts, node_kind, read_guarded, seal_encoded, HandshakeError, Peer, ReadError,
 };
 use serde::Serialize;
 use std::future::Future;
@@ -90,8 +90,20 @@ pub(crate) fn frame<T: Serialize>(msg_type: u16, request_id: u64, msg: &T) -> Ve
     out
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
-    while let Some(buf) = rx.recv().await {
+/// Writes the connection's frames (each buffer one frame), protecting them with `sealer`
+/// on a protected connection.
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut sealer: Option<cairn_auth::Sealer>,
+) {
+    while let Some(mut buf) = rx.recv().await {
+        if let Some(s) = sealer.as_mut() {
+            if let Err(e) = seal_encoded(&mut buf, s) {
+                tracing::warn!("cannot protect a frame ({e}); closing the connection");
+                return;
+            }
+        }
         if wr.write_all(&buf).await.is_err() {
             return;
         }
@@ -101,10 +113,10 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
 
 async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     // No ERROR frame is possible on failure: the peer does not speak the framing (yet).
-    let who = match accept(&mut stream, node_kind::MON, ctx.verifier.as_ref()).await {
+    let (who, guards) = match accept(&mut stream, node_kind::MON, ctx.verifier.as_ref()).await {
         Ok(a) => {
-            tracing::trace!(%peer, kind = a.hello.node_kind, a.version, who = %a.peer.name(), "handshake done");
-            a.peer
+            tracing::trace!(%peer, kind = a.hello.node_kind, a.version, who = %a.peer.name(), frames = %a.peer.frames, "handshake done");
+            (a.peer, a.guards)
         }
         // Connected and closed (or reset) without a word: a probe, or a peer that gave up.
         Err(HandshakeError::Io(e)) => {
@@ -116,9 +128,10 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
             return;
         }
     };
+    let (sealer, mut opener) = cairn_transport::split_guards(guards);
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(OUTBOX);
-    let writer = tokio::spawn(write_loop(wr, rx));
+    let writer = tokio::spawn(write_loop(wr, rx, sealer));
     let mut rd = BufReader::new(rd);
     let limits = raft_net::SERVER_LIMITS;
     let mut tasks = JoinSet::new();
@@ -126,11 +139,11 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     loop {
         // A connection with a subscription or a command in flight is waiting for us.
         let read = if tasks.is_empty() {
-            tokio::time::timeout(idle, read_frame(&mut rd, &limits))
+            tokio::time::timeout(idle, read_guarded(&mut rd, &limits, opener.as_mut()))
                 .await
                 .unwrap_or(Err(ReadError::Idle(idle)))
         } else {
-            read_frame(&mut rd, &limits).await
+            read_guarded(&mut rd, &limits, opener.as_mut()).await
         };
         let f = match read {
             Ok(f) => f,
@@ -141,6 +154,12 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
             }
             Err(ReadError::Io(e)) => {
                 tracing::debug!(%peer, "connection lost: {e}");
+                break;
+            }
+            Err(ReadError::Tampered(e)) => {
+                // Not from the peer that authenticated, or changed in flight: nothing more
+                // is read or answered on this connection.
+                tracing::warn!(%peer, who = %who.name(), "closing a connection: {e}");
                 break;
             }
             Err(ReadError::Frame(e)) => {

@@ -4,7 +4,7 @@
 //! monitor.
 
 use cairn_proto::{Frame, Limits};
-use cairn_transport::{node_kind, read_frame, write_frame, Auth, Dialer, Session};
+use cairn_transport::{node_kind, read_guarded, write_guarded, Auth, Dialer, FrameMode, Session};
 use std::time::Duration;
 use tokio::io::BufReader;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -24,12 +24,15 @@ pub(crate) fn limits() -> Limits {
 pub(crate) struct Source {
     pub from: Option<std::net::IpAddr>,
     pub auth: Auth,
+    /// The frame protection asked for.
+    pub frames: FrameMode,
 }
 
 fn dialer(timeout: Duration, from: &Source) -> Dialer {
     Dialer::new(node_kind::CLIENT, from.auth.clone())
         .from(from.from)
         .timeout(timeout)
+        .frames(from.frames)
 }
 
 /// Opens a request session to the monitor at `addr` (connect and handshake within
@@ -64,6 +67,7 @@ impl From<String> for Ended {
 pub(crate) struct Stream {
     rd: BufReader<tokio::net::tcp::OwnedReadHalf>,
     _wr: OwnedWriteHalf,
+    opener: Option<cairn_auth::Opener>,
 }
 
 impl Stream {
@@ -75,26 +79,28 @@ impl Stream {
         rid: u64,
         control: &[u8],
     ) -> Result<Stream, Ended> {
-        let stream = dialer(timeout, from)
+        let c = dialer(timeout, from)
             .dial(addr, node_kind::MON)
             .await
             .map_err(|e| Ended {
                 refused: e.is_refusal(),
                 why: e.to_string(),
             })?;
-        let (rd, mut wr) = stream.into_split();
-        write_frame(&mut wr, msg_type, rid, control, &[])
+        let (mut sealer, opener) = cairn_transport::split_guards(c.guards);
+        let (rd, mut wr) = c.stream.into_split();
+        write_guarded(&mut wr, (msg_type, rid, control, &[]), sealer.as_mut())
             .await
             .map_err(|e| Ended::from(format!("{addr}: sending: {e}")))?;
         Ok(Stream {
             rd: BufReader::new(rd),
             _wr: wr,
+            opener,
         })
     }
 
     /// The next frame, or why the stream ended.
     pub(crate) async fn next(&mut self) -> Result<Frame, String> {
-        read_frame(&mut self.rd, &limits())
+        read_guarded(&mut self.rd, &limits(), self.opener.as_mut())
             .await
             .map_err(|e| e.to_string())
     }

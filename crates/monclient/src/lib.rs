@@ -124,6 +124,7 @@ impl MonClient {
         let from = conn::Source {
             from: None,
             auth: Arc::new(cairn_transport::NoAuth),
+            frames: cairn_transport::FrameMode::Plain,
         };
         MonClient::build(addrs, DEFAULT_TIMEOUT, from)
     }
@@ -161,6 +162,15 @@ impl MonClient {
     pub fn with_auth(self, auth: cairn_transport::Auth) -> MonClient {
         let from = conn::Source {
             auth,
+            ..self.inner.from.clone()
+        };
+        MonClient::build(self.inner.addrs.clone(), self.inner.timeout, from)
+    }
+
+    /// The same client asking for frame protection `frames` at least on its connections.
+    pub fn with_frames(self, frames: cairn_transport::FrameMode) -> MonClient {
+        let from = conn::Source {
+            frames,
             ..self.inner.from.clone()
         };
         MonClient::build(self.inner.addrs.clone(), self.inner.timeout, from)

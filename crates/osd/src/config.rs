@@ -60,6 +60,9 @@ pub struct OsdConfig {
     /// and then requires a ticket of every connection. Default: none (a cluster without
     /// authentication: no credentials presented, none required).
     pub key: Option<crate::auth::OsdKey>,
+    /// How every connection's frames are protected at least (its own, and those it accepts:
+    /// a peer asking for more gets more). Needs a key. Default plain.
+    pub frames: cairn_transport::FrameMode,
     /// Connection caps and the idle limit of the OSD's port (`ConnLimits` says each
     /// default).
     pub conn_limits: cairn_transport::ConnLimits,
@@ -141,6 +144,7 @@ impl OsdConfig {
             direct_write_min: 0,
             memory_flush_delay: Duration::from_millis(5),
             key: None,
+            frames: cairn_transport::FrameMode::Plain,
             conn_limits: cairn_transport::ConnLimits::default(),
             max_client_scrubs: 2,
             max_pulls: 8,

@@ -107,6 +107,7 @@ fn credentials(
             }),
             Arc::new(cairn_transport::TicketVerifier {
                 keys: service.clone(),
+                frames: cfg.frames,
             }),
         ),
         None => (
@@ -140,8 +141,11 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
     let (auth, verifier) = credentials(&cfg, &service);
     let mon = cairn_monclient::MonClient::new(cfg.mons.clone())
         .with_source(source)
-        .with_auth(auth.clone());
-    let dialer = cairn_transport::Dialer::new(cairn_transport::node_kind::OSD, auth).from(source);
+        .with_auth(auth.clone())
+        .with_frames(cfg.frames);
+    let dialer = cairn_transport::Dialer::new(cairn_transport::node_kind::OSD, auth)
+        .from(source)
+        .frames(cfg.frames);
     let store_id = store.store_id();
     let boot = crate::mapwatch::boot(&boot_rt, &mon, store_id, &addr, &cfg)?;
     if let Some(key) = &cfg.key {

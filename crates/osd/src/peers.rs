@@ -9,7 +9,7 @@ use cairn_map::ClusterMap;
 use cairn_proto::msg::osd::{OpReply, RepReply, REP_REPLY};
 use cairn_proto::Limits;
 use cairn_transport::{
-    begin_batch, end_batch, frame_buffered, node_kind, read_frame, Dialer, FrameSender,
+    begin_batch, end_batch, frame_buffered_with, node_kind, read_guarded, Dialer, FrameSender,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -127,12 +127,13 @@ impl Peers {
         };
         tokio::spawn(async move {
             match dialer.dial(&addr, node_kind::OSD).await {
-                Ok(stream) => {
-                    let (r, w) = stream.into_split();
+                Ok(c) => {
+                    let (sealer, opener) = cairn_transport::split_guards(c.guards);
+                    let (r, w) = c.stream.into_split();
                     // A fresh sender has no socket, so this cannot fail.
-                    let _ = conn.sender.attach(w);
+                    let _ = conn.sender.attach_guarded(w, sealer);
                     linked();
-                    read_answers(r, &conn).await;
+                    read_answers(r, opener, &conn).await;
                     conn.end(false);
                 }
                 Err(e) => {
@@ -179,13 +180,17 @@ impl Conn {
 }
 
 /// Delivers a peer's answers to the in-flight table until the connection ends.
-async fn read_answers(r: tokio::net::tcp::OwnedReadHalf, conn: &Conn) {
+async fn read_answers(
+    r: tokio::net::tcp::OwnedReadHalf,
+    mut opener: Option<cairn_auth::Opener>,
+    conn: &Conn,
+) {
     let (peer, inflight) = (conn.key.1, &conn.inflight);
     let limits = Limits::default();
     // Buffered: one receive call brings in every answer that has arrived.
     let mut r = tokio::io::BufReader::with_capacity(cairn_transport::READ_BUFFER, r);
     loop {
-        let frame = match read_frame(&mut r, &limits).await {
+        let frame = match read_guarded(&mut r, &limits, opener.as_mut()).await {
             Ok(f) => f,
             Err(e) => {
                 tracing::info!(peer, error = %e, "peer connection ended");
@@ -193,7 +198,7 @@ async fn read_answers(r: tokio::net::tcp::OwnedReadHalf, conn: &Conn) {
             }
         };
         // Replies to clients completed by a run of buffered answers go out together.
-        let more = frame_buffered(r.buffer());
+        let more = frame_buffered_with(r.buffer(), opener.is_some());
         if more {
             begin_batch();
         }
@@ -354,7 +359,9 @@ mod tests {
                 sender.send(REP, i, b"op", &[i as u8; 3]).expect("send");
             }
             for i in 1..=3u64 {
-                let f = read_frame(&mut s, &Limits::default()).await.expect("frame");
+                let f = cairn_transport::read_frame(&mut s, &Limits::default())
+                    .await
+                    .expect("frame");
                 assert_eq!((f.msg_type, f.request_id), (REP, i));
                 assert_eq!(f.data, vec![i as u8; 3]);
             }

@@ -50,9 +50,14 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
                 };
                 let osd = osd.clone();
                 tokio::spawn(async move {
-                    let who = match accept(&mut stream, node_kind::OSD, osd.verifier.as_ref()).await
+                    let (who, guards) = match accept(
+                        &mut stream,
+                        node_kind::OSD,
+                        osd.verifier.as_ref(),
+                    )
+                    .await
                     {
-                        Ok(a) => a.peer,
+                        Ok(a) => (a.peer, a.guards),
                         Err(e) => {
                             tracing::warn!(%peer, error = %e, "handshake failed; closing connection");
                             return;
@@ -63,7 +68,7 @@ pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
                     rt.spawn(async move {
                         match tokio::net::TcpStream::from_std(std) {
                             Ok(s) => {
-                                connection(osd, s, shard, Access::new(who)).await;
+                                connection(osd, s, shard, (Access::new(who), guards)).await;
                                 drop(slot);
                             }
                             Err(e) => tracing::warn!(error = %e, "cannot adopt a connection"),
@@ -83,14 +88,15 @@ async fn connection(
     osd: Arc<Osd>,
     stream: tokio::net::TcpStream,
     shard: usize,
-    mut access: Access,
+    (mut access, guards): (Access, cairn_transport::Guards),
 ) {
+    let (sealer, opener) = cairn_transport::split_guards(guards);
     let (r, w) = stream.into_split();
-    let sender = FrameSender::new(w);
+    let sender = FrameSender::new_guarded(w, sealer);
     let limits = Limits::default();
     // Buffered: one receive call brings in every request that has arrived (the buffer is
     // released while the peer is quiet).
-    let mut r = ConnReader::new(r, osd.admission.limits().idle);
+    let mut r = ConnReader::new(r, osd.admission.limits().idle).guarded(opener);
     loop {
         if sender.queued_bytes() > MAX_QUEUED_REPLIES {
             // A peer that sends requests and does not read the replies is not read either

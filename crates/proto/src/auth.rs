@@ -31,14 +31,19 @@ pub const MAX_REFUSAL: usize = 512;
 pub struct AuthInit {
     pub entity: String,
     pub key_id: [u8; 8],
+    /// The frame protection the initiator asks for at least (`cairn_auth::FrameMode`).
+    pub frames: u8,
     pub nonce: [u8; NONCE_LEN],
     pub ticket: Vec<u8>,
 }
 
-/// The acceptor's answer: a fresh nonce and its proof that it holds the key.
+/// The acceptor's answer: a fresh nonce, the frame protection of the connection (the
+/// stronger of what the initiator asked and what the acceptor requires; its proof covers
+/// it), and its proof that it holds the key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuthChallenge {
     pub nonce: [u8; NONCE_LEN],
+    pub frames: u8,
     pub proof: [u8; 32],
 }
 
@@ -86,6 +91,7 @@ mod tests {
         let i = AuthInit {
             entity: "client.admin".into(),
             key_id: [9; 8],
+            frames: 2,
             nonce: [3; 32],
             ticket: vec![1, 2, 3],
         };
@@ -94,6 +100,7 @@ mod tests {
         assert!(decode::<AuthInit>("auth init", &[b.as_slice(), &[0]].concat()).is_err());
         let c = AuthChallenge {
             nonce: [1; 32],
+            frames: 1,
             proof: [2; 32],
         };
         assert_eq!(decode::<AuthChallenge>("c", &encode(&c)).unwrap(), c);

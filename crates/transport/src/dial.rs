@@ -1,7 +1,10 @@
 //! Opening a connection: connect (from a chosen local address), handshake and authenticate,
 //! check that the peer is the kind of node the caller wanted, all within one deadline.
 
-use crate::handshake::{initiate, kind_of, node_kind, Auth, Credentials, HandshakeError};
+use crate::handshake::{
+    initiate_with, kind_of, node_kind, Auth, Credentials, Guards, HandshakeError,
+};
+use cairn_auth::FrameMode;
 use std::net::IpAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -18,6 +21,16 @@ pub struct Dialer {
     pub from: Option<IpAddr>,
     /// Connect and handshake together must finish within this.
     pub timeout: Duration,
+    /// The frame protection asked for (the peer may require more).
+    pub frames: FrameMode,
+}
+
+/// A connection after its handshake: the stream, and the guards of its frames when they are
+/// protected (every frame sent must be sealed and every frame read opened with them).
+#[derive(Debug)]
+pub struct Connected {
+    pub stream: TcpStream,
+    pub guards: Guards,
 }
 
 /// Why a connection could not be opened. Every variant names the address.
@@ -68,6 +81,7 @@ impl std::fmt::Debug for Dialer {
             .field("kind", &self.kind)
             .field("from", &self.from)
             .field("timeout", &self.timeout)
+            .field("frames", &self.frames)
             .finish_non_exhaustive()
     }
 }
@@ -81,7 +95,13 @@ impl Dialer {
             auth,
             from: None,
             timeout: Duration::from_secs(5),
+            frames: FrameMode::Plain,
         }
+    }
+
+    /// Asks for frame protection `frames` at least.
+    pub fn frames(self, frames: FrameMode) -> Dialer {
+        Dialer { frames, ..self }
     }
 
     /// Connects from `from` when given.
@@ -95,7 +115,7 @@ impl Dialer {
     }
 
     /// Connects to `addr` and shakes hands; the peer must say it is a node of kind `expect`.
-    pub async fn dial(&self, addr: &str, expect: u8) -> Result<TcpStream, DialError> {
+    pub async fn dial(&self, addr: &str, expect: u8) -> Result<Connected, DialError> {
         let creds = self
             .auth
             .credentials(expect)
@@ -120,13 +140,12 @@ impl Dialer {
                 })?;
             // Requests and replies are small and latency-bound: no Nagle delay.
             let _ = s.set_nodelay(true);
-            let done =
-                initiate(&mut s, kind, &creds)
-                    .await
-                    .map_err(|source| DialError::Handshake {
-                        addr: addr.to_string(),
-                        source,
-                    })?;
+            let done = initiate_with(&mut s, kind, &creds, self.frames)
+                .await
+                .map_err(|source| DialError::Handshake {
+                    addr: addr.to_string(),
+                    source,
+                })?;
             let hello = done.hello;
             if hello.node_kind != expect {
                 return Err(DialError::WrongPeer {
@@ -135,7 +154,10 @@ impl Dialer {
                     got: hello.node_kind,
                 });
             }
-            Ok(s)
+            Ok(Connected {
+                stream: s,
+                guards: done.guards,
+            })
         };
         tokio::time::timeout(self.timeout, open)
             .await

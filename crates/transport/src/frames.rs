@@ -1,5 +1,6 @@
 //! Frames over tokio streams: one frame per call, header checked before the body is read.
 
+use cairn_auth::{Opener, Sealer, Tampered, FRAME_TAGS_LEN};
 use cairn_proto::{
     body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, PROTOCOL_VERSION,
 };
@@ -14,12 +15,18 @@ pub const READ_BUFFER: usize = 128 << 10;
 /// it will not wait. A loop uses this to know that more requests are ready before it sends
 /// replies or syncs (batching).
 pub fn frame_buffered(buf: &[u8]) -> bool {
+    frame_buffered_with(buf, false)
+}
+
+/// [`frame_buffered`] on a connection whose frames carry tags (`protected`).
+pub fn frame_buffered_with(buf: &[u8], protected: bool) -> bool {
     let Some(h) = buf.first_chunk::<HEADER_LEN>() else {
         return false;
     };
     let c = u32::from_le_bytes([h[16], h[17], h[18], h[19]]) as u64;
     let d = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as u64;
-    buf.len() as u64 >= HEADER_LEN as u64 + c + d
+    let tags = if protected { FRAME_TAGS_LEN as u64 } else { 0 };
+    buf.len() as u64 >= HEADER_LEN as u64 + c + d + tags
 }
 
 /// Why a frame could not be read.
@@ -34,12 +41,25 @@ pub enum ReadError {
     /// The peer sent nothing for this long (`ConnLimits::idle`).
     #[error("idle for {0:?}; closing")]
     Idle(std::time::Duration),
+    /// A frame of a protected connection failed its check.
+    #[error(transparent)]
+    Tampered(#[from] Tampered),
 }
 
 /// Reads one frame. `Closed` when the peer closed cleanly between frames.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     limits: &Limits,
+) -> Result<Frame, ReadError> {
+    read_guarded(r, limits, None).await
+}
+
+/// Reads one frame of a connection whose frames `opener` checks (and decrypts), when it is
+/// protected: the header, the parts, then their tags.
+pub async fn read_guarded<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limits: &Limits,
+    opener: Option<&mut Opener>,
 ) -> Result<Frame, ReadError> {
     let mut h = [0u8; HEADER_LEN];
     match r.read_exact(&mut h).await {
@@ -48,9 +68,31 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         Err(e) => return Err(e.into()),
     }
     let hdr = FrameHeader::decode(&h, limits)?;
-    let control = read_exactly(r, hdr.control_len).await?;
-    let data = read_exactly(r, hdr.data_len).await?;
+    let mut control = read_exactly(r, hdr.control_len).await?;
+    let mut data = read_exactly(r, hdr.data_len).await?;
+    if let Some(o) = opener {
+        let mut tags = [0u8; FRAME_TAGS_LEN];
+        r.read_exact(&mut tags).await?;
+        o.open(&h, &mut control, &mut data, &tags)?;
+    }
     Ok(hdr.frame(control, data)?)
+}
+
+/// Protects an encoded frame (header, control, data) in place: its parts encrypted (secure
+/// mode) and their tags appended.
+pub fn seal_encoded(frame: &mut Vec<u8>, sealer: &mut Sealer) -> Result<(), Tampered> {
+    let Some(h) = frame.first_chunk::<HEADER_LEN>().copied() else {
+        return Err(Tampered { seq: 0 });
+    };
+    let c = u32::from_le_bytes([h[16], h[17], h[18], h[19]]) as usize;
+    let d = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as usize;
+    if frame.len() != HEADER_LEN + c + d {
+        return Err(Tampered { seq: 0 });
+    }
+    let (control, data) = frame[HEADER_LEN..].split_at_mut(c);
+    let tags = sealer.encrypt(&h, control, data)?;
+    frame.extend_from_slice(&tags);
+    Ok(())
 }
 
 /// Reads exactly `len` bytes into a new buffer, without zero-filling it first (the length
@@ -137,8 +179,21 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     control: &[u8],
     data: &[u8],
 ) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(HEADER_LEN + control.len() + data.len());
+    write_guarded(w, (msg_type, request_id, control, data), None).await
+}
+
+/// Writes one frame made of its parts (type, request id, control, data), protected by
+/// `sealer` when the connection is.
+pub async fn write_guarded<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    (msg_type, request_id, control, data): (u16, u64, &[u8], &[u8]),
+    sealer: Option<&mut Sealer>,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(HEADER_LEN + control.len() + data.len() + FRAME_TAGS_LEN);
     encode_parts(&mut buf, msg_type, request_id, control, data);
+    if let Some(s) = sealer {
+        seal_encoded(&mut buf, s).map_err(std::io::Error::other)?;
+    }
     w.write_all(&buf).await
 }
 

@@ -11,7 +11,7 @@
 use cairn_auth::proof::{
     acceptor_proof, check_acceptor_proof, check_initiator_proof, initiator_proof, session_key,
 };
-use cairn_auth::{Caps, Entity, EntityKind, Secret};
+use cairn_auth::{frame_guards, Caps, Entity, EntityKind, FrameMode, Opener, Sealer, Secret};
 use cairn_proto::auth::{
     decode_proof, encode_proof, AuthChallenge, AuthInit, AuthRefusal, AUTH_KEY, AUTH_REFUSED,
     AUTH_TICKET, NONCE_LEN, PROOF_RECORD_LEN,
@@ -167,6 +167,11 @@ pub trait Verifier: Send + Sync {
     fn allow_none(&self) -> bool;
     /// The key the initiator must prove for its `AuthInit` under `method`.
     fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String>;
+    /// The frame protection every connection must have at least (a stronger one is used
+    /// when the initiator asks for it).
+    fn frames(&self) -> FrameMode {
+        FrameMode::Plain
+    }
 }
 
 /// A verifier that lets every peer in unauthenticated and knows no keys.
@@ -196,6 +201,19 @@ pub struct Peer {
     /// The key it proved (its entity key, or its ticket's session secret): what answers
     /// meant for it alone are sealed with (during a rotation it may be the previous key).
     pub key: Option<Secret>,
+    /// How the connection's frames are protected.
+    pub frames: FrameMode,
+}
+
+/// The frame guards of one end of a protected connection (`None` for plain frames).
+pub type Guards = Option<(Sealer, Opener)>;
+
+/// The sealer (for the writing half) and the opener (for the reading half) of `g`.
+pub fn split_guards(g: Guards) -> (Option<Sealer>, Option<Opener>) {
+    match g {
+        Some((s, o)) => (Some(s), Some(o)),
+        None => (None, None),
+    }
 }
 
 impl Peer {
@@ -214,6 +232,9 @@ pub struct Initiated {
     pub hello: Hello,
     pub version: u8,
     pub session: Option<Secret>,
+    /// The connection's frame protection, and its guards for this end.
+    pub frames: FrameMode,
+    pub guards: Guards,
 }
 
 /// What the acceptor learned.
@@ -222,6 +243,8 @@ pub struct Accepted {
     pub hello: Hello,
     pub version: u8,
     pub peer: Peer,
+    /// The guards of this end of the connection (see `peer.frames`).
+    pub guards: Guards,
 }
 
 async fn read_hello<S: AsyncRead + Unpin>(s: &mut S) -> Result<(Hello, Vec<u8>), HandshakeError> {
@@ -247,11 +270,13 @@ fn with_auth(kind: u8, method: u8, auth: Vec<u8>) -> Hello {
     }
 }
 
-/// The acceptor hello's bytes its proof covers: its fixed fields and its nonce.
-fn reply_head(h: &Hello, nonce: &[u8]) -> Vec<u8> {
+/// The acceptor hello's bytes its proof covers: its fixed fields, its nonce and the frame
+/// protection it chose (so no one in between can weaken it).
+fn reply_head(h: &Hello, nonce: &[u8], frames: u8) -> Vec<u8> {
     [
         &[h.min_version, h.max_version, h.node_kind, h.auth_method][..],
         nonce,
+        &[frames],
     ]
     .concat()
 }
@@ -265,12 +290,29 @@ async fn timed<T>(
         .map_err(|_| HandshakeError::Timeout)?
 }
 
-/// The initiator's handshake as a node of `kind` presenting `creds`.
+/// The initiator's handshake as a node of `kind` presenting `creds`, asking for plain
+/// frames (the acceptor may require more).
 pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     kind: u8,
     creds: &Credentials,
 ) -> Result<Initiated, HandshakeError> {
+    initiate_with(s, kind, creds, FrameMode::Plain).await
+}
+
+/// The initiator's handshake, asking for frame protection `wish` at least (an acceptor that
+/// answers with less is refused).
+pub async fn initiate_with<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    kind: u8,
+    creds: &Credentials,
+    wish: FrameMode,
+) -> Result<Initiated, HandshakeError> {
+    if wish != FrameMode::Plain && matches!(creds, Credentials::None) {
+        return Err(HandshakeError::Malformed(format!(
+            "{wish} frames need authentication: give the client its keyring"
+        )));
+    }
     timed(async {
         let nonce: [u8; NONCE_LEN] = cairn_auth::random();
         let (ours, key) = match creds {
@@ -279,6 +321,7 @@ pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
                 let init = AuthInit {
                     entity: entity.to_string(),
                     key_id: cairn_auth::key_id(secret),
+                    frames: wish.to_u8(),
                     nonce,
                     ticket: Vec::new(),
                 };
@@ -295,6 +338,7 @@ pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
                 let init = AuthInit {
                     entity: entity.to_string(),
                     key_id: cairn_auth::key_id(session),
+                    frames: wish.to_u8(),
                     nonce,
                     ticket: ticket.clone(),
                 };
@@ -323,6 +367,8 @@ pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
                 hello: theirs,
                 version,
                 session: None,
+                frames: FrameMode::Plain,
+                guards: None,
             });
         };
         if theirs.auth_method != ours.auth_method {
@@ -330,16 +376,28 @@ pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
         }
         let c: AuthChallenge = decode("auth challenge", &theirs.auth)
             .map_err(|e| HandshakeError::Malformed(e.to_string()))?;
-        let head = reply_head(&theirs, &c.nonce);
+        let head = reply_head(&theirs, &c.nonce, c.frames);
         if !check_acceptor_proof(key, &init_bytes, &head, &c.proof) {
             return Err(HandshakeError::PeerProof(entity.clone()));
         }
+        let frames = match FrameMode::from_u8(c.frames) {
+            Some(m) if m >= wish => m,
+            _ => {
+                return Err(HandshakeError::Malformed(format!(
+                    "the peer answered frame protection {} to a request for {wish}",
+                    c.frames
+                )))
+            }
+        };
         let proof = initiator_proof(key, &init_bytes, &reply_bytes);
         s.write_all(&encode_proof(&proof)).await?;
+        let session = session_key(key, &nonce, &c.nonce);
         Ok(Initiated {
             hello: theirs,
             version,
-            session: Some(session_key(key, &nonce, &c.nonce)),
+            guards: frame_guards(&session, frames, true),
+            session: Some(session),
+            frames,
         })
     })
     .await
@@ -370,6 +428,14 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             Err(e) => return Err(refuse(s, kind, e.to_string()).await),
         };
         if theirs.auth_method == AUTH_NONE {
+            if verifier.frames() != FrameMode::Plain {
+                let why = format!(
+                    "this cluster protects frames ({}): that needs authentication, give the \
+                     client its keyring",
+                    verifier.frames()
+                );
+                return Err(refuse(s, kind, why).await);
+            }
             if !verifier.allow_none() {
                 let why = "this cluster requires authentication: give the client its keyring \
                            (`keyring` in cairn.toml; --keyring for a daemon)";
@@ -382,11 +448,13 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
                 caps: Caps::default(),
                 session: None,
                 key: None,
+                frames: FrameMode::Plain,
             };
             return Ok(Accepted {
                 hello: theirs,
                 version,
                 peer,
+                guards: None,
             });
         }
         if theirs.auth_method != AUTH_KEY && theirs.auth_method != AUTH_TICKET {
@@ -412,11 +480,23 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(k) => k,
             Err(why) => return Err(refuse(s, kind, why).await),
         };
+        let Some(wish) = FrameMode::from_u8(init.frames) else {
+            let why = format!(
+                "frame protection {} is not one this node knows",
+                init.frames
+            );
+            return Err(refuse(s, kind, why).await);
+        };
+        let frames = wish.max(verifier.frames());
         let nonce: [u8; NONCE_LEN] = cairn_auth::random();
         let mut reply = with_auth(kind, theirs.auth_method, Vec::new());
-        let head = reply_head(&reply, &nonce);
+        let head = reply_head(&reply, &nonce, frames.to_u8());
         let proof = acceptor_proof(&known.key, &init_bytes, &head);
-        reply.auth = encode(&AuthChallenge { nonce, proof });
+        reply.auth = encode(&AuthChallenge {
+            nonce,
+            frames: frames.to_u8(),
+            proof,
+        });
         let reply_bytes = reply.encode()?;
         s.write_all(&reply_bytes).await?;
         let mut rec = [0u8; PROOF_RECORD_LEN];
@@ -434,17 +514,21 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
                 known.entity
             )));
         }
+        let session = session_key(&known.key, &init.nonce, &nonce);
+        let guards = frame_guards(&session, frames, false);
         let peer = Peer {
             kind: theirs.node_kind,
             entity: Some(known.entity),
             caps: known.caps,
-            session: Some(session_key(&known.key, &init.nonce, &nonce)),
+            session: Some(session),
             key: Some(known.key),
+            frames,
         };
         Ok(Accepted {
             hello: theirs,
             version,
             peer,
+            guards,
         })
     })
     .await

@@ -24,16 +24,17 @@ pub mod sender;
 pub mod session;
 pub mod tickets;
 
-pub use dial::{DialError, Dialer};
+pub use cairn_auth::FrameMode;
+pub use dial::{Connected, DialError, Dialer};
 pub use frames::{
-    check_readers_agree, encode_parts, frame_buffered, read_frame, write_frame, ReadError,
-    READ_BUFFER,
+    check_readers_agree, encode_parts, frame_buffered, frame_buffered_with, read_frame,
+    read_guarded, seal_encoded, write_frame, write_guarded, ReadError, READ_BUFFER,
 };
 pub use handshake::ready as ready_credentials;
 pub use handshake::{
-    accept, initiate, kind_of, node_kind, Accepted, AllowNone, Auth, Authenticator, Credentials,
-    CredentialsFuture, Fixed, HandshakeError, Initiated, Known, NoAuth, NoCredentials, Peer,
-    Verifier, HANDSHAKE_TIMEOUT,
+    accept, initiate, initiate_with, kind_of, node_kind, split_guards, Accepted, AllowNone, Auth,
+    Authenticator, Credentials, CredentialsFuture, Fixed, Guards, HandshakeError, Initiated, Known,
+    NoAuth, NoCredentials, Peer, Verifier, HANDSHAKE_TIMEOUT,
 };
 pub use limits::{Admission, Admitted, ConnLimits, ConnReader};
 pub use sender::{begin_batch, end_batch, FrameSender, SendClosed};

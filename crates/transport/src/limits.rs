@@ -1,7 +1,7 @@
 //! Bounds on what connections may hold on a server: how many (in all and per peer host), and
 //! how long one may stay idle, with its read buffer released while it waits.
 
-use crate::frames::{frame_buffered, read_frame, ReadError, READ_BUFFER};
+use crate::frames::{frame_buffered_with, read_guarded, ReadError, READ_BUFFER};
 use cairn_proto::{Frame, Limits};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -136,6 +136,8 @@ const PARK_AFTER: Duration = Duration::from_secs(1);
 pub struct ConnReader {
     state: State,
     idle: Duration,
+    /// Checks the frames of a protected connection.
+    opener: Option<cairn_auth::Opener>,
 }
 
 enum State {
@@ -152,13 +154,19 @@ impl ConnReader {
         ConnReader {
             state: State::Parked(r),
             idle,
+            opener: None,
         }
+    }
+
+    /// The same reader, checking every frame with `opener` (a protected connection).
+    pub fn guarded(self, opener: Option<cairn_auth::Opener>) -> ConnReader {
+        ConnReader { opener, ..self }
     }
 
     /// Whether a whole frame is already buffered (reading it will not wait).
     pub fn frame_buffered(&self) -> bool {
         match &self.state {
-            State::Active(b) => frame_buffered(b.buffer()),
+            State::Active(b) => frame_buffered_with(b.buffer(), self.opener.is_some()),
             _ => false,
         }
     }
@@ -176,11 +184,12 @@ impl ConnReader {
         let State::Active(b) = &mut self.state else {
             return Err(ReadError::Closed);
         };
+        let opener = self.opener.as_mut();
         if whole {
-            return read_frame(b, limits).await;
+            return read_guarded(b, limits, opener).await;
         }
         // A peer that starts a frame and trickles the rest gets no longer than idle for it.
-        tokio::time::timeout(self.idle, read_frame(b, limits))
+        tokio::time::timeout(self.idle, read_guarded(b, limits, opener))
             .await
             .map_err(|_| ReadError::Idle(self.idle))?
     }

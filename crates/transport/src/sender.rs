@@ -1,7 +1,8 @@
 //! Sending frames: from any thread, batched, with backpressure, and on connections that are
 //! still being opened.
 
-use crate::frames::frame_header;
+use crate::frames::{frame_header, seal_encoded};
+use cairn_auth::{Sealer, FRAME_TAGS_LEN};
 use cairn_proto::HEADER_LEN;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -41,6 +42,27 @@ struct SendState {
     /// Bytes accepted but not yet written, in order.
     queue: Vec<u8>,
     closed: bool,
+    /// Protects every frame of a protected connection (set when the socket is attached;
+    /// frames queued before are sealed then, in order).
+    sealer: Option<Sealer>,
+}
+
+/// A frame ready for the socket: its parts, borrowed where they need no change.
+enum Wire<'a> {
+    Plain([&'a [u8]; 3]),
+    Signed([&'a [u8]; 3], [u8; FRAME_TAGS_LEN]),
+    Sealed(Vec<u8>),
+}
+
+impl<'a> Wire<'a> {
+    /// Its slices in order (unused ones empty): no allocation on the plain path.
+    fn parts(&self) -> [&[u8]; 4] {
+        match self {
+            Wire::Plain(p) => [p[0], p[1], p[2], &[]],
+            Wire::Signed(p, tags) => [p[0], p[1], p[2], tags.as_slice()],
+            Wire::Sealed(b) => [b.as_slice(), &[], &[], &[]],
+        }
+    }
 }
 
 /// The connection is closed (or failed); nothing more can be sent on it.
@@ -52,9 +74,14 @@ impl FrameSender {
     /// Wraps the write half of a connection; spawns the task that drains the queue (needs a
     /// tokio runtime context).
     pub fn new(stream: OwnedWriteHalf) -> FrameSender {
+        FrameSender::new_guarded(stream, None)
+    }
+
+    /// [`FrameSender::new`] for a connection whose frames `sealer` protects.
+    pub fn new_guarded(stream: OwnedWriteHalf, sealer: Option<Sealer>) -> FrameSender {
         let s = FrameSender::unconnected();
         // A fresh sender has no socket yet, so attaching cannot fail.
-        let _ = s.attach(stream);
+        let _ = s.attach_guarded(stream, sealer);
         s
     }
 
@@ -74,7 +101,29 @@ impl FrameSender {
     /// Gives an [`unconnected`](Self::unconnected) sender its socket; what was queued is
     /// written first. Gives the socket back if the sender already has one.
     pub fn attach(&self, stream: OwnedWriteHalf) -> Result<(), OwnedWriteHalf> {
+        self.attach_guarded(stream, None)
+    }
+
+    /// [`FrameSender::attach`] for a protected connection: `sealer` protects what was queued
+    /// (in order) and every later frame.
+    pub fn attach_guarded(
+        &self,
+        stream: OwnedWriteHalf,
+        sealer: Option<Sealer>,
+    ) -> Result<(), OwnedWriteHalf> {
+        let mut st = self.state();
+        if self.inner.stream.get().is_some() {
+            return Err(stream);
+        }
+        if let Some(mut sealer) = sealer {
+            match seal_queue(&st.queue, &mut sealer) {
+                Some(q) => st.queue = q,
+                None => st.closed = true,
+            }
+            st.sealer = Some(sealer);
+        }
         self.inner.stream.set(stream)?;
+        drop(st);
         self.inner.wake.notify_one();
         Ok(())
     }
@@ -101,8 +150,9 @@ impl FrameSender {
         data: &[u8],
     ) -> Result<(), SendClosed> {
         let hdr = frame_header(msg_type, request_id, control, data);
-        let parts = [&hdr[..], control, data];
         let mut st = self.open_state()?;
+        let wire = protect(&mut st, &hdr, control, data)?;
+        let parts = wire.parts();
         let Some(stream) = self.inner.stream.get() else {
             queue_rest(&mut st.queue, &parts, 0);
             return Ok(());
@@ -111,7 +161,7 @@ impl FrameSender {
             queue_rest(&mut st.queue, &parts, 0);
             return Ok(());
         }
-        let total = HEADER_LEN + control.len() + data.len();
+        let total: usize = parts.iter().map(|p| p.len()).sum();
         let Ok(written) = write_now(stream, &parts) else {
             st.closed = true;
             drop(st);
@@ -138,7 +188,8 @@ impl FrameSender {
         let hdr = frame_header(msg_type, request_id, control, data);
         let mut st = self.open_state()?;
         let was_empty = st.queue.is_empty();
-        queue_rest(&mut st.queue, &[&hdr[..], control, data], 0);
+        let wire = protect(&mut st, &hdr, control, data)?;
+        queue_rest(&mut st.queue, &wire.parts(), 0);
         if was_empty {
             self.inner.wake.notify_one();
         }
@@ -218,8 +269,58 @@ impl FrameSender {
     }
 }
 
+/// The frame `hdr` + `control` + `data` as it goes on the wire: as is, with its tags
+/// (signed), or encrypted into one buffer (secure). A sealer that can seal no more (2^64
+/// frames) closes the connection.
+fn protect<'a>(
+    st: &mut SendState,
+    hdr: &'a [u8; HEADER_LEN],
+    control: &'a [u8],
+    data: &'a [u8],
+) -> Result<Wire<'a>, SendClosed> {
+    let Some(sealer) = st.sealer.as_mut() else {
+        return Ok(Wire::Plain([&hdr[..], control, data]));
+    };
+    if !sealer.encrypts() {
+        return match sealer.sign(hdr, control, data) {
+            Ok(tags) => Ok(Wire::Signed([&hdr[..], control, data], tags)),
+            Err(_) => {
+                st.closed = true;
+                Err(SendClosed)
+            }
+        };
+    }
+    let mut buf = Vec::with_capacity(HEADER_LEN + control.len() + data.len() + FRAME_TAGS_LEN);
+    buf.extend_from_slice(hdr);
+    buf.extend_from_slice(control);
+    buf.extend_from_slice(data);
+    if seal_encoded(&mut buf, sealer).is_err() {
+        st.closed = true;
+        return Err(SendClosed);
+    }
+    Ok(Wire::Sealed(buf))
+}
+
+/// Seals every whole frame of `queue` in order (frames queued before the connection was
+/// open); `None` if it holds a partial frame or the sealer is exhausted.
+fn seal_queue(queue: &[u8], sealer: &mut Sealer) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(queue.len() + FRAME_TAGS_LEN * 4);
+    let mut rest = queue;
+    while !rest.is_empty() {
+        let h = rest.first_chunk::<HEADER_LEN>()?;
+        let c = u32::from_le_bytes([h[16], h[17], h[18], h[19]]) as usize;
+        let d = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as usize;
+        let len = HEADER_LEN + c + d;
+        let mut frame = rest.get(..len)?.to_vec();
+        seal_encoded(&mut frame, sealer).ok()?;
+        out.extend_from_slice(&frame);
+        rest = &rest[len..];
+    }
+    Some(out)
+}
+
 /// Writes as much as the socket takes now; Err on a failed connection.
-fn write_now(stream: &OwnedWriteHalf, parts: &[&[u8]; 3]) -> Result<usize, ()> {
+fn write_now(stream: &OwnedWriteHalf, parts: &[&[u8]]) -> Result<usize, ()> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let mut done = 0;
     while done < total {
@@ -273,8 +374,8 @@ fn defer(s: &FrameSender) -> bool {
     })
 }
 
-fn remaining_slices<'a>(parts: &[&'a [u8]; 3], mut skip: usize) -> Vec<std::io::IoSlice<'a>> {
-    let mut out = Vec::with_capacity(3);
+fn remaining_slices<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<std::io::IoSlice<'a>> {
+    let mut out = Vec::with_capacity(parts.len());
     for p in parts {
         if skip >= p.len() {
             skip -= p.len();
@@ -286,7 +387,7 @@ fn remaining_slices<'a>(parts: &[&'a [u8]; 3], mut skip: usize) -> Vec<std::io::
     out
 }
 
-fn queue_rest(queue: &mut Vec<u8>, parts: &[&[u8]; 3], mut skip: usize) {
+fn queue_rest(queue: &mut Vec<u8>, parts: &[&[u8]], mut skip: usize) {
     for p in parts {
         if skip >= p.len() {
             skip -= p.len();

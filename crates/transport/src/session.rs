@@ -4,7 +4,7 @@
 //! dropped. `ERROR` replies become [`CallError::Refused`] with their typed code.
 
 use crate::dial::{DialError, Dialer};
-use crate::frames::{read_frame, READ_BUFFER};
+use crate::frames::{read_guarded, READ_BUFFER};
 use crate::sender::FrameSender;
 use cairn_proto::msg::{decode, is_error, ErrorCode, ErrorReply};
 use cairn_proto::{Frame, Limits};
@@ -74,21 +74,38 @@ impl Session {
         expect: u8,
         limits: Limits,
     ) -> Result<Session, DialError> {
-        let stream = dialer.dial(addr, expect).await?;
-        Ok(Session::over(stream, addr, limits))
+        let c = dialer.dial(addr, expect).await?;
+        Ok(Session::over_guarded(c.stream, c.guards, addr, limits))
     }
 
-    /// A session over a connection that has done its handshake.
+    /// A session over a connection that has done its handshake (plain frames).
     pub fn over(stream: TcpStream, addr: &str, limits: Limits) -> Session {
+        Session::over_guarded(stream, None, addr, limits)
+    }
+
+    /// A session over a connection that has done its handshake, its frames protected by
+    /// `guards` when given.
+    pub fn over_guarded(
+        stream: TcpStream,
+        guards: crate::handshake::Guards,
+        addr: &str,
+        limits: Limits,
+    ) -> Session {
+        let (sealer, opener) = crate::handshake::split_guards(guards);
         let (r, w) = stream.into_split();
-        let sender = FrameSender::new(w);
+        let sender = FrameSender::new_guarded(w, sealer);
         let shared = Arc::new(Shared {
             waiters: Mutex::new(Waiters {
                 map: HashMap::new(),
                 closed: None,
             }),
         });
-        let reader = tokio::spawn(route_replies(r, limits, shared.clone(), sender.clone()));
+        let reader = tokio::spawn(route_replies(
+            r,
+            (limits, opener),
+            shared.clone(),
+            sender.clone(),
+        ));
         Session {
             addr: addr.into(),
             sender,
@@ -285,14 +302,14 @@ fn decode_refusal(f: &Frame) -> (ErrorCode, String) {
 /// the reason.
 async fn route_replies(
     r: tokio::net::tcp::OwnedReadHalf,
-    limits: Limits,
+    (limits, mut opener): (Limits, Option<cairn_auth::Opener>),
     shared: Arc<Shared>,
     sender: FrameSender,
 ) {
     // Buffered: one receive call brings in every reply that has arrived.
     let mut r = tokio::io::BufReader::with_capacity(READ_BUFFER, r);
     let why = loop {
-        let f = match read_frame(&mut r, &limits).await {
+        let f = match read_guarded(&mut r, &limits, opener.as_mut()).await {
             Ok(f) => f,
             Err(e) => break e.to_string(),
         };

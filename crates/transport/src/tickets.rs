@@ -5,19 +5,25 @@
 
 use crate::handshake::{Known, Verifier};
 use cairn_auth::ticket::open_ticket;
-use cairn_auth::{unix_now, Entity, ServiceKeys};
+use cairn_auth::{unix_now, Entity, FrameMode, ServiceKeys};
 use cairn_proto::auth::{AuthInit, AUTH_TICKET};
 use std::sync::Arc;
 
-/// Opens tickets with the service keys in `keys`.
+/// Opens tickets with the service keys in `keys`; every connection's frames are protected
+/// with `frames` at least.
 #[derive(Debug, Clone)]
 pub struct TicketVerifier {
     pub keys: Arc<ServiceKeys>,
+    pub frames: FrameMode,
 }
 
 impl Verifier for TicketVerifier {
     fn allow_none(&self) -> bool {
         false
+    }
+
+    fn frames(&self) -> FrameMode {
+        self.frames
     }
 
     fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String> {

@@ -338,6 +338,7 @@ fn malformed_authentication_is_refused_with_its_reason() {
             encode(&AuthInit {
                 entity: entity.into(),
                 key_id: [0; 8],
+                frames: 0,
                 nonce: [0; 32],
                 ticket: Vec::new(),
             })

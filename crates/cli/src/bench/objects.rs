@@ -35,10 +35,14 @@ after another (at most 5000), each followed by a bare loopback TCP connect + acc
   connect-osd    connect, handshake and ticket authentication to an OSD
 The pool is removed at the end.
 
-JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {p50,p99,p999,max},
+With --frames plain,signed,secure each I/O workload runs once per mode (a client each),
+then its baseline once.
+
+JSON (--json): {\"workloads\": [{\"name\", \"frames\", \"iops\", \"mb_per_s\", \"lat_us\": {p50,p99,p999,max},
 \"cpu_us_per_op\" (all monitor and OSD processes), \"client_cpu_us_per_op\",
 \"baseline_iops\", \"baseline_lat_us\": {p50,p99,p999,max}, \"ratio_to_baseline\" (IOPS),
-\"lat_p50_ratio_to_baseline\"}, ...]}; a connection workload has {\"name\", \"connections\",
+\"lat_p50_ratio_to_baseline\", \"iops_ratio_to_plain\" (other modes, when plain ran too),
+\"lat_p50_ratio_to_plain\"}, ...]}; a connection workload has {\"name\", \"connections\",
 \"per_s\", \"lat_us\", \"baseline_per_s\", \"baseline_lat_us\", \"lat_p50_ratio_to_baseline\"}.
 Every read is checked against what was written.";
 
@@ -62,6 +66,11 @@ pub struct BenchObjectsArgs {
     /// Run only the workloads whose name contains this.
     #[arg(long)]
     pub only: Option<String>,
+    /// Frame protection modes to run each I/O workload in, comma-separated (plain, signed,
+    /// secure), one client each, in the same run; entries say their mode and, with plain
+    /// among them, their IOPS ratio to plain. A cluster that requires more gives more.
+    #[arg(long, value_name = "MODES", default_value = "plain")]
+    pub frames: String,
 }
 
 const OBJ_SIZE: u64 = 1 << 20;
@@ -274,22 +283,39 @@ pub fn run(a: BenchObjectsArgs, conf: Option<&Path>) -> Result<()> {
     let durability = Durability::parse(&a.durability)
         .with_context(|| format!("--durability {:?}: use wal or memory", a.durability))?;
     let dur = Duration::from_secs_f64(a.seconds.max(0.1));
+    let modes = a
+        .frames
+        .split(',')
+        .map(|m| crate::daemon_auth::parse_frames(m.trim()).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()
+        .context("--frames")?;
     let t = Target::connect(conf)?;
     let pool_name = format!("bench-{}", std::process::id());
     let entries = t.with_pool(&pool_name, a.size, durability, || {
-        t.block_on(bench(&t.client, &pool_name, &a, dur, &t.pids))
+        t.block_on(bench(&t, &pool_name, &a, (dur, &modes)))
     })?;
     println!("{}", Obj::new().put_arr("workloads", &entries).render());
     Ok(())
 }
 
+/// A client asking for frame protection `mode` (the configuration's credentials).
+async fn client_in(t: &Target, mode: cairn_transport::FrameMode) -> Result<Client> {
+    let mut cfg = crate::conf::client_config(t.client.mon().addrs().to_vec());
+    cfg.frames = mode;
+    Ok(Client::connect(cfg).await?)
+}
+
 async fn bench(
-    client: &Client,
+    t: &Target,
     pool_name: &str,
     a: &BenchObjectsArgs,
-    dur: Duration,
-    pids: &[i32],
+    (dur, modes): (Duration, &[cairn_transport::FrameMode]),
 ) -> Result<Vec<Obj>> {
+    let (client, pids) = (&t.client, &t.pids[..]);
+    let mut clients = Vec::new();
+    for m in modes {
+        clients.push((*m, client_in(t, *m).await?));
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     let pool = loop {
         let map = client.map();
@@ -321,52 +347,77 @@ async fn bench(
         if !out.is_empty() {
             tokio::time::sleep(SETTLE).await;
         }
-        let me = std::process::id() as i32;
-        let (c0, m0) = (cpu_total(pids), cpu_seconds(me));
-        let r = run_workload(client, pool, spec, a.objects, dur).await?;
-        let (c1, m1) = (cpu_total(pids), cpu_seconds(me));
         let (block, qd) = (spec.block, spec.qd);
-        let base = tokio::task::spawn_blocking(move || echo::run(block, qd, dur)).await??;
-        let iops = r.ops as f64 / r.elapsed.as_secs_f64();
-        let biops = base.ops as f64 / base.elapsed.as_secs_f64();
-        let per_op = |s: f64| {
-            if r.ops > 0 {
-                round(s * 1e6 / r.ops as f64, 1)
-            } else {
-                0.0
-            }
-        };
-        let (p50, bp50) = (q(&r.lat, 0.5), q(&base.lat, 0.5));
-        let o = Obj::new()
-            .put("name", spec.name)
-            .put("qd", qd)
-            .put("block_bytes", block)
-            .put("ops", r.ops)
-            .put("iops", round(iops, 1))
-            .put(
-                "mb_per_s",
-                round(r.bytes as f64 / r.elapsed.as_secs_f64() / 1e6, 1),
-            )
-            .put_obj("lat_us", lat(&r.lat))
-            .put("cpu_us_per_op", per_op(c1 - c0))
-            .put("client_cpu_us_per_op", per_op(m1 - m0))
-            .put("baseline_iops", round(biops, 1))
-            .put_obj("baseline_lat_us", lat(&base.lat))
-            .put(
-                "ratio_to_baseline",
-                round(if biops > 0.0 { iops / biops } else { 0.0 }, 4),
-            )
-            .put(
-                "lat_p50_ratio_to_baseline",
-                round(if bp50 > 0.0 { p50 / bp50 } else { 0.0 }, 3),
-            );
-        if !a.json {
-            eprintln!(
-                "{:<14} {:>9.0} IOPS  p50 {:>8.1} us  p99 {:>8.1} us  cpu {:>6.1} us/op | echo {:>9.0} IOPS p50 {:>7.1} us",
-                spec.name, iops, p50, q(&r.lat, 0.99), per_op(c1 - c0), biops, bp50
-            );
+        let mut runs = Vec::new();
+        for (mode, c) in &clients {
+            let me = std::process::id() as i32;
+            let (c0, m0) = (cpu_total(pids), cpu_seconds(me));
+            let r = run_workload(c, pool, spec, a.objects, dur).await?;
+            let (c1, m1) = (cpu_total(pids), cpu_seconds(me));
+            runs.push((*mode, r, c1 - c0, m1 - m0));
         }
-        out.push(o);
+        let base = tokio::task::spawn_blocking(move || echo::run(block, qd, dur)).await??;
+        let biops = base.ops as f64 / base.elapsed.as_secs_f64();
+        let bp50 = q(&base.lat, 0.5);
+        let plain = runs
+            .iter()
+            .find(|r| r.0 == cairn_transport::FrameMode::Plain)
+            .map(|(_, r, _, _)| (r.ops as f64 / r.elapsed.as_secs_f64(), q(&r.lat, 0.5)));
+        for (mode, r, cluster_cpu, client_cpu) in &runs {
+            let iops = r.ops as f64 / r.elapsed.as_secs_f64();
+            let per_op = |s: f64| {
+                if r.ops > 0 {
+                    round(s * 1e6 / r.ops as f64, 1)
+                } else {
+                    0.0
+                }
+            };
+            let p50 = q(&r.lat, 0.5);
+            let mut o = Obj::new()
+                .put("name", spec.name)
+                .put("frames", mode.to_string())
+                .put("qd", qd)
+                .put("block_bytes", block)
+                .put("ops", r.ops)
+                .put("iops", round(iops, 1))
+                .put(
+                    "mb_per_s",
+                    round(r.bytes as f64 / r.elapsed.as_secs_f64() / 1e6, 1),
+                )
+                .put_obj("lat_us", lat(&r.lat))
+                .put("cpu_us_per_op", per_op(*cluster_cpu))
+                .put("client_cpu_us_per_op", per_op(*client_cpu))
+                .put("baseline_iops", round(biops, 1))
+                .put_obj("baseline_lat_us", lat(&base.lat))
+                .put(
+                    "ratio_to_baseline",
+                    round(if biops > 0.0 { iops / biops } else { 0.0 }, 4),
+                )
+                .put(
+                    "lat_p50_ratio_to_baseline",
+                    round(if bp50 > 0.0 { p50 / bp50 } else { 0.0 }, 3),
+                );
+            if let Some((piops, pp50)) =
+                plain.filter(|_| *mode != cairn_transport::FrameMode::Plain)
+            {
+                o = o
+                    .put(
+                        "iops_ratio_to_plain",
+                        round(if piops > 0.0 { iops / piops } else { 0.0 }, 4),
+                    )
+                    .put(
+                        "lat_p50_ratio_to_plain",
+                        round(if pp50 > 0.0 { p50 / pp50 } else { 0.0 }, 3),
+                    );
+            }
+            if !a.json {
+                eprintln!(
+                    "{:<14} {:<7} {:>9.0} IOPS  p50 {:>8.1} us  p99 {:>8.1} us  cpu {:>6.1} us/op | echo {:>9.0} IOPS p50 {:>7.1} us",
+                    spec.name, mode.to_string(), iops, p50, q(&r.lat, 0.99), per_op(*cluster_cpu), biops, bp50
+                );
+            }
+            out.push(o);
+        }
     }
     let keep = |name: &str| a.only.as_deref().is_none_or(|o| name.contains(o));
     out.extend(super::connect::run(client, dur, a.json, keep).await?);

@@ -153,6 +153,10 @@ pub struct MonStatus {
     pub epoch: u64,
     /// The oldest epoch of its map history (peering looks no further back).
     pub history_oldest: u64,
+    /// The frame protection it requires of every connection (`cairn_auth::FrameMode`).
+    pub frames: u8,
+    /// Whether it requires authentication.
+    pub authenticated: bool,
 }
 
 pub use super::{ErrorCode, ErrorReply};

@@ -1,0 +1,337 @@
+//! Frame protection after the handshake, over real TCP on 127.0.0.1: the mode both ends
+//! agree on, request/reply sessions in each mode, and a relay in the middle that reads the
+//! traffic (secure mode hides the payload, signed mode does not) or changes one byte (the
+//! connection is closed and the changed frame never delivered).
+
+use cairn_auth::{Caps, Entity, FrameMode, Secret};
+use cairn_proto::auth::{AuthInit, AUTH_KEY};
+use cairn_proto::Limits;
+use cairn_transport::{
+    accept, initiate_with, node_kind, ConnReader, Credentials, Dialer, Fixed, FrameSender, Known,
+    Session, Verifier,
+};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Knows one key, requires `frames` at least.
+struct OneKey {
+    entity: Entity,
+    key: Secret,
+    frames: FrameMode,
+}
+
+impl Verifier for OneKey {
+    fn allow_none(&self) -> bool {
+        false
+    }
+    fn key_for(&self, method: u8, _: &AuthInit, entity: &Entity) -> Result<Known, String> {
+        assert_eq!(method, AUTH_KEY);
+        if entity != &self.entity {
+            return Err(format!("unknown entity {entity}"));
+        }
+        Ok(Known {
+            entity: entity.clone(),
+            caps: Caps::default(),
+            key: self.key.clone(),
+        })
+    }
+    fn frames(&self) -> FrameMode {
+        self.frames
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn alice() -> (Entity, Secret) {
+    (
+        Entity::parse("client.alice").expect("entity"),
+        Secret::generate(),
+    )
+}
+
+/// A server that requires `min` and answers every frame with the same frame (type + 1);
+/// returns its address.
+async fn echo_server(who: (Entity, Secret), min: FrameMode) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let v = Arc::new(OneKey {
+        entity: who.0,
+        key: who.1,
+        frames: min,
+    });
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let v = v.clone();
+            tokio::spawn(async move {
+                let Ok(a) = accept(&mut s, node_kind::OSD, v.as_ref()).await else {
+                    return;
+                };
+                let (sealer, opener) = cairn_transport::split_guards(a.guards);
+                let (r, w) = s.into_split();
+                let sender = FrameSender::new_guarded(w, sealer);
+                let mut r = ConnReader::new(r, Duration::from_secs(30)).guarded(opener);
+                // Any error ends the connection: a tampered frame (`ReadError::Tampered`)
+                // is never answered.
+                while let Ok(f) = r.next(&Limits::default()).await {
+                    let _ = sender.send(f.msg_type + 1, f.request_id, &f.control, &f.data);
+                }
+                sender.close();
+            });
+        }
+    });
+    addr
+}
+
+fn dialer(who: &(Entity, Secret), wish: FrameMode) -> Dialer {
+    let creds = Credentials::Key {
+        entity: who.0.clone(),
+        secret: who.1.clone(),
+    };
+    Dialer::new(node_kind::CLIENT, Arc::new(Fixed(creds))).frames(wish)
+}
+
+#[test]
+fn both_ends_agree_on_the_stronger_mode() {
+    rt().block_on(async {
+        let who = alice();
+        for (wish, min, want) in [
+            (FrameMode::Plain, FrameMode::Plain, FrameMode::Plain),
+            (FrameMode::Secure, FrameMode::Plain, FrameMode::Secure),
+            (FrameMode::Plain, FrameMode::Signed, FrameMode::Signed),
+            (FrameMode::Signed, FrameMode::Secure, FrameMode::Secure),
+        ] {
+            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = l.local_addr().expect("addr");
+            let v = OneKey {
+                entity: who.0.clone(),
+                key: who.1.clone(),
+                frames: min,
+            };
+            let creds = Credentials::Key {
+                entity: who.0.clone(),
+                secret: who.1.clone(),
+            };
+            let client = async move {
+                let mut s = TcpStream::connect(addr).await.expect("connect");
+                initiate_with(&mut s, node_kind::CLIENT, &creds, wish).await
+            };
+            let server = async {
+                let (mut s, _) = l.accept().await.expect("accept");
+                accept(&mut s, node_kind::OSD, &v).await
+            };
+            let (i, a) = tokio::join!(client, server);
+            let (i, a) = (i.expect("initiator"), a.expect("acceptor"));
+            assert_eq!((i.frames, a.peer.frames), (want, want), "{wish} / {min}");
+            assert_eq!(i.guards.is_some(), want != FrameMode::Plain);
+            assert_eq!(a.guards.is_some(), want != FrameMode::Plain);
+        }
+        // Protection needs authentication, on either side.
+        let mut s = TcpStream::connect(echo_server(who.clone(), FrameMode::Plain).await)
+            .await
+            .expect("connect");
+        let e = initiate_with(
+            &mut s,
+            node_kind::CLIENT,
+            &Credentials::None,
+            FrameMode::Signed,
+        )
+        .await
+        .expect_err("no key");
+        assert!(e.to_string().contains("need authentication"), "{e}");
+    });
+}
+
+#[test]
+fn sessions_carry_requests_and_replies_in_every_mode() {
+    rt().block_on(async {
+        let who = alice();
+        for mode in [FrameMode::Plain, FrameMode::Signed, FrameMode::Secure] {
+            let addr = echo_server(who.clone(), FrameMode::Plain).await;
+            let s = Session::open(
+                &dialer(&who, mode),
+                &addr.to_string(),
+                node_kind::OSD,
+                Limits::default(),
+            )
+            .await
+            .expect("session");
+            // Many in flight at once, large and small, in both parts.
+            let s = Arc::new(s);
+            let mut calls = tokio::task::JoinSet::new();
+            for i in 0..64u32 {
+                let s = s.clone();
+                calls.spawn(async move {
+                    let control = vec![i as u8; (i as usize * 37) % 300];
+                    let data = vec![(i as u8) ^ 0x5a; (i as usize * 4099) % (1 << 17)];
+                    let f = s
+                        .call(40, &control, &data, Duration::from_secs(10))
+                        .await
+                        .expect("reply");
+                    assert_eq!(
+                        (f.msg_type, f.control, f.data),
+                        (41, control, data),
+                        "{mode}"
+                    );
+                });
+            }
+            while let Some(r) = calls.join_next().await {
+                r.expect("call");
+            }
+        }
+    });
+}
+
+/// A relay between a client and `server`: records every byte the client sends, and flips
+/// byte `flip_at` of that direction (counted from the first byte after the handshake's
+/// `skip` bytes) when given.
+async fn relay(
+    server: std::net::SocketAddr,
+    seen: Arc<Mutex<Vec<u8>>>,
+    flip_at: Option<usize>,
+) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let Ok((c, _)) = l.accept().await else { return };
+        let s = TcpStream::connect(server).await.expect("connect server");
+        let (mut cr, mut cw) = c.into_split();
+        let (mut sr, mut sw) = s.into_split();
+        let up = async move {
+            let mut buf = vec![0u8; 1 << 16];
+            let mut total = 0usize;
+            while let Ok(n) = cr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if let Some(at) = flip_at {
+                    if (total..total + n).contains(&at) {
+                        buf[at - total] ^= 0x01;
+                    }
+                }
+                seen.lock().expect("seen").extend_from_slice(&buf[..n]);
+                total += n;
+                if sw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let down = async move {
+            let _ = tokio::io::copy(&mut sr, &mut cw).await;
+        };
+        tokio::join!(up, down);
+    });
+    addr
+}
+
+const MARKER: &[u8] = b"the quick brown fox jumps over the lazy dog";
+
+#[test]
+fn secure_mode_hides_what_signed_mode_shows_and_a_changed_byte_closes_the_connection() {
+    rt().block_on(async {
+        let who = alice();
+        for (mode, visible) in [(FrameMode::Signed, true), (FrameMode::Secure, false)] {
+            let server = echo_server(who.clone(), FrameMode::Plain).await;
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let via = relay(server, seen.clone(), None).await;
+            let s = Session::open(
+                &dialer(&who, mode),
+                &via.to_string(),
+                node_kind::OSD,
+                Limits::default(),
+            )
+            .await
+            .expect("session");
+            let f = s
+                .call(40, MARKER, MARKER, Duration::from_secs(10))
+                .await
+                .expect("reply");
+            assert_eq!(f.data, MARKER);
+            let bytes = seen.lock().expect("seen").clone();
+            let found = bytes.windows(MARKER.len()).any(|w| w == MARKER);
+            assert_eq!(found, visible, "{mode}: payload visible on the wire");
+        }
+        // A byte changed in flight, in the header, a part or a tag of the first frame after
+        // the handshake: the server closes the connection and answers nothing.
+        for mode in [FrameMode::Signed, FrameMode::Secure] {
+            // Find where the handshake ends on an honest connection.
+            let server = echo_server(who.clone(), FrameMode::Plain).await;
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let via = relay(server, seen.clone(), None).await;
+            let s = Session::open(
+                &dialer(&who, mode),
+                &via.to_string(),
+                node_kind::OSD,
+                Limits::default(),
+            )
+            .await
+            .expect("session");
+            s.call(40, MARKER, b"x", Duration::from_secs(10))
+                .await
+                .expect("honest");
+            let header = cairn_proto::HEADER_LEN;
+            let frame_len = header + MARKER.len() + 1 + cairn_auth::FRAME_TAGS_LEN;
+            let handshake = seen.lock().expect("seen").len() - frame_len;
+            // The request id, a control byte, the data byte, the last tag byte.
+            for offset in [10, header + 3, header + MARKER.len(), frame_len - 1] {
+                let server = echo_server(who.clone(), FrameMode::Plain).await;
+                let via = relay(server, Arc::default(), Some(handshake + offset)).await;
+                let s = Session::open(
+                    &dialer(&who, mode),
+                    &via.to_string(),
+                    node_kind::OSD,
+                    Limits::default(),
+                )
+                .await
+                .expect("session");
+                let r = s.call(40, MARKER, b"x", Duration::from_secs(5)).await;
+                assert!(
+                    r.is_err(),
+                    "{mode}: byte {offset} changed, yet answered: {r:?}"
+                );
+            }
+        }
+    });
+}
+
+/// An OSD hands frames to a peer connection before it is open; they are sealed in order
+/// when the connection opens, and later ones after them.
+#[test]
+fn frames_queued_before_the_connection_opens_are_sealed_in_order() {
+    rt().block_on(async {
+        let who = alice();
+        for mode in [FrameMode::Signed, FrameMode::Secure] {
+            let addr = echo_server(who.clone(), FrameMode::Plain).await;
+            let sender = FrameSender::unconnected();
+            for i in 0..5u64 {
+                sender
+                    .send(40, i, MARKER, &[i as u8; 3000])
+                    .expect("queued");
+            }
+            let c = dialer(&who, mode)
+                .dial(&addr.to_string(), node_kind::OSD)
+                .await
+                .expect("dial");
+            let (sealer, mut opener) = cairn_transport::split_guards(c.guards);
+            let (r, w) = c.stream.into_split();
+            sender.attach_guarded(w, sealer).expect("attach");
+            for i in 5..8u64 {
+                sender.send(40, i, MARKER, &[i as u8; 3000]).expect("sent");
+            }
+            let mut r = tokio::io::BufReader::new(r);
+            for i in 0..8u64 {
+                let f = cairn_transport::read_guarded(&mut r, &Limits::default(), opener.as_mut())
+                    .await
+                    .expect("answer");
+                assert_eq!((f.request_id, f.data), (i, vec![i as u8; 3000]), "{mode}");
+            }
+        }
+    });
+}
