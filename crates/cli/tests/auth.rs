@@ -8,45 +8,18 @@ use cairn_proto::msg::mon::{ErrorReply, MonStatus, ERROR, MON_STATUS, MON_STATUS
 use cairn_proto::msg::{decode, ErrorCode};
 use cairn_proto::Limits;
 use cairn_transport::{initiate, node_kind, read_frame, write_frame, Credentials};
-use common::cluster::{runtime, text, Cluster};
+use common::cluster::{run_as, runtime, text, Cluster};
 use tokio::net::TcpStream;
 
 /// Adds `entity` with `caps` through `cairn auth add -o FILE` (as the administrator) and
 /// writes a configuration using it; returns the configuration's path and the key.
 fn add_client(c: &Cluster, name: &str, caps: Caps) -> (String, Secret) {
     let entity = Entity::parse(name).expect("entity");
-    let own = c.dir.join(format!("{name}.keyring"));
-    let own_s = own.display().to_string();
-    c.ok(&[
-        "auth", "add", name, "--mon", &caps.mon, "--osd", &caps.osd, "--nbd", &caps.nbd, "-o",
-        &own_s,
-    ]);
-    let secret = Keyring::load_key(&own, &entity)
+    let ring = c.add_key(name, (&caps.mon, &caps.osd, &caps.nbd));
+    let secret = Keyring::load_key(&ring, &entity)
         .expect("the new key")
         .secret;
-    let conf = std::fs::read_to_string(&c.conf)
-        .expect("conf")
-        .replace(
-            "keyring = \"keyring\"",
-            &format!("keyring = \"{name}.keyring\""),
-        )
-        .replace("client.admin", name);
-    let conf_path = c.dir.join(format!("{name}.toml"));
-    std::fs::write(&conf_path, conf).expect("write conf");
-    (conf_path.display().to_string(), secret)
-}
-
-/// Runs `cairn -c CONF ARGS`; returns (success, stdout + stderr).
-fn as_client(conf: &str, args: &[&str]) -> (bool, String) {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["-c", conf])
-        .args(args)
-        .output()
-        .expect("run cairn");
-    (
-        o.status.success(),
-        format!("{}{}", text(&o.stdout), text(&o.stderr)),
-    )
+    (c.conf_for(name, &ring), secret)
 }
 
 async fn connect(addr: &str, creds: &Credentials) -> Result<TcpStream, String> {
@@ -126,7 +99,7 @@ fn a_monitor_admits_only_connections_that_prove_a_key_it_knows() {
         .join("\n");
     let bare_path = c.dir.join("bare.toml");
     std::fs::write(&bare_path, bare).expect("write");
-    let (ok, out) = as_client(&bare_path.display().to_string(), &["status"]);
+    let (ok, out) = run_as(&bare_path.display().to_string(), &["status"]);
     assert!(!ok && out.contains("requires authentication"), "{out}");
     // Authentication is fixed when the cluster is created.
     let dir = c.dir.display().to_string();
@@ -168,7 +141,7 @@ fn monitor_requests_are_checked_against_the_senders_caps() {
         (&admin, &["pool", "rm", "p", "--yes-i-really-mean-it"], true, ""),
     ];
     for (conf, args, allowed, why) in matrix {
-        let (ok, out) = as_client(conf, args);
+        let (ok, out) = run_as(conf, args);
         assert_eq!(ok, allowed, "{conf} {args:?}: {out}");
         if !allowed {
             assert!(
@@ -386,7 +359,7 @@ fn object_ops_are_checked_against_the_pool_caps() {
     c.pool_create("b", 1, 1, 4);
     let admin = c.conf.display().to_string();
     for pool in ["a", "b"] {
-        let (ok, out) = as_client(&admin, &["obj", "put", pool, "o", "-"]);
+        let (ok, out) = run_as(&admin, &["obj", "put", pool, "o", "-"]);
         assert!(ok, "{out}");
     }
     let caps = |osd: &str| Caps {
@@ -422,7 +395,7 @@ fn object_ops_are_checked_against_the_pool_caps() {
         (&reader, vec!["pg", "query", "1.0"], true, ""),
     ];
     for (conf, args, allowed, why) in matrix {
-        let (ok, out) = as_client(conf, &args);
+        let (ok, out) = run_as(conf, &args);
         assert_eq!(ok, allowed, "{conf} {args:?}: {out}");
         if !allowed {
             assert!(
@@ -585,7 +558,7 @@ fn a_secure_cluster_replicates_and_serves_in_encrypted_frames() {
         .replace("frames = \"secure\"", "frames = \"plain\"");
     let plain_path = c.dir.join("plain.toml");
     std::fs::write(&plain_path, plain).expect("write");
-    let (ok, out) = as_client(
+    let (ok, out) = run_as(
         &plain_path.display().to_string(),
         &["obj", "get", "p", "obj", &back.display().to_string()],
     );

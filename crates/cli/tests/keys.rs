@@ -5,40 +5,11 @@
 mod common;
 
 use cairn_auth::{Entity, Keyring};
-use common::cluster::{runtime, text, Cluster};
+use common::cluster::{run_as, runtime, text, Cluster};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A configuration for `c` that uses the key of `entity` in `keyring`.
-fn conf_for(c: &Cluster, entity: &str, keyring: &Path) -> String {
-    let conf = std::fs::read_to_string(&c.conf)
-        .expect("conf")
-        .replace(
-            "keyring = \"keyring\"",
-            &format!("keyring = \"{}\"", keyring.display()),
-        )
-        .replace("client.admin", entity);
-    let file = keyring.file_name().and_then(|n| n.to_str()).unwrap_or("k");
-    let path = c.dir.join(format!("{entity}-{file}.toml"));
-    std::fs::write(&path, conf).expect("write conf");
-    path.display().to_string()
-}
-
-/// Runs `cairn -c CONF ARGS`; returns (success, stdout + stderr).
-fn run_as(conf: &str, args: &[&str]) -> (bool, String) {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["-c", conf])
-        .args(args)
-        .output()
-        .expect("run cairn");
-    (
-        o.status.success(),
-        format!("{}{}", text(&o.stdout), text(&o.stderr)),
-    )
-}
 
 /// `cairn ARGS` as the administrator, which must fail; returns its output.
 fn refused(c: &Cluster, args: &[&str]) -> String {
@@ -77,19 +48,7 @@ fn keys_are_created_limited_replicated_and_removed_through_the_monitors() {
     assert_eq!(mode, 0o600, "{}", db.display());
 
     // A new client: its key comes from the monitors, written private.
-    let app_ring = c.dir.join("app.keyring");
-    let ring_s = app_ring.display().to_string();
-    c.ok(&[
-        "auth",
-        "add",
-        "client.app",
-        "--mon",
-        "r",
-        "--osd",
-        "rw pool=p",
-        "-o",
-        &ring_s,
-    ]);
+    let app_ring = c.add_key("client.app", ("r", "rw pool=p", ""));
     let mode = std::fs::metadata(&app_ring)
         .expect("keyring")
         .permissions()
@@ -104,7 +63,7 @@ fn keys_are_created_limited_replicated_and_removed_through_the_monitors() {
     assert!(out.contains("client.app already has another key"), "{out}");
 
     // What the caps allow, checked by the monitors and the OSDs.
-    let app_conf = conf_for(&c, "client.app", &app_ring);
+    let app_conf = c.conf_for("client.app", &app_ring);
     let data = c.dir.join("data");
     std::fs::write(&data, b"hello keys").expect("data");
     let data_s = data.display().to_string();
@@ -170,23 +129,12 @@ fn keys_are_created_limited_replicated_and_removed_through_the_monitors() {
 fn a_rotated_client_and_osd_key_under_load_fail_no_io_and_the_old_key_expires() {
     let c = Cluster::up("keys-rotate", 1, 3);
     c.pool_create("p", 3, 2, 32);
-    let app_ring = c.dir.join("app.keyring");
+    let app_ring = c.add_key("client.app", ("r", "rw", ""));
     let ring_s = app_ring.display().to_string();
-    c.ok(&[
-        "auth",
-        "add",
-        "client.app",
-        "--mon",
-        "r",
-        "--osd",
-        "rw",
-        "-o",
-        &ring_s,
-    ]);
     let app = Entity::parse("client.app").expect("entity");
     let old_ring = c.dir.join("app-old.keyring");
     std::fs::copy(&app_ring, &old_ring).expect("keep the old keyring");
-    let old_conf = conf_for(&c, "client.app", &old_ring);
+    let old_conf = c.conf_for("client.app", &old_ring);
     let source = cairn_monclient::auth::KeySource::keyring(&app_ring, &app).expect("key");
 
     let rt = runtime();

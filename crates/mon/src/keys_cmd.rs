@@ -46,7 +46,9 @@ fn refusal(ctx: &Ctx, peer: &Peer) -> Option<String> {
                 .into(),
         );
     }
-    let entity = peer.entity.as_ref()?;
+    let Some(entity) = peer.entity.as_ref() else {
+        return Some("permission denied: an unauthenticated peer manages no keys".into());
+    };
     let client = matches!(entity.kind(), EntityKind::Client | EntityKind::Nbd);
     if client && peer.caps.mon_perms().covers(Perms::X) {
         return None;

@@ -98,6 +98,22 @@ fn dialer(who: &(Entity, Secret), wish: FrameMode) -> Dialer {
     Dialer::new(node_kind::CLIENT, Arc::new(Fixed(creds))).frames(wish)
 }
 
+/// A session to `addr` as `who`, asking for `mode`.
+async fn open_session(
+    who: &(Entity, Secret),
+    mode: FrameMode,
+    addr: std::net::SocketAddr,
+) -> Session {
+    Session::open(
+        &dialer(who, mode),
+        &addr.to_string(),
+        node_kind::OSD,
+        Limits::default(),
+    )
+    .await
+    .expect("session")
+}
+
 #[test]
 fn both_ends_agree_on_the_stronger_mode() {
     rt().block_on(async {
@@ -155,14 +171,7 @@ fn sessions_carry_requests_and_replies_in_every_mode() {
         let who = alice();
         for mode in [FrameMode::Plain, FrameMode::Signed, FrameMode::Secure] {
             let addr = echo_server(who.clone(), FrameMode::Plain).await;
-            let s = Session::open(
-                &dialer(&who, mode),
-                &addr.to_string(),
-                node_kind::OSD,
-                Limits::default(),
-            )
-            .await
-            .expect("session");
+            let s = open_session(&who, mode, addr).await;
             // Many in flight at once, large and small, in both parts.
             let s = Arc::new(s);
             let mut calls = tokio::task::JoinSet::new();
@@ -241,14 +250,7 @@ fn secure_mode_hides_what_signed_mode_shows_and_a_changed_byte_closes_the_connec
             let server = echo_server(who.clone(), FrameMode::Plain).await;
             let seen = Arc::new(Mutex::new(Vec::new()));
             let via = relay(server, seen.clone(), None).await;
-            let s = Session::open(
-                &dialer(&who, mode),
-                &via.to_string(),
-                node_kind::OSD,
-                Limits::default(),
-            )
-            .await
-            .expect("session");
+            let s = open_session(&who, mode, via).await;
             let f = s
                 .call(40, MARKER, MARKER, Duration::from_secs(10))
                 .await
@@ -265,14 +267,7 @@ fn secure_mode_hides_what_signed_mode_shows_and_a_changed_byte_closes_the_connec
             let server = echo_server(who.clone(), FrameMode::Plain).await;
             let seen = Arc::new(Mutex::new(Vec::new()));
             let via = relay(server, seen.clone(), None).await;
-            let s = Session::open(
-                &dialer(&who, mode),
-                &via.to_string(),
-                node_kind::OSD,
-                Limits::default(),
-            )
-            .await
-            .expect("session");
+            let s = open_session(&who, mode, via).await;
             s.call(40, MARKER, b"x", Duration::from_secs(10))
                 .await
                 .expect("honest");
@@ -283,14 +278,7 @@ fn secure_mode_hides_what_signed_mode_shows_and_a_changed_byte_closes_the_connec
             for offset in [10, header + 3, header + MARKER.len(), frame_len - 1] {
                 let server = echo_server(who.clone(), FrameMode::Plain).await;
                 let via = relay(server, Arc::default(), Some(handshake + offset)).await;
-                let s = Session::open(
-                    &dialer(&who, mode),
-                    &via.to_string(),
-                    node_kind::OSD,
-                    Limits::default(),
-                )
-                .await
-                .expect("session");
+                let s = open_session(&who, mode, via).await;
                 let r = s.call(40, MARKER, b"x", Duration::from_secs(5)).await;
                 assert!(
                     r.is_err(),

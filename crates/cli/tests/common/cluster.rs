@@ -25,7 +25,47 @@ fn cairn(args: &[&str]) -> Output {
         .expect("run the cairn binary")
 }
 
+/// Runs `cairn -c CONF ARGS`; returns (success, stdout + stderr).
+pub fn run_as(conf: &str, args: &[&str]) -> (bool, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["-c", conf])
+        .args(args)
+        .output()
+        .expect("run cairn");
+    (
+        o.status.success(),
+        format!("{}{}", text(&o.stdout), text(&o.stderr)),
+    )
+}
+
 impl Cluster {
+    /// A configuration for this cluster that uses the key of `entity` in `keyring`; returns
+    /// its path.
+    pub fn conf_for(&self, entity: &str, keyring: &std::path::Path) -> String {
+        let conf = std::fs::read_to_string(&self.conf)
+            .expect("conf")
+            .replace(
+                "keyring = \"keyring\"",
+                &format!("keyring = \"{}\"", keyring.display()),
+            )
+            .replace("client.admin", entity);
+        let file = keyring.file_name().and_then(|n| n.to_str()).unwrap_or("k");
+        let path = self.dir.join(format!("{entity}-{file}.toml"));
+        std::fs::write(&path, conf).expect("write conf");
+        path.display().to_string()
+    }
+
+    /// `cairn auth add ENTITY --mon M --osd O --nbd N -o DIR/ENTITY.keyring` as the
+    /// administrator; returns the keyring's path.
+    pub fn add_key(&self, entity: &str, (mon, osd, nbd): (&str, &str, &str)) -> PathBuf {
+        let ring = self.dir.join(format!("{entity}.keyring"));
+        let ring_s = ring.display().to_string();
+        self.ok(&[
+            "auth", "add", entity, "--mon", mon, "--osd", osd, "--nbd", nbd, "-o", &ring_s,
+        ]);
+        ring
+    }
+
     /// The (emptied) directory of test cluster `name`, nothing started: the caller runs
     /// `dev up` itself. Torn down on drop like any other.
     pub fn at(name: &str) -> Cluster {
