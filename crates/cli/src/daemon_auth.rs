@@ -26,7 +26,7 @@ pub struct DaemonAuth {
     pub auth: AuthMode,
     /// How every connection's frames are protected at least: `plain` (default: a header
     /// crc only, for a trusted network), `signed` (every frame authenticated, HMAC-SHA256)
-    /// or `secure` (every frame encrypted and authenticated, ChaCha20-Poly1305). A peer
+    /// or `secure` (every frame encrypted and authenticated, AES-256-GCM). A peer
     /// asking for more gets more. Needs authentication.
     #[arg(long, value_name = "MODE", value_parser = parse_frames, default_value = "plain")]
     pub frames: cairn_transport::FrameMode,
