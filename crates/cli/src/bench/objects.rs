@@ -35,8 +35,8 @@ after another (at most 5000), each followed by a bare loopback TCP connect + acc
   connect-osd    connect, handshake and ticket authentication to an OSD
 The pool is removed at the end.
 
-With --frames plain,signed,secure each I/O workload runs once per mode (a client each),
-then its baseline once.
+With --frames plain,signed,secure each I/O workload runs once per mode (a client each, 3 s
+apart like the workloads), then its baseline once.
 
 JSON (--json): {\"workloads\": [{\"name\", \"frames\", \"iops\", \"mb_per_s\", \"lat_us\": {p50,p99,p999,max},
 \"cpu_us_per_op\" (all monitor and OSD processes), \"client_cpu_us_per_op\",
@@ -350,6 +350,11 @@ async fn bench(
         let (block, qd) = (spec.block, spec.qd);
         let mut runs = Vec::new();
         for (mode, c) in &clients {
+            // Each mode starts on quiet OSDs too, so the writes of one are not measured as
+            // the flushing of the next.
+            if !runs.is_empty() {
+                tokio::time::sleep(SETTLE).await;
+            }
             let me = std::process::id() as i32;
             let (c0, m0) = (cpu_total(pids), cpu_seconds(me));
             let r = run_workload(c, pool, spec, a.objects, dur).await?;
