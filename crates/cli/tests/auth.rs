@@ -528,6 +528,31 @@ fn bench_objects_measures_authenticated_connections() {
             "{e}"
         );
     }
+    // The same workload in each frame protection mode, in one run.
+    let out = c.ok(&[
+        "bench",
+        "objects",
+        "--json",
+        "--seconds",
+        "0.3",
+        "--objects",
+        "1",
+        "--size",
+        "1",
+        "--only",
+        "write-4k-qd1",
+        "--frames",
+        "plain,signed,secure",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let w = v["workloads"].as_array().expect("workloads");
+    let modes: Vec<&str> = w.iter().filter_map(|e| e["frames"].as_str()).collect();
+    assert_eq!(modes, ["plain", "signed", "secure"], "{v}");
+    for e in w {
+        assert!(e["ops"].as_u64().unwrap_or(0) > 0, "{e}");
+        let has_ratio = e["iops_ratio_to_plain"].as_f64().is_some();
+        assert_eq!(has_ratio, e["frames"] != "plain", "{e}");
+    }
 }
 
 /// A cluster created with `--frames secure`: monitors (Raft among three), OSDs (replication
