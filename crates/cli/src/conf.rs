@@ -66,8 +66,8 @@ pub fn auth() -> Auth {
 }
 
 /// Uses the key of `entity` (or the first) from the keyring at `path` (read again when the
-/// file changes), getting tickets for OSDs from the monitors at `mons`. A process talks to one cluster as one entity: the first
-/// keyring it loads is the one it keeps.
+/// file changes), getting tickets for OSDs from the monitors at `mons`. A process talks to
+/// one cluster as one entity: the first keyring it loads is the one it keeps.
 pub fn use_keyring(path: &Path, entity: Option<&str>, mons: &[String]) -> Result<()> {
     let ring = Keyring::load(path)?;
     let key = match entity {
