@@ -92,13 +92,13 @@ pub struct Tampered {
 }
 
 enum Cipher {
-    Mac(Secret),
+    /// The HMAC keyed once; each tag starts from a copy of it.
+    Mac(Box<Hmac<Sha256>>),
     Aead(Box<Aes256Gcm>),
 }
 
 /// One direction of a protected connection: its key and the next frame's number.
 struct Direction {
-    mode: FrameMode,
     cipher: Cipher,
     dir: u8,
     seq: u64,
@@ -116,13 +116,22 @@ impl Direction {
             FrameMode::Secure => {
                 Cipher::Aead(Box::new(Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(&key))))
             }
-            _ => Cipher::Mac(Secret(key)),
+            // A 32-byte key is always accepted by HMAC.
+            _ => Cipher::Mac(Box::new(
+                <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap_or_else(|_| unreachable!()),
+            )),
         };
         Direction {
-            mode,
             cipher,
             dir,
             seq: 0,
+        }
+    }
+
+    fn mode(&self) -> FrameMode {
+        match self.cipher {
+            Cipher::Mac(_) => FrameMode::Signed,
+            Cipher::Aead(_) => FrameMode::Secure,
         }
     }
 
@@ -134,10 +143,9 @@ impl Direction {
         n
     }
 
-    fn mac(key: &Secret, nonce: &[u8; 12], header: &[u8], bytes: &[u8]) -> Hmac<Sha256> {
-        // A 32-byte key is always accepted by HMAC.
-        let mut m =
-            <Hmac<Sha256> as Mac>::new_from_slice(&key.0).unwrap_or_else(|_| unreachable!());
+    /// `keyed` (the direction's HMAC) over the nonce, the header and a part.
+    fn mac(keyed: &Hmac<Sha256>, nonce: &[u8; 12], header: &[u8], bytes: &[u8]) -> Hmac<Sha256> {
+        let mut m = keyed.clone();
         m.update(nonce);
         m.update(&(header.len() as u64).to_le_bytes());
         m.update(header);
@@ -154,6 +162,11 @@ impl Direction {
     }
 }
 
+/// Part `part`'s place among a frame's tags.
+fn tag_of(tags: &mut [u8; FRAME_TAGS_LEN], part: usize) -> &mut [u8] {
+    &mut tags[part * TAG_LEN..(part + 1) * TAG_LEN]
+}
+
 /// Protects the frames one side sends.
 pub struct Sealer(Direction);
 
@@ -162,13 +175,13 @@ pub struct Opener(Direction);
 
 impl fmt::Debug for Sealer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Sealer({}, frame {})", self.0.mode, self.0.seq)
+        write!(f, "Sealer({}, frame {})", self.0.mode(), self.0.seq)
     }
 }
 
 impl fmt::Debug for Opener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Opener({}, frame {})", self.0.mode, self.0.seq)
+        write!(f, "Opener({}, frame {})", self.0.mode(), self.0.seq)
     }
 }
 
@@ -190,18 +203,14 @@ pub fn frame_guards(
 }
 
 impl Sealer {
-    /// The mode it protects with.
-    pub fn mode(&self) -> FrameMode {
-        self.0.mode
-    }
-
     /// Whether the parts must be handed over mutable ([`Sealer::encrypt`]) rather than
     /// borrowed ([`Sealer::sign`]).
     pub fn encrypts(&self) -> bool {
-        self.0.mode == FrameMode::Secure
+        matches!(self.0.cipher, Cipher::Aead(_))
     }
 
-    /// The tags of the next frame (signed mode), its parts left as they are.
+    /// The tags of the next frame, its parts left as they are (signed mode; a sealer that
+    /// encrypts must be given the parts to encrypt: [`Sealer::encrypt`]).
     pub fn sign(
         &mut self,
         header: &[u8],
@@ -210,18 +219,18 @@ impl Sealer {
     ) -> Result<[u8; FRAME_TAGS_LEN], Tampered> {
         let seq = self.0.advance()?;
         let d = &self.0;
-        let Cipher::Mac(key) = &d.cipher else {
+        let Cipher::Mac(keyed) = &d.cipher else {
             return Err(Tampered { seq });
         };
         let mut tags = [0u8; FRAME_TAGS_LEN];
         for (i, part) in [control, data].into_iter().enumerate() {
-            let full = Direction::mac(key, &d.nonce(seq, i as u8), header, part).finalize();
-            tags[i * TAG_LEN..(i + 1) * TAG_LEN].copy_from_slice(&full.into_bytes()[..TAG_LEN]);
+            let full = Direction::mac(keyed, &d.nonce(seq, i as u8), header, part).finalize();
+            tag_of(&mut tags, i).copy_from_slice(&full.into_bytes()[..TAG_LEN]);
         }
         Ok(tags)
     }
 
-    /// Encrypts the next frame's parts in place (secure mode) and returns their tags; in
+    /// Encrypts the next frame's parts in place and returns their tags (secure mode); in
     /// signed mode, signs them.
     pub fn encrypt(
         &mut self,
@@ -229,9 +238,9 @@ impl Sealer {
         control: &mut [u8],
         data: &mut [u8],
     ) -> Result<[u8; FRAME_TAGS_LEN], Tampered> {
-        if !self.encrypts() {
+        let Cipher::Aead(_) = &self.0.cipher else {
             return self.sign(header, control, data);
-        }
+        };
         let seq = self.0.advance()?;
         let d = &self.0;
         let Cipher::Aead(c) = &d.cipher else {
@@ -239,22 +248,16 @@ impl Sealer {
         };
         let mut tags = [0u8; FRAME_TAGS_LEN];
         for (i, part) in [control, data].into_iter().enumerate() {
-            let nonce = d.nonce(seq, i as u8);
             let tag = c
-                .encrypt_in_place_detached(Nonce::from_slice(&nonce), header, part)
+                .encrypt_in_place_detached(Nonce::from_slice(&d.nonce(seq, i as u8)), header, part)
                 .map_err(|_| Tampered { seq })?;
-            tags[i * TAG_LEN..(i + 1) * TAG_LEN].copy_from_slice(&tag);
+            tag_of(&mut tags, i).copy_from_slice(&tag);
         }
         Ok(tags)
     }
 }
 
 impl Opener {
-    /// The mode it checks.
-    pub fn mode(&self) -> FrameMode {
-        self.0.mode
-    }
-
     /// Checks the next frame received (and decrypts its parts in place, in secure mode).
     pub fn open(
         &mut self,
@@ -269,7 +272,7 @@ impl Opener {
             let tag = &tags[i * TAG_LEN..(i + 1) * TAG_LEN];
             let nonce = d.nonce(seq, i as u8);
             let ok = match &d.cipher {
-                Cipher::Mac(key) => Direction::mac(key, &nonce, header, part)
+                Cipher::Mac(keyed) => Direction::mac(keyed, &nonce, header, part)
                     .verify_truncated_left(tag)
                     .is_ok(),
                 Cipher::Aead(c) => c

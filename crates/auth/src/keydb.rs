@@ -14,7 +14,7 @@
 //! Applying a change is deterministic (no clock, no randomness): the leader puts the new
 //! secret and the grace's end into the change before proposing it.
 
-use crate::{Caps, Entity, EntityKind, Secret};
+use crate::{Caps, Entity, EntityKind, Perms, Secret};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -103,7 +103,7 @@ pub enum KeyDbError {
 }
 
 fn is_admin(k: &StoredKey) -> bool {
-    k.caps.mon_perms().covers(crate::Perms::X)
+    k.caps.mon_perms().covers(Perms::X)
 }
 
 impl KeyDb {
@@ -128,20 +128,27 @@ impl KeyDb {
         if !self.seeded {
             return Err(KeyDbError::NotSeeded);
         }
-        let before = self.clone();
-        let r = self.change(change);
-        if r.is_ok() && self.admins() == 0 && before.admins() > 0 {
-            *self = before;
+        if self.takes_the_last_admin(change) {
             return Err(KeyDbError::LastAdmin);
         }
-        if r.is_err() {
-            *self = before;
-        }
-        r
+        // Every refusal below comes before anything is changed.
+        self.change(change)
     }
 
-    fn admins(&self) -> usize {
-        self.keys.values().filter(|k| is_admin(k)).count()
+    /// Whether `change` would leave no key with `mon x` (removing the last one, or taking
+    /// its `x` away).
+    fn takes_the_last_admin(&self, change: &KeyChange) -> bool {
+        let (entity, keeps_x) = match change {
+            KeyChange::Remove { entity } => (entity, false),
+            // Caps that do not parse are refused for what they are, further on.
+            KeyChange::SetCaps { entity, caps } if caps.validate().is_ok() => {
+                (entity, caps.mon_perms().covers(Perms::X))
+            }
+            _ => return false,
+        };
+        !keeps_x
+            && self.keys.get(entity).is_some_and(is_admin)
+            && self.keys.values().filter(|k| is_admin(k)).count() == 1
     }
 
     fn existing(&mut self, entity: &Entity) -> Result<&mut StoredKey, KeyDbError> {

@@ -31,6 +31,6 @@ pub use keyring::{KeyEntry, Keyring, KeyringError};
 pub use secret::{random, BadSecret, Secret, SECRET_LEN};
 pub use service::{Minted, ServiceKeys};
 pub use ticket::{
-    open, open_ticket, seal, seal_ticket, unix_now, SealError, ServiceKey, TicketBody, MAX_TICKET,
-    TICKET_TTL_SECS,
+    open, open_secret, open_ticket, seal, seal_ticket, unix_now, SealError, ServiceKey, TicketBody,
+    MAX_TICKET, TICKET_TTL_SECS,
 };

@@ -77,6 +77,21 @@ pub fn open(key: &Secret, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, SealErro
         .map_err(|_| SealError::Invalid)
 }
 
+/// Bytes of a secret key sealed by [`seal`]: nonce, the key, tag.
+pub const SEALED_SECRET_LEN: usize = NONCE_LEN + crate::SECRET_LEN + 16;
+
+/// Opens a secret key sealed by [`seal`] (a ticket's session secret, a key sent by `cairn
+/// auth`); the length is checked before anything is decrypted.
+pub fn open_secret(key: &Secret, aad: &[u8], sealed: &[u8]) -> Result<Secret, SealError> {
+    if sealed.len() != SEALED_SECRET_LEN {
+        return Err(SealError::Invalid);
+    }
+    let plain = open(key, aad, sealed)?;
+    let bytes =
+        <[u8; crate::SECRET_LEN]>::try_from(plain.as_slice()).map_err(|_| SealError::Invalid)?;
+    Ok(Secret(bytes))
+}
+
 fn ticket_aad(id: u32) -> Vec<u8> {
     [b"cairn ticket v1".as_slice(), &id.to_le_bytes()].concat()
 }
@@ -123,6 +138,26 @@ pub fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sealed_secret_opens_only_whole_with_its_key_and_aad() {
+        let (k, s) = (Secret::generate(), Secret::generate());
+        let sealed = seal(&k, b"aad", &s.0);
+        assert_eq!(sealed.len(), SEALED_SECRET_LEN);
+        assert_eq!(open_secret(&k, b"aad", &sealed), Ok(s));
+        assert_eq!(open_secret(&k, b"other", &sealed), Err(SealError::Invalid));
+        assert_eq!(
+            open_secret(&Secret::generate(), b"aad", &sealed),
+            Err(SealError::Invalid)
+        );
+        // Another length is refused before decryption: not a secret, whatever the key.
+        let long = seal(&k, b"aad", &[0u8; 33]);
+        assert_eq!(open_secret(&k, b"aad", &long), Err(SealError::Invalid));
+        assert_eq!(
+            open_secret(&k, b"aad", &sealed[..40]),
+            Err(SealError::Invalid)
+        );
+    }
 
     fn body(expires: u64) -> TicketBody {
         TicketBody {

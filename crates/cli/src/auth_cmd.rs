@@ -7,7 +7,7 @@
 use crate::admin::{block_on_mon, mon_client};
 use anyhow::{bail, Context, Result};
 use cairn_auth::{Caps, Entity, KeyEntry, Keyring};
-use cairn_monclient::auth::{add_request, caps_request, import_request, AuthAnswer, KeySource};
+use cairn_monclient::auth::{import_request, AuthAnswer, KeySource};
 use cairn_monclient::MonClient;
 use cairn_proto::msg::mon::AuthRequest;
 use clap::{Args, Subcommand};
@@ -42,7 +42,12 @@ pub enum AuthCmd {
 #[derive(Args)]
 pub struct EntityArg {
     /// The entity: client.NAME, nbd.NAME or osd.N.
-    pub entity: String,
+    #[arg(value_parser = parse_entity)]
+    pub entity: Entity,
+}
+
+fn parse_entity(s: &str) -> std::result::Result<Entity, cairn_auth::BadEntity> {
+    Entity::parse(s)
 }
 
 #[derive(Args)]
@@ -123,10 +128,6 @@ pub struct RotateArgs {
     pub out: Output,
 }
 
-fn entity(s: &str) -> Result<Entity> {
-    Ok(Entity::parse(s)?)
-}
-
 /// The monitors and this client's key (every `auth` command authenticates with one).
 fn connect(conf: Option<&Path>) -> Result<(MonClient, Arc<KeySource>)> {
     let mon = mon_client(conf)?;
@@ -199,7 +200,7 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
                 };
                 println!(
                     "{:<24} {:<6} {:<28} {}{rotating}",
-                    l.entity,
+                    l.entity.to_string(),
                     dash(&l.caps.mon),
                     dash(&l.caps.osd),
                     dash(&l.caps.nbd)
@@ -209,12 +210,15 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
         }
         AuthCmd::Get(a) => {
             let req = AuthRequest::Get {
-                entity: entity(&a.who.entity)?.to_string(),
+                entity: a.who.entity,
             };
             deliver(ask(&mon, &me, req)?, &a.out)
         }
         AuthCmd::Add(a) => {
-            let req = add_request(&entity(&a.who.entity)?, &a.caps.caps()?);
+            let req = AuthRequest::Add {
+                entity: a.who.entity,
+                caps: a.caps.caps()?,
+            };
             deliver(ask(&mon, &me, req)?, &a.out)
         }
         AuthCmd::Import(a) => {
@@ -232,15 +236,19 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
             Ok(())
         }
         AuthCmd::Caps(a) => {
-            let e = entity(&a.who.entity)?;
-            ask(&mon, &me, caps_request(&e, &a.caps.caps()?))?;
+            let e = a.who.entity;
+            let req = AuthRequest::SetCaps {
+                entity: e.clone(),
+                caps: a.caps.caps()?,
+            };
+            ask(&mon, &me, req)?;
             println!("caps of {e}: done");
             Ok(())
         }
         AuthCmd::Rotate(a) => {
-            let e = entity(&a.who.entity)?;
+            let e = a.who.entity;
             let req = AuthRequest::Rotate {
-                entity: e.to_string(),
+                entity: e.clone(),
                 keep_old_secs: a.keep_old,
             };
             deliver(ask(&mon, &me, req)?, &a.out)?;
@@ -254,14 +262,8 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
             Ok(())
         }
         AuthCmd::Rm(a) => {
-            let e = entity(&a.entity)?;
-            ask(
-                &mon,
-                &me,
-                AuthRequest::Remove {
-                    entity: e.to_string(),
-                },
-            )?;
+            let e = a.entity;
+            ask(&mon, &me, AuthRequest::Remove { entity: e.clone() })?;
             println!("removed the key of {e}");
             Ok(())
         }

@@ -246,6 +246,40 @@ fn an_osd_key_boots_only_its_own_osd() {
         out.contains("no keyring at") && out.contains("--auth none"),
         "{out}"
     );
+    // Frame protection without authentication is refused by both daemons before they
+    // start (every frame would go out plain otherwise).
+    let nowhere = c.dir.join("no-auth");
+    for args in [
+        vec![
+            "mon",
+            "--id",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+            "--member",
+            "0=127.0.0.1:1",
+            "--dir",
+        ],
+        vec!["osd", "run", "--mon", "127.0.0.1:1", "--dir"],
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(&args)
+            .arg(&nowhere)
+            .args(["--auth", "none", "--frames", "secure"])
+            .output()
+            .expect("run a daemon");
+        let out = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?}: {out}");
+        assert!(
+            out.contains("secure frames need authentication"),
+            "{args:?}: {out}"
+        );
+    }
+    assert!(
+        !nowhere.exists(),
+        "a refused daemon created {}",
+        nowhere.display()
+    );
 }
 
 /// Connects to an OSD presenting `creds` as a node of `kind`.
@@ -498,12 +532,10 @@ fn forged_daemon_messages_change_nothing_on_a_replica() {
     assert_eq!(got, b"precious");
 }
 
-/// `cairn bench objects` measures new connections (handshake and authentication to a
-/// monitor with a key, to an OSD with a ticket) next to a bare TCP connect.
-#[test]
-fn bench_objects_measures_authenticated_connections() {
-    let c = Cluster::up("auth-bench-connect", 1, 1);
-    let out = c.ok(&[
+/// `cairn bench objects --json` (0.3 s per workload, one object, size 1) with `extra`
+/// arguments; its workloads.
+fn bench_objects(c: &Cluster, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec![
         "bench",
         "objects",
         "--json",
@@ -513,14 +545,22 @@ fn bench_objects_measures_authenticated_connections() {
         "1",
         "--size",
         "1",
-        "--only",
-        "connect",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    let w = v["workloads"].as_array().expect("workloads");
+    ];
+    args.extend_from_slice(extra);
+    let v: serde_json::Value = serde_json::from_str(&c.ok(&args)).expect("json");
+    v["workloads"].as_array().expect("workloads").clone()
+}
+
+/// `cairn bench objects` measures new connections (handshake and authentication to a
+/// monitor with a key, to an OSD with a ticket) next to a bare TCP connect, and runs a
+/// workload in each frame protection mode in one run.
+#[test]
+fn bench_objects_measures_authenticated_connections() {
+    let c = Cluster::up("auth-bench-connect", 1, 1);
+    let w = bench_objects(&c, &["--only", "connect"]);
     let names: Vec<&str> = w.iter().filter_map(|e| e["name"].as_str()).collect();
-    assert_eq!(names, ["connect-mon", "connect-osd"], "{v}");
-    for e in w {
+    assert_eq!(names, ["connect-mon", "connect-osd"], "{w:?}");
+    for e in &w {
         assert!(e["connections"].as_u64().unwrap_or(0) > 0, "{e}");
         assert!(e["lat_us"]["p50"].as_f64().unwrap_or(0.0) > 0.0, "{e}");
         assert!(
@@ -529,26 +569,13 @@ fn bench_objects_measures_authenticated_connections() {
         );
     }
     // The same workload in each frame protection mode, in one run.
-    let out = c.ok(&[
-        "bench",
-        "objects",
-        "--json",
-        "--seconds",
-        "0.3",
-        "--objects",
-        "1",
-        "--size",
-        "1",
-        "--only",
-        "write-4k-qd1",
-        "--frames",
-        "plain,signed,secure",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    let w = v["workloads"].as_array().expect("workloads");
+    let w = bench_objects(
+        &c,
+        &["--only", "write-4k-qd1", "--frames", "plain,signed,secure"],
+    );
     let modes: Vec<&str> = w.iter().filter_map(|e| e["frames"].as_str()).collect();
-    assert_eq!(modes, ["plain", "signed", "secure"], "{v}");
-    for e in w {
+    assert_eq!(modes, ["plain", "signed", "secure"], "{w:?}");
+    for e in &w {
         assert!(e["ops"].as_u64().unwrap_or(0) > 0, "{e}");
         let has_ratio = e["iops_ratio_to_plain"].as_f64().is_some();
         assert_eq!(has_ratio, e["frames"] != "plain", "{e}");

@@ -108,6 +108,13 @@ fn keys_are_created_limited_replicated_and_removed_through_the_monitors() {
     assert!(out.contains("daemons have no caps"), "{out}");
     let out = refused(&c, &["auth", "caps", "client.app", "--osd", "rw pool"]);
     assert!(out.contains("bad caps"), "{out}");
+    let out = refused(
+        &c,
+        &["auth", "rotate", "client.app", "--keep-old", "9999999"],
+    );
+    assert!(out.contains("over the limit of 2592000 s"), "{out}");
+    let out = refused(&c, &["auth", "get", "client.no/such"]);
+    assert!(out.contains("is not an entity name"), "{out}");
 
     // Replicated: with the leader killed, the others still know every key.
     let leader = c.status()["mons"]["leader"].as_u64().expect("a leader");

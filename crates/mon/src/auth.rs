@@ -271,7 +271,7 @@ impl Verifier for MonKeys {
             let mon = self.current().mon.clone();
             if key_id(&mon) != init.key_id {
                 return Err(format!(
-                    "{entity} holds another monitors' key than this monitor (keyring {})",
+                    "{entity} holds a monitors' key other than this monitor's (keyring {})",
                     self.path.display()
                 ));
             }
@@ -391,6 +391,12 @@ mod tests {
         });
         ring.save(&path).expect("save");
         let keys = MonKeys::load(&path, 1, view.clone()).expect("load");
+        // A monitor holding another monitors' key is refused by name, not by a failed proof.
+        let e = keys
+            .key_for(AUTH_KEY, &init_for(&Secret::generate()), &Entity::mon(2))
+            .err()
+            .expect("another monitors' key");
+        assert!(e.contains("mon.2 holds a monitors' key other than"), "{e}");
         let known = keys
             .key_for(AUTH_KEY, &init_for(&admin.secret), &Entity::admin())
             .expect("admin");

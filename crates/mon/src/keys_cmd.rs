@@ -1,41 +1,21 @@
 //! `AUTH_COMMAND`: managing the key database (`cairn auth`), on the leader.
 //!
 //! Every request needs `mon x`. Reads (list, get) are answered from the leader's applied
-//! state; changes go through Raft. New secrets come from the leader's random source and are
+//! state; changes go through Raft, and the key database checks them (caps, rules) as it
+//! applies them. New secrets come from the leader's random source and are
 //! put into the change before it is proposed (applying must be deterministic). A secret
 //! travels only sealed with the key the requester proved on this connection.
 
 use crate::ctx::{Ctx, Proposed};
 use crate::types::{ApplyResult, Proposal};
 use cairn_auth::{
-    open, seal, unix_now, Caps, Entity, EntityKind, KeyChange, KeyDbError, Perms, Secret,
-    SECRET_LEN,
+    open_secret, seal, unix_now, Caps, Entity, EntityKind, KeyChange, KeyDbError, Perms, Secret,
 };
-use cairn_proto::msg::mon::{
-    auth_import_aad, auth_key_aad, AuthListing, AuthReply, AuthRequest, WireCaps,
-};
+use cairn_proto::msg::mon::{auth_import_aad, auth_key_aad, AuthListing, AuthReply, AuthRequest};
 use cairn_transport::Peer;
 
 /// Longest grace a rotation may keep the old key for (30 days).
 pub const MAX_KEEP_OLD_SECS: u64 = 30 * 86_400;
-
-fn wire(c: &Caps) -> WireCaps {
-    WireCaps {
-        mon: c.mon.clone(),
-        osd: c.osd.clone(),
-        nbd: c.nbd.clone(),
-    }
-}
-
-fn caps(w: WireCaps) -> Result<Caps, String> {
-    let c = Caps {
-        mon: w.mon,
-        osd: w.osd,
-        nbd: w.nbd,
-    };
-    c.validate().map_err(|e| e.to_string())?;
-    Ok(c)
-}
 
 /// Why `peer` may not manage keys, if it may not.
 fn refusal(ctx: &Ctx, peer: &Peer) -> Option<String> {
@@ -78,20 +58,15 @@ pub(crate) async fn serve(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> AuthReply
     }
 }
 
-fn entity(name: &str) -> Result<Entity, AuthReply> {
-    Entity::parse(name).map_err(|e| AuthReply::Refused(e.to_string()))
-}
-
 /// The key of `entity` sealed for the requester.
 fn key_reply(peer: &Peer, entity: &Entity, secret: &Secret, c: &Caps) -> AuthReply {
     let Some(key) = &peer.key else {
         return AuthReply::Refused("this connection is not authenticated".into());
     };
-    let name = entity.to_string();
     AuthReply::Key {
-        sealed: seal(key, &auth_key_aad(&name), &secret.0),
-        entity: name,
-        caps: wire(c),
+        sealed: seal(key, &auth_key_aad(entity), &secret.0),
+        entity: entity.clone(),
+        caps: c.clone(),
     }
 }
 
@@ -117,84 +92,56 @@ async fn handle(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> Result<AuthReply, A
             db.keys
                 .iter()
                 .map(|(e, k)| AuthListing {
-                    entity: e.to_string(),
-                    caps: wire(&k.caps),
+                    entity: e.clone(),
+                    caps: k.caps.clone(),
                     previous_until: k.previous.as_ref().map(|p| p.1),
                 })
                 .collect()
         }))),
-        AuthRequest::Get { entity: name } => {
-            let e = entity(&name)?;
-            let found = ctx
-                .view
-                .with_keys(|db| db.keys.get(&e).map(|k| (k.secret.clone(), k.caps.clone())));
-            let (secret, c) =
-                found.ok_or_else(|| refused(KeyDbError::NoSuchEntity(e.clone()).to_string()))?;
-            Ok(key_reply(peer, &e, &secret, &c))
+        AuthRequest::Get { entity } => {
+            let found = ctx.view.with_keys(|db| {
+                db.keys
+                    .get(&entity)
+                    .map(|k| (k.secret.clone(), k.caps.clone()))
+            });
+            let (secret, c) = found
+                .ok_or_else(|| refused(KeyDbError::NoSuchEntity(entity.clone()).to_string()))?;
+            Ok(key_reply(peer, &entity, &secret, &c))
         }
-        AuthRequest::Add {
-            entity: name,
-            caps: w,
-        } => {
-            let e = entity(&name)?;
-            let c = caps(w).map_err(refused)?;
+        AuthRequest::Add { entity, caps } => {
             let secret = Secret::generate();
-            change(
-                ctx,
-                KeyChange::Add {
-                    entity: e.clone(),
-                    secret: secret.clone(),
-                    caps: c.clone(),
-                },
-            )
-            .await?;
-            Ok(key_reply(peer, &e, &secret, &c))
+            let add = KeyChange::Add {
+                entity: entity.clone(),
+                secret: secret.clone(),
+                caps: caps.clone(),
+            };
+            change(ctx, add).await?;
+            Ok(key_reply(peer, &entity, &secret, &caps))
         }
         AuthRequest::Import {
-            entity: name,
+            entity,
             sealed,
-            caps: w,
+            caps,
         } => {
-            let e = entity(&name)?;
-            let c = caps(w).map_err(refused)?;
             let key = peer.key.as_ref().ok_or_else(|| refused("no key".into()))?;
-            let secret = match open(key, &auth_import_aad(&name), &sealed) {
-                Ok(b) if b.len() == SECRET_LEN => {
-                    let mut s = [0u8; SECRET_LEN];
-                    s.copy_from_slice(&b);
-                    Secret(s)
-                }
-                _ => {
-                    return Err(refused(
-                        "the imported key does not open with your key".into(),
-                    ))
-                }
+            let secret = open_secret(key, &auth_import_aad(&entity), &sealed)
+                .map_err(|_| refused("the imported key does not open with your key".into()))?;
+            let add = KeyChange::Add {
+                entity,
+                secret,
+                caps,
             };
-            change(
-                ctx,
-                KeyChange::Add {
-                    entity: e,
-                    secret,
-                    caps: c,
-                },
-            )
-            .await?;
+            change(ctx, add).await?;
             Ok(AuthReply::Done)
         }
-        AuthRequest::SetCaps {
-            entity: name,
-            caps: w,
-        } => {
-            let e = entity(&name)?;
-            let c = caps(w).map_err(refused)?;
-            change(ctx, KeyChange::SetCaps { entity: e, caps: c }).await?;
+        AuthRequest::SetCaps { entity, caps } => {
+            change(ctx, KeyChange::SetCaps { entity, caps }).await?;
             Ok(AuthReply::Done)
         }
         AuthRequest::Rotate {
-            entity: name,
+            entity,
             keep_old_secs,
         } => {
-            let e = entity(&name)?;
             if keep_old_secs > MAX_KEEP_OLD_SECS {
                 return Err(refused(format!(
                     "keeping the old key {keep_old_secs} s is over the limit of \
@@ -206,24 +153,20 @@ async fn handle(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> Result<AuthReply, A
                 0 => 0,
                 s => unix_now().saturating_add(s),
             };
-            change(
-                ctx,
-                KeyChange::Rotate {
-                    entity: e.clone(),
-                    secret: secret.clone(),
-                    keep_old_until,
-                },
-            )
-            .await?;
+            let rotate = KeyChange::Rotate {
+                entity: entity.clone(),
+                secret: secret.clone(),
+                keep_old_until,
+            };
+            change(ctx, rotate).await?;
             let c = ctx
                 .view
-                .with_keys(|db| db.keys.get(&e).map(|k| k.caps.clone()))
+                .with_keys(|db| db.keys.get(&entity).map(|k| k.caps.clone()))
                 .unwrap_or_default();
-            Ok(key_reply(peer, &e, &secret, &c))
+            Ok(key_reply(peer, &entity, &secret, &c))
         }
-        AuthRequest::Remove { entity: name } => {
-            let e = entity(&name)?;
-            change(ctx, KeyChange::Remove { entity: e }).await?;
+        AuthRequest::Remove { entity } => {
+            change(ctx, KeyChange::Remove { entity }).await?;
             Ok(AuthReply::Done)
         }
     }

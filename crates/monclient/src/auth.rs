@@ -7,12 +7,11 @@
 
 use crate::{expect, protocol, MonClient, MonClientError, Step};
 use cairn_auth::{
-    open, seal, Caps, Entity, KeyEntry, Keyring, KeyringError, Secret, ServiceKey, MAX_TICKET,
-    SECRET_LEN,
+    open, open_secret, seal, Entity, KeyEntry, Keyring, KeyringError, Secret, ServiceKey,
+    MAX_TICKET,
 };
 use cairn_proto::msg::mon::{
-    auth_import_aad, auth_key_aad, AuthListing, AuthReply, AuthRequest, WireCaps, AUTH_COMMAND,
-    AUTH_REPLY,
+    auth_import_aad, auth_key_aad, AuthListing, AuthReply, AuthRequest, AUTH_COMMAND, AUTH_REPLY,
 };
 use cairn_proto::msg::mon::{
     service_keys_aad, ticket_session_aad, ServiceKeysReply, TicketReply, GET_SERVICE_KEYS,
@@ -47,6 +46,9 @@ pub struct HeldTicket {
 /// After a failed renewal, how long the ticket held is used before asking again (so a
 /// monitor outage does not delay every new connection by a monitor call's deadline).
 const RENEW_RETRY: Duration = Duration::from_secs(10);
+
+/// Largest sealed service-key reply opened.
+const MAX_SEALED_SERVICE_KEYS: usize = 4096;
 
 /// Longest ticket lifetime believed (a day; monitors grant [`cairn_auth::TICKET_TTL_SECS`]).
 const MAX_TICKET_TTL_SECS: u64 = 86_400;
@@ -152,9 +154,9 @@ impl Authenticator for KeySource {
     }
 }
 
-/// Opens `sealed` with the first of `keys` it opens with.
-pub(crate) fn open_any(keys: &[Secret], aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
-    keys.iter().find_map(|k| open(k, aad, sealed).ok())
+/// Opens the secret in `sealed` with the first of `keys` it opens with.
+fn open_any(keys: &[Secret], aad: &[u8], sealed: &[u8]) -> Option<Secret> {
+    keys.iter().find_map(|k| open_secret(k, aad, sealed).ok())
 }
 
 /// An entity's key: presented to monitors; exchanged with them for tickets to OSDs.
@@ -291,17 +293,10 @@ impl MonClient {
             }
             // The monitor's word on the lifetime is bounded (it must not overflow a clock).
             let ttl = Duration::from_secs(ttl.min(MAX_TICKET_TTL_SECS));
-            let session = match open_any(secrets, &aad, &sealed) {
-                Some(s) if s.len() == SECRET_LEN => {
-                    let mut b = [0u8; SECRET_LEN];
-                    b.copy_from_slice(&s);
-                    Secret(b)
-                }
-                _ => {
-                    return Step::Fail(protocol(
-                        "the ticket's session secret does not open with our key",
-                    ))
-                }
+            let Some(session) = open_any(secrets, &aad, &sealed) else {
+                return Step::Fail(protocol(
+                    "the ticket's session secret does not open with our key",
+                ));
             };
             let now = Instant::now();
             Step::Done(HeldTicket {
@@ -333,7 +328,16 @@ impl MonClient {
                 }
                 Ok(ServiceKeysReply::Granted { sealed }) => sealed,
             };
-            let keys = open_any(secrets, &aad, &sealed)
+            // At most 16 keys of 36 bytes: anything much larger is not opened.
+            if sealed.len() > MAX_SEALED_SERVICE_KEYS {
+                return Step::Fail(protocol(format!(
+                    "sealed service keys of {} bytes (at most {MAX_SEALED_SERVICE_KEYS})",
+                    sealed.len()
+                )));
+            }
+            let keys = secrets
+                .iter()
+                .find_map(|k| open(k, &aad, &sealed).ok())
                 .and_then(|p| postcard::from_bytes::<Vec<ServiceKey>>(&p).ok());
             match keys {
                 Some(k) if k.len() <= 16 => Step::Done(k),
@@ -355,38 +359,13 @@ pub enum AuthAnswer {
     Key(KeyEntry),
 }
 
-fn wire_caps(c: &Caps) -> WireCaps {
-    WireCaps {
-        mon: c.mon.clone(),
-        osd: c.osd.clone(),
-        nbd: c.nbd.clone(),
-    }
-}
-
 /// The request that imports `entry`, its secret sealed with `me` (the key this client
 /// authenticates with).
 pub fn import_request(entry: &KeyEntry, me: &Secret) -> AuthRequest {
-    let name = entry.entity.to_string();
     AuthRequest::Import {
-        sealed: seal(me, &auth_import_aad(&name), &entry.secret.0),
-        caps: wire_caps(entry.caps.as_ref().unwrap_or(&Caps::default())),
-        entity: name,
-    }
-}
-
-/// The request that adds `entity` with `caps`.
-pub fn add_request(entity: &Entity, caps: &Caps) -> AuthRequest {
-    AuthRequest::Add {
-        entity: entity.to_string(),
-        caps: wire_caps(caps),
-    }
-}
-
-/// The request that sets the caps of `entity`.
-pub fn caps_request(entity: &Entity, caps: &Caps) -> AuthRequest {
-    AuthRequest::SetCaps {
-        entity: entity.to_string(),
-        caps: wire_caps(caps),
+        sealed: seal(me, &auth_import_aad(&entry.entity), &entry.secret.0),
+        caps: entry.caps.clone().unwrap_or_default(),
+        entity: entry.entity.clone(),
     }
 }
 
@@ -405,29 +384,14 @@ fn auth_step(f: Frame, me: &[Secret]) -> Step<AuthAnswer> {
             entity,
             caps,
             sealed,
-        }) => {
-            let Ok(e) = Entity::parse(&entity) else {
-                return Step::Fail(protocol(format!("a key for {entity:?}, not an entity")));
-            };
-            let secret = match open_any(me, &auth_key_aad(&entity), &sealed) {
-                Some(b) if b.len() == SECRET_LEN => {
-                    let mut s = [0u8; SECRET_LEN];
-                    s.copy_from_slice(&b);
-                    Secret(s)
-                }
-                _ => return Step::Fail(protocol("the key sent does not open with our key")),
-            };
-            let caps = Caps {
-                mon: caps.mon,
-                osd: caps.osd,
-                nbd: caps.nbd,
-            };
-            Step::Done(AuthAnswer::Key(KeyEntry {
-                entity: e,
+        }) => match open_any(me, &auth_key_aad(&entity), &sealed) {
+            Some(secret) => Step::Done(AuthAnswer::Key(KeyEntry {
+                entity,
                 secret,
                 caps: Some(caps),
-            }))
-        }
+            })),
+            None => Step::Fail(protocol("the key sent does not open with our key")),
+        },
     }
 }
 

@@ -119,6 +119,14 @@ fn credentials(
 
 /// Runs an OSD until it fails. Blocks the calling thread.
 pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
+    if cfg.key.is_none() && cfg.frames != cairn_transport::FrameMode::Plain {
+        // Protection comes from the handshake's keys: without a key every frame would go
+        // out plain, whatever was asked.
+        return Err(OsdError::Config(format!(
+            "{} frames need authentication: give the OSD its key (or plain frames)",
+            cfg.frames
+        )));
+    }
     let store = open_store(&cfg)?;
     let boot_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

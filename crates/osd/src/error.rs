@@ -24,6 +24,8 @@ pub enum OsdError {
     Boot(String),
     #[error("cannot start the OSD runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("bad configuration: {0}")]
+    Config(String),
     #[error(
         "the store failed: {0}; the OSD stopped to protect data (restart it to replay the WAL)"
     )]

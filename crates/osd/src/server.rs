@@ -119,6 +119,12 @@ async fn connection(
                 tracing::debug!(peer = %access.name(), ?after, "closing an idle connection");
                 break;
             }
+            Err(ReadError::Tampered(e)) => {
+                // Not from the peer that authenticated, or changed in flight: nothing more
+                // is read or answered on this connection.
+                tracing::warn!(peer = %access.name(), "closing a connection: {e}");
+                break;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "bad frame; closing connection");
                 refuse(&sender, 0, ErrorCode::Malformed, &e.to_string());

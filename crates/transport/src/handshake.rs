@@ -52,6 +52,10 @@ pub enum HandshakeError {
     /// The peer's auth records do not decode.
     #[error("malformed authentication: {0}")]
     Malformed(String),
+    /// The frame protection asked for cannot be had (no key to protect with, or the peer
+    /// answered less than was asked).
+    #[error("frame protection: {0}")]
+    Frames(String),
 }
 
 /// Node kinds in the handshake.
@@ -309,7 +313,7 @@ pub async fn initiate_with<S: AsyncRead + AsyncWrite + Unpin>(
     wish: FrameMode,
 ) -> Result<Initiated, HandshakeError> {
     if wish != FrameMode::Plain && matches!(creds, Credentials::None) {
-        return Err(HandshakeError::Malformed(format!(
+        return Err(HandshakeError::Frames(format!(
             "{wish} frames need authentication: give the client its keyring"
         )));
     }
@@ -383,8 +387,8 @@ pub async fn initiate_with<S: AsyncRead + AsyncWrite + Unpin>(
         let frames = match FrameMode::from_u8(c.frames) {
             Some(m) if m >= wish => m,
             _ => {
-                return Err(HandshakeError::Malformed(format!(
-                    "the peer answered frame protection {} to a request for {wish}",
+                return Err(HandshakeError::Frames(format!(
+                    "the peer answered {} to a request for {wish}",
                     c.frames
                 )))
             }

@@ -75,17 +75,12 @@ impl Session {
         limits: Limits,
     ) -> Result<Session, DialError> {
         let c = dialer.dial(addr, expect).await?;
-        Ok(Session::over_guarded(c.stream, c.guards, addr, limits))
-    }
-
-    /// A session over a connection that has done its handshake (plain frames).
-    pub fn over(stream: TcpStream, addr: &str, limits: Limits) -> Session {
-        Session::over_guarded(stream, None, addr, limits)
+        Ok(Session::over(c.stream, c.guards, addr, limits))
     }
 
     /// A session over a connection that has done its handshake, its frames protected by
     /// `guards` when given.
-    pub fn over_guarded(
+    pub fn over(
         stream: TcpStream,
         guards: crate::handshake::Guards,
         addr: &str,

@@ -198,44 +198,46 @@ fn sessions_carry_requests_and_replies_in_every_mode() {
     });
 }
 
-/// A relay between a client and `server`: records every byte the client sends, and flips
-/// byte `flip_at` of that direction (counted from the first byte after the handshake's
-/// `skip` bytes) when given.
+/// Copies `from` to `to`, recording what passes in `seen` and XORing byte `flip.0` (counted
+/// from the first byte) with `flip.1` when given.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    seen: Arc<Mutex<Vec<u8>>>,
+    flip: Option<(usize, u8)>,
+) {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0usize;
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        if let Some((at, x)) = flip.filter(|(at, _)| (total..total + n).contains(at)) {
+            buf[at - total] ^= x;
+        }
+        seen.lock().expect("seen").extend_from_slice(&buf[..n]);
+        total += n;
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// A relay between a client and `server`: records every byte the client sends in `seen`,
+/// and changes one byte of it (`up`) when given.
 async fn relay(
     server: std::net::SocketAddr,
     seen: Arc<Mutex<Vec<u8>>>,
-    flip_at: Option<usize>,
+    up: Option<(usize, u8)>,
 ) -> std::net::SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = l.local_addr().expect("addr");
     tokio::spawn(async move {
         let Ok((c, _)) = l.accept().await else { return };
         let s = TcpStream::connect(server).await.expect("connect server");
-        let (mut cr, mut cw) = c.into_split();
-        let (mut sr, mut sw) = s.into_split();
-        let up = async move {
-            let mut buf = vec![0u8; 1 << 16];
-            let mut total = 0usize;
-            while let Ok(n) = cr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                if let Some(at) = flip_at {
-                    if (total..total + n).contains(&at) {
-                        buf[at - total] ^= 0x01;
-                    }
-                }
-                seen.lock().expect("seen").extend_from_slice(&buf[..n]);
-                total += n;
-                if sw.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-            }
-        };
-        let down = async move {
-            let _ = tokio::io::copy(&mut sr, &mut cw).await;
-        };
-        tokio::join!(up, down);
+        let (cr, cw) = c.into_split();
+        let (sr, sw) = s.into_split();
+        tokio::join!(pump(cr, sw, seen, up), pump(sr, cw, Arc::default(), None));
     });
     addr
 }
@@ -277,7 +279,7 @@ fn secure_mode_hides_what_signed_mode_shows_and_a_changed_byte_closes_the_connec
             // The request id, a control byte, the data byte, the last tag byte.
             for offset in [10, header + 3, header + MARKER.len(), frame_len - 1] {
                 let server = echo_server(who.clone(), FrameMode::Plain).await;
-                let via = relay(server, Arc::default(), Some(handshake + offset)).await;
+                let via = relay(server, Arc::default(), Some((handshake + offset, 1))).await;
                 let s = open_session(&who, mode, via).await;
                 let r = s.call(40, MARKER, b"x", Duration::from_secs(5)).await;
                 assert!(
@@ -321,5 +323,61 @@ fn frames_queued_before_the_connection_opens_are_sealed_in_order() {
                 assert_eq!((f.request_id, f.data), (i, vec![i as u8; 3000]), "{mode}");
             }
         }
+    });
+}
+
+/// A relay that answers for the server as an attacker would: the server's challenge with
+/// its mode set to `plain` and the hello re-encoded (so its crc checks), the rest as is.
+async fn weakening_relay(server: std::net::SocketAddr) -> std::net::SocketAddr {
+    use cairn_proto::auth::AuthChallenge;
+    use cairn_proto::msg::{decode, encode};
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let Ok((c, _)) = l.accept().await else { return };
+        let s = TcpStream::connect(server).await.expect("connect server");
+        let (cr, mut cw) = c.into_split();
+        let (mut sr, sw) = s.into_split();
+        let down = async move {
+            let mut head = [0u8; cairn_proto::HELLO_LEN];
+            sr.read_exact(&mut head).await.expect("server hello");
+            let auth_len = u16::from_le_bytes([head[8], head[9]]) as usize;
+            let mut all = head.to_vec();
+            all.resize(cairn_proto::HELLO_LEN + auth_len, 0);
+            sr.read_exact(&mut all[cairn_proto::HELLO_LEN..])
+                .await
+                .expect("server auth");
+            let (mut hello, _) = cairn_proto::Hello::decode(&all).expect("hello");
+            let mut ch: AuthChallenge = decode("challenge", &hello.auth).expect("challenge");
+            assert_eq!(
+                ch.frames,
+                FrameMode::Secure.to_u8(),
+                "the server agreed to secure"
+            );
+            ch.frames = FrameMode::Plain.to_u8();
+            hello.auth = encode(&ch);
+            let forged = hello.encode().expect("encode");
+            if cw.write_all(&forged).await.is_ok() {
+                let _ = tokio::io::copy(&mut sr, &mut cw).await;
+            }
+        };
+        tokio::join!(pump(cr, sw, Arc::default(), None), down);
+    });
+    addr
+}
+
+/// Someone in between lowers the protection the server answered (the mode in its
+/// challenge): the client refuses the connection, since the server's proof covers it.
+#[test]
+fn a_weakened_answer_is_refused() {
+    rt().block_on(async {
+        let who = alice();
+        let server = echo_server(who.clone(), FrameMode::Plain).await;
+        let via = weakening_relay(server).await;
+        let e = dialer(&who, FrameMode::Secure)
+            .dial(&via.to_string(), node_kind::OSD)
+            .await
+            .expect_err("weakened");
+        assert!(e.to_string().contains("could not prove"), "{e}");
     });
 }

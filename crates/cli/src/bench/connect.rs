@@ -4,7 +4,7 @@
 //! same run.
 
 use super::measure::new_hist;
-use super::report::{lat, q, round, Obj};
+use super::report::{lat, q, ratio, round, Obj};
 use anyhow::{bail, Context, Result};
 use cairn_client::Client;
 use cairn_transport::{node_kind, Dialer};
@@ -80,10 +80,7 @@ fn entry(name: &str, m: &Timed, base: &Timed, json: bool) -> Obj {
         .put_obj("lat_us", lat(&m.lat))
         .put("baseline_per_s", round(rate(base), 1))
         .put_obj("baseline_lat_us", lat(&base.lat))
-        .put(
-            "lat_p50_ratio_to_baseline",
-            round(if bp50 > 0.0 { p50 / bp50 } else { 0.0 }, 3),
-        )
+        .put("lat_p50_ratio_to_baseline", ratio(p50, bp50, 3))
 }
 
 /// Runs the connection workloads whose names pass `keep`: `connect-mon` (key

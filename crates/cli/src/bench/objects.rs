@@ -4,7 +4,7 @@
 
 use super::echo;
 use super::measure::new_hist;
-use super::report::{lat, q, round, Obj};
+use super::report::{lat, q, ratio, round, Obj};
 use super::target::Target;
 use crate::admin::pg_counts;
 use anyhow::{bail, Context, Result};
@@ -401,26 +401,14 @@ async fn bench(
                 .put("client_cpu_us_per_op", per_op(*client_cpu))
                 .put("baseline_iops", round(biops, 1))
                 .put_obj("baseline_lat_us", lat(&base.lat))
-                .put(
-                    "ratio_to_baseline",
-                    round(if biops > 0.0 { iops / biops } else { 0.0 }, 4),
-                )
-                .put(
-                    "lat_p50_ratio_to_baseline",
-                    round(if bp50 > 0.0 { p50 / bp50 } else { 0.0 }, 3),
-                );
+                .put("ratio_to_baseline", ratio(iops, biops, 4))
+                .put("lat_p50_ratio_to_baseline", ratio(p50, bp50, 3));
             if let Some((piops, pp50)) =
                 plain.filter(|_| *mode != cairn_transport::FrameMode::Plain)
             {
                 o = o
-                    .put(
-                        "iops_ratio_to_plain",
-                        round(if piops > 0.0 { iops / piops } else { 0.0 }, 4),
-                    )
-                    .put(
-                        "lat_p50_ratio_to_plain",
-                        round(if pp50 > 0.0 { p50 / pp50 } else { 0.0 }, 3),
-                    );
+                    .put("iops_ratio_to_plain", ratio(iops, piops, 4))
+                    .put("lat_p50_ratio_to_plain", ratio(p50, pp50, 3));
             }
             if !a.json {
                 eprintln!(

@@ -52,6 +52,11 @@ pub fn round(v: f64, digits: i32) -> f64 {
     (v * m).round() / m
 }
 
+/// `a / b` rounded to `digits` (0 when `b` is not positive).
+pub fn ratio(a: f64, b: f64, digits: i32) -> f64 {
+    round(if b > 0.0 { a / b } else { 0.0 }, digits)
+}
+
 /// A quantile in microseconds (0 for an empty histogram).
 pub fn q(h: &Histogram<u64>, quantile: f64) -> f64 {
     if h.is_empty() {

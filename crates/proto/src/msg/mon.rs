@@ -5,6 +5,7 @@
 //! [`COMMAND`] and [`HEARTBEAT`] are handled by the leader; other monitors answer
 //! [`CommandReply::NotLeader`] naming the leader when they know it.
 
+use cairn_auth::{Caps, Entity};
 use cairn_map::{ChangeOutcome, ClusterMap, Incremental, MapError, PastInterval};
 use serde::{Deserialize, Serialize};
 
@@ -198,44 +199,37 @@ pub fn service_keys_aad(entity: &str) -> Vec<u8> {
     [b"cairn service keys v1".as_slice(), entity.as_bytes()].concat()
 }
 
-/// An entity's caps on the wire (`cairn_auth::Caps`, checked by the monitor when set).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct WireCaps {
-    pub mon: String,
-    pub osd: String,
-    pub nbd: String,
-}
-
-/// A request to the monitors' key database (`cairn auth`). Entity names are checked by the
-/// monitor; secrets travel sealed with the requester's own key.
+/// A request to the monitors' key database (`cairn auth`). Entity names are checked when
+/// decoded (`cairn_auth::Entity`), caps by the monitor when it applies the change; secrets
+/// travel sealed with the requester's own key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AuthRequest {
     /// Every entity with its caps (no secrets).
     List,
     /// An entity's key and caps.
-    Get { entity: String },
+    Get { entity: Entity },
     /// A new entity with a key the leader generates; the reply carries it.
-    Add { entity: String, caps: WireCaps },
+    Add { entity: Entity, caps: Caps },
     /// A new entity with the key given, sealed with the requester's key (AAD
-    /// [`auth_import_aad`]).
+    /// [`auth_import_aad`]; `cairn_auth::SEALED_SECRET_LEN` bytes).
     Import {
-        entity: String,
+        entity: Entity,
         sealed: Vec<u8>,
-        caps: WireCaps,
+        caps: Caps,
     },
     /// Replaces an entity's caps.
-    SetCaps { entity: String, caps: WireCaps },
+    SetCaps { entity: Entity, caps: Caps },
     /// A new key for an entity; the old one is still accepted for `keep_old_secs`.
-    Rotate { entity: String, keep_old_secs: u64 },
+    Rotate { entity: Entity, keep_old_secs: u64 },
     /// Removes an entity's key.
-    Remove { entity: String },
+    Remove { entity: Entity },
 }
 
 /// One entity of [`AuthReply::List`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuthListing {
-    pub entity: String,
-    pub caps: WireCaps,
+    pub entity: Entity,
+    pub caps: Caps,
     /// When the previous key stops being accepted (unix seconds), during a rotation.
     pub previous_until: Option<u64>,
 }
@@ -247,8 +241,8 @@ pub enum AuthReply {
     List(Vec<AuthListing>),
     /// An entity's key, sealed with the requester's key (AAD [`auth_key_aad`]).
     Key {
-        entity: String,
-        caps: WireCaps,
+        entity: Entity,
+        caps: Caps,
         sealed: Vec<u8>,
     },
     Refused(String),
@@ -261,11 +255,19 @@ pub enum AuthReply {
 }
 
 /// The AAD an entity's key is sealed under in [`AuthReply::Key`].
-pub fn auth_key_aad(entity: &str) -> Vec<u8> {
-    [b"cairn auth key v1".as_slice(), entity.as_bytes()].concat()
+pub fn auth_key_aad(entity: &Entity) -> Vec<u8> {
+    [
+        b"cairn auth key v1".as_slice(),
+        entity.to_string().as_bytes(),
+    ]
+    .concat()
 }
 
 /// The AAD a key is sealed under in [`AuthRequest::Import`].
-pub fn auth_import_aad(entity: &str) -> Vec<u8> {
-    [b"cairn auth import v1".as_slice(), entity.as_bytes()].concat()
+pub fn auth_import_aad(entity: &Entity) -> Vec<u8> {
+    [
+        b"cairn auth import v1".as_slice(),
+        entity.to_string().as_bytes(),
+    ]
+    .concat()
 }
