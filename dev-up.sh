@@ -5,5 +5,6 @@
 # Stop it with: ./target/release/cairn dev down   (add --purge to delete its data)
 set -euo pipefail
 cd "$(dirname "$0")"
+scripts/deps.sh build
 cargo build --release -p cairn-cli
 exec ./target/release/cairn dev up "$@"

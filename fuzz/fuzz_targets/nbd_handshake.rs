@@ -1,10 +1,13 @@
 //! NBD option haggling: the `Negotiation` state machine driven by an arbitrary sequence of
 //! options (and arbitrary lookup outcomes) against a small fixed export list. Every reply must
 //! be a well-formed option reply for the option asked; an entered transmission phase must
-//! describe the export that was looked up.
+//! describe the export that was looked up. Half the runs require TLS (the TLS handshake
+//! itself is OpenSSL's; here it always succeeds).
 #![no_main]
 
-use cairn_nbd::handshake::{Admit, ExportInfo, Negotiation, Outcome, MAX_DISCARD_LEN};
+use cairn_nbd::handshake::{
+    Admit, ExportInfo, Lookup, Negotiation, Outcome, MAX_DISCARD_LEN,
+};
 use cairn_nbd::proto::*;
 use libfuzzer_sys::fuzz_target;
 
@@ -14,17 +17,24 @@ const EXPORTS: [(&str, &str, u64); 3] = [
     ("é", "ünïcode", 0),
 ];
 
-/// The lookup the server would do: "" is the default export, "boom" fails.
-fn lookup(name: &str) -> Result<Option<ExportInfo>, String> {
-    if name == "boom" {
-        return Err("backend failure".into());
+/// The lookup the server would do: "" is the default export, "boom" fails, "secret" is
+/// denied, "tiny" is read-only.
+fn lookup(name: &str) -> Lookup {
+    match name {
+        "boom" => return Lookup::Failed("backend failure".into()),
+        "secret" => return Lookup::Denied("permission denied".into()),
+        _ => {}
     }
     let name = if name.is_empty() { "disk" } else { name };
-    Ok(EXPORTS.iter().find(|e| e.0 == name).map(|e| ExportInfo {
-        size: e.2,
-        multi_conn: e.1.is_empty(),
-        description: Some(e.1.to_string()),
-    }))
+    match EXPORTS.iter().find(|e| e.0 == name) {
+        Some(e) => Lookup::Found(ExportInfo {
+            size: e.2,
+            multi_conn: e.1.is_empty(),
+            description: Some(e.1.to_string()),
+            read_only: e.0 == "tiny",
+        }),
+        None => Lookup::Missing,
+    }
 }
 
 /// Bytes consumed front to back; runs out as zeros.
@@ -68,7 +78,13 @@ fn check_replies(opt: u32, mut bytes: &[u8]) {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input(data);
-    let Ok(mut n) = Negotiation::new(u32::from(input.byte() & 7)) else {
+    let first = input.byte();
+    let flags = u32::from(first & 7);
+    let made = match first & 8 {
+        0 => Negotiation::new(flags),
+        _ => Negotiation::requiring_tls(flags),
+    };
+    let Ok(mut n) = made else {
         return;
     };
     while !input.0.is_empty() {
@@ -94,7 +110,7 @@ fuzz_target!(|data: &[u8]| {
             Admit::Close(_) => return,
         };
         let mut step = step;
-        let mut looked_up: Option<Result<Option<ExportInfo>, String>> = None;
+        let mut looked_up: Option<Lookup> = None;
         loop {
             step = match step.outcome {
                 Outcome::NeedList => {
@@ -120,12 +136,13 @@ fuzz_target!(|data: &[u8]| {
         }
         match step.outcome {
             Outcome::Go(session) => {
-                let Some(Ok(Some(info))) = looked_up else {
+                let Some(Lookup::Found(info)) = looked_up else {
                     panic!("Go without an export")
                 };
                 assert_eq!(session.size, info.size);
                 assert!(session.meta_context.is_none() || session.structured);
                 assert_eq!(session.flags & FLAG_SEND_DF != 0, session.structured);
+                assert_eq!(session.flags & FLAG_READ_ONLY != 0, info.read_only);
                 if opt == OPT_EXPORT_NAME {
                     assert!(step.replies.len() == 10 || step.replies.len() == 134);
                 } else {
@@ -134,6 +151,11 @@ fuzz_target!(|data: &[u8]| {
                 return;
             }
             Outcome::Continue => check_replies(opt, &step.replies),
+            Outcome::StartTls => {
+                assert_eq!(opt, OPT_STARTTLS);
+                check_replies(opt, &step.replies);
+                n.tls_started();
+            }
             Outcome::Abort | Outcome::Close(_) => return,
             Outcome::NeedList | Outcome::NeedExport { .. } => unreachable!(),
         }

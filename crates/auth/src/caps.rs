@@ -7,7 +7,10 @@
 //! - `osd`: grants separated by `,`, each `PERMS` or `PERMS pool=NAME`: `r` (read objects), `w`
 //!   (write, remove), `x` (class and admin ops: scrub). A grant without `pool=` covers every pool.
 //! - `nbd`: grants, each `PERMS` or `PERMS volume=NAME`: `r` (open read-only), `w` (open for
-//!   writing). An NBD gateway checks them for the NBD users it serves.
+//!   writing). An NBD gateway checks them for the NBD users it serves (who prove who they
+//!   are with a TLS pre-shared key derived from their entity key). `x` in a grant without
+//!   `volume=` makes the entity a gateway: it may fetch every NBD user's pre-shared key and
+//!   caps from the monitors.
 //!
 //! Daemons (`mon.N`, `osd.N`) are not described by caps: their role comes from their entity
 //! kind and the map (an OSD may act only as the OSD id its key is bound to).
@@ -167,6 +170,14 @@ impl Caps {
         allowed(&parse_grants(&self.osd, "pool").unwrap_or_default(), pool)
     }
 
+    /// Whether this entity may serve NBD users (an unscoped `x` in its NBD caps).
+    pub fn serves_nbd(&self) -> bool {
+        parse_grants(&self.nbd, "volume")
+            .unwrap_or_default()
+            .iter()
+            .any(|g| g.on.is_none() && g.perms.covers(Perms::X))
+    }
+
     /// What the NBD caps allow on volume `volume`.
     pub fn volume_perms(&self, volume: &str) -> Perms {
         allowed(
@@ -210,6 +221,10 @@ mod tests {
         assert_eq!(c.volume_perms("b"), Perms::NONE);
         assert_eq!(Caps::admin().pool_perms("x"), Perms::ALL);
         assert_eq!(Caps::default().mon_perms(), Perms::NONE);
+        assert!(!c.serves_nbd());
+        assert!(!caps("", "", "x volume=a").serves_nbd());
+        assert!(caps("", "", "rx").serves_nbd());
+        assert!(Caps::admin().serves_nbd());
         assert_eq!(Perms::parse("rx").unwrap().to_string(), "rx");
     }
 

@@ -144,20 +144,23 @@ impl Keyring {
             path: p.clone(),
             why: e.to_string(),
         })?;
-        let tmp = path.with_extension("tmp");
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(write)?;
-        f.write_all(b"# Cairn keyring: secret keys. Keep it private (mode 0600).\n")
-            .and_then(|_| f.write_all(text.as_bytes()))
-            .and_then(|_| f.sync_all())
-            .map_err(write)?;
-        std::fs::rename(&tmp, path).map_err(write)
+        let header = "# Cairn keyring: secret keys. Keep it private (mode 0600).\n";
+        write_private(path, format!("{header}{text}").as_bytes()).map_err(write)
     }
+}
+
+/// Writes a file of secrets: mode 0600 from its creation, synced, replacing `path`
+/// atomically (a crash leaves the old file or the new one).
+pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(contents).and_then(|_| f.sync_all())?;
+    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

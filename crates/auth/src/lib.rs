@@ -27,8 +27,8 @@ pub use caps::{BadCaps, Caps, Grant, Perms};
 pub use entity::{BadEntity, Entity, EntityKind, MAX_ENTITY_LEN};
 pub use frames::{frame_guards, FrameMode, Opener, Sealer, Tampered, FRAME_TAGS_LEN};
 pub use keydb::{key_id, KeyChange, KeyDb, KeyDbError, StoredKey, KEY_ID_LEN};
-pub use keyring::{KeyEntry, Keyring, KeyringError};
-pub use secret::{random, BadSecret, Secret, SECRET_LEN};
+pub use keyring::{write_private, KeyEntry, Keyring, KeyringError};
+pub use secret::{nbd_psk, random, BadSecret, Secret, SECRET_LEN};
 pub use service::{Minted, ServiceKeys};
 pub use ticket::{
     open, open_secret, open_ticket, seal, seal_ticket, unix_now, SealError, ServiceKey, TicketBody,

@@ -51,6 +51,16 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// The TLS pre-shared key of an NBD user: derived from its entity key (so it changes when
+/// the key is rotated) and never usable as the key itself.
+pub fn nbd_psk(key: &Secret) -> Secret {
+    let hk = hkdf::Hkdf::<sha2::Sha256>::new(None, &key.0);
+    let mut out = [0u8; SECRET_LEN];
+    // 32 bytes is far below HKDF-SHA256's 8160-byte limit: expand cannot fail.
+    let _ = hk.expand(b"cairn nbd tls-psk v1", &mut out);
+    Secret(out)
+}
+
 /// `n` random bytes (nonces).
 pub fn random<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];

@@ -37,6 +37,11 @@ pub enum AuthCmd {
     /// Remove an entity's key: it can no longer connect (tickets it holds stay valid until
     /// they expire, at most an hour).
     Rm(EntityArg),
+    /// Show an NBD user's TLS pre-shared key as a line `ENTITY:HEX` of a PSK file (the
+    /// format QEMU, libnbd and nbdkit read), or write it into one with -o (mode 0600, other
+    /// users' lines kept). The key is derived from the entity's key: it changes when the
+    /// entity's key is rotated.
+    Psk(GetArgs),
 }
 
 #[derive(Args)]
@@ -261,6 +266,22 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
             }
             Ok(())
         }
+        AuthCmd::Psk(a) => {
+            let e = a.who.entity.clone();
+            let answer = ask(&mon, &me, AuthRequest::Get { entity: e.clone() })?;
+            let AuthAnswer::Key(entry) = answer else {
+                bail!("the monitors answered without the key");
+            };
+            let line = format!("{e}:{}", cairn_auth::nbd_psk(&entry.secret).to_hex());
+            match &a.out.output {
+                Some(path) => {
+                    write_psk_line(path, &e, &line)?;
+                    eprintln!("wrote the TLS pre-shared key of {e} to {}", path.display());
+                }
+                None => println!("{line}"),
+            }
+            Ok(())
+        }
         AuthCmd::Rm(a) => {
             let e = a.entity;
             ask(&mon, &me, AuthRequest::Remove { entity: e.clone() })?;
@@ -268,6 +289,21 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Puts `line` into the PSK file at `path` in place of any line for `entity`.
+fn write_psk_line(path: &Path, entity: &Entity, line: &str) -> Result<()> {
+    let old = match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let prefix = format!("{entity}:");
+    let mut lines: Vec<&str> = old.lines().filter(|l| !l.starts_with(&prefix)).collect();
+    lines.push(line);
+    let text = lines.join("\n") + "\n";
+    cairn_auth::write_private(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn dash(s: &str) -> &str {

@@ -1,11 +1,14 @@
 //! `cairn nbd serve`: serve a pool's volumes over NBD.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use cairn_client::Client;
 use cairn_gateway::nbd::VolumeExports;
-use clap::{Args, Subcommand};
+use cairn_gateway::users::NbdUsers;
+use cairn_nbd::TlsServer;
+use clap::{Args, Subcommand, ValueEnum};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Subcommand)]
 pub enum NbdCmd {
@@ -25,17 +28,45 @@ nothing. Several connections to one export are safe (multi-conn): serve each vol
 `cairn nbd serve` only, since the server keeps the map of which parts of a volume exist.\n\n\
 While a volume has clients, the server holds an open lease on it: `cairn vol rm` refuses, and \
 `cairn vol rm --force` makes the server close it first. SIGTERM or Ctrl-C stops the server \
-cleanly: connections drain and the leases are released.";
+cleanly: connections drain and the leases are released.\n\n\
+With --tls require, every client must start TLS with a pre-shared key (NBD_OPT_STARTTLS) and \
+sees only the volumes its NBD caps grant, read-only without `w`. Users are entities of the \
+key database with NBD caps: `cairn auth add client.alice --nbd 'rw volume=disk0'`, then \
+`cairn auth psk client.alice -o keys.psk` writes the key file clients use: \
+`nbdinfo 'nbds://client.alice@HOST/disk0?tls-psk-file=keys.psk'`, or QEMU's \
+`--object tls-creds-psk,id=tls0,endpoint=client,dir=DIR,username=client.alice` with \
+DIR/keys.psk. The server's own key needs `x` in its NBD caps (client.admin has it).";
+
+/// Whether clients must use TLS.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TlsMode {
+    /// No TLS: every client that can connect may open every volume (loopback only, unless
+    /// --insecure).
+    Off,
+    /// Every client starts TLS with a pre-shared key and is held to its NBD caps.
+    Require,
+}
 
 #[derive(Args)]
 pub struct ServeArgs {
     /// Pool whose volumes are served.
     #[arg(short, long, default_value = "default")]
     pool: String,
-    /// Address to listen on (NBD's port is 10809). Anything but loopback exposes the volumes
-    /// to the network without authentication.
+    /// Address to listen on (NBD's port is 10809). Anything but loopback needs --tls require
+    /// (or --insecure).
     #[arg(long, default_value = "127.0.0.1:10809")]
     listen: String,
+    /// Whether clients must authenticate with TLS-PSK (see below).
+    #[arg(long, value_enum, default_value = "off")]
+    tls: TlsMode,
+    /// Serve without TLS on an address other than loopback: every host that can reach it
+    /// may read and write every volume.
+    #[arg(long)]
+    insecure: bool,
+    /// How often the server fetches the NBD users (keys and caps) from the monitors, in
+    /// seconds; an unknown user also triggers a fetch (at most one a second).
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    users_refresh: u64,
     /// Volume served to clients that ask for the empty export name.
     #[arg(long)]
     default_export: Option<String>,
@@ -53,6 +84,19 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
+        // Checked before binding: nothing listens beyond loopback unless allowed.
+        let exposed = tokio::net::lookup_host(&a.listen)
+            .await
+            .with_context(|| format!("cannot resolve --listen {}", a.listen))?
+            .any(|l| !l.ip().is_loopback());
+        if exposed && a.tls == TlsMode::Off && !a.insecure {
+            bail!(
+                "refusing to serve {} without TLS: every host that reaches it could read and \
+                 write every volume. Use --tls require (clients authenticate with their keys), \
+                 listen on 127.0.0.1, or pass --insecure on a network you trust",
+                a.listen
+            );
+        }
         let listener = tokio::net::TcpListener::bind(&a.listen)
             .await
             .with_context(|| format!("cannot listen on {}", a.listen))?;
@@ -60,25 +104,54 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
         cfg.merge_threshold = a.merge_threshold;
         let client = Client::connect(cfg).await?;
         client.pool_id(&a.pool)?;
+        let users = match a.tls {
+            TlsMode::Off => None,
+            TlsMode::Require => Some(fetch_users(&client).await?),
+        };
         // The address bound (with port 0, the port the system chose).
         let addr = listener
             .local_addr()
             .map_or(a.listen.clone(), |l| l.to_string());
         let holder = format!("cairn nbd serve on {}, nbd://{addr}", hostname());
-        let exports = Arc::new(VolumeExports::new(
-            client,
-            &a.pool,
-            a.default_export,
-            &holder,
-        ));
+        let mut exports = VolumeExports::new(client.clone(), &a.pool, a.default_export, &holder);
+        let mut tls = None;
+        let mut refresher = None;
+        if let Some(users) = users {
+            let me = crate::conf::own_key().context("--tls require needs this process's key")?;
+            let every = Duration::from_secs(a.users_refresh.max(1));
+            refresher = Some(users.keep_fresh(client.mon().clone(), me, every));
+            tls = Some(Arc::new(TlsServer::psk(users.clone())?));
+            exports = exports.with_users(users);
+        }
+        let exports = Arc::new(exports);
         tracing::info!(listen = %addr, pool = %a.pool, "serving volumes over NBD");
         eprintln!("serving the volumes of pool {} on nbd://{addr}", a.pool);
-        cairn_nbd::serve(listener, exports.clone(), stop_signal()).await;
+        cairn_nbd::serve(listener, exports.clone(), tls, stop_signal()).await;
+        if let Some(r) = refresher {
+            r.abort();
+        }
         // Release the volumes' open leases now rather than have `vol rm` wait for them to expire.
         exports.close_all().await;
         eprintln!("stopped serving pool {}", a.pool);
         Ok(())
     })
+}
+
+/// The NBD users (keys and caps), fetched once to check this server may serve them.
+async fn fetch_users(client: &Client) -> Result<Arc<NbdUsers>> {
+    let me = crate::conf::own_key().context(
+        "--tls require needs this process's key: the configuration names no keyring (a cluster \
+         run with --auth none has no NBD users)",
+    )?;
+    let users = NbdUsers::fetch(client.mon(), &me)
+        .await
+        .context("cannot fetch the NBD users from the monitors")?;
+    if users.is_empty() {
+        tracing::warn!(
+            "no NBD users yet: add one with `cairn auth add client.NAME --nbd 'rw volume=VOL'`"
+        );
+    }
+    Ok(users)
 }
 
 /// Resolves on SIGINT or SIGTERM (or never, if the handlers cannot be installed).

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::cluster::{text, Cluster};
+use common::cluster::{run_as, text, Cluster};
 use rand::{Rng, RngCore, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -564,11 +564,16 @@ struct NbdServer {
 
 impl NbdServer {
     fn start(c: &Cluster, pool: &str) -> NbdServer {
+        NbdServer::start_with(c, pool, &[])
+    }
+
+    fn start_with(c: &Cluster, pool: &str, extra: &[&str]) -> NbdServer {
         use std::io::BufRead;
         let conf = c.conf.display().to_string();
         let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .args(["-c", &conf, "nbd", "serve", "--pool", pool])
             .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -976,5 +981,205 @@ fn fua_and_flush_on_a_memory_pool_and_its_writes_survive_kill9_of_every_osd() {
         text(&o.stdout),
         text(&o.stderr),
         c.logs()
+    );
+}
+
+/// `nbds://ENTITY@ADDR/VOLUME?tls-psk-file=PSK` of a server started with --tls require.
+fn nbds(server: &NbdServer, entity: &str, volume: &str, psk: &Path) -> String {
+    format!(
+        "nbds://{entity}@{}/{volume}?tls-psk-file={}",
+        server.addr,
+        psk.display()
+    )
+}
+
+/// Writes the TLS pre-shared key of `entity` (`cairn auth psk -o`) into DIR/ENTITY/keys.psk.
+fn psk_file(c: &Cluster, dir: &Path, entity: &str) -> PathBuf {
+    let sub = dir.join(entity);
+    std::fs::create_dir_all(&sub).expect("psk dir");
+    let path = sub.join("keys.psk");
+    c.ok(&["auth", "psk", entity, "-o", &p(&path)]);
+    path
+}
+
+/// Runs `code` in nbdsh connected to `uri` (which may name a local PSK file).
+fn nbdsh_at(uri: &str, code: &str) -> String {
+    format!("h.set_uri_allow_local_file(True)\nh.connect_uri('{uri}')\n{code}")
+}
+
+fn fails(secs: u32, cmd: &str, args: &[&str]) -> String {
+    let o = tool(secs, cmd, args);
+    assert!(!o.status.success(), "{cmd} {args:?} succeeded");
+    format!("{}{}", text(&o.stdout), text(&o.stderr))
+}
+
+#[test]
+fn nbd_over_tls_psk_serves_each_user_what_its_caps_grant() {
+    let c = Cluster::up_with_nbd("nbd-tls", 1);
+    c.ok(&["vol", "create", "disk1", "--size", "64M"]);
+    c.add_key("client.alice", ("", "", "rw volume=disk0, r volume=disk1"));
+    c.add_key("client.bob", ("", "", "r volume=disk0"));
+    c.add_key("client.carol", ("r", "", ""));
+    let dir = scratch("nbd-tls");
+    let (alice, bob, carol) = (
+        psk_file(&c, &dir, "client.alice"),
+        psk_file(&c, &dir, "client.bob"),
+        psk_file(&c, &dir, "client.carol"),
+    );
+    let psk_mode = std::fs::metadata(&alice).expect("psk file").permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&psk_mode) & 0o777,
+        0o600
+    );
+    let server =
+        NbdServer::start_with(&c, "default", &["--tls", "require", "--users-refresh", "1"]);
+
+    // Each user lists only what it may open.
+    let list = tool_ok(
+        &c,
+        30,
+        "nbdinfo",
+        &["--list", &nbds(&server, "client.alice", "", &alice)],
+    );
+    assert!(
+        list.contains("\"disk0\"") && list.contains("\"disk1\""),
+        "{list}"
+    );
+    let list = tool_ok(
+        &c,
+        30,
+        "nbdinfo",
+        &["--list", &nbds(&server, "client.bob", "", &bob)],
+    );
+    assert!(
+        list.contains("\"disk0\"") && !list.contains("disk1"),
+        "{list}"
+    );
+
+    // Refused: no TLS, a user without NBD caps, a volume not granted, a wrong key.
+    let plain = fails(30, "nbdinfo", &[&server.uri("disk0")]);
+    assert!(plain.to_lowercase().contains("tls"), "{plain}");
+    fails(
+        30,
+        "nbdinfo",
+        &[&nbds(&server, "client.carol", "disk0", &carol)],
+    );
+    fails(
+        30,
+        "nbdinfo",
+        &[&nbds(&server, "client.bob", "disk1", &bob)],
+    );
+    let wrong = dir.join("wrong.psk");
+    let bob_key = std::fs::read_to_string(&bob).expect("bob's psk");
+    std::fs::write(&wrong, bob_key.replace("client.bob", "client.alice")).expect("write");
+    fails(
+        30,
+        "nbdinfo",
+        &[&nbds(&server, "client.alice", "disk0", &wrong)],
+    );
+
+    // Alice writes disk0 over TLS; bob reads the same bytes back over his own session.
+    let data = image(4 << 20, &[(1 << 20, 2 << 20)], 5);
+    let src = dir.join("src.img");
+    std::fs::write(&src, &data).expect("write src");
+    tool_ok(
+        &c,
+        60,
+        "nbdcopy",
+        &[&p(&src), &nbds(&server, "client.alice", "disk0", &alice)],
+    );
+    let back = dir.join("back.img");
+    let bob_disk0 = nbds(&server, "client.bob", "disk0", &bob);
+    let read = format!(
+        "open('{}', 'wb').write(h.pread({}, 0))",
+        p(&back),
+        data.len()
+    );
+    tool_ok(&c, 60, "nbdsh", &["-c", &nbdsh_at(&bob_disk0, &read)]);
+    let read = std::fs::read(&back).expect("read back");
+    assert!(read == data, "bob read other bytes than alice wrote");
+
+    // r without w is read-only: flagged so, and a write sent anyway fails with EPERM.
+    let info = tool_ok(&c, 30, "nbdinfo", &["--json", &bob_disk0]);
+    assert!(info.contains("\"is_read_only\": true"), "{info}");
+    let write = nbdsh_at(&bob_disk0, "h.set_strict_mode(0)\nh.pwrite(b'x' * 512, 0)");
+    let eperm = fails(30, "nbdsh", &["-c", &write]);
+    assert!(
+        eperm.contains("pwrite: write: command failed: Operation not permitted"),
+        "{eperm}"
+    );
+
+    // A rotated key stops working (within the refresh), the new one works at once.
+    c.ok(&["auth", "rotate", "client.bob", "--keep-old", "0"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tool(30, "nbdinfo", &["--size", &bob_disk0])
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "bob's old key still accepted");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let bob = psk_file(&c, &dir, "client.bob");
+    tool_ok(
+        &c,
+        30,
+        "nbdinfo",
+        &["--size", &nbds(&server, "client.bob", "disk0", &bob)],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nbd_serve_refuses_unsafe_or_unauthorised_setups() {
+    let c = Cluster::up_with_nbd("nbd-tls-setup", 1);
+    let conf = c.conf.display().to_string();
+    // Without TLS, only loopback (checked before anything listens).
+    let (ok, out) = run_as(&conf, &["nbd", "serve", "--listen", "0.0.0.0:0"]);
+    assert!(!ok && out.contains("refusing to serve"), "{out}");
+    // A server key without `x` in its NBD caps cannot fetch the users' keys.
+    let ring = c.add_key("client.gw", ("r", "rw", "rw"));
+    let gw = c.conf_for("client.gw", &ring);
+    let (ok, out) = run_as(
+        &gw,
+        &[
+            "nbd",
+            "serve",
+            "--tls",
+            "require",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    assert!(!ok && out.contains("not an NBD gateway"), "{out}");
+}
+
+#[test]
+fn bench_nbd_measures_tls_against_the_same_path_in_the_clear() {
+    let c = Cluster::up_with_nbd("nbd-bench-tls", 1);
+    let args = [
+        "bench",
+        "nbd",
+        "--json",
+        "--tls",
+        "--size",
+        "1",
+        "--volume-size",
+        "16M",
+        "--seconds",
+        "0.5",
+        "--only",
+        "randwrite-4k-qd1",
+    ];
+    let out = c.ok(&args);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("bench JSON");
+    let w = &v["workloads"][0];
+    assert_eq!(w["name"], "randwrite-4k-qd1", "{out}");
+    let tls = &w["tls"];
+    for key in ["iops", "plain_iops", "iops_ratio_to_plain"] {
+        assert!(tls[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {out}");
+    }
+    assert!(
+        tls["lat_us"]["p99"].as_f64().is_some_and(|x| x > 0.0),
+        "{out}"
     );
 }

@@ -3,5 +3,7 @@
 //! and a volume knows no protocol (`cairn-volume`); what joins them lives here.
 //!
 //! - [`nbd`]: a pool's volumes as NBD exports (`cairn nbd serve`).
+//! - [`users`]: the NBD users a gateway serves over TLS (their keys and caps).
 
 pub mod nbd;
+pub mod users;

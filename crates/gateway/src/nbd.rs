@@ -1,7 +1,8 @@
 //! Volumes as NBD exports: the `cairn-nbd` traits over [`Volume`].
 
+use crate::users::NbdUsers;
 use cairn_client::{Client, ClientError, FailCode};
-use cairn_nbd::{Export, ExportError, Exports, Extent};
+use cairn_nbd::{ClientId, Export, ExportError, Exports, Extent, Opened};
 use cairn_volume::{read_header, Volume, VolumeError};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -18,6 +19,8 @@ pub struct VolumeExports {
     open: tokio::sync::Mutex<HashMap<String, Weak<Volume>>>,
     /// Of every volume opened and not yet released: turns true once released.
     releases: std::sync::Mutex<Vec<tokio::sync::watch::Receiver<bool>>>,
+    /// With TLS: who may open which volume. Without, every client may open every volume.
+    users: Option<Arc<NbdUsers>>,
 }
 
 impl VolumeExports {
@@ -31,6 +34,21 @@ impl VolumeExports {
             holder: holder.to_string(),
             open: tokio::sync::Mutex::new(HashMap::new()),
             releases: std::sync::Mutex::new(Vec::new()),
+            users: None,
+        }
+    }
+
+    /// Serves each client only the volumes its NBD caps grant (read-only without `w`).
+    pub fn with_users(mut self, users: Arc<NbdUsers>) -> VolumeExports {
+        self.users = Some(users);
+        self
+    }
+
+    /// Whether `client` may open `volume`, and write it.
+    fn access(&self, volume: &str, client: &ClientId) -> Result<bool, String> {
+        match &self.users {
+            Some(users) => users.access(volume, client),
+            None => Ok(true),
         }
     }
 
@@ -69,12 +87,13 @@ pub struct VolumeExport {
 impl Exports for VolumeExports {
     type Export = VolumeExport;
 
-    async fn list(&self) -> Result<Vec<(String, String)>, ExportError> {
+    async fn list(&self, client: &ClientId) -> Result<Vec<(String, String)>, ExportError> {
         let vols = cairn_volume::list(&self.client, &self.pool)
             .await
             .map_err(export_error)?;
         Ok(vols
             .into_iter()
+            .filter(|v| self.access(&v.name, client).is_ok())
             .map(|v| {
                 let desc = match v.header {
                     Ok(h) => format!("{} bytes", h.size),
@@ -85,12 +104,18 @@ impl Exports for VolumeExports {
             .collect())
     }
 
-    async fn open(&self, name: &str) -> Result<Option<Arc<VolumeExport>>, ExportError> {
+    async fn open(
+        &self,
+        name: &str,
+        client: &ClientId,
+    ) -> Result<Option<Opened<VolumeExport>>, ExportError> {
         let name = match (name, &self.default) {
             ("", Some(d)) => d.as_str(),
             ("", None) => return Ok(None),
             (n, _) => n,
         };
+        // Before any lookup: a client learns nothing of volumes it may not open.
+        let writable = self.access(name, client).map_err(ExportError::Denied)?;
         if cairn_volume::header::check_name(name).is_err() {
             return Ok(None);
         }
@@ -132,7 +157,10 @@ impl Exports for VolumeExports {
             }
         };
         let size = volume.size();
-        Ok(Some(Arc::new(VolumeExport { volume, size })))
+        Ok(Some(Opened {
+            export: Arc::new(VolumeExport { volume, size }),
+            read_only: !writable,
+        }))
     }
 }
 

@@ -1,6 +1,7 @@
 //! `AUTH_COMMAND`: managing the key database (`cairn auth`), on the leader.
 //!
-//! Every request needs `mon x`. Reads (list, get) are answered from the leader's applied
+//! Every request needs `mon x`, except the list of NBD users, which NBD gateways (`x` in NBD
+//! caps without `volume=`) may fetch too. Reads (list, get) are answered from the leader's applied
 //! state; changes go through Raft, and the key database checks them (caps, rules) as it
 //! applies them. New secrets come from the leader's random source and are
 //! put into the change before it is proposed (applying must be deterministic). A secret
@@ -9,16 +10,22 @@
 use crate::ctx::{Ctx, Proposed};
 use crate::types::{ApplyResult, Proposal};
 use cairn_auth::{
-    open_secret, seal, unix_now, Caps, Entity, EntityKind, KeyChange, KeyDbError, Perms, Secret,
+    nbd_psk, open_secret, seal, unix_now, Caps, Entity, EntityKind, KeyChange, KeyDbError, Perms,
+    Secret,
 };
-use cairn_proto::msg::mon::{auth_import_aad, auth_key_aad, AuthListing, AuthReply, AuthRequest};
+use cairn_proto::msg::mon::{
+    auth_import_aad, auth_key_aad, nbd_psk_aad, AuthListing, AuthReply, AuthRequest, NbdUser,
+};
 use cairn_transport::Peer;
 
 /// Longest grace a rotation may keep the old key for (30 days).
 pub const MAX_KEEP_OLD_SECS: u64 = 30 * 86_400;
+/// Most NBD users one answer lists (bounds the reply to about 1 MiB); a gateway serves the
+/// first ones by name and the leader logs that the others were left out.
+pub const MAX_NBD_USERS: usize = 4096;
 
-/// Why `peer` may not manage keys, if it may not.
-fn refusal(ctx: &Ctx, peer: &Peer) -> Option<String> {
+/// Why `peer` may not make this request, if it may not.
+fn refusal(ctx: &Ctx, peer: &Peer, req: &AuthRequest) -> Option<String> {
     if ctx.keys.is_none() {
         return Some(
             "this cluster runs without authentication (--auth none): there are no keys to \
@@ -33,6 +40,16 @@ fn refusal(ctx: &Ctx, peer: &Peer) -> Option<String> {
     if client && peer.caps.mon_perms().covers(Perms::X) {
         return None;
     }
+    if matches!(req, AuthRequest::NbdUsers) {
+        if client && peer.caps.serves_nbd() {
+            return None;
+        }
+        return Some(format!(
+            "permission denied: {} is not an NBD gateway (fetching NBD users' keys needs `x` \
+             in its NBD caps, without volume=)",
+            peer.name()
+        ));
+    }
     Some(format!(
         "permission denied: {} lacks x on the monitors (managing keys needs `mon x`)",
         peer.name()
@@ -41,7 +58,7 @@ fn refusal(ctx: &Ctx, peer: &Peer) -> Option<String> {
 
 /// Answers one request from `peer`.
 pub(crate) async fn serve(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> AuthReply {
-    if let Some(why) = refusal(ctx, peer) {
+    if let Some(why) = refusal(ctx, peer, &req) {
         tracing::warn!(peer = %peer.name(), "refused: {why}");
         return AuthReply::Refused(why);
     }
@@ -169,5 +186,37 @@ async fn handle(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> Result<AuthReply, A
             change(ctx, KeyChange::Remove { entity }).await?;
             Ok(AuthReply::Done)
         }
+        AuthRequest::NbdUsers => Ok(nbd_users(ctx, peer)),
     }
+}
+
+/// Every entity with NBD caps (client or NBD kind), with its pre-shared key sealed for `peer`.
+fn nbd_users(ctx: &Ctx, peer: &Peer) -> AuthReply {
+    let Some(key) = peer.key.as_ref() else {
+        return AuthReply::Refused("this connection is not authenticated".into());
+    };
+    let (users, total) = ctx.view.with_keys(|db| {
+        let all = db.keys.iter().filter(|(e, k)| {
+            matches!(e.kind(), EntityKind::Client | EntityKind::Nbd)
+                && !k.caps.nbd.trim().is_empty()
+        });
+        let total = all.clone().count();
+        let users: Vec<NbdUser> = all
+            .take(MAX_NBD_USERS)
+            .map(|(e, k)| NbdUser {
+                entity: e.clone(),
+                caps: k.caps.clone(),
+                sealed_psk: seal(key, &nbd_psk_aad(e), &nbd_psk(&k.secret).0),
+            })
+            .collect();
+        (users, total)
+    });
+    if total > users.len() {
+        tracing::warn!(
+            total,
+            sent = users.len(),
+            "more NBD users than one answer holds: the others cannot connect over TLS"
+        );
+    }
+    AuthReply::NbdUsers(users)
 }

@@ -7,11 +7,12 @@
 
 use crate::{expect, protocol, MonClient, MonClientError, Step};
 use cairn_auth::{
-    open, open_secret, seal, Entity, KeyEntry, Keyring, KeyringError, Secret, ServiceKey,
+    open, open_secret, seal, Caps, Entity, KeyEntry, Keyring, KeyringError, Secret, ServiceKey,
     MAX_TICKET,
 };
 use cairn_proto::msg::mon::{
-    auth_import_aad, auth_key_aad, AuthListing, AuthReply, AuthRequest, AUTH_COMMAND, AUTH_REPLY,
+    auth_import_aad, auth_key_aad, nbd_psk_aad, AuthListing, AuthReply, AuthRequest, AUTH_COMMAND,
+    AUTH_REPLY,
 };
 use cairn_proto::msg::mon::{
     service_keys_aad, ticket_session_aad, ServiceKeysReply, TicketReply, GET_SERVICE_KEYS,
@@ -357,6 +358,8 @@ pub enum AuthAnswer {
     List(Vec<AuthListing>),
     /// An entity's key and caps (opened with this client's key).
     Key(KeyEntry),
+    /// Every NBD user with its caps and TLS pre-shared key (opened with this client's key).
+    NbdUsers(Vec<(Entity, Caps, Secret)>),
 }
 
 /// The request that imports `entry`, its secret sealed with `me` (the key this client
@@ -380,6 +383,19 @@ fn auth_step(f: Frame, me: &[Secret]) -> Step<AuthAnswer> {
         Ok(AuthReply::Refused(why)) => Step::Fail(MonClientError::KeyRefused(why)),
         Ok(AuthReply::NotLeader { leader }) => Step::Redirect(leader),
         Ok(AuthReply::Unavailable(why)) => Step::Retry(why),
+        Ok(AuthReply::NbdUsers(users)) => {
+            let mut out = Vec::with_capacity(users.len());
+            for u in users {
+                let Some(psk) = open_any(me, &nbd_psk_aad(&u.entity), &u.sealed_psk) else {
+                    return Step::Fail(protocol(format!(
+                        "the pre-shared key of {} does not open with our key",
+                        u.entity
+                    )));
+                };
+                out.push((u.entity, u.caps, psk));
+            }
+            Step::Done(AuthAnswer::NbdUsers(out))
+        }
         Ok(AuthReply::Key {
             entity,
             caps,

@@ -147,6 +147,10 @@ pub fn check_request(req: &Request, s: &Session) -> Result<Op, Rejection> {
     if req.flags & !allowed_flags(req.kind, s.structured) != 0 {
         return fail(Errno::Inval, "command flag not valid for this command");
     }
+    let writes = matches!(req.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+    if writes && s.flags & FLAG_READ_ONLY != 0 {
+        return fail(Errno::Perm, "the export is read-only for this client");
+    }
     if req.kind == CMD_DISC {
         // No reply is possible; offset and length "MUST be zero" but carry no meaning.
         return Ok(Op::Disconnect);
@@ -282,6 +286,24 @@ mod tests {
             Err(Rejection::Fail { errno, discard, .. }) => (errno, discard),
             other => panic!("expected a failure, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn read_only_sessions_refuse_every_write_kind() {
+        let mut s = session();
+        s.flags |= FLAG_READ_ONLY;
+        assert_eq!(
+            errno(check_request(&req(CMD_WRITE, 0, 0, 512), &s)),
+            (Errno::Perm, 512)
+        );
+        assert_eq!(
+            errno(check_request(&req(CMD_TRIM, 0, 0, 512), &s)),
+            (Errno::Perm, 0)
+        );
+        let zero = req(CMD_WRITE_ZEROES, 0, 0, 512);
+        assert_eq!(errno(check_request(&zero, &s)), (Errno::Perm, 0));
+        assert!(check_request(&req(CMD_READ, 0, 0, 512), &s).is_ok());
+        assert!(check_request(&req(CMD_FLUSH, 0, 0, 0), &s).is_ok());
     }
 
     #[test]

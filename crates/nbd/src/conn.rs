@@ -4,14 +4,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{
+    AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadHalf, WriteHalf,
+};
 use tokio::sync::watch;
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 use crate::command::Session;
-use crate::export::{Export, Exports};
-use crate::handshake::{Admit, ExportInfo, HandshakeError, Negotiation, Outcome};
+use crate::export::{ClientId, Export, ExportError, Exports};
+use crate::handshake::{Admit, ExportInfo, HandshakeError, Lookup, Negotiation, Outcome};
 use crate::proto::{greeting, parse_option_header, ProtoError, OPTION_HEADER_LEN};
+use crate::tls::{TlsError, TlsServer};
 use crate::transmission;
 
 /// A client gets this long to finish option haggling (an idle half-open handshake would
@@ -30,6 +33,13 @@ pub enum ConnError {
     /// The handshake failed (bad flags, unknown export for NBD_OPT_EXPORT_NAME, limits).
     #[error("handshake failed: {0}")]
     Handshake(#[from] HandshakeError),
+    /// The TLS handshake after NBD_OPT_STARTTLS failed (unknown user, wrong key, not TLS).
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The client sent bytes after NBD_OPT_STARTTLS before the server's reply: they cannot
+    /// belong to the TLS handshake.
+    #[error("data sent after NBD_OPT_STARTTLS before the server acknowledged it")]
+    StartTlsPipelined,
     /// Option haggling took longer than [`HANDSHAKE_TIMEOUT`].
     #[error("handshake not finished within {0:?}")]
     HandshakeTimeout(Duration),
@@ -77,26 +87,50 @@ enum Negotiated<X> {
     Go(Session, Arc<X>),
 }
 
-/// Runs a whole connection: handshake, then transmission until it ends.
+/// Any byte stream a connection runs over: the socket, or TLS over it after STARTTLS.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Both halves of a connection's stream. One buffered reader serves both phases: bytes read
+/// ahead during the handshake belong to the first requests.
+struct Halves {
+    rd: BufReader<ReadHalf<Box<dyn Io>>>,
+    wr: WriteHalf<Box<dyn Io>>,
+}
+
+impl Halves {
+    fn new(stream: Box<dyn Io>) -> Halves {
+        let (rd, wr) = tokio::io::split(stream);
+        Halves {
+            rd: BufReader::new(rd),
+            wr,
+        }
+    }
+}
+
+/// Runs a whole connection: handshake, then transmission until it ends. With `tls`, the
+/// client must start TLS before anything else.
 pub(crate) async fn run<E, S>(
     stream: S,
     exports: Arc<E>,
+    tls: Option<Arc<TlsServer>>,
     peer: Arc<str>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<End, ConnError>
 where
     E: Exports,
-    S: AsyncRead + AsyncWrite + Unpin + Send,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (rd, mut wr) = tokio::io::split(stream);
-    // One buffered reader for both phases: bytes read ahead during the handshake belong to
-    // the first requests.
-    let mut rd = BufReader::new(rd);
+    let io = Halves::new(Box::new(stream));
+    let client = ClientId {
+        identity: None,
+        addr: peer.to_string(),
+    };
     let handshake = tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
-        negotiate(&mut rd, &mut wr, &*exports, &peer),
+        negotiate(io, &*exports, tls.as_deref(), client),
     );
-    let negotiated = tokio::select! {
+    let (io, negotiated) = tokio::select! {
         r = handshake => r.map_err(|_| ConnError::HandshakeTimeout(HANDSHAKE_TIMEOUT))??,
         // Nothing is in flight during the handshake: just drop the connection.
         () = wait_shutdown(&mut shutdown) => return Ok(End::Shutdown),
@@ -106,91 +140,134 @@ where
         Negotiated::Go(session, export) => {
             debug!(peer = %peer, export = %session.export, size = session.size,
                 structured = session.structured, meta = ?session.meta_context, "nbd: transmission");
-            transmission::run(rd, wr, session, export, peer, shutdown).await
+            transmission::run(io.rd, io.wr, session, export, peer, shutdown).await
         }
     }
 }
 
-async fn negotiate<E, R, W>(
-    rd: &mut R,
-    wr: &mut W,
+async fn negotiate<E: Exports>(
+    mut io: Halves,
     exports: &E,
-    peer: &str,
-) -> Result<Negotiated<E::Export>, ConnError>
-where
-    E: Exports,
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    wr.write_all(&greeting()).await?;
-    wr.flush().await?;
-    let mut nego = Negotiation::new(rd.read_u32().await?)?;
+    tls: Option<&TlsServer>,
+    mut client: ClientId,
+) -> Result<(Halves, Negotiated<E::Export>), ConnError> {
+    io.wr.write_all(&greeting()).await?;
+    io.wr.flush().await?;
+    let flags = io.rd.read_u32().await?;
+    let mut nego = match tls {
+        Some(_) => Negotiation::requiring_tls(flags)?,
+        None => Negotiation::new(flags)?,
+    };
     // The export opened by the latest lookup, handed to transmission on Go.
     let mut opened: Option<Arc<E::Export>> = None;
     loop {
-        let mut head = [0u8; OPTION_HEADER_LEN];
-        rd.read_exact(&mut head).await?;
-        let (opt, len) = parse_option_header(&head)?;
-        debug!(peer, opt, len, "nbd: option");
-        let mut step = match nego.admit(opt, len) {
-            Admit::Read => {
-                let mut data = vec![0; len as usize];
-                rd.read_exact(&mut data).await?;
-                nego.on_option(opt, &data)
-            }
-            Admit::Discard => {
-                if !skip(rd, len).await? {
-                    return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
-                }
-                nego.on_discarded(opt)
-            }
-            Admit::Close(e) => return Err(e.into()),
-        };
+        let mut step = next_option(&mut io, &mut nego, &client.addr).await?;
         // Lookups feed back into the machine until it has an answer for this option.
         loop {
-            wr.write_all(&step.replies).await?;
+            io.wr.write_all(&step.replies).await?;
             step = match step.outcome {
                 Outcome::Continue => break,
                 Outcome::Abort => {
-                    wr.flush().await?;
-                    return Ok(Negotiated::Abort);
+                    io.wr.flush().await?;
+                    return Ok((io, Negotiated::Abort));
                 }
                 Outcome::Close(e) => {
-                    wr.flush().await?;
+                    io.wr.flush().await?;
                     return Err(e.into());
                 }
-                Outcome::NeedList => nego.on_list(exports.list().await.map_err(|e| e.to_string())),
+                Outcome::StartTls => {
+                    let tls = tls.ok_or(ConnError::Internal("STARTTLS without TLS set up"))?;
+                    io.wr.flush().await?;
+                    let identity;
+                    (io, identity) = start_tls(io, tls, &client.addr).await?;
+                    client.identity = Some(identity);
+                    nego.tls_started();
+                    break;
+                }
+                Outcome::NeedList => {
+                    nego.on_list(exports.list(&client).await.map_err(|e| e.to_string()))
+                }
                 Outcome::NeedExport { name, description } => {
-                    let (found, export) = lookup(exports, &name, description).await;
+                    let (found, export) = lookup(exports, &name, description, &client).await;
                     opened = export;
                     nego.on_export(found)
                 }
                 Outcome::Go(session) => {
-                    wr.flush().await?;
+                    io.wr.flush().await?;
                     let export =
                         opened.ok_or(ConnError::Internal("go without an opened export"))?;
-                    return Ok(Negotiated::Go(session, export));
+                    return Ok((io, Negotiated::Go(session, export)));
                 }
             };
         }
-        wr.flush().await?;
+        io.wr.flush().await?;
     }
 }
 
-/// Opens an export and describes it for the state machine.
+/// Reads one option and feeds it to the machine.
+async fn next_option(
+    io: &mut Halves,
+    nego: &mut Negotiation,
+    peer: &str,
+) -> Result<crate::handshake::Step, ConnError> {
+    let mut head = [0u8; OPTION_HEADER_LEN];
+    io.rd.read_exact(&mut head).await?;
+    let (opt, len) = parse_option_header(&head)?;
+    debug!(peer, opt, len, "nbd: option");
+    match nego.admit(opt, len) {
+        Admit::Read => {
+            let mut data = vec![0; len as usize];
+            io.rd.read_exact(&mut data).await?;
+            Ok(nego.on_option(opt, &data))
+        }
+        Admit::Discard => {
+            if !skip(&mut io.rd, len).await? {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+            Ok(nego.on_discarded(opt))
+        }
+        Admit::Close(e) => Err(e.into()),
+    }
+}
+
+/// Runs the TLS handshake on the connection's socket; returns the halves of the secure
+/// stream and the identity the client proved.
+async fn start_tls(io: Halves, tls: &TlsServer, peer: &str) -> Result<(Halves, String), ConnError> {
+    if !io.rd.buffer().is_empty() {
+        return Err(ConnError::StartTlsPipelined);
+    }
+    let stream = io.rd.into_inner().unsplit(io.wr);
+    match tls.accept(stream).await {
+        Ok((secure, identity)) => {
+            info!(peer, identity, "nbd: TLS client authenticated");
+            Ok((Halves::new(Box::new(secure)), identity))
+        }
+        Err(e) => {
+            warn!(peer, error = %e, "nbd: refused a TLS client");
+            Err(e.into())
+        }
+    }
+}
+
+/// Opens an export for `client` and describes it for the state machine.
 async fn lookup<E: Exports>(
     exports: &E,
     name: &str,
     description: bool,
-) -> (Result<Option<ExportInfo>, String>, Option<Arc<E::Export>>) {
-    let export = match exports.open(name).await {
+    client: &ClientId,
+) -> (Lookup, Option<Arc<E::Export>>) {
+    let opened = match exports.open(name, client).await {
         Ok(Some(x)) => x,
-        Ok(None) => return (Ok(None), None),
-        Err(e) => return (Err(e.to_string()), None),
+        Ok(None) => return (Lookup::Missing, None),
+        Err(ExportError::Denied(why)) => {
+            warn!(peer = %client.addr, identity = ?client.identity, export = name, "nbd: {why}");
+            return (Lookup::Denied(why), None);
+        }
+        Err(e) => return (Lookup::Failed(e.to_string()), None),
     };
     // Descriptions only live in the export list; a failure to list just omits it.
     let description = match description {
-        true => exports.list().await.ok().and_then(|list| {
+        true => exports.list(client).await.ok().and_then(|list| {
             list.into_iter()
                 .find(|(n, d)| n == name && !d.is_empty())
                 .map(|(_, d)| d)
@@ -198,11 +275,12 @@ async fn lookup<E: Exports>(
         false => None,
     };
     let info = ExportInfo {
-        size: export.size(),
-        multi_conn: export.multi_conn(),
+        size: opened.export.size(),
+        multi_conn: opened.export.multi_conn(),
         description,
+        read_only: opened.read_only,
     };
-    (Ok(Some(info)), Some(export))
+    (Lookup::Found(info), Some(opened.export))
 }
 
 /// Reads and drops `len` bytes; false if the stream ended first.

@@ -152,6 +152,7 @@ fn errno(e: &ExportError, op: &Op) -> Errno {
         ExportError::Io(_) => Errno::Io,
         ExportError::NoSpace(_) => Errno::NoSpc,
         ExportError::Invalid(_) => Errno::Inval,
+        ExportError::Denied(_) => Errno::Perm,
         ExportError::NotSupported(_) if matches!(op, Op::WriteZeroes { fast: true, .. }) => {
             Errno::NotSup
         }

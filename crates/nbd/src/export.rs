@@ -19,6 +19,28 @@ pub enum ExportError {
     /// The export cannot do this (fast) (NBD_ENOTSUP), e.g. a FAST_ZERO it cannot honour.
     #[error("not supported: {0}")]
     NotSupported(String),
+    /// This client may not open the export (NBD_REP_ERR_POLICY in the handshake); the text
+    /// says who lacks what.
+    #[error("{0}")]
+    Denied(String),
+}
+
+/// Who is asking, as far as the server knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientId {
+    /// The identity the client proved in the TLS handshake (its TLS-PSK identity); `None`
+    /// without TLS, when the server trusts every client that can reach it.
+    pub identity: Option<String>,
+    /// The client's address, for logs.
+    pub addr: String,
+}
+
+/// An export opened for one client.
+pub struct Opened<X> {
+    /// The export.
+    pub export: Arc<X>,
+    /// The client may only read (NBD_FLAG_READ_ONLY; writes fail with EPERM).
+    pub read_only: bool,
 }
 
 /// One run of an export's allocation map, for NBD_CMD_BLOCK_STATUS (base:allocation).
@@ -92,13 +114,19 @@ pub trait Exports: Send + Sync + 'static {
     /// The export type [`open`](Exports::open) hands out.
     type Export: Export;
 
-    /// Names (and optional one-line descriptions) for NBD_OPT_LIST.
-    fn list(&self) -> impl Future<Output = Result<Vec<(String, String)>, ExportError>> + Send;
+    /// Names (and optional one-line descriptions) for NBD_OPT_LIST: only those `client` may
+    /// open.
+    fn list(
+        &self,
+        client: &ClientId,
+    ) -> impl Future<Output = Result<Vec<(String, String)>, ExportError>> + Send;
 
-    /// Opens an export by name; `Ok(None)` when there is none. The empty name is the default
-    /// export (if the implementation has one).
+    /// Opens an export by name for `client`; `Ok(None)` when there is none, `Denied` when the
+    /// client may not open it. The empty name is the default export (if the implementation
+    /// has one).
     fn open(
         &self,
         name: &str,
-    ) -> impl Future<Output = Result<Option<Arc<Self::Export>>, ExportError>> + Send;
+        client: &ClientId,
+    ) -> impl Future<Output = Result<Option<Opened<Self::Export>>, ExportError>> + Send;
 }

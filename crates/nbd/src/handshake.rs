@@ -45,9 +45,14 @@ pub enum HandshakeError {
     /// NBD_OPT_EXPORT_NAME with a name that is too long or not a valid string.
     #[error("NBD_OPT_EXPORT_NAME with an invalid name")]
     BadExportName,
-    /// NBD_OPT_EXPORT_NAME for an export that does not exist (no error reply is possible).
-    #[error("NBD_OPT_EXPORT_NAME for unknown export {0:?}")]
+    /// NBD_OPT_EXPORT_NAME for an export that does not exist or may not be opened (no error
+    /// reply is possible).
+    #[error("NBD_OPT_EXPORT_NAME for export {0:?}, which cannot be opened")]
     UnknownExport(String),
+    /// NBD_OPT_EXPORT_NAME before TLS on a server that requires it (no error reply is
+    /// possible).
+    #[error("NBD_OPT_EXPORT_NAME without TLS, which this server requires")]
+    TlsRequired,
     /// The driver called the machine out of turn (a bug, not the client's doing).
     #[error("negotiation driven out of order: {0}")]
     OutOfOrder(&'static str),
@@ -74,6 +79,9 @@ pub enum Outcome {
     },
     /// Enter transmission with the opened export.
     Go(Session),
+    /// NBD_OPT_STARTTLS was acknowledged: run the TLS handshake as server, then call
+    /// [`Negotiation::tls_started`] and read the next option over TLS.
+    StartTls,
 }
 
 /// Bytes to send, then what to do next.
@@ -94,6 +102,32 @@ pub struct ExportInfo {
     pub multi_conn: bool,
     /// Description from the export list, if asked for and found.
     pub description: Option<String>,
+    /// This client may only read it (NBD_FLAG_READ_ONLY; writes fail with EPERM).
+    pub read_only: bool,
+}
+
+/// The answer to an [`Outcome::NeedExport`] lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The export, opened.
+    Found(ExportInfo),
+    /// No export has this name.
+    Missing,
+    /// This client may not open it (NBD_REP_ERR_POLICY, with the reason).
+    Denied(String),
+    /// The lookup failed (NBD_REP_ERR_UNKNOWN, with the reason).
+    Failed(String),
+}
+
+/// Where this connection stands with TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tls {
+    /// The server offers no TLS: NBD_OPT_STARTTLS is refused by policy.
+    Off,
+    /// Every option but NBD_OPT_STARTTLS and NBD_OPT_ABORT waits for TLS.
+    Required,
+    /// The connection runs over TLS.
+    Started,
 }
 
 /// Whether the client admitted an option's data.
@@ -128,6 +162,7 @@ pub struct Negotiation {
     meta_export: Option<String>,
     options: u32,
     pending: Option<Pending>,
+    tls: Tls,
 }
 
 impl Step {
@@ -139,6 +174,12 @@ impl Step {
         let mut replies = Vec::new();
         put_option_reply(&mut replies, opt, kind, data);
         Step::new(replies, Outcome::Continue)
+    }
+
+    fn ack(opt: u32, outcome: Outcome) -> Step {
+        let mut replies = Vec::new();
+        put_option_reply(&mut replies, opt, REP_ACK, &[]);
+        Step::new(replies, outcome)
     }
 
     fn error(opt: u32, kind: u32, message: &str) -> Step {
@@ -153,8 +194,9 @@ impl Step {
 }
 
 /// Transmission flags for an export: everything the server implements, DF only with structured
-/// replies (the protocol requires that), multi-conn only if the export allows it.
-pub fn transmission_flags(structured: bool, multi_conn: bool) -> u16 {
+/// replies (the protocol requires that), multi-conn only if the export allows it, read-only
+/// when the client may not write.
+pub fn transmission_flags(structured: bool, multi_conn: bool, read_only: bool) -> u16 {
     let mut f = FLAG_HAS_FLAGS
         | FLAG_SEND_FLUSH
         | FLAG_SEND_FUA
@@ -167,6 +209,9 @@ pub fn transmission_flags(structured: bool, multi_conn: bool) -> u16 {
     }
     if multi_conn {
         f |= FLAG_CAN_MULTI_CONN;
+    }
+    if read_only {
+        f |= FLAG_READ_ONLY;
     }
     f
 }
@@ -185,7 +230,27 @@ impl Negotiation {
             meta_export: None,
             options: 0,
             pending: None,
+            tls: Tls::Off,
         })
+    }
+
+    /// Like [`new`](Negotiation::new) on a server that requires TLS: until the client has
+    /// negotiated NBD_OPT_STARTTLS, every other option is answered NBD_REP_ERR_TLS_REQD (and
+    /// NBD_OPT_EXPORT_NAME, which has no error reply, closes the connection).
+    pub fn requiring_tls(client_flags: u32) -> Result<Negotiation, HandshakeError> {
+        let mut n = Negotiation::new(client_flags)?;
+        n.tls = Tls::Required;
+        Ok(n)
+    }
+
+    /// The TLS handshake succeeded: option haggling starts over on the secure channel. What
+    /// was negotiated in the clear (structured replies, a metadata context) is forgotten, as
+    /// the protocol requires, and must be negotiated again.
+    pub fn tls_started(&mut self) {
+        self.structured = false;
+        self.meta_export = None;
+        self.pending = None;
+        self.tls = Tls::Started;
     }
 
     /// Counts an option and decides, from its announced length, whether to read its data.
@@ -218,13 +283,12 @@ impl Negotiation {
                 "option while a lookup is pending",
             ));
         }
+        if self.tls == Tls::Required {
+            return self.before_tls(opt, data);
+        }
         match opt {
             OPT_EXPORT_NAME => self.export_name(data),
-            OPT_ABORT => {
-                let mut replies = Vec::new();
-                put_option_reply(&mut replies, opt, REP_ACK, &[]);
-                Step::new(replies, Outcome::Abort)
-            }
+            OPT_ABORT => Step::ack(opt, Outcome::Abort),
             OPT_LIST if !data.is_empty() => {
                 Step::error(opt, REP_ERR_INVALID, "NBD_OPT_LIST takes no data")
             }
@@ -232,7 +296,10 @@ impl Negotiation {
                 self.pending = Some(Pending::List);
                 Step::new(Vec::new(), Outcome::NeedList)
             }
-            OPT_STARTTLS => Step::error(opt, REP_ERR_POLICY, "TLS is not supported by this server"),
+            OPT_STARTTLS if self.tls == Tls::Started => {
+                Step::error(opt, REP_ERR_INVALID, "TLS is already in use")
+            }
+            OPT_STARTTLS => Step::error(opt, REP_ERR_POLICY, "TLS is not enabled on this server"),
             OPT_INFO | OPT_GO => self.info(opt, data),
             OPT_STRUCTURED_REPLY if !data.is_empty() => Step::error(
                 opt,
@@ -248,6 +315,23 @@ impl Negotiation {
                 Step::error(opt, REP_ERR_UNSUP, "extended headers are not implemented")
             }
             _ => Step::error(opt, REP_ERR_UNSUP, "unknown option"),
+        }
+    }
+
+    /// Options on a server that requires TLS, before the client started it.
+    fn before_tls(&mut self, opt: u32, data: &[u8]) -> Step {
+        match opt {
+            OPT_STARTTLS if !data.is_empty() => {
+                Step::error(opt, REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data")
+            }
+            OPT_STARTTLS => Step::ack(opt, Outcome::StartTls),
+            OPT_ABORT => Step::ack(opt, Outcome::Abort),
+            OPT_EXPORT_NAME => Step::close(HandshakeError::TlsRequired),
+            _ => Step::error(
+                opt,
+                REP_ERR_TLS_REQD,
+                "this server requires TLS: negotiate NBD_OPT_STARTTLS first",
+            ),
         }
     }
 
@@ -309,9 +393,8 @@ impl Negotiation {
         Step::new(replies, Outcome::Continue)
     }
 
-    /// Continues NBD_OPT_EXPORT_NAME/INFO/GO with the looked-up export: `Ok(None)` when there
-    /// is no such export, `Err` when the lookup itself failed.
-    pub fn on_export(&mut self, found: Result<Option<ExportInfo>, String>) -> Step {
+    /// Continues NBD_OPT_EXPORT_NAME/INFO/GO with the looked-up export.
+    pub fn on_export(&mut self, found: Lookup) -> Step {
         let Some(Pending::Export {
             opt,
             name,
@@ -322,12 +405,13 @@ impl Negotiation {
             return Step::close(HandshakeError::OutOfOrder("export not asked for"));
         };
         let info = match (opt, found) {
-            (_, Ok(Some(info))) => info,
+            (_, Lookup::Found(info)) => info,
             (OPT_EXPORT_NAME, _) => return Step::close(HandshakeError::UnknownExport(name)),
-            (_, Ok(None)) => {
+            (_, Lookup::Missing) => {
                 return Step::error(opt, REP_ERR_UNKNOWN, &format!("no export named {name:?}"))
             }
-            (_, Err(e)) => {
+            (_, Lookup::Denied(why)) => return Step::error(opt, REP_ERR_POLICY, &why),
+            (_, Lookup::Failed(e)) => {
                 return Step::error(
                     opt,
                     REP_ERR_UNKNOWN,
@@ -362,7 +446,7 @@ impl Negotiation {
             && self.meta_export.as_deref() == Some(export.as_str()))
         .then_some(BASE_ALLOCATION_ID);
         Session {
-            flags: transmission_flags(self.structured, info.multi_conn),
+            flags: transmission_flags(self.structured, info.multi_conn, info.read_only),
             size: info.size,
             structured: self.structured,
             meta_context,

@@ -12,6 +12,7 @@ mod conn;
 mod exec;
 mod export;
 mod server;
+mod tls;
 mod transmission;
 
 pub mod command;
@@ -20,6 +21,7 @@ pub mod option_data;
 pub mod proto;
 
 pub use conn::{ConnError, HANDSHAKE_TIMEOUT};
-pub use export::{Export, ExportError, Exports, Extent};
+pub use export::{ClientId, Export, ExportError, Exports, Extent, Opened};
 pub use server::{serve, serve_connection, MAX_CONNECTIONS, SHUTDOWN_GRACE};
+pub use tls::{PskKeys, TlsError, TlsServer, MAX_IDENTITY_LEN, MAX_PSK_LEN};
 pub use transmission::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

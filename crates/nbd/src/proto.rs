@@ -88,6 +88,8 @@ pub const REP_ERR_POLICY: u32 = REP_ERR | 2;
 pub const REP_ERR_INVALID: u32 = REP_ERR | 3;
 /// Option error: not supported on this platform.
 pub const REP_ERR_PLATFORM: u32 = REP_ERR | 4;
+/// Option error: TLS must be negotiated (NBD_OPT_STARTTLS) before this option.
+pub const REP_ERR_TLS_REQD: u32 = REP_ERR | 5;
 /// Option error: no such export.
 pub const REP_ERR_UNKNOWN: u32 = REP_ERR | 6;
 /// Option error: request too large.

@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::conn::{self, ConnError, End};
 use crate::export::Exports;
+use crate::tls::TlsServer;
 
 /// Connections served at once; further ones are closed on accept (and logged).
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -20,7 +21,8 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// dropping them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
-/// Serves NBD on `listener` until `shutdown` resolves.
+/// Serves NBD on `listener` until `shutdown` resolves. With `tls`, every client must start
+/// TLS (NBD_OPT_STARTTLS) before anything else and is known by the identity it proves there.
 ///
 /// Every connection runs in its own task. On shutdown the server stops accepting, drops
 /// connections still in the handshake, lets connections in transmission finish the requests
@@ -31,6 +33,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub async fn serve<E: Exports>(
     listener: TcpListener,
     exports: Arc<E>,
+    tls: Option<Arc<TlsServer>>,
     shutdown: impl Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -45,7 +48,8 @@ pub async fn serve<E: Exports>(
                     drop(stream);
                 }
                 Ok((stream, peer)) => {
-                    conns.spawn(handle(stream, peer, Arc::clone(&exports), stop_rx.clone()));
+                    let exports = Arc::clone(&exports);
+                    conns.spawn(handle(stream, peer, exports, tls.clone(), stop_rx.clone()));
                 }
                 Err(e) => {
                     warn!(error = %e, "nbd: accept failed");
@@ -88,6 +92,7 @@ async fn handle<E: Exports>(
     stream: TcpStream,
     peer: SocketAddr,
     exports: Arc<E>,
+    tls: Option<Arc<TlsServer>>,
     stop: watch::Receiver<bool>,
 ) {
     // Replies are written whole, so Nagle would only delay them.
@@ -98,7 +103,7 @@ async fn handle<E: Exports>(
     let peer_name: Arc<str> = Arc::from(peer.to_string());
     log_end(
         &peer_name,
-        conn::run(stream, exports, Arc::clone(&peer_name), stop).await,
+        conn::run(stream, exports, tls, Arc::clone(&peer_name), stop).await,
     );
 }
 
@@ -116,11 +121,11 @@ fn log_end(peer: &str, result: Result<End, ConnError>) {
 pub async fn serve_connection<E, S>(stream: S, exports: Arc<E>) -> Result<(), ConnError>
 where
     E: Exports,
-    S: AsyncRead + AsyncWrite + Unpin + Send,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     // A sender kept alive for the whole call: this connection is never told to shut down.
     let (_keep, never) = watch::channel(false);
-    conn::run(stream, exports, Arc::from("stream"), never)
+    conn::run(stream, exports, None, Arc::from("stream"), never)
         .await
         .map(|_| ())
 }

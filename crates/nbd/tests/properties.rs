@@ -2,7 +2,7 @@
 //! accepted respects the limits (the fuzz targets in fuzz/ explore the same functions longer).
 
 use cairn_nbd::command::{block_descriptors, check_request, Op, Rejection, Session, MAX_PAYLOAD};
-use cairn_nbd::handshake::{Admit, ExportInfo, Negotiation, Outcome};
+use cairn_nbd::handshake::{Admit, ExportInfo, Lookup, Negotiation, Outcome};
 use cairn_nbd::proto::*;
 use cairn_nbd::Extent;
 use proptest::prelude::*;
@@ -82,10 +82,16 @@ proptest! {
             loop {
                 step = match step.outcome {
                     Outcome::NeedList => n.on_list(Ok(vec![("d".into(), "disk".into())])),
-                    Outcome::NeedExport { name, .. } => n.on_export(match answer % 3 {
-                        0 => Ok(None),
-                        1 => Err("boom".into()),
-                        _ => Ok(Some(ExportInfo { size: 4096, multi_conn: name.is_empty(), description: None })),
+                    Outcome::NeedExport { name, .. } => n.on_export(match answer % 4 {
+                        0 => Lookup::Missing,
+                        1 => Lookup::Failed("boom".into()),
+                        2 => Lookup::Denied("no".into()),
+                        _ => Lookup::Found(ExportInfo {
+                            size: 4096,
+                            multi_conn: name.is_empty(),
+                            description: None,
+                            read_only: answer & 4 != 0,
+                        }),
                     }),
                     _ => break,
                 };

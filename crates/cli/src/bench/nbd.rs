@@ -31,9 +31,18 @@ nbdkit, waiting 3 s before each (so the OSDs finish flushing outside any measure
   write-1m-qd8         1 MiB sequential writes, 8 in flight
 The pool (and the volume) are removed at the end.
 
+With --tls, each workload also runs through TLS: fio's nbd engine cannot read a PSK file
+(libnbd forbids local files in its URIs), so fio talks plain NBD to an nbdkit nbd-plugin proxy
+that connects to a `cairn nbd serve --tls require` with this process's key (as an NBD user).
+The same proxy without TLS, in front of the plain server, is the baseline of that pair: the
+`tls` object of each workload reports both and `iops_ratio_to_plain` (TLS / plain, through
+the same proxy hop).
+
 JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {p50, p99, p999},
 \"cpu_us_per_op\" (monitors, OSDs and the NBD server), \"baseline_iops\", \"baseline_mb_per_s\",
-\"baseline_lat_us\": {p50, p99, p999}, \"ratio_to_baseline\" (IOPS), \"lat_p50_ratio_to_baseline\"}]}.";
+\"baseline_lat_us\": {p50, p99, p999}, \"ratio_to_baseline\" (IOPS), \"lat_p50_ratio_to_baseline\",
+with --tls \"tls\": {\"iops\", \"mb_per_s\", \"lat_us\", \"plain_iops\", \"plain_mb_per_s\", \"plain_lat_us\",
+\"iops_ratio_to_plain\"}}]}.";
 
 #[derive(Args)]
 pub struct BenchNbdArgs {
@@ -52,6 +61,9 @@ pub struct BenchNbdArgs {
     /// Run only the workloads whose name contains this.
     #[arg(long)]
     pub only: Option<String>,
+    /// Also measure each workload over TLS-PSK against the same path without TLS.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 struct Spec {
@@ -122,34 +134,32 @@ fn require(tool: &str, package: &str) -> Result<()> {
     }
 }
 
-/// Starts `cairn nbd serve` for the bench pool on a free port.
-fn start_cairn_nbd(conf: &Path, pool: &str, merge: bool) -> Result<(Child, String)> {
+/// Starts `cairn nbd serve` for the bench pool on a free port, with extra arguments.
+fn start_cairn_nbd(conf: &Path, pool: &str, extra: &[&str]) -> Result<(Child, u16, String)> {
     let port = crate::dev::free_port()?;
     let exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("-c")
         .arg(conf)
         .args(["nbd", "serve", "--pool", pool, "--listen"])
-        .arg(format!("127.0.0.1:{port}"));
-    if !merge {
-        cmd.args(["--merge-threshold", "0"]);
-    }
+        .arg(format!("127.0.0.1:{port}"))
+        .args(extra);
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .context("cannot start cairn nbd serve")?;
     wait_port(port, "cairn nbd serve", &mut child)?;
-    Ok((child, format!("nbd://127.0.0.1:{port}/{VOLUME}")))
+    Ok((child, port, format!("nbd://127.0.0.1:{port}/{VOLUME}")))
 }
 
-fn start_nbdkit(size: u64) -> Result<(Child, String)> {
+/// Starts nbdkit on a free loopback port with `plugin_args`; returns it and its URI.
+fn start_nbdkit(plugin_args: &[String]) -> Result<(Child, String)> {
     let port = crate::dev::free_port()?;
     let mut child = Command::new("nbdkit")
         .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p"])
         .arg(port.to_string())
-        .arg("memory")
-        .arg(size.to_string())
+        .args(plugin_args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -245,12 +255,16 @@ async fn prepare(client: &Client, pool: &str, size: u64) -> Result<()> {
 }
 
 fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<Obj>> {
-    let (merge_srv, cairn_uri) = start_cairn_nbd(conf, pool, true)?;
-    let (plain_srv, plain_uri) = start_cairn_nbd(conf, pool, false)?;
-    let (kit, kit_uri) = start_nbdkit(a.volume_size)?;
+    let (merge_srv, merge_port, cairn_uri) = start_cairn_nbd(conf, pool, &[])?;
+    let (plain_srv, _, plain_uri) = start_cairn_nbd(conf, pool, &["--merge-threshold", "0"])?;
+    let (kit, kit_uri) = start_nbdkit(&["memory".into(), a.volume_size.to_string()])?;
     let servers = [merge_srv.id() as i32, plain_srv.id() as i32];
     let kit_pid = kit.id() as i32;
-    let _children = Children(vec![merge_srv, plain_srv, kit]);
+    let mut children = Children(vec![merge_srv, plain_srv, kit]);
+    let tls = match a.tls {
+        true => Some(TlsPair::start(conf, pool, merge_port, &mut children)?),
+        false => None,
+    };
     if !a.json {
         eprintln!(
             "filling the volume and the nbdkit disk ({} bytes each)...",
@@ -310,6 +324,10 @@ fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<
                 "lat_p50_ratio_to_baseline",
                 round(ratio(r.p50_us, b.p50_us), 3),
             );
+        let o = match &tls {
+            Some(pair) => o.put_obj("tls", pair.measure(s, a)?),
+            None => o,
+        };
         if !a.json {
             eprintln!(
                 "{:<26} {:>8.0} IOPS {:>7.1} MB/s p50 {:>8.1} us p99 {:>8.1} us | nbdkit {:>8.0} IOPS p50 {:>7.1} us",
@@ -319,4 +337,99 @@ fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<
         out.push(o);
     }
     Ok(out)
+}
+
+/// fio through an nbdkit nbd-plugin proxy, to a TLS-requiring server and (the baseline) to
+/// the plain one: the only difference between the two paths is TLS.
+struct TlsPair {
+    plain_uri: String,
+    tls_uri: String,
+    /// The PSK file; removed on drop.
+    psk: std::path::PathBuf,
+}
+
+impl TlsPair {
+    fn start(conf: &Path, pool: &str, plain_port: u16, children: &mut Children) -> Result<TlsPair> {
+        let me = crate::conf::own_key()
+            .context("--tls needs this process's key (the cluster runs without authentication)")?;
+        let psk = std::env::temp_dir().join(format!("cairn-bench-nbd-{}.psk", std::process::id()));
+        let line = format!(
+            "{}:{}\n",
+            me.entity(),
+            cairn_auth::nbd_psk(&me.current()).to_hex()
+        );
+        cairn_auth::write_private(&psk, line.as_bytes())
+            .with_context(|| format!("cannot write {}", psk.display()))?;
+        let (tls_srv, tls_port, _) = start_cairn_nbd(conf, pool, &["--tls", "require"])?;
+        children.0.push(tls_srv);
+        let proxy = |port: u16, tls: bool| {
+            let mut args = vec![
+                "nbd".to_string(),
+                "hostname=127.0.0.1".into(),
+                format!("port={port}"),
+                format!("export={VOLUME}"),
+            ];
+            if tls {
+                args.push("tls=require".into());
+                args.push(format!("tls-psk={}", psk.display()));
+                args.push(format!("tls-username={}", me.entity()));
+            }
+            start_nbdkit(&args)
+        };
+        let (plain_proxy, plain_uri) = proxy(plain_port, false)?;
+        children.0.push(plain_proxy);
+        let (tls_proxy, tls_uri) = proxy(tls_port, true)?;
+        children.0.push(tls_proxy);
+        Ok(TlsPair {
+            plain_uri,
+            tls_uri,
+            psk,
+        })
+    }
+
+    fn measure(&self, s: &Spec, a: &BenchNbdArgs) -> Result<Obj> {
+        std::thread::sleep(SETTLE);
+        let plain = fio(
+            &self.plain_uri,
+            s.rw,
+            s.bs,
+            s.qd,
+            a.volume_size,
+            Some(a.seconds),
+        )?;
+        std::thread::sleep(SETTLE);
+        let tls = fio(
+            &self.tls_uri,
+            s.rw,
+            s.bs,
+            s.qd,
+            a.volume_size,
+            Some(a.seconds),
+        )?;
+        let lat = |f: &Fio| {
+            Obj::new()
+                .put("p50", f.p50_us)
+                .put("p99", f.p99_us)
+                .put("p999", f.p999_us)
+        };
+        let ratio = if plain.iops > 0.0 {
+            tls.iops / plain.iops
+        } else {
+            0.0
+        };
+        Ok(Obj::new()
+            .put("iops", round(tls.iops, 1))
+            .put("mb_per_s", round(tls.mb_per_s, 1))
+            .put_obj("lat_us", lat(&tls))
+            .put("plain_iops", round(plain.iops, 1))
+            .put("plain_mb_per_s", round(plain.mb_per_s, 1))
+            .put_obj("plain_lat_us", lat(&plain))
+            .put("iops_ratio_to_plain", round(ratio, 4)))
+    }
+}
+
+impl Drop for TlsPair {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.psk);
+    }
 }

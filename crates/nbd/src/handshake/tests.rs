@@ -44,6 +44,7 @@ fn disk() -> ExportInfo {
         size: 1 << 20,
         multi_conn: true,
         description: Some("a disk".into()),
+        read_only: false,
     }
 }
 
@@ -79,7 +80,7 @@ fn go_with_structured_replies_and_meta_context() {
             description: true
         }
     );
-    let step = n.on_export(Ok(Some(disk())));
+    let step = n.on_export(Lookup::Found(disk()));
     let r = replies(&step.replies);
     let infos: Vec<u16> = r
         .iter()
@@ -100,7 +101,7 @@ fn go_with_structured_replies_and_meta_context() {
     };
     assert!(s.structured);
     assert_eq!(s.meta_context, Some(BASE_ALLOCATION_ID));
-    assert_eq!(s.flags, transmission_flags(true, true));
+    assert_eq!(s.flags, transmission_flags(true, true, false));
     assert_ne!(s.flags & FLAG_SEND_DF, 0);
     assert_ne!(s.flags & FLAG_CAN_MULTI_CONN, 0);
 }
@@ -114,7 +115,7 @@ fn meta_context_for_another_export_selects_nothing() {
         &meta_data("other", &["base:allocation"]),
     );
     n.on_option(OPT_GO, &info_data("disk", &[]));
-    let Outcome::Go(s) = n.on_export(Ok(Some(disk()))).outcome else {
+    let Outcome::Go(s) = n.on_export(Lookup::Found(disk())).outcome else {
         panic!()
     };
     assert_eq!(s.meta_context, None);
@@ -163,14 +164,14 @@ fn list_meta_context_queries() {
 fn info_then_go_unknown_export() {
     let mut n = Negotiation::new(1).unwrap();
     n.on_option(OPT_INFO, &info_data("nope", &[]));
-    let step = n.on_export(Ok(None));
+    let step = n.on_export(Lookup::Missing);
     assert_eq!(kinds(&step), vec![REP_ERR_UNKNOWN]);
     assert_eq!(step.outcome, Outcome::Continue);
     n.on_option(OPT_GO, &info_data("nope", &[]));
-    let step = n.on_export(Err("backend down".into()));
+    let step = n.on_export(Lookup::Failed("backend down".into()));
     assert_eq!(kinds(&step), vec![REP_ERR_UNKNOWN]);
     n.on_option(OPT_INFO, &info_data("disk", &[]));
-    let step = n.on_export(Ok(Some(disk())));
+    let step = n.on_export(Lookup::Found(disk()));
     assert_eq!(kinds(&step), vec![REP_INFO, REP_INFO, REP_ACK]);
     assert_eq!(step.outcome, Outcome::Continue);
     // Without structured replies DF is not advertised.
@@ -183,18 +184,18 @@ fn info_then_go_unknown_export() {
 fn export_name_paths() {
     let mut n = Negotiation::new(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).unwrap();
     n.on_option(OPT_EXPORT_NAME, b"disk");
-    let step = n.on_export(Ok(Some(disk())));
+    let step = n.on_export(Lookup::Found(disk()));
     assert_eq!(step.replies.len(), 10);
     assert!(matches!(step.outcome, Outcome::Go(_)));
 
     let mut n = Negotiation::new(FLAG_C_FIXED_NEWSTYLE).unwrap();
     n.on_option(OPT_EXPORT_NAME, b"disk");
-    assert_eq!(n.on_export(Ok(Some(disk()))).replies.len(), 134);
+    assert_eq!(n.on_export(Lookup::Found(disk())).replies.len(), 134);
 
     let mut n = Negotiation::new(1).unwrap();
     n.on_option(OPT_EXPORT_NAME, b"nope");
     assert_eq!(
-        n.on_export(Ok(None)).outcome,
+        n.on_export(Lookup::Missing).outcome,
         Outcome::Close(HandshakeError::UnknownExport("nope".into()))
     );
     let mut n = Negotiation::new(1).unwrap();
@@ -261,10 +262,77 @@ fn limits() {
 fn out_of_order_driving_closes() {
     let mut n = Negotiation::new(1).unwrap();
     assert!(matches!(n.on_list(Ok(vec![])).outcome, Outcome::Close(_)));
-    assert!(matches!(n.on_export(Ok(None)).outcome, Outcome::Close(_)));
+    assert!(matches!(
+        n.on_export(Lookup::Missing).outcome,
+        Outcome::Close(_)
+    ));
     n.on_option(OPT_LIST, &[]);
     assert!(matches!(
         n.on_option(OPT_LIST, &[]).outcome,
         Outcome::Close(_)
+    ));
+}
+
+#[test]
+fn tls_required_refuses_everything_but_starttls_and_abort() {
+    let mut n = Negotiation::requiring_tls(1).unwrap();
+    for opt in [OPT_LIST, OPT_INFO, OPT_GO, OPT_STRUCTURED_REPLY, 4242] {
+        assert_eq!(
+            kinds(&n.on_option(opt, &[])),
+            vec![REP_ERR_TLS_REQD],
+            "{opt}"
+        );
+    }
+    assert_eq!(
+        n.on_option(OPT_EXPORT_NAME, b"disk").outcome,
+        Outcome::Close(HandshakeError::TlsRequired)
+    );
+    assert_eq!(
+        kinds(&n.on_option(OPT_STARTTLS, &[1])),
+        vec![REP_ERR_INVALID]
+    );
+    let start = n.on_option(OPT_STARTTLS, &[]);
+    assert_eq!(kinds(&start), vec![REP_ACK]);
+    assert_eq!(start.outcome, Outcome::StartTls);
+    let mut n = Negotiation::requiring_tls(1).unwrap();
+    assert_eq!(n.on_option(OPT_ABORT, &[]).outcome, Outcome::Abort);
+}
+
+#[test]
+fn after_tls_options_start_over() {
+    let mut n = Negotiation::requiring_tls(1).unwrap();
+    n.on_option(OPT_STARTTLS, &[]);
+    n.tls_started();
+    assert_eq!(
+        kinds(&n.on_option(OPT_STARTTLS, &[])),
+        vec![REP_ERR_INVALID]
+    );
+    assert_eq!(
+        kinds(&n.on_option(OPT_STRUCTURED_REPLY, &[])),
+        vec![REP_ACK]
+    );
+    n.on_option(OPT_GO, &info_data("disk", &[]));
+    let mut ro = disk();
+    ro.read_only = true;
+    let Outcome::Go(s) = n.on_export(Lookup::Found(ro)).outcome else {
+        panic!()
+    };
+    assert_ne!(s.flags & FLAG_READ_ONLY, 0);
+    assert!(s.structured);
+}
+
+#[test]
+fn denied_export_is_a_policy_error_with_the_reason() {
+    let mut n = Negotiation::new(1).unwrap();
+    n.on_option(OPT_GO, &info_data("disk", &[]));
+    let step = n.on_export(Lookup::Denied("permission denied: client.x lacks r".into()));
+    let r = replies(&step.replies);
+    assert_eq!(r[0].1, REP_ERR_POLICY);
+    assert_eq!(r[0].2, b"permission denied: client.x lacks r");
+    assert_eq!(step.outcome, Outcome::Continue);
+    n.on_option(OPT_EXPORT_NAME, b"disk");
+    assert!(matches!(
+        n.on_export(Lookup::Denied("no".into())).outcome,
+        Outcome::Close(HandshakeError::UnknownExport(_))
     ));
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use cairn_nbd::{Export, ExportError, Exports, Extent};
+use cairn_nbd::{ClientId, Export, ExportError, Exports, Extent, Opened};
 
 /// Allocation granularity of the in-memory export.
 pub const BLOCK: u64 = 4096;
@@ -203,11 +203,30 @@ impl Export for MemExport {
 pub struct MemExports {
     exports: BTreeMap<String, (String, Arc<MemExport>)>,
     default: Option<String>,
+    /// When set, only these (identity, export) pairs may be opened; the bool says writable.
+    grants: Option<BTreeMap<(String, String), bool>>,
 }
 
 impl MemExports {
     pub fn new() -> MemExports {
         MemExports::default()
+    }
+
+    /// Lets `identity` open `export` (read-only unless `writable`); once any grant is given,
+    /// everything not granted is denied.
+    pub fn grant(&mut self, identity: &str, export: &str, writable: bool) {
+        self.grants
+            .get_or_insert_with(BTreeMap::new)
+            .insert((identity.into(), export.into()), writable);
+    }
+
+    /// May `client` open `export`, and write it?
+    fn access(&self, export: &str, client: &ClientId) -> Option<bool> {
+        let Some(grants) = &self.grants else {
+            return Some(true);
+        };
+        let who = client.identity.clone().unwrap_or_default();
+        grants.get(&(who, export.to_string())).copied()
     }
 
     /// Adds an export and returns a handle to its backend.
@@ -223,19 +242,33 @@ impl MemExports {
 impl Exports for MemExports {
     type Export = MemExport;
 
-    async fn list(&self) -> Result<Vec<(String, String)>, ExportError> {
+    async fn list(&self, client: &ClientId) -> Result<Vec<(String, String)>, ExportError> {
         Ok(self
             .exports
             .iter()
+            .filter(|(n, _)| self.access(n, client).is_some())
             .map(|(n, (d, _))| (n.clone(), d.clone()))
             .collect())
     }
 
-    async fn open(&self, name: &str) -> Result<Option<Arc<MemExport>>, ExportError> {
+    async fn open(
+        &self,
+        name: &str,
+        client: &ClientId,
+    ) -> Result<Option<Opened<MemExport>>, ExportError> {
         let name = match (name, &self.default) {
             ("", Some(d)) => d.as_str(),
             _ => name,
         };
-        Ok(self.exports.get(name).map(|(_, e)| Arc::clone(e)))
+        let Some((_, export)) = self.exports.get(name) else {
+            return Ok(None);
+        };
+        let writable = self.access(name, client).ok_or_else(|| {
+            ExportError::Denied(format!("permission denied: {client:?} may not open {name}"))
+        })?;
+        Ok(Some(Opened {
+            export: Arc::clone(export),
+            read_only: !writable,
+        }))
     }
 }

@@ -24,6 +24,11 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(exports: MemExports) -> TestServer {
+        TestServer::start_with(exports, None)
+    }
+
+    /// A server that requires TLS with the pre-shared keys `tls` finds.
+    pub fn start_with(exports: MemExports, tls: Option<Arc<cairn_nbd::TlsServer>>) -> TestServer {
         init_logging();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -35,9 +40,14 @@ impl TestServer {
             .expect("bind 127.0.0.1:0");
         let port = listener.local_addr().expect("local addr").port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let done = rt.spawn(cairn_nbd::serve(listener, Arc::new(exports), async move {
-            let _ = stopped.await;
-        }));
+        let done = rt.spawn(cairn_nbd::serve(
+            listener,
+            Arc::new(exports),
+            tls,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         TestServer {
             port,
             rt,

@@ -223,6 +223,19 @@ pub enum AuthRequest {
     Rotate { entity: Entity, keep_old_secs: u64 },
     /// Removes an entity's key.
     Remove { entity: Entity },
+    /// Every NBD user (a `client.` or `nbd.` entity with NBD caps) with its caps and TLS
+    /// pre-shared key: for NBD gateways (`x` in NBD caps without `volume=`) or `mon x`.
+    NbdUsers,
+}
+
+/// One user of [`AuthReply::NbdUsers`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NbdUser {
+    pub entity: Entity,
+    pub caps: Caps,
+    /// Its pre-shared key (`cairn_auth::nbd_psk`), sealed with the requester's key (AAD
+    /// [`nbd_psk_aad`]).
+    pub sealed_psk: Vec<u8>,
 }
 
 /// One entity of [`AuthReply::List`].
@@ -252,6 +265,17 @@ pub enum AuthReply {
     },
     /// The monitors cannot commit right now; retry later.
     Unavailable(String),
+    /// The answer to [`AuthRequest::NbdUsers`].
+    NbdUsers(Vec<NbdUser>),
+}
+
+/// The AAD an NBD user's pre-shared key is sealed under in [`AuthReply::NbdUsers`].
+pub fn nbd_psk_aad(entity: &Entity) -> Vec<u8> {
+    [
+        b"cairn nbd psk v1".as_slice(),
+        entity.to_string().as_bytes(),
+    ]
+    .concat()
 }
 
 /// The AAD an entity's key is sealed under in [`AuthReply::Key`].

@@ -1,0 +1,123 @@
+//! The NBD users a gateway serves over TLS: every `client.` or `nbd.` entity with NBD caps,
+//! with its TLS pre-shared key (derived from its entity key) and caps, fetched from the
+//! monitors' key database and kept fresh in memory (the TLS handshake asks for a key
+//! synchronously, so it cannot wait for the network).
+//!
+//! The table is fetched again every `refresh` interval, and at once (at most once a second)
+//! when a client presents an identity the table does not know: a user added with `cairn auth
+//! add` can connect within a second of its first refused attempt, and a removed or rotated
+//! one stops being accepted within `refresh`.
+
+use cairn_auth::{Caps, Perms, Secret};
+use cairn_monclient::auth::{AuthAnswer, KeySource};
+use cairn_monclient::{MonClient, MonClientError};
+use cairn_nbd::{ClientId, PskKeys};
+use cairn_proto::msg::mon::AuthRequest;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Shortest pause between two fetches, however many unknown identities arrive.
+const MIN_REFETCH: Duration = Duration::from_secs(1);
+
+struct User {
+    psk: Secret,
+    caps: Caps,
+}
+
+/// The users, by identity (the entity name, e.g. `client.alice`).
+#[derive(Default)]
+pub struct NbdUsers {
+    table: RwLock<HashMap<String, User>>,
+    unknown_seen: Notify,
+}
+
+impl NbdUsers {
+    /// Fetches the users once (this gateway's key needs `x` in its NBD caps, or `mon x`).
+    pub async fn fetch(mon: &MonClient, me: &KeySource) -> Result<Arc<NbdUsers>, MonClientError> {
+        let users = Arc::new(NbdUsers::default());
+        users.refetch(mon, me).await?;
+        Ok(users)
+    }
+
+    async fn refetch(&self, mon: &MonClient, me: &KeySource) -> Result<usize, MonClientError> {
+        let AuthAnswer::NbdUsers(list) = mon.auth_request(AuthRequest::NbdUsers, me).await? else {
+            return Err(MonClientError::Protocol(
+                "the monitors answered the NBD user list with something else".into(),
+            ));
+        };
+        let table: HashMap<String, User> = list
+            .into_iter()
+            .map(|(entity, caps, psk)| (entity.to_string(), User { psk, caps }))
+            .collect();
+        let n = table.len();
+        *self.table.write().unwrap_or_else(|p| p.into_inner()) = table;
+        Ok(n)
+    }
+
+    /// Keeps the table fresh until the returned task is aborted (errors are logged; the last
+    /// table stays in use).
+    pub fn keep_fresh(
+        self: &Arc<Self>,
+        mon: MonClient,
+        me: Arc<KeySource>,
+        refresh: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let users = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(refresh) => {}
+                    () = users.unknown_seen.notified() => {}
+                }
+                match users.refetch(&mon, &me).await {
+                    Ok(n) => tracing::debug!(users = n, "nbd: user table refreshed"),
+                    Err(e) => tracing::warn!(error = %e, "nbd: cannot refresh the NBD users"),
+                }
+                tokio::time::sleep(MIN_REFETCH).await;
+            }
+        })
+    }
+
+    /// Whether `client` may open `volume`, and write it: `Ok(writable)` or the refusal.
+    pub fn access(&self, volume: &str, client: &ClientId) -> Result<bool, String> {
+        let Some(identity) = client.identity.as_deref() else {
+            return Err("permission denied: the client has not authenticated (TLS)".into());
+        };
+        let table = self.table.read().unwrap_or_else(|p| p.into_inner());
+        let Some(user) = table.get(identity) else {
+            return Err(format!(
+                "permission denied: {identity} is no longer an NBD user"
+            ));
+        };
+        let perms = user.caps.volume_perms(volume);
+        if !perms.covers(Perms::R) && !perms.covers(Perms::W) {
+            return Err(format!(
+                "permission denied: {identity} lacks r on volume {volume}"
+            ));
+        }
+        Ok(perms.covers(Perms::W))
+    }
+
+    /// How many users the table holds.
+    pub fn len(&self) -> usize {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl PskKeys for NbdUsers {
+    fn psk(&self, identity: &str) -> Option<Vec<u8>> {
+        let table = self.table.read().unwrap_or_else(|p| p.into_inner());
+        let found = table.get(identity).map(|u| u.psk.0.to_vec());
+        if found.is_none() {
+            self.unknown_seen.notify_one();
+        }
+        found
+    }
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Cairn needs that are missing, and nothing else.
+#   scripts/deps.sh build   # to build: OpenSSL's headers (NBD TLS) and pkg-config
+#   scripts/deps.sh test    # to run the tests: the real NBD clients, fio, nftables, ...
+# Both may be given. Uses apt-get (as root, or through sudo); without either it says what to
+# install and fails.
+set -euo pipefail
+
+need=()
+want_build() {
+    command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+    if ! { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openssl; }; then
+        need+=(libssl-dev)
+    fi
+}
+want_test() {
+    # The real NBD clients the tests drive (crates/nbd/tests, crates/cli/tests/nbd.rs), and
+    # nftables for the network partition test (crates/cli/tests/partition.rs).
+    local pair
+    for pair in fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin nbdsh:libnbd-bin nbdkit:nbdkit \
+        nbdfuse:nbdfuse qemu-img:qemu-utils mkfs.ext4:e2fsprogs fusermount3:fuse3 nft:nftables; do
+        command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+    done
+    # nbdsh needs libnbd's Python bindings.
+    /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || need+=(python3-libnbd)
+}
+
+for what in "$@"; do
+    case "$what" in
+        build) want_build ;;
+        test) want_test ;;
+        *) echo "usage: $0 build|test..." >&2; exit 2 ;;
+    esac
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+
+pkgs=$(printf '%s\n' "${need[@]}" | sort -u | tr '\n' ' ')
+sudo_cmd=""
+if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        echo "missing Debian packages: $pkgs- install them as root: apt-get install $pkgs" >&2
+        exit 1
+    fi
+    sudo_cmd="sudo"
+fi
+echo "::: installing $pkgs"
+DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get update -qq
+# shellcheck disable=SC2086 # one word per package
+DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq $pkgs
