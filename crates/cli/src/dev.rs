@@ -93,6 +93,15 @@ pub struct UpArgs {
     /// when the cluster is created; needs authentication.
     #[arg(long, value_name = "MODE", value_parser = crate::daemon_auth::parse_frames)]
     pub frames: Option<cairn_transport::FrameMode>,
+    /// Address the monitors and OSDs listen on and connect from, instead of 127.0.0.1 (e.g.
+    /// the address of a network namespace standing for a host). Fixed when the cluster is
+    /// created.
+    #[arg(long, value_name = "IP")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Host name (failure domain) of the OSDs this cluster starts [default: this machine's
+    /// name]. Fixed when the cluster is created.
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
 }
 
 /// The volume `dev up` creates and serves as the default NBD export.
@@ -144,9 +153,20 @@ struct DevState {
     /// Frame protection (`--frames`; absent: plain).
     #[serde(default)]
     frames: Option<String>,
+    /// Address the daemons listen on (`--bind`; absent: 127.0.0.1).
+    #[serde(default)]
+    bind: Option<String>,
+    /// The OSDs' host name (`--host`; absent: the machine's).
+    #[serde(default)]
+    host: Option<String>,
 }
 
 impl DevState {
+    /// The address daemons listen on.
+    fn bind(&self) -> &str {
+        self.bind.as_deref().unwrap_or("127.0.0.1")
+    }
+
     fn frames(&self) -> cairn_transport::FrameMode {
         self.frames
             .as_deref()
@@ -234,8 +254,9 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         bail!("--frames {f} needs authentication: drop --auth none");
     }
     let fsid = hex16(&random_fsid()?);
+    let bind = a.bind.map_or("127.0.0.1".to_string(), |ip| ip.to_string());
     let mons = (0..n_mons)
-        .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
+        .map(|_| free_port().map(|p| format!("{bind}:{p}")))
         .collect::<Result<Vec<_>>>()?;
     let shm = Path::new("/dev/shm");
     let wal_dir = shm.is_dir().then(|| shm.join(format!("cairn-{fsid}")));
@@ -253,6 +274,8 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         direct_write_min: a.direct_write_min.unwrap_or(0),
         no_auth: a.auth == Some(crate::daemon_auth::AuthMode::None),
         frames: a.frames.map(|f| f.to_string()),
+        bind: a.bind.map(|ip| ip.to_string()),
+        host: a.host.clone(),
     })
 }
 
@@ -297,6 +320,13 @@ fn check_fixed(a: &UpArgs, s: &DevState) -> Result<()> {
         if f != s.frames() {
             differ.push(format!("--frames {f} (it has {})", s.frames()));
         }
+    }
+    if let Some(ip) = a.bind.filter(|ip| ip.to_string() != s.bind()) {
+        differ.push(format!("--bind {ip} (it has {})", s.bind()));
+    }
+    if let Some(h) = a.host.as_ref().filter(|h| Some(*h) != s.host.as_ref()) {
+        let have = s.host.as_deref().unwrap_or("the machine's name");
+        differ.push(format!("--host {h} (it has {have})"));
     }
     if differ.is_empty() {
         return Ok(());
@@ -795,7 +825,12 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
             s.osd_size.to_string(),
             "--memory-target".into(),
             dev_memory_target(s.osds).to_string(),
+            "--listen".into(),
+            format!("{}:0", s.bind()),
         ];
+        if let Some(h) = &s.host {
+            args.extend(["--host".into(), h.clone()]);
+        }
         if s.direct_write_min > 0 {
             args.push("--direct-write-min".into());
             args.push(s.direct_write_min.to_string());

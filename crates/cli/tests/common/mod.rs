@@ -1,2 +1,3 @@
 pub mod cluster;
 pub mod history;
+pub mod hosts;

@@ -1,0 +1,237 @@
+//! Clusters spanning hosts: each host a network namespace with its own address
+//! (`common::hosts`), every daemon a real process on its host. Skipped, with the reason
+//! printed, where network namespaces cannot be created (not root).
+
+mod common;
+
+use cairn_client::Client;
+use common::cluster::{runtime, text, wait_osd, Cluster};
+use common::hosts::Hosts;
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
+
+/// A cluster on `hosts`: `cairn dev up` on host 0 (the monitor and osd.0, bound to host 0's
+/// address), then one OSD on each other host, started there with its own key.
+fn cluster_on(hosts: &Hosts, name: &str) -> Cluster {
+    let c = Cluster::at(name);
+    let dir = c.dir.display().to_string();
+    let o = hosts
+        .command(0, CAIRN)
+        .args([
+            "dev",
+            "up",
+            "--dir",
+            &dir,
+            "--bind",
+            &hosts.ips[0],
+            "--host",
+            "h0",
+        ])
+        .args([
+            "--osds",
+            "1",
+            "--osd-size",
+            "1G",
+            "--no-pool",
+            "--down-out-interval",
+            "5",
+        ])
+        .args(["--timeout", "60"])
+        .output()
+        .expect("run cairn dev up on host 0");
+    assert!(
+        o.status.success(),
+        "dev up on host 0 failed:\n{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    for i in 1..hosts.ips.len() {
+        c.osd_keyring(i as u32);
+        start_osd(&c, hosts, i);
+    }
+    c
+}
+
+/// Starts osd.`i` on host `i` (its directory and keyring under the cluster's).
+fn start_osd(c: &Cluster, hosts: &Hosts, i: usize) {
+    let osd_dir = c.dir.join(format!("osd.{i}"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(c.dir.join("log").join(format!("osd.{i}.log")))
+        .expect("open the OSD log");
+    let mon = c.mons().join(",");
+    let mut child = hosts
+        .command(i, CAIRN)
+        .args([
+            "osd",
+            "run",
+            "--dir",
+            &osd_dir.display().to_string(),
+            "--data-size",
+            "1G",
+        ])
+        .args([
+            "--memory-target",
+            "256M",
+            "--mon",
+            &mon,
+            "--host",
+            &format!("h{i}"),
+        ])
+        .args(["--listen", &format!("{}:0", hosts.ips[i])])
+        .env("CAIRN_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start osd.{i} on host {i}: {e}"));
+    // Reaped whenever it ends (killed with its host, or at the end of the test).
+    std::thread::spawn(move || child.wait());
+}
+
+/// Waits until `what` holds of `cairn status --json` (60 s at most).
+fn wait_status(c: &Cluster, what: &str, f: impl Fn(&serde_json::Value) -> bool) {
+    let start = Instant::now();
+    loop {
+        let st = c.status();
+        if f(&st) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not {what} within 60 s: {st}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Every PG of `pool` has `size` copies, on as many distinct hosts, none on `not_on`.
+async fn assert_spread(client: &Client, pool: u32, size: usize, not_on: Option<u32>) {
+    let map = client.mon().get_map().await.expect("map");
+    let pgs = map.pools[&pool].pg_count;
+    for pg in 0..pgs {
+        let place = map.pg_placement(cairn_map::PgId { pool, pg });
+        let hosts: BTreeSet<&str> = place
+            .up_set
+            .iter()
+            .map(|o| map.osds[o].host.as_str())
+            .collect();
+        assert_eq!(
+            place.up_set.len(),
+            size,
+            "pg {pool}.{pg}: {:?}",
+            place.up_set
+        );
+        assert_eq!(
+            hosts.len(),
+            size,
+            "pg {pool}.{pg} has two copies on one host: {:?}",
+            place.up_set
+        );
+        assert!(
+            not_on.is_none_or(|o| !place.up_set.contains(&o)),
+            "pg {pool}.{pg} still on osd.{not_on:?}"
+        );
+    }
+}
+
+fn payload(key: usize, round: u8) -> Vec<u8> {
+    let mut v = format!("object {key} round {round} ")
+        .repeat(600)
+        .into_bytes();
+    v.truncate(8192);
+    v
+}
+
+async fn verify(client: &Client, pool: u32, written: &[(usize, u8)]) {
+    for &(key, round) in written {
+        let want = payload(key, round);
+        let got = client
+            .read(pool, format!("obj-{key}").as_bytes(), 0, want.len() as u64)
+            .await
+            .unwrap_or_else(|e| panic!("read obj-{key}: {e}"));
+        assert!(
+            got == want,
+            "obj-{key} does not hold its acknowledged round {round}"
+        );
+    }
+}
+
+#[test]
+fn a_whole_host_lost_leaves_every_write_readable_and_its_pgs_recover_elsewhere() {
+    let Some(hosts) = Hosts::create(4) else {
+        return;
+    };
+    let c = cluster_on(&hosts, "hosts-lose");
+    wait_status(&c, "4 OSDs up", |s| s["osds"]["up"] == 4);
+    c.pool_create("p", 3, 2, 32);
+    wait_status(&c, "the pool active", |s| {
+        s["pgs"]["inactive"] == 0 && s["pgs"]["peering"] == 0
+    });
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        // Each OSD serves from its own host's address, under its host's name.
+        let map = client.mon().get_map().await.expect("map");
+        for (i, ip) in hosts.ips.iter().enumerate() {
+            let o = &map.osds[&(i as u32)];
+            assert!(
+                o.addr.starts_with(&format!("{ip}:")),
+                "osd.{i} at {}",
+                o.addr
+            );
+            assert_eq!(o.host, format!("h{i}"));
+        }
+        assert_spread(&client, pool, 3, None).await;
+        let mut written = Vec::new();
+        for key in 0..64 {
+            client
+                .write_full(pool, format!("obj-{key}").as_bytes(), &payload(key, 1))
+                .await
+                .expect("write");
+            written.push((key, 1));
+        }
+
+        // Host 3 fails as a whole: its OSD is killed and its link cut at once.
+        hosts.lose(3);
+        wait_osd(&client, 3, false).await;
+        // Degraded but active (2 of 3 copies, min_size 2): writes and reads go on.
+        for key in 32..96 {
+            client
+                .write_full(pool, format!("obj-{key}").as_bytes(), &payload(key, 2))
+                .await
+                .expect("write while degraded");
+            written.retain(|&(k, _)| k != key);
+            written.push((key, 2));
+        }
+        verify(&client, pool, &written).await;
+
+        // After the down-out interval (5 s) its PGs are placed on the other three hosts and
+        // recovered there, one copy per host.
+        tokio::task::block_in_place(|| {
+            wait_status(&c, "recovered on the other hosts", |s| {
+                s["osds"]["in"] == 3
+                    && s["pgs"]["peering"] == 0
+                    && s["pgs"]["inactive"] == 0
+                    && s["recovery"]["objects_degraded"] == 0
+            })
+        });
+        assert_spread(&client, pool, 3, Some(3)).await;
+        verify(&client, pool, &written).await;
+
+        // The host comes back: its OSD rejoins.
+        hosts.heal(3);
+        start_osd(&c, &hosts, 3);
+        wait_osd(&client, 3, true).await;
+        verify(&client, pool, &written).await;
+    });
+    // The cluster stops (dev down) before the namespaces go.
+    drop(c);
+    drop(hosts);
+}
