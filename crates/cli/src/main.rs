@@ -18,6 +18,7 @@ mod mon_cmd;
 mod nbd_cmd;
 mod obj_cmd;
 mod osd_cmd;
+mod osd_tree;
 mod pg_cmd;
 mod progress;
 mod size;

@@ -13,6 +13,10 @@ pub enum OsdCmd {
     Run(Box<RunArgs>),
     /// List OSDs: id, address, host, up/down, in/out, weight.
     Ls(crate::admin::JsonFlag),
+    /// Show the placement hierarchy: hosts (the failure domains) with their OSDs, weights
+    /// (a host weighs what its in OSDs do), up/down, in/out, and the PGs each OSD holds and
+    /// leads over every pool.
+    Tree(crate::admin::JsonFlag),
     /// Stop placing data on an OSD (its PGs move to others).
     Out { id: u32 },
     /// Place data on an OSD again.
@@ -136,6 +140,7 @@ pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
     match cmd {
         OsdCmd::Run(a) => run_daemon(*a, conf),
         OsdCmd::Ls(j) => crate::admin::osd_ls(conf, j.json),
+        OsdCmd::Tree(j) => crate::osd_tree::run(conf, j.json),
         OsdCmd::Out { id } => change(conf, MapChange::OsdOut { id }, &format!("osd.{id} out")),
         OsdCmd::In { id } => change(conf, MapChange::OsdIn { id }, &format!("osd.{id} in")),
         OsdCmd::Lost {

@@ -49,10 +49,19 @@ fn cluster_on(hosts: &Hosts, name: &str) -> Cluster {
         text(&o.stderr)
     );
     for i in 1..hosts.ips.len() {
-        c.osd_keyring(i as u32);
-        start_osd(&c, hosts, i);
+        add_osd(&c, hosts, i);
     }
     c
+}
+
+/// A new OSD on host `i`: key, start, and its registration as osd.`i` awaited (a new OSD
+/// takes the next id at its first boot, and its key is bound to that id: one at a time).
+fn add_osd(c: &Cluster, hosts: &Hosts, i: usize) {
+    c.osd_keyring(i as u32);
+    start_osd(c, hosts, i);
+    wait_status(c, &format!("osd.{i} registered"), |s| {
+        s["osds"]["total"] == i + 1
+    });
 }
 
 /// Starts osd.`i` on host `i` (its directory and keyring under the cluster's).
@@ -189,6 +198,22 @@ fn a_whole_host_lost_leaves_every_write_readable_and_its_pgs_recover_elsewhere()
             assert_eq!(o.host, format!("h{i}"));
         }
         assert_spread(&client, pool, 3, None).await;
+        let tree: serde_json::Value =
+            serde_json::from_str(&c.ok(&["osd", "tree", "--json"])).expect("tree json");
+        assert_eq!(tree["failure_domain"], "hosts", "{tree}");
+        assert_eq!(tree["domains"], 4, "{tree}");
+        let osds: Vec<&serde_json::Value> = tree["hosts"]
+            .as_array()
+            .expect("hosts")
+            .iter()
+            .flat_map(|h| h["osds"].as_array().expect("osds"))
+            .collect();
+        let sum = |k: &str| osds.iter().map(|o| o[k].as_u64().unwrap_or(0)).sum::<u64>();
+        assert_eq!(
+            (osds.len(), sum("pgs"), sum("primary_pgs")),
+            (4, 96, 32),
+            "{tree}"
+        );
         let mut written = Vec::new();
         for key in 0..64 {
             client
@@ -232,6 +257,109 @@ fn a_whole_host_lost_leaves_every_write_readable_and_its_pgs_recover_elsewhere()
         verify(&client, pool, &written).await;
     });
     // The cluster stops (dev down) before the namespaces go.
+    drop(c);
+    drop(hosts);
+}
+
+/// Every (PG, OSD) copy of `pool`.
+async fn copies(client: &Client, pool: u32) -> BTreeSet<(u32, u32)> {
+    let map = client.mon().get_map().await.expect("map");
+    let h = map.hierarchy();
+    (0..map.pools[&pool].pg_count)
+        .flat_map(|pg| {
+            map.pg_placement_in(&h, cairn_map::PgId { pool, pg })
+                .up_set
+                .into_iter()
+                .map(move |o| (pg, o))
+        })
+        .collect()
+}
+
+#[test]
+fn a_host_added_takes_its_share_and_nothing_else_moves() {
+    let Some(hosts) = Hosts::create(5) else {
+        return;
+    };
+    let c = Cluster::at("hosts-add");
+    let dir = c.dir.display().to_string();
+    let o = hosts
+        .command(0, CAIRN)
+        .args([
+            "dev",
+            "up",
+            "--dir",
+            &dir,
+            "--bind",
+            &hosts.ips[0],
+            "--host",
+            "h0",
+        ])
+        .args([
+            "--osds",
+            "1",
+            "--osd-size",
+            "1G",
+            "--no-pool",
+            "--timeout",
+            "60",
+        ])
+        .output()
+        .expect("run cairn dev up on host 0");
+    assert!(o.status.success(), "dev up failed:\n{}", text(&o.stderr));
+    for i in 1..4 {
+        add_osd(&c, &hosts, i);
+    }
+    wait_status(&c, "4 OSDs up", |s| s["osds"]["up"] == 4);
+    c.pool_create("p", 3, 2, 128);
+    wait_status(&c, "the pool active", |s| {
+        s["pgs"]["inactive"] == 0 && s["pgs"]["peering"] == 0
+    });
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        let written: Vec<(usize, u8)> = (0..64).map(|k| (k, 1)).collect();
+        for &(key, round) in &written {
+            let name = format!("obj-{key}");
+            client
+                .write_full(pool, name.as_bytes(), &payload(key, round))
+                .await
+                .expect("write");
+        }
+        let before = copies(&client, pool).await;
+
+        tokio::task::block_in_place(|| add_osd(&c, &hosts, 4));
+        wait_osd(&client, 4, true).await;
+        let after = copies(&client, pool).await;
+        // Copies that left an OSD are exactly the copies the new host took: nothing moved
+        // between the old hosts.
+        let gone: Vec<_> = before.difference(&after).collect();
+        let new: Vec<_> = after.difference(&before).collect();
+        assert!(
+            new.iter().all(|&&(_, o)| o == 4),
+            "copies moved between old OSDs: {new:?}"
+        );
+        assert_eq!(gone.len(), new.len());
+        // The new host's share is 1/5 of the copies; allow 1.2x of it.
+        let ideal = before.len() as f64 / 5.0;
+        let moved = new.len() as f64;
+        assert!(
+            moved <= 1.2 * ideal && moved >= 0.8 * ideal,
+            "moved {moved} of {}, ideal {ideal}",
+            before.len()
+        );
+        assert_spread(&client, pool, 3, None).await;
+
+        tokio::task::block_in_place(|| {
+            wait_status(&c, "the moved PGs clean", |s| {
+                s["pgs"]["peering"] == 0
+                    && s["pgs"]["inactive"] == 0
+                    && s["recovery"]["objects_degraded"] == 0
+                    && s["pgs"]["misplaced_copies"] == 0
+            })
+        });
+        verify(&client, pool, &written).await;
+    });
     drop(c);
     drop(hosts);
 }
