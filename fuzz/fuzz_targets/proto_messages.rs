@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 33 {
+    match which % 35 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -59,6 +59,8 @@ fuzz_target!(|data: &[u8]| {
         29 => roundtrip::<mon::ServiceKeysReply>("service keys", b),
         30 => roundtrip::<mon::AuthRequest>("auth command", b),
         31 => roundtrip::<mon::AuthReply>("auth reply", b),
+        32 => roundtrip::<mon::MembersRequest>("members command", b),
+        33 => roundtrip::<mon::MembersReply>("members reply", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

@@ -762,6 +762,7 @@ fn start_mons(dir: &Path, s: &DevState) -> Result<()> {
     for (i, addr) in s.mons.iter().enumerate() {
         let mut args = vec![
             "mon".to_string(),
+            "run".into(),
             "--id".into(),
             i.to_string(),
             "--dir".into(),

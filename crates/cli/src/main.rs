@@ -76,8 +76,9 @@ enum Cmd {
     /// Serve volumes over NBD (QEMU, libnbd tools, the Linux nbd driver).
     #[command(subcommand)]
     Nbd(nbd_cmd::NbdCmd),
-    /// Run a monitor daemon.
-    Mon(mon_cmd::MonArgs),
+    /// Run a monitor daemon; list, add and remove monitors.
+    #[command(subcommand)]
+    Mon(mon_cmd::MonCmd),
     /// Format, inspect and verify a local object store (the store an OSD runs on).
     #[command(subcommand)]
     Store(store_cmd::StoreCmd),
@@ -100,6 +101,9 @@ enum BenchCmd {
     /// Benchmark healing after kill -9 of an OSD on a cluster of its own (--help: scenarios).
     #[command(long_about = bench::recovery::LONG_ABOUT)]
     Recovery(bench::recovery::BenchRecoveryArgs),
+    /// Benchmark the map and placement at 100-1,000 OSDs, no daemons (--help: measures, JSON).
+    #[command(long_about = bench::scale::LONG_ABOUT)]
+    Scale(bench::scale::BenchScaleArgs),
 }
 
 fn main() -> ExitCode {
@@ -109,7 +113,7 @@ fn main() -> ExitCode {
     };
     let daemon = matches!(
         cli.cmd,
-        Cmd::Mon(_) | Cmd::Osd(osd_cmd::OsdCmd::Run(_)) | Cmd::Nbd(_)
+        Cmd::Mon(mon_cmd::MonCmd::Run(_)) | Cmd::Osd(osd_cmd::OsdCmd::Run(_)) | Cmd::Nbd(_)
     );
     let _log = logging::init(daemon);
     let conf = cli.conf.as_deref();
@@ -124,12 +128,13 @@ fn main() -> ExitCode {
         Cmd::Obj(c) => ok(obj_cmd::run(c, conf)),
         Cmd::Vol(c) => ok(vol_cmd::run(c, conf)),
         Cmd::Nbd(c) => ok(nbd_cmd::run(c, conf)),
-        Cmd::Mon(a) => ok(mon_cmd::run(a)),
+        Cmd::Mon(c) => ok(mon_cmd::run_cmd(c, conf)),
         Cmd::Store(c) => store_cmd::run(c),
         Cmd::Bench(BenchCmd::Store(a)) => ok(bench::run(a)),
         Cmd::Bench(BenchCmd::Objects(a)) => ok(bench::objects::run(a, conf)),
         Cmd::Bench(BenchCmd::Nbd(a)) => ok(bench::nbd::run(a, conf)),
         Cmd::Bench(BenchCmd::Recovery(a)) => ok(bench::recovery::run(a)),
+        Cmd::Bench(BenchCmd::Scale(a)) => ok(bench::scale::run(a)),
     };
     match r {
         Ok(code) => code,

@@ -1,18 +1,45 @@
-//! `cairn mon`: run a monitor daemon.
+//! `cairn mon`: run a monitor daemon; list, add and remove monitors.
 
 use anyhow::{bail, Context, Result};
 use cairn_mon::MonConfig;
-use clap::Args;
+use cairn_proto::msg::mon::MembersRequest;
+use clap::{Args, Subcommand};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Run a monitor: it holds the cluster map, replicated with Raft across 1, 3 or 5 monitors.
-///
-/// Start every monitor of a cluster with the same --fsid and the same --member list; on first
-/// start the monitor with the lowest id forms the cluster. A restarted monitor resumes from
-/// --dir. Stop it with any signal (kill -9 included): everything it acknowledged is on disk.
+#[derive(Subcommand)]
+pub enum MonCmd {
+    /// Run a monitor: it holds the cluster map, replicated with Raft across 1, 3 or 5
+    /// monitors.
+    ///
+    /// Start every monitor of a new cluster with the same --fsid and the same --member list;
+    /// on first start the monitor with the lowest id forms the cluster. To add a monitor to a
+    /// running cluster, start it with --join (and the cluster's --fsid and the monitors'
+    /// keyring), then `cairn mon add ID ADDR`. A restarted monitor resumes from --dir. Stop it
+    /// with any signal (kill -9 included): everything it acknowledged is on disk.
+    Run(Box<MonArgs>),
+    /// List the monitors: id, address, which one leads.
+    Ls(crate::admin::JsonFlag),
+    /// Make a monitor started with `cairn mon run --join --id ID --listen ADDR` a member: it
+    /// catches up with the cluster's log (a minute at most), then votes. Needs `mon x`.
+    Add {
+        /// The new monitor's id (not used by any monitor of the cluster).
+        id: u64,
+        /// Where it serves (IP:PORT), as clients and the other monitors reach it.
+        addr: String,
+    },
+    /// Remove a monitor from the cluster (a dead one, or one to retire): the others go on
+    /// without it. A quorum of the monitors before and after the change must be up. Stop the
+    /// removed monitor's process and remove its address from the clients' configuration.
+    Rm {
+        /// The monitor's id (`cairn mon ls`).
+        id: u64,
+    },
+}
+
 #[derive(Args)]
 pub struct MonArgs {
     /// This monitor's id, unique in the cluster (the lowest id forms a new cluster).
@@ -52,6 +79,60 @@ pub struct MonArgs {
     pub auth: crate::daemon_auth::DaemonAuth,
     #[command(flatten)]
     pub conns: crate::daemon_auth::ConnArgs,
+    /// Join a running cluster instead of forming one: wait until `cairn mon add` makes this
+    /// monitor a member (needs --fsid; --member defaults to this monitor alone).
+    #[arg(long)]
+    pub join: bool,
+}
+
+/// Runs a `cairn mon` command.
+pub fn run_cmd(cmd: MonCmd, conf: Option<&Path>) -> Result<()> {
+    match cmd {
+        MonCmd::Run(a) => run(*a),
+        MonCmd::Ls(j) => list(conf, j.json),
+        MonCmd::Add { id, addr } => {
+            addr.parse::<SocketAddr>()
+                .map_err(|_| anyhow::anyhow!("monitor address {addr:?} is not IP:PORT"))?;
+            eprintln!("adding monitor {id} at {addr}: it catches up, then votes...");
+            members(conf, MembersRequest::Add { id, addr })
+        }
+        MonCmd::Rm { id } => members(conf, MembersRequest::Remove { id }),
+    }
+}
+
+fn members(conf: Option<&Path>, req: MembersRequest) -> Result<()> {
+    let mon = crate::admin::mon_client(conf)?;
+    let now = crate::admin::block_on_mon(mon.addrs(), mon.change_members(req))??;
+    println!("monitors now:");
+    for (id, addr) in now {
+        println!("  mon.{id} {addr}");
+    }
+    Ok(())
+}
+
+fn list(conf: Option<&Path>, json: bool) -> Result<()> {
+    let mon = crate::admin::mon_client(conf)?;
+    let st = crate::admin::block_on_mon(mon.addrs(), mon.status())??;
+    if json {
+        let v: Vec<_> = st
+            .members
+            .iter()
+            .map(|(id, addr)| {
+                serde_json::json!({"id": id, "addr": addr, "leader": st.leader == Some(*id)})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    for (id, addr) in &st.members {
+        let lead = if st.leader == Some(*id) {
+            "  leader"
+        } else {
+            ""
+        };
+        println!("mon.{id} {addr}{lead}");
+    }
+    Ok(())
 }
 
 fn parse_member(s: &str) -> Result<(u64, String), String> {
@@ -124,6 +205,9 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     let fsid = match (&args.fsid, stored) {
         (Some(hex), _) => crate::conf::parse_fsid(hex).context("--fsid")?,
         (None, Some(s)) => s.fsid,
+        (None, None) if args.join => {
+            bail!("--join needs --fsid: the cluster's fsid (`cairn status` shows it)")
+        }
         (None, None) if members.len() == 1 => {
             let fsid: [u8; 16] = rand::random();
             tracing::info!(
@@ -145,6 +229,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     cfg.keyring = args.auth.keyring(&args.dir)?;
     cfg.frames = args.auth.frames;
     cfg.conn_limits = args.conns.limits()?;
+    cfg.join = args.join;
     cfg.validate()?;
     Ok(cfg)
 }

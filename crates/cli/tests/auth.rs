@@ -252,6 +252,7 @@ fn an_osd_key_boots_only_its_own_osd() {
     for args in [
         vec![
             "mon",
+            "run",
             "--id",
             "0",
             "--listen",

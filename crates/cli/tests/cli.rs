@@ -399,3 +399,59 @@ fn bench_store_smoke() {
         assert!(left.is_empty(), "{dir} still holds {left:?}");
     }
 }
+
+#[test]
+fn bench_scale_reports_placement_map_sizes_and_movement() {
+    let out = ok(&[
+        "bench", "scale", "--json", "--osds", "40,60", "--pgs", "512",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("bench scale JSON");
+    let scales = v["scales"].as_array().expect("scales");
+    assert_eq!(scales.len(), 2, "{out}");
+    for s in scales {
+        assert!(s["placement_ms"].as_f64().is_some_and(|x| x > 0.0), "{s}");
+        assert!(s["map_bytes"].as_u64().is_some_and(|x| x > 0), "{s}");
+        // 512 PGs x 3 copies spread over the OSDs.
+        let mean = s["pgs_per_osd"]["mean"].as_f64().expect("mean");
+        let osds = s["osds"].as_f64().expect("osds");
+        assert!((mean * osds - 1536.0).abs() < 1.0, "{s}");
+        for k in ["host_added", "host_lost"] {
+            let r = s[k]["ratio_to_ideal"].as_f64().expect("ratio");
+            assert!((0.5..2.0).contains(&r), "{k}: {s}");
+        }
+    }
+    let e = fails(&["bench", "scale", "--osds", "15"], 1);
+    assert!(e.contains("multiples of 10"), "{e}");
+}
+
+#[test]
+fn bench_scale_runs_a_monitor_with_simulated_osds() {
+    let args = [
+        "bench",
+        "scale",
+        "--json",
+        "--mon",
+        "--osds",
+        "40",
+        "--pgs",
+        "256",
+        "--seconds",
+        "1",
+    ];
+    let out = ok(&args);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("bench scale JSON");
+    let m = &v["scales"][0]["monitor"];
+    assert_eq!(m["osds"], 40, "{out}");
+    assert!(
+        m["heartbeats_per_s"].as_f64().is_some_and(|x| x > 0.0),
+        "{out}"
+    );
+    assert!(
+        m["commit_us"]["p99"].as_f64().is_some_and(|x| x > 0.0),
+        "{out}"
+    );
+    // The silenced OSD is marked down after its grace, not before, and no other one is.
+    let detected = m["down_detected_ms"].as_f64().expect("detected");
+    assert!((3000.0..12000.0).contains(&detected), "{out}");
+    assert_eq!(m["spurious_downs"], 0, "{out}");
+}

@@ -1030,3 +1030,98 @@ fn large_writes_written_once_survive_kill9_of_every_osd() {
     let st = c.status();
     assert_eq!(st["scrub"]["unrepaired"], 0, "{st}");
 }
+
+/// A free port on 127.0.0.1 (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[test]
+fn a_dead_monitor_is_replaced_without_downtime() {
+    let c = Cluster::up("monreplace", 3, 1);
+    let fsid = c.status()["fsid"].as_str().expect("fsid").to_string();
+    // A fourth monitor, started to join: the monitors' keyring copied to its directory.
+    let dir = c.dir.join("mon.3");
+    std::fs::create_dir_all(&dir).expect("mon.3 dir");
+    std::fs::copy(c.dir.join("mon.0").join("keyring"), dir.join("keyring")).expect("keyring");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(c.dir.join("log").join("mon.3.log")).expect("log");
+    let mut mon3 = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args([
+            "mon",
+            "run",
+            "--id",
+            "3",
+            "--dir",
+            &dir.display().to_string(),
+        ])
+        .args(["--listen", &addr, "--fsid", &fsid, "--join"])
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start mon.3");
+    let ring = c.add_key("client.ops", ("rw", "", ""));
+    let ops = c.conf_for("client.ops", &ring);
+    let (ok, out) = common::cluster::run_as(&ops, &["mon", "add", "3", &addr]);
+    assert!(!ok && out.contains("lacks x on the monitors"), "{out}");
+    let (ok, out) = common::cluster::run_as(&c.conf.display().to_string(), &["mon", "rm", "9"]);
+    assert!(!ok && out.contains("monitor 9 is not a member"), "{out}");
+    let out = c.ok(&["mon", "add", "3", &addr]);
+    assert!(out.contains(&format!("mon.3 {addr}")), "{out}");
+    let (ok, out) =
+        common::cluster::run_as(&c.conf.display().to_string(), &["mon", "add", "3", &addr]);
+    assert!(!ok && out.contains("already a member"), "{out}");
+
+    // A monitor dies for good (the leader, the hardest case) and is removed: the cluster
+    // keeps its quorum throughout and the map keeps changing.
+    let leader = c.status()["mons"]["leader"].as_u64().expect("a leader");
+    c.kill9(&format!("mon.{leader}"));
+    let out = c.ok(&["mon", "rm", &leader.to_string()]);
+    assert!(!out.contains(&format!("mon.{leader} ")), "{out}");
+    let ls: serde_json::Value =
+        serde_json::from_str(&c.ok(&["mon", "ls", "--json"])).expect("mon ls json");
+    let ids: Vec<u64> = ls
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["id"].as_u64())
+        .collect();
+    let mut want: Vec<u64> = [0, 1, 2, 3].into_iter().filter(|i| *i != leader).collect();
+    want.sort();
+    assert_eq!(ids, want, "{ls}");
+
+    // One more original monitor dies: the new one's vote is now needed for every commit.
+    let other = want
+        .iter()
+        .copied()
+        .find(|&i| i != 3)
+        .expect("an original monitor left");
+    c.kill9(&format!("mon.{other}"));
+    // The new monitor alone serves a client: a pool created through it, an object stored.
+    let conf = std::fs::read_to_string(&c.conf).expect("conf");
+    let mons_line = conf
+        .lines()
+        .find(|l| l.starts_with("mons"))
+        .expect("mons line");
+    let only_new = conf.replace(mons_line, &format!("mons = [\"{addr}\"]"));
+    let conf3 = c.dir.join("mon3.toml");
+    std::fs::write(&conf3, only_new).expect("write conf");
+    let conf3 = conf3.display().to_string();
+    let (ok, out) = common::cluster::run_as(
+        &conf3,
+        &["pool", "create", "p", "--size", "1", "--pgs", "8"],
+    );
+    assert!(ok, "{out}");
+    let file = c.dir.join("obj.txt");
+    std::fs::write(&file, b"kept by the new monitors").expect("write file");
+    let file = file.display().to_string();
+    let (ok, out) = common::cluster::run_as(&conf3, &["obj", "put", "p", "k", &file]);
+    assert!(ok, "{out}");
+    let (ok, out) = common::cluster::run_as(&conf3, &["obj", "get", "p", "k", "-"]);
+    assert!(ok && out.contains("kept by the new monitors"), "{out}");
+    let _ = mon3.kill();
+    let _ = mon3.wait();
+}

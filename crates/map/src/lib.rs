@@ -17,7 +17,7 @@ mod pool;
 
 pub use change::{ChangeOutcome, MapChange, MapError};
 pub use intervals::PastInterval;
-pub use pool::{Durability, Pool, PoolSetting};
+pub use pool::{Durability, Pool, PoolSetting, MAX_PG_COUNT};
 
 use cairn_placement::{FailureDomain, Hierarchy, HostNode, OsdNode};
 use serde::{Deserialize, Serialize};

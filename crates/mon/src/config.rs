@@ -58,6 +58,9 @@ pub struct MonConfig {
     /// How every connection's frames are protected at least (clients and monitor peers;
     /// a peer asking for more gets more). Needs a keyring. Default plain.
     pub frames: cairn_transport::FrameMode,
+    /// This monitor joins a running cluster: it never forms one, and waits until the leader
+    /// adds it (`cairn mon add`); `members` is then just itself.
+    pub join: bool,
 }
 
 impl MonConfig {
@@ -77,6 +80,7 @@ impl MonConfig {
             keyring: None,
             conn_limits: cairn_transport::ConnLimits::default(),
             frames: cairn_transport::FrameMode::Plain,
+            join: false,
         }
     }
 

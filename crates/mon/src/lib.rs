@@ -23,6 +23,7 @@ pub mod fuzzing;
 mod history;
 mod keys_cmd;
 mod log_store;
+mod members_cmd;
 mod migrate;
 mod node;
 mod pg_starts;

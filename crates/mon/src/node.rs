@@ -162,6 +162,13 @@ async fn form_cluster(raft: &Raft, cfg: &MonConfig) -> Result<(), MonError> {
         tracing::info!("resuming the monitor cluster from the data dir");
         return Ok(());
     }
+    if cfg.join {
+        tracing::info!(
+            id = cfg.id,
+            "joining monitor: waiting for the leader to add it (cairn mon add)"
+        );
+        return Ok(());
+    }
     let first = cfg.bootstrapper();
     if cfg.id != first {
         tracing::info!("new monitor: waiting for monitor {first} to form the cluster");

@@ -18,10 +18,10 @@ use crate::raft_net;
 use cairn_map::MapChange;
 use cairn_proto::msg::mon::{
     AuthRequest, CommandReply, ErrorCode, ErrorReply, FailureReport, GetMap, Heartbeat, MapUpdate,
-    PastIntervalsQuery, Subscribe, AUTH_COMMAND, AUTH_REPLY, COMMAND, COMMAND_REPLY, ERROR,
-    FAILURE_REPORT, GET_MAP, GET_SERVICE_KEYS, GET_TICKET, HEARTBEAT, MAP, MAX_HEARTBEAT_PGS,
-    MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS, PAST_INTERVALS_REPLY, SERVICE_KEYS, SUBSCRIBE,
-    TICKET,
+    MembersRequest, PastIntervalsQuery, Subscribe, AUTH_COMMAND, AUTH_REPLY, COMMAND,
+    COMMAND_REPLY, ERROR, FAILURE_REPORT, GET_MAP, GET_SERVICE_KEYS, GET_TICKET, HEARTBEAT, MAP,
+    MAX_HEARTBEAT_PGS, MEMBERS_COMMAND, MEMBERS_REPLY, MON_STATUS, MON_STATUS_REPLY,
+    PAST_INTERVALS, PAST_INTERVALS_REPLY, SERVICE_KEYS, SUBSCRIBE, TICKET,
 };
 use cairn_proto::msg::{decode, encode};
 use cairn_proto::Frame;
@@ -245,6 +245,15 @@ async fn dispatch(
             tasks.spawn(async move {
                 let reply = ctx.command(change).await;
                 let _ = tx.send(frame(COMMAND_REPLY, rid, &reply)).await;
+            });
+            return Ok(());
+        }
+        MEMBERS_COMMAND => {
+            let req: MembersRequest = decode("members command", &f.control).map_err(malformed)?;
+            let (ctx, tx, who) = (ctx.clone(), tx.clone(), who.clone());
+            tasks.spawn(async move {
+                let reply = crate::members_cmd::serve(&ctx, &who, req).await;
+                let _ = tx.send(frame(MEMBERS_REPLY, rid, &reply)).await;
             });
             return Ok(());
         }

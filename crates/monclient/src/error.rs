@@ -23,6 +23,9 @@ pub enum MonClientError {
     /// The monitors refused a key database request (`cairn auth`): its reason.
     #[error("refused: {0}")]
     KeyRefused(String),
+    /// The leader refused or could not make a membership change (`cairn mon add|rm`).
+    #[error("{0}")]
+    MembersRefused(String),
     /// Monitors answered but could not commit (no leader or no quorum) before the deadline.
     #[error("monitors unavailable: {0}")]
     Unavailable(String),

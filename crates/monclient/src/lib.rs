@@ -23,9 +23,10 @@ pub use error::MonClientError;
 
 use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
 use cairn_proto::msg::mon::{
-    CommandReply, FailureReport, GetMap, Heartbeat, MapUpdate, MonStatus, PastIntervalsQuery,
-    COMMAND, COMMAND_REPLY, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP, MON_STATUS, MON_STATUS_REPLY,
-    PAST_INTERVALS, PAST_INTERVALS_REPLY,
+    CommandReply, FailureReport, GetMap, Heartbeat, MapUpdate, MembersReply, MembersRequest,
+    MonStatus, PastIntervalsQuery, COMMAND, COMMAND_REPLY, FAILURE_REPORT, GET_MAP, HEARTBEAT, MAP,
+    MEMBERS_COMMAND, MEMBERS_REPLY, MON_STATUS, MON_STATUS_REPLY, PAST_INTERVALS,
+    PAST_INTERVALS_REPLY,
 };
 pub use cairn_proto::msg::mon::{PastIntervalsReply, PgStarted};
 use cairn_proto::msg::{decode, encode};
@@ -288,6 +289,29 @@ impl MonClient {
         let left = deadline.saturating_duration_since(Instant::now());
         let second = self.status_until(Instant::now() + left / 2).await;
         Ok(second.unwrap_or(first))
+    }
+
+    /// Adds or removes a monitor (needs `mon x`); returns the members afterwards. An add
+    /// waits for the new monitor to catch up (a minute at most).
+    pub async fn change_members(
+        &self,
+        req: MembersRequest,
+    ) -> Result<Vec<(u64, String)>, MonClientError> {
+        let deadline = Instant::now() + self.inner.timeout + Duration::from_secs(90);
+        self.call(MEMBERS_COMMAND, encode(&req), deadline, |f| {
+            if let Err(e) = expect(&f, MEMBERS_REPLY, "members") {
+                return Step::Fail(e);
+            }
+            match decode::<MembersReply>("members reply", &f.control) {
+                Err(e) => Step::Fail(protocol(e)),
+                Ok(MembersReply::Done { members }) => Step::Done(members),
+                Ok(MembersReply::NotLeader { leader }) => Step::Redirect(leader),
+                Ok(MembersReply::Refused(why) | MembersReply::Unavailable(why)) => {
+                    Step::Fail(MonClientError::MembersRefused(why))
+                }
+            }
+        })
+        .await
     }
 
     async fn status_until(&self, deadline: Instant) -> Result<MonStatus, MonClientError> {

@@ -14,6 +14,8 @@ pub mod objects;
 mod ops;
 pub mod recovery;
 pub mod report;
+pub mod scale;
+mod scale_mon;
 mod target;
 
 use crate::size::{human, parse_size};

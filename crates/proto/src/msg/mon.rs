@@ -48,6 +48,10 @@ pub const SERVICE_KEYS: u16 = 16;
 pub const AUTH_COMMAND: u16 = 17;
 /// Reply: [`AuthReply`].
 pub const AUTH_REPLY: u16 = 18;
+/// Request: [`MembersRequest`], changing which monitors form the cluster (needs `mon x`).
+pub const MEMBERS_COMMAND: u16 = 19;
+/// Reply: [`MembersReply`].
+pub const MEMBERS_REPLY: u16 = 20;
 
 /// Most PGs one heartbeat reports (an OSD leading more reports them over several).
 pub const MAX_HEARTBEAT_PGS: usize = 4096;
@@ -294,4 +298,30 @@ pub fn auth_import_aad(entity: &Entity) -> Vec<u8> {
         entity.to_string().as_bytes(),
     ]
     .concat()
+}
+
+/// A change of the monitors' membership (`cairn mon add|rm`), served by the leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembersRequest {
+    /// Make monitor `id`, already running at `addr` (`cairn mon run --join`), a voting
+    /// member: it first catches up as a learner.
+    Add { id: u64, addr: String },
+    /// Remove monitor `id` from the voters (it may be dead).
+    Remove { id: u64 },
+}
+
+/// The answer to a [`MembersRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembersReply {
+    /// Done: the voting members now (id, address).
+    Done {
+        members: Vec<(u64, String)>,
+    },
+    Refused(String),
+    /// Ask the leader instead.
+    NotLeader {
+        leader: Option<String>,
+    },
+    /// The change could not be committed (retry later).
+    Unavailable(String),
 }
