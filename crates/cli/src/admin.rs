@@ -322,7 +322,7 @@ pub struct PgCounts {
 /// PG counts by state for a map; the PGs in `down` (their primaries say so) count as
 /// neither active state.
 pub fn pg_counts(map: &ClusterMap, down: &[cairn_proto::msg::osd::DownPg]) -> PgCounts {
-    let h = map.hierarchy();
+    let h = map.placer();
     let mut c = PgCounts {
         total: 0,
         clean: 0,

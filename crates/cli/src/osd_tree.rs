@@ -15,7 +15,7 @@ struct Held {
 }
 
 fn held(map: &ClusterMap) -> BTreeMap<u32, Held> {
-    let h = map.hierarchy();
+    let h = map.placer();
     let mut out: BTreeMap<u32, Held> = BTreeMap::new();
     for pool in map.pools.values() {
         for pg in 0..pool.pg_count {

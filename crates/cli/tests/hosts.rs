@@ -264,7 +264,7 @@ fn a_whole_host_lost_leaves_every_write_readable_and_its_pgs_recover_elsewhere()
 /// Every (PG, OSD) copy of `pool`.
 async fn copies(client: &Client, pool: u32) -> BTreeSet<(u32, u32)> {
     let map = client.mon().get_map().await.expect("map");
-    let h = map.hierarchy();
+    let h = map.placer();
     (0..map.pools[&pool].pg_count)
         .flat_map(|pg| {
             map.pg_placement_in(&h, cairn_map::PgId { pool, pg })

@@ -2,14 +2,14 @@
 //! once and PG placements cached, so routing an op costs a hash and a lookup.
 
 use cairn_map::{ClusterMap, PgId, PgPlacement};
-use cairn_placement::Hierarchy;
+use cairn_placement::Placer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A map epoch ready for routing.
 pub struct MapView {
     pub map: Arc<ClusterMap>,
-    hierarchy: Hierarchy,
+    placer: Placer,
     placements: Mutex<HashMap<PgId, PgPlacement>>,
 }
 
@@ -24,7 +24,7 @@ impl MapView {
     /// Prepares `map` for routing.
     pub fn new(map: Arc<ClusterMap>) -> MapView {
         MapView {
-            hierarchy: map.hierarchy(),
+            placer: map.placer(),
             map,
             placements: Mutex::new(HashMap::new()),
         }
@@ -35,7 +35,7 @@ impl MapView {
         let mut cache = self.placements.lock().unwrap_or_else(|p| p.into_inner());
         cache
             .entry(pg)
-            .or_insert_with(|| self.map.pg_placement_in(&self.hierarchy, pg))
+            .or_insert_with(|| self.map.pg_placement_in(&self.placer, pg))
             .clone()
     }
 

@@ -19,7 +19,7 @@ pub use change::{ChangeOutcome, MapChange, MapError};
 pub use intervals::PastInterval;
 pub use pool::{Durability, Pool, PoolSetting, MAX_PG_COUNT};
 
-use cairn_placement::{FailureDomain, Hierarchy, HostNode, OsdNode};
+use cairn_placement::{FailureDomain, Hierarchy, HostNode, OsdNode, Placer};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -149,22 +149,27 @@ impl ClusterMap {
         self.pools.values().find(|p| p.name == name)
     }
 
-    /// Where `pg` lives at this epoch. Unknown pools give an empty placement.
-    pub fn pg_placement(&self, pg: PgId) -> PgPlacement {
-        self.pg_placement_in(&self.hierarchy(), pg)
+    /// The hierarchy prepared for placement: build it once per map to place many PGs.
+    pub fn placer(&self) -> Placer {
+        Placer::new(&self.hierarchy())
     }
 
-    /// Same as [`ClusterMap::pg_placement`] with the hierarchy computed once by the caller
-    /// (placing many PGs).
-    pub fn pg_placement_in(&self, h: &Hierarchy, pg: PgId) -> PgPlacement {
+    /// Where `pg` lives at this epoch. Unknown pools give an empty placement.
+    pub fn pg_placement(&self, pg: PgId) -> PgPlacement {
+        self.pg_placement_in(&self.placer(), pg)
+    }
+
+    /// Same as [`ClusterMap::pg_placement`] with the placer prepared once by the caller
+    /// ([`ClusterMap::placer`]; placing many PGs).
+    pub fn pg_placement_in(&self, placer: &Placer, pg: PgId) -> PgPlacement {
         let Some(pool) = self.pools.get(&pg.pool) else {
             return PgPlacement {
                 up_set: Vec::new(),
                 acting: Vec::new(),
             };
         };
-        let domain: FailureDomain = cairn_placement::default_domain(h);
-        let up_set = cairn_placement::pg_osds(h, pg.pool, pg.pg, pool.size as usize, domain);
+        let domain: FailureDomain = placer.default_domain();
+        let up_set = placer.pg_osds(pg.pool, pg.pg, pool.size as usize, domain);
         let acting = up_set
             .iter()
             .copied()

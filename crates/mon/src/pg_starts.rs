@@ -8,7 +8,7 @@
 //! taken only from the OSD the map makes the PG's primary, for an epoch not in the future.
 
 use cairn_map::{ClusterMap, PgId};
-use cairn_placement::Hierarchy;
+use cairn_placement::Placer;
 use cairn_proto::msg::mon::PgStarted;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 struct Inner {
     term: Option<u64>,
     started: HashMap<PgId, u64>,
-    /// The placement hierarchy of one epoch, computed once for every heartbeat of it.
-    hierarchy: Option<(u64, Arc<Hierarchy>)>,
+    /// The placement hierarchy of one epoch, prepared once for every heartbeat of it.
+    placer: Option<(u64, Arc<Placer>)>,
 }
 
 /// The leader's record of every PG's last start.
@@ -47,11 +47,11 @@ impl PgStarts {
             return;
         }
         let mut g = self.lock();
-        let h = match &g.hierarchy {
+        let h = match &g.placer {
             Some((epoch, h)) if *epoch == map.epoch => h.clone(),
             _ => {
-                let h = Arc::new(map.hierarchy());
-                g.hierarchy = Some((map.epoch, h.clone()));
+                let h = Arc::new(map.placer());
+                g.placer = Some((map.epoch, h.clone()));
                 h
             }
         };

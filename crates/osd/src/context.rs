@@ -6,7 +6,7 @@ use crate::inflight::Inflight;
 use crate::peers::Peers;
 use crate::shard::{shard_of, Shard, ShardHandle, ShardMsg};
 use cairn_map::{ClusterMap, PgId, PgPlacement};
-use cairn_placement::Hierarchy;
+use cairn_placement::Placer;
 use cairn_store::{Store, StoreError};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 pub struct Osd {
     pub store: Store,
     pub(crate) map: RwLock<Arc<ClusterMap>>,
-    pub(crate) hierarchy: Mutex<(u64, Arc<Hierarchy>)>,
+    pub(crate) placer: Mutex<(u64, Arc<Placer>)>,
     pub(crate) id: AtomicU32,
     /// Epoch of this OSD's current life (its last boot).
     pub up_from: AtomicU64,
@@ -71,9 +71,9 @@ impl Osd {
     /// Where `pg` lives in `map` (the hierarchy is computed once per epoch).
     pub fn placement(&self, map: &ClusterMap, pg: PgId) -> PgPlacement {
         let h = {
-            let mut cached = self.hierarchy.lock().unwrap_or_else(|p| p.into_inner());
+            let mut cached = self.placer.lock().unwrap_or_else(|p| p.into_inner());
             if cached.0 != map.epoch {
-                *cached = (map.epoch, Arc::new(map.hierarchy()));
+                *cached = (map.epoch, Arc::new(map.placer()));
             }
             cached.1.clone()
         };

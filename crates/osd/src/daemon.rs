@@ -7,7 +7,7 @@ use crate::error::OsdError;
 use crate::inflight::Inflight;
 use crate::peers::Peers;
 use crate::shard::{serve_queue, Shard, ShardHandle, ShardMsg};
-use cairn_placement::Hierarchy;
+use cairn_placement::{Hierarchy, Placer};
 use cairn_store::{BlockDevice, Devices, FileDevice, Store, StoreConfig};
 use std::collections::HashMap;
 use std::path::Path;
@@ -167,7 +167,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
     let osd = Arc::new(Osd {
         store,
         map: RwLock::new(boot.map.clone()),
-        hierarchy: Mutex::new((0, Arc::new(Hierarchy { hosts: Vec::new() }))),
+        placer: Mutex::new((0, Arc::new(Placer::new(&Hierarchy { hosts: Vec::new() })))),
         id: AtomicU32::new(boot.id),
         up_from: AtomicU64::new(boot.up_from),
         peers: Peers::new(dialer.clone()),

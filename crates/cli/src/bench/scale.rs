@@ -92,7 +92,7 @@ fn build(osds: u32, pgs: u32) -> Result<ClusterMap> {
 
 /// Every (PG, OSD) copy of pool 1.
 fn copies(map: &ClusterMap, pgs: u32) -> BTreeSet<(u32, u32)> {
-    let h = map.hierarchy();
+    let h = map.placer();
     (0..pgs)
         .flat_map(|pg| {
             map.pg_placement_in(&h, PgId { pool: 1, pg })
@@ -131,7 +131,7 @@ fn movement(before: &BTreeSet<(u32, u32)>, after: &BTreeSet<(u32, u32)>, ideal: 
 
 fn scale(osds: u32, pgs: u32) -> Result<Obj> {
     let mut map = build(osds, pgs)?;
-    let h = map.hierarchy();
+    let h = map.placer();
     let t = Instant::now();
     let mut sink = 0u64;
     for pg in 0..pgs {
