@@ -105,8 +105,11 @@ pub fn mon_client(mons: Vec<String>) -> cairn_monclient::MonClient {
         .with_frames(frames())
 }
 
+/// A host's configuration file (`cairn cluster bootstrap` writes it).
+pub const HOST_CONF: &str = "/etc/cairn/cairn.toml";
+
 /// Where the configuration comes from: `-c FILE`, else `CAIRN_CONF`, else `./cairn-dev/cairn.toml`
-/// when it exists.
+/// when it exists, else [`HOST_CONF`] when it exists.
 pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
         return Ok(p.to_path_buf());
@@ -118,7 +121,14 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     if dev.exists() {
         return Ok(dev);
     }
-    bail!("no cluster configuration: pass -c FILE or set CAIRN_CONF (`cairn dev up` writes one)")
+    let host = PathBuf::from(HOST_CONF);
+    if host.exists() {
+        return Ok(host);
+    }
+    bail!(
+        "no cluster configuration: pass -c FILE or set CAIRN_CONF (`cairn dev up` writes one, \
+         `cairn cluster bootstrap` writes {HOST_CONF})"
+    )
 }
 
 /// Reads and checks a configuration file.

@@ -205,7 +205,7 @@ pub(crate) fn free_port() -> Result<u16> {
     )
 }
 
-fn random_fsid() -> Result<[u8; 16]> {
+pub(crate) fn random_fsid() -> Result<[u8; 16]> {
     let mut b = [0u8; 16];
     use std::io::Read;
     std::fs::File::open("/dev/urandom")

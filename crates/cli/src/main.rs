@@ -7,6 +7,7 @@
 mod admin;
 mod auth_cmd;
 mod bench;
+mod bootstrap;
 mod capacity;
 mod conf;
 mod daemon_auth;
@@ -18,6 +19,7 @@ mod mon_cmd;
 mod nbd_cmd;
 mod obj_cmd;
 mod osd_cmd;
+mod osd_create;
 mod osd_tree;
 mod pg_cmd;
 mod progress;
@@ -76,6 +78,9 @@ enum Cmd {
     /// Serve volumes over NBD (QEMU, libnbd tools, the Linux nbd driver).
     #[command(subcommand)]
     Nbd(nbd_cmd::NbdCmd),
+    /// Create a cluster on this host (`cluster bootstrap`).
+    #[command(subcommand)]
+    Cluster(bootstrap::ClusterCmd),
     /// Run a monitor daemon; list, add and remove monitors.
     #[command(subcommand)]
     Mon(mon_cmd::MonCmd),
@@ -129,6 +134,7 @@ fn main() -> ExitCode {
         Cmd::Vol(c) => ok(vol_cmd::run(c, conf)),
         Cmd::Nbd(c) => ok(nbd_cmd::run(c, conf)),
         Cmd::Mon(c) => ok(mon_cmd::run_cmd(c, conf)),
+        Cmd::Cluster(c) => ok(bootstrap::run(c)),
         Cmd::Store(c) => store_cmd::run(c),
         Cmd::Bench(BenchCmd::Store(a)) => ok(bench::run(a)),
         Cmd::Bench(BenchCmd::Objects(a)) => ok(bench::objects::run(a, conf)),

@@ -42,15 +42,17 @@ pub enum MonCmd {
 
 #[derive(Args)]
 pub struct MonArgs {
-    /// This monitor's id, unique in the cluster (the lowest id forms a new cluster).
+    /// This monitor's id, unique in the cluster (the lowest id forms a new cluster)
+    /// [default: DIR/mon.toml's, written by `cairn cluster bootstrap`].
     #[arg(long)]
-    pub id: u64,
+    pub id: Option<u64>,
     /// Data directory (created if missing); holds mon.redb. Never share it between monitors.
     #[arg(long)]
     pub dir: PathBuf,
-    /// Address to serve clients and the other monitors on.
-    #[arg(long, default_value = "127.0.0.1:6789")]
-    pub listen: SocketAddr,
+    /// Address to serve clients and the other monitors on [default: DIR/mon.toml's, else
+    /// 127.0.0.1:6789].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
     /// A monitor of the cluster as ID=IP:PORT (the address others reach it at). Repeat for
     /// every monitor, this one included; every monitor needs the same list. Default: this
     /// monitor alone, at --listen.
@@ -80,7 +82,8 @@ pub struct MonArgs {
     #[command(flatten)]
     pub conns: crate::daemon_auth::ConnArgs,
     /// Join a running cluster instead of forming one: wait until `cairn mon add` makes this
-    /// monitor a member (needs --fsid; --member defaults to this monitor alone).
+    /// monitor a member (the fsid comes from --fsid, else from the cluster configuration;
+    /// --member defaults to this monitor alone).
     #[arg(long)]
     pub join: bool,
 }
@@ -88,7 +91,7 @@ pub struct MonArgs {
 /// Runs a `cairn mon` command.
 pub fn run_cmd(cmd: MonCmd, conf: Option<&Path>) -> Result<()> {
     match cmd {
-        MonCmd::Run(a) => run(*a),
+        MonCmd::Run(a) => run(*a, conf),
         MonCmd::Ls(j) => list(conf, j.json),
         MonCmd::Add { id, addr } => {
             addr.parse::<SocketAddr>()
@@ -150,8 +153,18 @@ fn parse_member(s: &str) -> Result<(u64, String), String> {
 }
 
 /// Runs the monitor until the process is killed (the binary installs logging first).
-pub fn run(args: MonArgs) -> Result<()> {
+pub fn run(args: MonArgs, conf: Option<&Path>) -> Result<()> {
+    let mut args = with_mon_toml(args)?;
+    if args.join && args.fsid.is_none() && cairn_mon::stored_identity(&args.dir)?.is_none() {
+        // The cluster this host's configuration names.
+        let c = crate::conf::load(conf)
+            .context("--join needs the cluster's fsid: give --fsid, or the configuration")?;
+        args.fsid = Some(c.cluster.fsid);
+    }
     let cfg = config(&args)?;
+    let listen = args
+        .listen
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 6789)));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("cairn-mon")
@@ -159,12 +172,12 @@ pub fn run(args: MonArgs) -> Result<()> {
         .build()
         .context("cannot start the monitor's runtime")?;
     rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
+        let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| {
                 format!(
                     "cannot listen on {}: is another monitor running there?",
-                    args.listen
+                    listen
                 )
             })?;
         // No shutdown signal: the monitor runs until killed, which is always safe.
@@ -173,32 +186,58 @@ pub fn run(args: MonArgs) -> Result<()> {
     })
 }
 
+/// Fills what the flags leave out from DIR/mon.toml (`cairn cluster bootstrap`).
+fn with_mon_toml(mut args: MonArgs) -> Result<MonArgs> {
+    if let Some(t) = crate::bootstrap::MonToml::load(&args.dir)? {
+        args.id = args.id.or(Some(t.id));
+        args.listen = args.listen.or(Some(t.listen));
+        args.fsid = args.fsid.or(Some(t.fsid));
+        if args.members.is_empty() {
+            args.members = t
+                .members
+                .iter()
+                .map(|m| parse_member(m).map_err(|e| anyhow::anyhow!("mon.toml members: {e}")))
+                .collect::<Result<_>>()?;
+        }
+        if args.auth.frames == cairn_transport::FrameMode::Plain {
+            if let Some(f) = t.frames.as_deref() {
+                args.auth.frames = crate::daemon_auth::parse_frames(f)
+                    .map_err(|e| anyhow::anyhow!("mon.toml frames: {e}"))?;
+            }
+        }
+    }
+    Ok(args)
+}
+
 fn config(args: &MonArgs) -> Result<MonConfig> {
+    let Some(id) = args.id else {
+        bail!(
+            "give the monitor's --id (or a --dir holding mon.toml, from `cairn cluster bootstrap`)"
+        );
+    };
+    let listen = args
+        .listen
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 6789)));
     let mut members = BTreeMap::new();
-    for (id, addr) in &args.members {
-        if let Some(prev) = members.insert(*id, addr.clone()) {
-            bail!("monitor {id} is given twice (--member {id}={prev} and --member {id}={addr})");
+    for (m, addr) in &args.members {
+        if let Some(prev) = members.insert(*m, addr.clone()) {
+            bail!("monitor {m} is given twice (--member {m}={prev} and --member {m}={addr})");
         }
     }
     if members.is_empty() {
-        if args.listen.port() == 0 {
+        if listen.port() == 0 {
             bail!("a monitor needs a fixed port that clients can be told: give --listen IP:PORT");
         }
-        members.insert(args.id, args.listen.to_string());
+        members.insert(id, listen.to_string());
     }
-    let Some(me) = members.get(&args.id) else {
-        bail!(
-            "this monitor (--id {}) is not in the --member list: add --member {}={}",
-            args.id,
-            args.id,
-            args.listen
-        );
+    let Some(me) = members.get(&id) else {
+        bail!("this monitor (--id {id}) is not in the --member list: add --member {id}={listen}");
     };
-    if me.parse::<SocketAddr>().map(|a| a.port()).ok() != Some(args.listen.port()) {
+    if me.parse::<SocketAddr>().map(|a| a.port()).ok() != Some(listen.port()) {
         tracing::warn!(
             "--listen {} and this monitor's --member address {me} have different ports: \
              the other monitors and clients will not reach it",
-            args.listen
+            listen
         );
     }
     let stored = cairn_mon::stored_identity(&args.dir)?;
@@ -222,7 +261,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
             members.len()
         ),
     };
-    let mut cfg = MonConfig::new(args.id, members, args.dir.clone(), fsid);
+    let mut cfg = MonConfig::new(id, members, args.dir.clone(), fsid);
     cfg.osd_grace = Duration::from_millis(args.osd_grace_ms);
     cfg.down_out_interval = Duration::from_secs(args.down_out_interval);
     cfg.history_keep = args.history_keep;

@@ -9,8 +9,23 @@ use std::path::PathBuf;
 
 #[derive(Subcommand)]
 pub enum OsdCmd {
-    /// Run an OSD daemon (creates and formats its store on first start).
+    /// Run an OSD daemon (creates and formats its store on first start). Settings missing
+    /// from the flags come from DIR/osd.toml when `cairn osd create` prepared the OSD.
     Run(Box<RunArgs>),
+    /// Prepare an OSD on this host: format its store, have the monitors give it an id (down
+    /// and out until it first starts), register its key, and write DIR/osd.toml and
+    /// DIR/keyring; then `cairn osd run --dir DIR` starts it. Needs `mon w` and `mon x`.
+    Create(Box<crate::osd_create::CreateArgs>),
+    /// Wait until at least N OSDs are up and in (for scripts: after starting OSDs, before
+    /// creating a pool that needs their hosts).
+    Wait {
+        /// OSDs that must be up and in.
+        #[arg(long)]
+        up: usize,
+        /// Seconds to wait at most.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
     /// List OSDs: id, address, host, up/down, in/out, weight.
     Ls(crate::admin::JsonFlag),
     /// Show the placement hierarchy: hosts (the failure domains) with their OSDs, weights
@@ -64,9 +79,10 @@ pub struct RunArgs {
     pub wal_size: u64,
     /// Address to serve on (port 0 = any free port). Unless it is 0.0.0.0, the OSD's own
     /// connections (to the monitors and other OSDs) are made from this address too.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: SocketAddr,
-    /// Host name used as the failure domain (default: this machine's).
+    /// [default: the one in DIR/osd.toml, else 127.0.0.1:0]
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Host name used as the failure domain (default: DIR/osd.toml's, else this machine's).
     #[arg(long)]
     pub host: Option<String>,
     /// Shards: threads each running its own event loop that owns a share of the PGs and of
@@ -139,6 +155,8 @@ fn parse_share(s: &str) -> std::result::Result<f64, String> {
 pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
     match cmd {
         OsdCmd::Run(a) => run_daemon(*a, conf),
+        OsdCmd::Create(a) => crate::osd_create::create(*a, conf),
+        OsdCmd::Wait { up, timeout } => wait_up(conf, up, timeout),
         OsdCmd::Ls(j) => crate::admin::osd_ls(conf, j.json),
         OsdCmd::Tree(j) => crate::osd_tree::run(conf, j.json),
         OsdCmd::Out { id } => change(conf, MapChange::OsdOut { id }, &format!("osd.{id} out")),
@@ -175,7 +193,43 @@ pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
     }
 }
 
-fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
+fn wait_up(conf: Option<&std::path::Path>, want: usize, timeout: u64) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+    loop {
+        let map = crate::admin::get_map(conf)?;
+        let up = map.osds.values().filter(|o| o.up && o.in_).count();
+        if up >= want {
+            eprintln!("{up} OSDs up and in");
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            let missing: Vec<String> = map
+                .osds
+                .values()
+                .filter(|o| !(o.up && o.in_))
+                .map(|o| format!("osd.{} ({})", o.id, if o.up { "out" } else { "down" }))
+                .collect();
+            bail!(
+                "{up} of the {want} OSDs wanted are up and in after {timeout} s; not: {}",
+                if missing.is_empty() {
+                    "none known yet".to_string()
+                } else {
+                    missing.join(", ")
+                }
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
+    let prepared = crate::osd_create::OsdToml::load(&a.dir)?;
+    if let Some(t) = prepared {
+        a.data = a.data.or(Some(t.data));
+        a.wal = a.wal.or(t.wal);
+        a.host = a.host.or(Some(t.host));
+        a.listen = a.listen.or(Some(t.listen));
+    }
     let mons = if a.mons.is_empty() {
         crate::conf::load(conf)?.cluster.mons
     } else {
@@ -190,7 +244,7 @@ fn run_daemon(a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.data_size = a.data_size;
     cfg.wal = a.wal;
     cfg.wal_size = a.wal_size;
-    cfg.listen = a.listen;
+    cfg.listen = a.listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
     if let Some(h) = a.host {
         cfg.host = h;
     }

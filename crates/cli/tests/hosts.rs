@@ -363,3 +363,132 @@ fn a_host_added_takes_its_share_and_nothing_else_moves() {
     drop(c);
     drop(hosts);
 }
+
+/// The ```sh blocks of a page that start with `# on hostN` or `# on every host`: (hosts,
+/// command lines), hosts counted from 0.
+fn host_blocks(page: &str, hosts: usize) -> Vec<(Vec<usize>, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut lines = page.lines();
+    while let Some(l) = lines.next() {
+        if l.trim() != "```sh" {
+            continue;
+        }
+        let block: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+        let Some(target) = block.first().and_then(|h| h.trim().strip_prefix("# on ")) else {
+            continue;
+        };
+        let on: Vec<usize> = match target.trim() {
+            "every host" => (0..hosts).collect(),
+            h => vec![
+                h.trim_start_matches("host")
+                    .parse::<usize>()
+                    .expect("# on hostN")
+                    - 1,
+            ],
+        };
+        let cmds = block[1..]
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect();
+        out.push((on, cmds));
+    }
+    out
+}
+
+#[test]
+fn deploy_md_walkthrough_runs_on_three_hosts() {
+    let Some(hosts) = Hosts::create(3) else {
+        return;
+    };
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operator/deploy.md"
+    ))
+    .expect("docs/operator/deploy.md");
+    let blocks = host_blocks(&page, 3);
+    assert!(blocks.len() >= 5, "deploy.md lost its host blocks");
+    let base = std::env::temp_dir().join(format!("cairn-deploy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let _cleanup = RemoveOnDrop(base.clone());
+    // Each host's /etc/cairn and /var/lib/cairn live under BASE/hostN; `cairn` is this build.
+    let bin = base.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    std::os::unix::fs::symlink(CAIRN, bin.join("cairn")).expect("symlink cairn");
+    let root = |k: usize| base.join(format!("host{}", k + 1));
+    let map_line = |line: &str, k: usize| {
+        let mut l = line.to_string();
+        for j in 0..3 {
+            let r = root(j).display().to_string();
+            for p in ["/etc/cairn", "/var/lib/cairn"] {
+                l = l.replace(&format!("10.0.0.{}:{p}", j + 1), &format!("{r}{p}"));
+            }
+        }
+        let r = root(k).display().to_string();
+        for p in ["/etc/cairn", "/var/lib/cairn"] {
+            l = l.replace(&format!(" {p}"), &format!(" {r}{p}"));
+            l = l.replace(&format!(">{p}"), &format!(">{r}{p}"));
+        }
+        l = l.replacen("scp ", "cp ", 1);
+        for j in 0..3 {
+            l = l.replace(&format!("10.0.0.{}", j + 1), &hosts.ips[j]);
+        }
+        l
+    };
+    for k in 0..3 {
+        std::fs::create_dir_all(root(k).join("var/lib/cairn")).expect("host dir");
+    }
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.display());
+    for (on, cmds) in &blocks {
+        for &k in on {
+            for cmd in cmds {
+                let line = map_line(cmd, k);
+                let log = base.join(format!("step-host{}.log", k + 1));
+                let out = std::fs::File::create(&log).expect("step log");
+                let conf = root(k).join("etc/cairn/cairn.toml");
+                let status = hosts
+                    .command(k, "sh")
+                    .args(["-c", &line])
+                    .env("PATH", &path)
+                    .env("HOST_IP", &hosts.ips[k])
+                    .env("N", (k + 1).to_string())
+                    .env("CAIRN_CONF", &conf)
+                    .stdin(Stdio::null())
+                    .stdout(out.try_clone().expect("log"))
+                    .stderr(out)
+                    .status()
+                    .expect("run a deploy.md line");
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                assert!(
+                    status.success(),
+                    "host{} `{cmd}` ({line}) failed:\n{said}",
+                    k + 1
+                );
+            }
+        }
+    }
+    // The cluster the page built: three monitors, one OSD per host, the object kept.
+    let conf = root(0).join("etc/cairn/cairn.toml").display().to_string();
+    let (ok, out) = common::cluster::run_as(&conf, &["mon", "ls", "--json"]);
+    assert!(ok, "{out}");
+    let mons: serde_json::Value = serde_json::from_str(&out).expect("mon ls");
+    assert_eq!(mons.as_array().map(Vec::len), Some(3), "{out}");
+    let (ok, out) = common::cluster::run_as(&conf, &["osd", "tree", "--json"]);
+    assert!(ok, "{out}");
+    let tree: serde_json::Value = serde_json::from_str(&out).expect("osd tree");
+    assert_eq!(tree["domains"], 3, "{out}");
+    let (ok, out) = common::cluster::run_as(&conf, &["obj", "get", "vms", "hello", "-"]);
+    let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert!(ok && out.contains(hostname.trim()), "{out}");
+    drop(hosts);
+}
+
+/// Removes a directory when dropped (also when the test fails).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

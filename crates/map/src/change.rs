@@ -58,6 +58,14 @@ pub enum MapChange {
     TrimHistory {
         below: u64,
     },
+    /// An operator prepares an OSD (`cairn osd create`): its formatted store gets the next
+    /// id, down and out, so that a key can be bound to that id before the OSD first boots.
+    /// Its first boot marks it in. Already known: unchanged.
+    OsdCreate {
+        store_id: [u8; 16],
+        host: String,
+        weight: u32,
+    },
 }
 
 /// What applying a change did.
@@ -178,6 +186,33 @@ impl ClusterMap {
                 self.pools.remove(&id);
                 id
             }
+            MapChange::OsdCreate {
+                store_id,
+                host,
+                weight,
+            } => {
+                check_weight(*weight)?;
+                if self.osds.values().any(|o| o.store_id == *store_id) {
+                    return Ok(ChangeOutcome::Unchanged);
+                }
+                let id = self.next_osd_id;
+                self.next_osd_id += 1;
+                self.osds.insert(
+                    id,
+                    OsdInfo {
+                        id,
+                        addr: String::new(),
+                        host: host.clone(),
+                        up: false,
+                        in_: false,
+                        weight: *weight,
+                        up_from: 0,
+                        store_id: *store_id,
+                        lost_at: 0,
+                    },
+                );
+                id
+            }
             MapChange::OsdLost { id } => {
                 let o = self.osd_mut(*id)?;
                 if o.up {
@@ -246,6 +281,10 @@ impl ClusterMap {
             }
         };
         let o = self.osd_mut(id)?;
+        if o.up_from == 0 {
+            // First boot (of a new OSD, or of one prepared by `OsdCreate`): it takes data.
+            o.in_ = true;
+        }
         o.addr = addr.to_string();
         o.host = host.to_string();
         o.up = true;

@@ -197,3 +197,30 @@ fn acting_set_is_the_up_members_in_placement_order() {
     assert!(!moved.up_set.contains(&first), "out moves data");
     assert_eq!(moved.up_set.len(), 3);
 }
+
+#[test]
+fn a_created_osd_keeps_its_id_and_goes_in_at_first_boot() {
+    let mut m = ClusterMap::new([1; 16]);
+    boot(&mut m, 1, "a");
+    let create = MapChange::OsdCreate {
+        store_id: [9; 16],
+        host: "b".into(),
+        weight: WEIGHT_ONE,
+    };
+    let Ok(ChangeOutcome::Changed { id, .. }) = m.apply(&create) else {
+        panic!("create")
+    };
+    assert_eq!(id, 1);
+    let o = &m.osds[&id];
+    assert!(!o.up && !o.in_ && o.up_from == 0 && o.host == "b");
+    // Not placed while out: a pool's PGs avoid it.
+    let p = pool(&mut m, "p", 1);
+    assert!((0..32).all(|pg| !m.pg_placement(PgId { pool: p, pg }).up_set.contains(&id)));
+    assert_eq!(m.apply(&create), Ok(ChangeOutcome::Unchanged));
+    assert_eq!(boot(&mut m, 9, "b"), id, "its boot finds it by store");
+    assert!(m.osds[&id].up && m.osds[&id].in_);
+    // A later boot does not undo an operator's `out`.
+    m.apply(&MapChange::OsdOut { id }).unwrap();
+    boot(&mut m, 9, "b");
+    assert!(!m.osds[&id].in_);
+}

@@ -37,5 +37,5 @@ mod syncer;
 
 pub use auth::OsdKey;
 pub use config::{default_memory_target, machine_memory, OsdConfig, MIN_MEMORY_TARGET};
-pub use daemon::run;
+pub use daemon::{open_store, run};
 pub use error::OsdError;
