@@ -93,7 +93,7 @@ fn frames_name(b: u8) -> String {
 /// Sends a map change and reports the outcome.
 pub fn change(conf: Option<&Path>, c: MapChange, what: &str) -> Result<()> {
     let mon = mon_client(conf)?;
-    match block_on_mon(mon.addrs(), mon.command(c))?? {
+    match block_on_mon(&mon.addrs(), mon.command(c))?? {
         ChangeOutcome::Changed { epoch, .. } => println!("{what}: done (map epoch {epoch})"),
         ChangeOutcome::Unchanged => println!("{what}: already so (nothing changed)"),
     }
@@ -271,7 +271,7 @@ fn pool_json(p: &cairn_map::Pool) -> serde_json::Value {
 /// Fetches the map.
 pub fn get_map(conf: Option<&Path>) -> Result<ClusterMap> {
     let mon = mon_client(conf)?;
-    Ok(block_on_mon(mon.addrs(), mon.get_map())??)
+    Ok(block_on_mon(&mon.addrs(), mon.get_map())??)
 }
 
 pub fn osd_ls(conf: Option<&Path>, json: bool) -> Result<()> {
@@ -465,7 +465,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let json = a.json;
     let mon = mon_client(conf)?;
     // Monitor status only once the map came: when no monitor answers, one wait is enough.
-    let map = block_on_mon(mon.addrs(), mon.get_map())??;
+    let map = block_on_mon(&mon.addrs(), mon.get_map())??;
     let mons = block_on(mon.status())?;
     let usage = block_on(crate::capacity::up_osd_stats(&map))?;
     let mut totals = OsdTotals::default();
@@ -513,7 +513,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let pgs = pg_counts(&map, &down_pgs);
     // Listing volumes needs every PG: skipped while some cannot answer.
     let provisioned = if pgs.inactive == 0 && down_pgs.is_empty() {
-        block_on(crate::capacity::provisioned(mon.addrs(), &map))?
+        block_on(crate::capacity::provisioned(&mon.addrs(), &map))?
     } else {
         Default::default()
     };

@@ -144,7 +144,7 @@ fn connect(conf: Option<&Path>) -> Result<(MonClient, Arc<KeySource>)> {
 }
 
 fn ask(mon: &MonClient, me: &KeySource, req: AuthRequest) -> Result<AuthAnswer> {
-    Ok(block_on_mon(mon.addrs(), mon.auth_request(req, me))??)
+    Ok(block_on_mon(&mon.addrs(), mon.auth_request(req, me))??)
 }
 
 /// Prints a key as a keyring entry, or writes it into `out`.

@@ -54,16 +54,7 @@ pub struct MonToml {
 impl MonToml {
     /// Reads `DIR/mon.toml` if there is one.
     pub fn load(dir: &Path) -> Result<Option<MonToml>> {
-        let path = dir.join(MON_TOML);
-        match std::fs::read_to_string(&path) {
-            Ok(s) => {
-                Ok(Some(toml::from_str(&s).with_context(|| {
-                    format!("{} is damaged", path.display())
-                })?))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
-        }
+        crate::conf::load_toml(&dir.join(MON_TOML))
     }
 }
 

@@ -105,6 +105,19 @@ pub fn mon_client(mons: Vec<String>) -> cairn_monclient::MonClient {
         .with_frames(frames())
 }
 
+/// Reads a daemon's settings file (`mon.toml`, `osd.toml`) if there is one.
+pub fn load_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => {
+            Ok(Some(toml::from_str(&s).with_context(|| {
+                format!("{} is damaged", path.display())
+            })?))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
 /// A host's configuration file (`cairn cluster bootstrap` writes it).
 pub const HOST_CONF: &str = "/etc/cairn/cairn.toml";
 

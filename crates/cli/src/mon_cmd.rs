@@ -105,7 +105,7 @@ pub fn run_cmd(cmd: MonCmd, conf: Option<&Path>) -> Result<()> {
 
 fn members(conf: Option<&Path>, req: MembersRequest) -> Result<()> {
     let mon = crate::admin::mon_client(conf)?;
-    let now = crate::admin::block_on_mon(mon.addrs(), mon.change_members(req))??;
+    let now = crate::admin::block_on_mon(&mon.addrs(), mon.change_members(req))??;
     println!("monitors now:");
     for (id, addr) in now {
         println!("  mon.{id} {addr}");
@@ -115,7 +115,7 @@ fn members(conf: Option<&Path>, req: MembersRequest) -> Result<()> {
 
 fn list(conf: Option<&Path>, json: bool) -> Result<()> {
     let mon = crate::admin::mon_client(conf)?;
-    let st = crate::admin::block_on_mon(mon.addrs(), mon.status())??;
+    let st = crate::admin::block_on_mon(&mon.addrs(), mon.status())??;
     if json {
         let v: Vec<_> = st
             .members

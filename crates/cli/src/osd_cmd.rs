@@ -52,6 +52,33 @@ pub enum OsdCmd {
     },
 }
 
+/// An OSD's devices (`osd run`, `osd create`).
+#[derive(Args)]
+pub struct Devices {
+    /// Data device or file (default DIR/data.img).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Size of the data file when it is created, e.g. 4G (sparse).
+    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
+    pub data_size: u64,
+    /// WAL device or file on a fast device (e.g. /dev/shm/osd0.wal); default: on the data device.
+    #[arg(long)]
+    pub wal: Option<PathBuf>,
+    /// Size of the WAL file when it is created.
+    #[arg(long, default_value = "128M", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
+    pub wal_size: u64,
+}
+
+impl Devices {
+    /// Puts the devices into an OSD configuration.
+    pub fn apply(&self, cfg: &mut cairn_osd::OsdConfig) {
+        cfg.data = self.data.clone();
+        cfg.data_size = self.data_size;
+        cfg.wal = self.wal.clone();
+        cfg.wal_size = self.wal_size;
+    }
+}
+
 #[derive(Args)]
 pub struct RunArgs {
     /// Directory of this OSD (holds data.img unless --data is given).
@@ -65,18 +92,8 @@ pub struct RunArgs {
     /// Monitor address (repeat for several); default: from -c / CAIRN_CONF.
     #[arg(long = "mon")]
     pub mons: Vec<String>,
-    /// Data device or file (default DIR/data.img).
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// Size of the data file when it is created, e.g. 4G (sparse).
-    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
-    pub data_size: u64,
-    /// WAL device or file on a fast device (e.g. /dev/shm/osd0.wal); default: on the data device.
-    #[arg(long)]
-    pub wal: Option<PathBuf>,
-    /// Size of the WAL file when it is created.
-    #[arg(long, default_value = "128M", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
-    pub wal_size: u64,
+    #[command(flatten)]
+    pub devices: Devices,
     /// Address to serve on (port 0 = any free port). Unless it is 0.0.0.0, the OSD's own
     /// connections (to the monitors and other OSDs) are made from this address too.
     /// [default: the one in DIR/osd.toml, else 127.0.0.1:0]
@@ -225,8 +242,8 @@ fn wait_up(conf: Option<&std::path::Path>, want: usize, timeout: u64) -> Result<
 fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     let prepared = crate::osd_create::OsdToml::load(&a.dir)?;
     if let Some(t) = prepared {
-        a.data = a.data.or(Some(t.data));
-        a.wal = a.wal.or(t.wal);
+        a.devices.data = a.devices.data.or(Some(t.data));
+        a.devices.wal = a.devices.wal.or(t.wal);
         a.host = a.host.or(Some(t.host));
         a.listen = a.listen.or(Some(t.listen));
     }
@@ -240,10 +257,7 @@ fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.key = key;
     cfg.frames = a.auth.frames;
     cfg.conn_limits = a.conns.limits()?;
-    cfg.data = a.data;
-    cfg.data_size = a.data_size;
-    cfg.wal = a.wal;
-    cfg.wal_size = a.wal_size;
+    a.devices.apply(&mut cfg);
     cfg.listen = a.listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
     if let Some(h) = a.host {
         cfg.host = h;

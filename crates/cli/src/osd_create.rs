@@ -22,18 +22,8 @@ pub struct CreateArgs {
     /// Directory of the new OSD (created; it must not hold an OSD yet).
     #[arg(long)]
     pub dir: PathBuf,
-    /// Data device or file (default DIR/data.img).
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// Size of the data file when it is created, e.g. 4G (sparse).
-    #[arg(long, default_value = "4G", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
-    pub data_size: u64,
-    /// WAL device or file on a fast device (default: on the data device).
-    #[arg(long)]
-    pub wal: Option<PathBuf>,
-    /// Size of the WAL file when it is created.
-    #[arg(long, default_value = "128M", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
-    pub wal_size: u64,
+    #[command(flatten)]
+    pub devices: crate::osd_cmd::Devices,
     /// Host name (failure domain) [default: this machine's name].
     #[arg(long)]
     pub host: Option<String>,
@@ -60,16 +50,7 @@ pub struct OsdToml {
 impl OsdToml {
     /// Reads `DIR/osd.toml` if there is one.
     pub fn load(dir: &Path) -> Result<Option<OsdToml>> {
-        let path = dir.join(OSD_TOML);
-        match std::fs::read_to_string(&path) {
-            Ok(s) => {
-                Ok(Some(toml::from_str(&s).with_context(|| {
-                    format!("{} is damaged", path.display())
-                })?))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
-        }
+        crate::conf::load_toml(&dir.join(OSD_TOML))
     }
 }
 
@@ -94,10 +75,7 @@ pub fn create(a: CreateArgs, conf: Option<&Path>) -> Result<()> {
     }
     let mons = crate::conf::load(conf)?.cluster.mons;
     let mut cfg = cairn_osd::OsdConfig::new(a.dir.clone(), mons);
-    cfg.data = a.data.clone();
-    cfg.data_size = a.data_size;
-    cfg.wal = a.wal.clone();
-    cfg.wal_size = a.wal_size;
+    a.devices.apply(&mut cfg);
     let data = cfg.data_path();
     let store_id = cairn_osd::open_store(&cfg)
         .with_context(|| format!("cannot create the store on {}", data.display()))?
@@ -111,10 +89,10 @@ pub fn create(a: CreateArgs, conf: Option<&Path>) -> Result<()> {
         host: host.clone(),
         weight: (a.weight * 65536.0).round() as u32,
     };
-    let id = match crate::admin::block_on_mon(mon.addrs(), mon.command(change))?? {
+    let id = match crate::admin::block_on_mon(&mon.addrs(), mon.command(change))?? {
         ChangeOutcome::Changed { id, .. } => id,
         ChangeOutcome::Unchanged => {
-            let map = crate::admin::block_on_mon(mon.addrs(), mon.get_map())??;
+            let map = crate::admin::block_on_mon(&mon.addrs(), mon.get_map())??;
             map.osds
                 .values()
                 .find(|o| o.store_id == store_id)
@@ -128,7 +106,7 @@ pub fn create(a: CreateArgs, conf: Option<&Path>) -> Result<()> {
             entity: entity.clone(),
             caps: Caps::default(),
         };
-        let answer = crate::admin::block_on_mon(mon.addrs(), mon.auth_request(add, &me))?
+        let answer = crate::admin::block_on_mon(&mon.addrs(), mon.auth_request(add, &me))?
             .with_context(|| format!("cannot register the key of {entity} (needs `mon x`)"))?;
         let AuthAnswer::Key(entry) = answer else {
             bail!("the monitors answered without the key of {entity}");
@@ -138,7 +116,7 @@ pub fn create(a: CreateArgs, conf: Option<&Path>) -> Result<()> {
     let t = OsdToml {
         id,
         data,
-        wal: a.wal,
+        wal: a.devices.wal,
         host,
         listen: a.listen,
     };

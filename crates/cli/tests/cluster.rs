@@ -1078,6 +1078,14 @@ fn a_dead_monitor_is_replaced_without_downtime() {
     // A monitor dies for good (the leader, the hardest case) and is removed: the cluster
     // keeps its quorum throughout and the map keeps changing.
     let leader = c.status()["mons"]["leader"].as_u64().expect("a leader");
+    // A client given only that monitor learns the others from the cluster.
+    let rt = runtime();
+    let only_leader = cairn_monclient::MonClient::new(vec![c.mons()[leader as usize].clone()])
+        .with_auth(c.auth());
+    let known = rt
+        .block_on(only_leader.learn_monitors())
+        .expect("learn monitors");
+    assert_eq!(known, 4, "{:?}", only_leader.addrs());
     c.kill9(&format!("mon.{leader}"));
     let out = c.ok(&["mon", "rm", &leader.to_string()]);
     assert!(!out.contains(&format!("mon.{leader} ")), "{out}");
@@ -1093,6 +1101,11 @@ fn a_dead_monitor_is_replaced_without_downtime() {
     want.sort();
     assert_eq!(ids, want, "{ls}");
 
+    // The client reaches the cluster through the monitors it learned.
+    let map = rt
+        .block_on(only_leader.get_map())
+        .expect("map through a learned monitor");
+    assert!(map.epoch > 0);
     // One more original monitor dies: the new one's vote is now needed for every commit.
     let other = want
         .iter()

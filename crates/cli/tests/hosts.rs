@@ -17,6 +17,15 @@ const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
 /// address), then one OSD on each other host, started there with its own key.
 fn cluster_on(hosts: &Hosts, name: &str) -> Cluster {
     let c = Cluster::at(name);
+    dev_up_on_host0(&c, hosts, &["--down-out-interval", "5"]);
+    for i in 1..hosts.ips.len() {
+        add_osd(&c, hosts, i);
+    }
+    c
+}
+
+/// `cairn dev up` on host 0: the monitor and osd.0, bound to host 0's address.
+fn dev_up_on_host0(c: &Cluster, hosts: &Hosts, extra: &[&str]) {
     let dir = c.dir.display().to_string();
     let o = hosts
         .command(0, CAIRN)
@@ -36,10 +45,10 @@ fn cluster_on(hosts: &Hosts, name: &str) -> Cluster {
             "--osd-size",
             "1G",
             "--no-pool",
-            "--down-out-interval",
-            "5",
+            "--timeout",
+            "60",
         ])
-        .args(["--timeout", "60"])
+        .args(extra)
         .output()
         .expect("run cairn dev up on host 0");
     assert!(
@@ -48,10 +57,6 @@ fn cluster_on(hosts: &Hosts, name: &str) -> Cluster {
         text(&o.stdout),
         text(&o.stderr)
     );
-    for i in 1..hosts.ips.len() {
-        add_osd(&c, hosts, i);
-    }
-    c
 }
 
 /// A new OSD on host `i`: key, start, and its registration as osd.`i` awaited (a new OSD
@@ -281,31 +286,7 @@ fn a_host_added_takes_its_share_and_nothing_else_moves() {
         return;
     };
     let c = Cluster::at("hosts-add");
-    let dir = c.dir.display().to_string();
-    let o = hosts
-        .command(0, CAIRN)
-        .args([
-            "dev",
-            "up",
-            "--dir",
-            &dir,
-            "--bind",
-            &hosts.ips[0],
-            "--host",
-            "h0",
-        ])
-        .args([
-            "--osds",
-            "1",
-            "--osd-size",
-            "1G",
-            "--no-pool",
-            "--timeout",
-            "60",
-        ])
-        .output()
-        .expect("run cairn dev up on host 0");
-    assert!(o.status.success(), "dev up failed:\n{}", text(&o.stderr));
+    dev_up_on_host0(&c, &hosts, &[]);
     for i in 1..4 {
         add_osd(&c, &hosts, i);
     }

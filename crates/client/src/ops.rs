@@ -60,7 +60,18 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
+/// A task stopped when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 struct Inner {
+    /// Learns the monitors added to the cluster while this client lives (held for its Drop).
+    _learning: AbortOnDrop,
     mon: MonClient,
     maps: watch::Receiver<Arc<ClusterMap>>,
     view: Mutex<Arc<MapView>>,
@@ -106,8 +117,11 @@ impl Client {
             .map_err(|e| ClientError::Mon(e.to_string()))?;
         let maps = mon.follow(Some(map.clone()));
         let map = Arc::new(map);
+        let learning =
+            AbortOnDrop(mon.keep_learning_monitors(cairn_monclient::LEARN_MONITORS_EVERY));
         Ok(Client {
             inner: Arc::new(Inner {
+                _learning: learning,
                 mon,
                 maps,
                 view: Mutex::new(Arc::new(MapView::new(map))),

@@ -195,23 +195,8 @@ impl ClusterMap {
                 if self.osds.values().any(|o| o.store_id == *store_id) {
                     return Ok(ChangeOutcome::Unchanged);
                 }
-                let id = self.next_osd_id;
-                self.next_osd_id += 1;
-                self.osds.insert(
-                    id,
-                    OsdInfo {
-                        id,
-                        addr: String::new(),
-                        host: host.clone(),
-                        up: false,
-                        in_: false,
-                        weight: *weight,
-                        up_from: 0,
-                        store_id: *store_id,
-                        lost_at: 0,
-                    },
-                );
-                id
+                // Out until its first boot: no PG waits for an OSD that never ran.
+                self.new_osd(*store_id, host, *weight, false)
             }
             MapChange::OsdLost { id } => {
                 let o = self.osd_mut(*id)?;
@@ -245,6 +230,27 @@ impl ClusterMap {
             .ok_or_else(|| MapError::NoSuchPool(name.to_string()))
     }
 
+    /// A new OSD, down, with the next id.
+    fn new_osd(&mut self, store_id: [u8; 16], host: &str, weight: u32, in_: bool) -> u32 {
+        let id = self.next_osd_id;
+        self.next_osd_id += 1;
+        self.osds.insert(
+            id,
+            OsdInfo {
+                id,
+                addr: String::new(),
+                host: host.to_string(),
+                up: false,
+                in_,
+                weight,
+                up_from: 0,
+                store_id,
+                lost_at: 0,
+            },
+        );
+        id
+    }
+
     fn osd_boot(
         &mut self,
         store_id: [u8; 16],
@@ -260,25 +266,7 @@ impl ClusterMap {
         let known = self.osds.values().find(|o| o.store_id == store_id);
         let id = match known {
             Some(o) => o.id,
-            None => {
-                let id = self.next_osd_id;
-                self.next_osd_id += 1;
-                self.osds.insert(
-                    id,
-                    OsdInfo {
-                        id,
-                        addr: String::new(),
-                        host: String::new(),
-                        up: false,
-                        in_: true,
-                        weight,
-                        up_from: 0,
-                        store_id,
-                        lost_at: 0,
-                    },
-                );
-                id
-            }
+            None => self.new_osd(store_id, host, weight, true),
         };
         let o = self.osd_mut(id)?;
         if o.up_from == 0 {

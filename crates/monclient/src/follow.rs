@@ -27,11 +27,11 @@ pub(crate) fn placeholder() -> ClusterMap {
 
 /// Subscribes to the monitors in turn until every receiver is gone.
 pub(crate) async fn follow(
-    addrs: Vec<String>,
+    known: crate::Addrs,
     from: crate::conn::Source,
     tx: watch::Sender<Arc<ClusterMap>>,
 ) {
-    if addrs.is_empty() {
+    if known.get().is_empty() {
         tracing::warn!("cannot follow the map: no monitor addresses");
         return;
     }
@@ -41,6 +41,8 @@ pub(crate) async fn follow(
     // the full map.
     let mut need_full = false;
     loop {
+        // The monitors known now (the client may have learned more since the last round).
+        let addrs = known.get();
         let addr = &addrs[next % addrs.len()];
         next += 1;
         let mut progressed = false;

@@ -51,8 +51,43 @@ pub struct MonClient {
     inner: Arc<Inner>,
 }
 
+/// The monitor addresses a client knows: those it was given, and those it learned from the
+/// monitors since (`MonClient::learn_monitors`), shared with its map follower.
+#[derive(Clone, Default)]
+pub(crate) struct Addrs(Arc<std::sync::RwLock<Vec<String>>>);
+
+/// How often long-lived clients and OSDs ask the monitors who they are
+/// ([`MonClient::keep_learning_monitors`]).
+pub const LEARN_MONITORS_EVERY: Duration = Duration::from_secs(30);
+
+/// Most monitor addresses a client keeps (given and learned).
+pub const MAX_KNOWN_MONITORS: usize = 16;
+
+impl Addrs {
+    fn new(v: Vec<String>) -> Addrs {
+        Addrs(Arc::new(std::sync::RwLock::new(v)))
+    }
+
+    pub(crate) fn get(&self) -> Vec<String> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Adds the addresses not known yet (up to [`MAX_KNOWN_MONITORS`]); true if any was new.
+    fn learn<'a>(&self, addrs: impl Iterator<Item = &'a str>) -> bool {
+        let mut known = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let mut added = false;
+        for a in addrs {
+            if known.len() < MAX_KNOWN_MONITORS && !known.iter().any(|k| k == a) {
+                known.push(a.to_string());
+                added = true;
+            }
+        }
+        added
+    }
+}
+
 struct Inner {
-    addrs: Vec<String>,
+    addrs: Addrs,
     timeout: Duration,
     /// Local address to connect from.
     from: conn::Source,
@@ -127,10 +162,10 @@ impl MonClient {
             auth: Arc::new(cairn_transport::NoAuth),
             frames: cairn_transport::FrameMode::Plain,
         };
-        MonClient::build(addrs, DEFAULT_TIMEOUT, from)
+        MonClient::build(Addrs::new(addrs), DEFAULT_TIMEOUT, from)
     }
 
-    fn build(addrs: Vec<String>, timeout: Duration, from: conn::Source) -> MonClient {
+    fn build(addrs: Addrs, timeout: Duration, from: conn::Source) -> MonClient {
         MonClient {
             inner: Arc::new(Inner {
                 addrs,
@@ -178,8 +213,38 @@ impl MonClient {
     }
 
     /// The monitor addresses this client uses.
-    pub fn addrs(&self) -> &[String] {
-        &self.inner.addrs
+    /// The monitor addresses this client knows (given, then learned).
+    pub fn addrs(&self) -> Vec<String> {
+        self.inner.addrs.get()
+    }
+
+    /// Asks the monitors who they are and adds the members this client did not know, so that
+    /// it reaches the cluster after monitors were added and the ones it was given removed.
+    /// Returns how many monitors it knows.
+    pub async fn learn_monitors(&self) -> Result<usize, MonClientError> {
+        let st = self.status().await?;
+        if self
+            .inner
+            .addrs
+            .learn(st.members.iter().map(|(_, a)| a.as_str()))
+        {
+            tracing::info!(monitors = ?self.addrs(), "learned monitors from the cluster");
+        }
+        Ok(self.inner.addrs.get().len())
+    }
+
+    /// Calls [`MonClient::learn_monitors`] every `every` until the returned task is aborted
+    /// (errors are logged at debug level: the next round tries again).
+    pub fn keep_learning_monitors(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let mon = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = mon.learn_monitors().await {
+                    tracing::debug!(error = %e, "cannot learn the monitors now");
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
     }
 
     /// The current map, from any monitor (it may lag the leader by a moment).
@@ -358,7 +423,7 @@ impl MonClient {
             Ok(true) => Ok(rx),
             Ok(false) => Err(MonClientError::Protocol("map follower stopped".into())),
             Err(_) => Err(MonClientError::Unreachable {
-                addrs: self.inner.addrs.clone(),
+                addrs: self.inner.addrs.get(),
                 last_error: "no map received".into(),
             }),
         }
@@ -388,7 +453,7 @@ impl MonClient {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        let addrs = &self.inner.addrs;
+        let addrs = self.inner.addrs.get();
         let start = self.inner.next.load(Ordering::Relaxed);
         let order = (0..addrs.len()).map(|i| &addrs[(start + i) % addrs.len()]);
         let mut last = "no monitor addresses given".to_string();
@@ -415,7 +480,7 @@ impl MonClient {
     async fn forget_current(&self, rotate: bool) {
         let mut cur = self.inner.cur.lock().await;
         if let (true, Some(c)) = (rotate, cur.as_ref()) {
-            if let Some(i) = self.inner.addrs.iter().position(|a| a == c.addr()) {
+            if let Some(i) = self.inner.addrs.get().iter().position(|a| a == c.addr()) {
                 self.inner.next.store(i + 1, Ordering::Relaxed);
             }
         }
@@ -511,7 +576,7 @@ impl MonClient {
         }
         if !connected && !last_error.is_empty() {
             return Err(MonClientError::Unreachable {
-                addrs: self.inner.addrs.clone(),
+                addrs: self.inner.addrs.get(),
                 last_error,
             });
         }

@@ -82,6 +82,9 @@ pub async fn watch(
     addr: String,
 ) {
     tokio::spawn(heartbeats(osd.clone(), mon.clone(), cfg.heartbeat_interval));
+    // Monitors added since this OSD was configured are found too (and the map followed
+    // through them once the configured ones are gone).
+    let _learning = mon.keep_learning_monitors(cairn_monclient::LEARN_MONITORS_EVERY);
     tokio::spawn(crate::peer_heartbeat::run(
         osd.clone(),
         mon.clone(),

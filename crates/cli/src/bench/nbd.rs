@@ -388,24 +388,12 @@ impl TlsPair {
     }
 
     fn measure(&self, s: &Spec, a: &BenchNbdArgs) -> Result<Obj> {
-        std::thread::sleep(SETTLE);
-        let plain = fio(
-            &self.plain_uri,
-            s.rw,
-            s.bs,
-            s.qd,
-            a.volume_size,
-            Some(a.seconds),
-        )?;
-        std::thread::sleep(SETTLE);
-        let tls = fio(
-            &self.tls_uri,
-            s.rw,
-            s.bs,
-            s.qd,
-            a.volume_size,
-            Some(a.seconds),
-        )?;
+        let run = |uri: &str| {
+            std::thread::sleep(SETTLE);
+            fio(uri, s.rw, s.bs, s.qd, a.volume_size, Some(a.seconds))
+        };
+        let plain = run(&self.plain_uri)?;
+        let tls = run(&self.tls_uri)?;
         let lat = |f: &Fio| {
             Obj::new()
                 .put("p50", f.p50_us)
