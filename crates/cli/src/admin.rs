@@ -311,6 +311,42 @@ pub fn osd_ls(conf: Option<&Path>, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// Fewest PG copies per OSD a pool should give each of its OSDs: below this, placement
+/// cannot spread its data evenly (some OSDs get several times the share of others).
+pub const MIN_PG_COPIES_PER_OSD: u64 = 10;
+
+/// A warning for each pool with too few PGs for the OSDs that are in.
+fn too_few_pgs(map: &cairn_map::ClusterMap) -> Vec<String> {
+    let osds = map
+        .osds
+        .values()
+        .filter(|o| o.placement_weight() > 0)
+        .count() as u64;
+    if osds < 2 {
+        return Vec::new();
+    }
+    map.pools
+        .values()
+        .filter_map(|p| {
+            let copies = u64::from(p.pg_count) * u64::from(p.size);
+            (copies < MIN_PG_COPIES_PER_OSD * osds).then(|| {
+                let want = (50 * osds)
+                    .div_ceil(u64::from(p.size.max(1)))
+                    .next_power_of_two();
+                format!(
+                    "pool {} has {} PGs for {osds} OSDs: about {:.1} copies per OSD, too few to \
+                     spread its data evenly (want at least {MIN_PG_COPIES_PER_OSD}). A pool's PG \
+                     count is fixed at creation for now: create one with --pgs {want} and move \
+                     the data to it",
+                    p.name,
+                    p.pg_count,
+                    copies as f64 / osds as f64
+                )
+            })
+        })
+        .collect()
+}
+
 /// PG counts by state for a map (down PGs are in `total` only).
 pub struct PgCounts {
     pub total: u64,
@@ -540,6 +576,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             })
         })
         .collect();
+    let few_pgs = too_few_pgs(&map);
     let health = if pgs.inactive > 0 || scrub_bad > 0 || !down_pgs.is_empty() || full {
         "HEALTH_ERR"
     } else if pgs.degraded > 0
@@ -551,6 +588,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         || !lost_pgs.is_empty()
         || nearfull
         || !overcommitted.is_empty()
+        || !few_pgs.is_empty()
     {
         "HEALTH_WARN"
     } else {
@@ -559,6 +597,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let seconds_left = (degraded > 0 && rec_ops > 0).then(|| degraded.div_ceil(rec_ops));
     let mut problems = full_lines;
     problems.extend(overcommitted);
+    problems.extend(few_pgs);
     for o in map.osds.values().filter(|o| !o.up) {
         let lost = if o.lost_at > 0 {
             " (declared lost)"

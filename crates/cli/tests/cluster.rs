@@ -419,6 +419,28 @@ fn cli_pool_osd_and_object_commands() {
     );
     c.ok(&["pool", "rm", "big", "--yes-i-really-mean-it"]);
 
+    // A pool with too few PGs for its OSDs is a warning that says what to do.
+    c.ok(&[
+        "pool",
+        "create",
+        "tiny",
+        "--size",
+        "1",
+        "--min-size",
+        "1",
+        "--pgs",
+        "4",
+    ]);
+    let st = c.status();
+    let problems = st["problems"].to_string();
+    assert!(
+        problems.contains("pool tiny has 4 PGs for 2 OSDs")
+            && problems.contains("too few to spread its data evenly (want at least 10). A pool's PG count is fixed at creation for now: create one with --pgs 128")
+            && st["health"] != "HEALTH_OK",
+        "{st}"
+    );
+    c.ok(&["pool", "rm", "tiny", "--yes-i-really-mean-it"]);
+
     // Durability memory is shown as a problem; removing needs the flag.
     c.ok(&["pool", "set", "p", "durability", "memory"]);
     let st = c.status();
