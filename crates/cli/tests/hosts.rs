@@ -378,11 +378,9 @@ fn host_blocks(page: &str, hosts: usize) -> Vec<(Vec<usize>, Vec<String>)> {
     out
 }
 
-#[test]
-fn deploy_md_walkthrough_runs_on_three_hosts() {
-    let Some(hosts) = Hosts::create(3) else {
-        return;
-    };
+/// Runs docs/operator/deploy.md on `hosts` (3): each host's /etc/cairn and /var/lib/cairn
+/// live under the returned directory, `hostN/...` (removed when the guard drops).
+fn deploy(hosts: &Hosts, tag: &str) -> RemoveOnDrop {
     let page = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../docs/operator/deploy.md"
@@ -390,9 +388,9 @@ fn deploy_md_walkthrough_runs_on_three_hosts() {
     .expect("docs/operator/deploy.md");
     let blocks = host_blocks(&page, 3);
     assert!(blocks.len() >= 5, "deploy.md lost its host blocks");
-    let base = std::env::temp_dir().join(format!("cairn-deploy-{}", std::process::id()));
+    let base = std::env::temp_dir().join(format!("cairn-deploy-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    let _cleanup = RemoveOnDrop(base.clone());
+    let cleanup = RemoveOnDrop(base.clone());
     // Each host's /etc/cairn and /var/lib/cairn live under BASE/hostN; `cairn` is this build.
     let bin = base.join("bin");
     std::fs::create_dir_all(&bin).expect("bin dir");
@@ -449,8 +447,24 @@ fn deploy_md_walkthrough_runs_on_three_hosts() {
             }
         }
     }
+    cleanup
+}
+
+/// The configuration file of host `k` (0-based) after [`deploy`].
+fn host_conf(d: &RemoveOnDrop, k: usize) -> String {
+    d.0.join(format!("host{}/etc/cairn/cairn.toml", k + 1))
+        .display()
+        .to_string()
+}
+
+#[test]
+fn deploy_md_walkthrough_runs_on_three_hosts() {
+    let Some(hosts) = Hosts::create(3) else {
+        return;
+    };
+    let d = deploy(&hosts, "walk");
     // The cluster the page built: three monitors, one OSD per host, the object kept.
-    let conf = root(0).join("etc/cairn/cairn.toml").display().to_string();
+    let conf = host_conf(&d, 0);
     let (ok, out) = common::cluster::run_as(&conf, &["mon", "ls", "--json"]);
     assert!(ok, "{out}");
     let mons: serde_json::Value = serde_json::from_str(&out).expect("mon ls");
@@ -462,6 +476,88 @@ fn deploy_md_walkthrough_runs_on_three_hosts() {
     let (ok, out) = common::cluster::run_as(&conf, &["obj", "get", "vms", "hello", "-"]);
     let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     assert!(ok && out.contains(hostname.trim()), "{out}");
+    drop(hosts);
+}
+
+/// The leader monitor's id and address, asked through `conf`.
+fn leader(conf: &str) -> Option<(u64, String)> {
+    // Stdout only: the command says on stderr when it waits for an answer.
+    let o = std::process::Command::new(CAIRN)
+        .args(["-c", conf, "mon", "ls", "--json"])
+        .output()
+        .ok()?;
+    let ls: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .ok()
+        .filter(|_| o.status.success())?;
+    ls.as_array()?
+        .iter()
+        .find(|m| m["leader"] == true)
+        .map(|m| {
+            let id = m["id"].as_u64().unwrap_or(u64::MAX);
+            (id, m["addr"].as_str().unwrap_or_default().to_string())
+        })
+}
+
+#[test]
+fn the_leader_monitors_host_lost_a_new_leader_within_10_s_and_io_goes_on() {
+    let Some(hosts) = Hosts::create(3) else {
+        return;
+    };
+    let d = deploy(&hosts, "leader");
+    let conf0 = host_conf(&d, 0);
+    let (old, addr) = leader(&conf0).expect("a leader after the walkthrough");
+    let lost = hosts
+        .ips
+        .iter()
+        .position(|ip| addr.starts_with(&format!("{ip}:")))
+        .expect("the leader on one of the hosts");
+    // The whole host goes: its monitor and its OSD.
+    let t = Instant::now();
+    hosts.lose(lost);
+    let conf = host_conf(&d, (lost + 1) % 3);
+    let elected = loop {
+        if let Some((id, _)) = leader(&conf).filter(|(id, _)| *id != old) {
+            break (id, t.elapsed());
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no new leader after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        elected.1 < Duration::from_secs(10),
+        "new leader mon.{} after {:?}",
+        elected.0,
+        elected.1
+    );
+    // Clients and OSDs follow: the host's OSD is marked down, the pool (3 copies, min 2)
+    // takes writes on the two hosts left, and what was written before reads back.
+    let file = d.0.join("after.txt");
+    std::fs::write(&file, b"written after the leader's host was lost").expect("write file");
+    let file = file.display().to_string();
+    let put = Instant::now();
+    let (ok, out) = common::cluster::run_as(&conf, &["obj", "put", "vms", "after", &file]);
+    assert!(ok, "{out}");
+    eprintln!("write after the loss took {:?}", put.elapsed());
+    let (ok, out) = common::cluster::run_as(&conf, &["obj", "get", "vms", "after", "-"]);
+    assert!(
+        ok && out.contains("written after the leader's host was lost"),
+        "{out}"
+    );
+    let (ok, out) = common::cluster::run_as(&conf, &["obj", "get", "vms", "hello", "-"]);
+    let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert!(ok && out.contains(hostname.trim()), "{out}");
+    let o = std::process::Command::new(CAIRN)
+        .args(["-c", &conf, "status", "--json"])
+        .output()
+        .expect("cairn status");
+    let st: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status json");
+    assert!(o.status.success() && st["osds"]["up"] == 2, "{st}");
+    eprintln!(
+        "new leader mon.{} {:?} after its host was lost",
+        elected.0, elected.1
+    );
     drop(hosts);
 }
 

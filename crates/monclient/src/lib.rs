@@ -43,6 +43,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for one connection attempt (then the next monitor is tried).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+/// How long one heartbeat waits for the monitors: a fraction of their grace (4 s by default),
+/// so that a heartbeat sent to a monitor whose host vanished is retried on another in time.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(1500);
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
 /// A client of the monitor cluster. Cheap to clone; clones share the connection.
@@ -282,8 +285,9 @@ impl MonClient {
         pgs: Vec<PgStarted>,
     ) -> Result<Duration, MonClientError> {
         let req = encode(&Heartbeat { osd, up_from, pgs });
-        self.call(HEARTBEAT, req, self.deadline(), heartbeat_step)
-            .await
+        // Short: a heartbeat stuck on a silent monitor must fail over well within the grace.
+        let deadline = Instant::now() + self.inner.timeout.min(HEARTBEAT_TIMEOUT);
+        self.call(HEARTBEAT, req, deadline, heartbeat_step).await
     }
 
     /// Tells the leader that OSD `reporter` (life `reporter_life`) cannot reach OSD `target`
@@ -528,7 +532,12 @@ impl MonClient {
             let left = deadline.saturating_duration_since(Instant::now());
             let f = match conn.call(msg_type, &control, &[], left).await {
                 Ok(f) => f,
-                Err(CallError::Timeout { .. }) => break,
+                Err(CallError::Timeout { .. }) => {
+                    // A monitor whose host vanished (no RST) leaves the connection open but
+                    // silent: the next call must not wait on it again.
+                    self.forget(&conn, true).await;
+                    break;
+                }
                 Err(CallError::Refused { code, message, .. }) => {
                     self.forget(&conn, false).await;
                     return Err(MonClientError::Protocol(format!(
