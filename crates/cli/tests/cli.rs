@@ -455,3 +455,80 @@ fn bench_scale_runs_a_monitor_with_simulated_osds() {
     assert!((3000.0..12000.0).contains(&detected), "{out}");
     assert_eq!(m["spurious_downs"], 0, "{out}");
 }
+
+#[test]
+fn host_setup_refuses_to_overwrite_or_guess() {
+    let t = TempDir::new("host-setup");
+    let (mon_dir, conf_dir) = (t.file("mon.0"), t.file("etc"));
+    let boot = [
+        "cluster",
+        "bootstrap",
+        "--mon-addr",
+        "127.0.0.1:6789",
+        "--mon-dir",
+        &mon_dir,
+        "--conf-dir",
+        &conf_dir,
+    ];
+    let fsid = ok(&boot);
+    assert_eq!(fsid.trim().len(), 32, "{fsid}");
+    let mode = std::fs::metadata(t.0.join("etc/keyring")).expect("admin keyring");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+    let mon_toml = std::fs::read_to_string(t.0.join("mon.0/mon.toml")).expect("mon.toml");
+    assert!(
+        mon_toml.contains(fsid.trim()) && mon_toml.contains("0=127.0.0.1:6789"),
+        "{mon_toml}"
+    );
+    // A second bootstrap would make another cluster of this host: refused, nothing changed.
+    let e = fails(&boot, 1);
+    assert!(e.contains("already belongs to a cluster"), "{e}");
+    assert!(std::fs::read_to_string(t.0.join("mon.0/mon.toml")).expect("kept") == mon_toml);
+    let e = fails(
+        &[
+            "cluster",
+            "bootstrap",
+            "--mon-addr",
+            "0.0.0.0:6789",
+            "--mon-dir",
+            &t.file("m2"),
+        ],
+        1,
+    );
+    assert!(
+        e.contains("give this host's address and a fixed port"),
+        "{e}"
+    );
+
+    // An OSD directory already prepared is not prepared again.
+    std::fs::create_dir_all(t.0.join("osd-a")).expect("osd dir");
+    std::fs::write(
+        t.0.join("osd-a/osd.toml"),
+        "id = 4\ndata = \"/x/data.img\"\nhost = \"h\"\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .expect("osd.toml");
+    let e = fails(&["osd", "create", "--dir", &t.file("osd-a")], 1);
+    assert!(e.contains("already holds osd.4"), "{e}");
+
+    // A joining monitor with no fsid and no configuration to take it from says so.
+    let conf = t.file("missing.toml");
+    let e = fails(
+        &[
+            "-c",
+            &conf,
+            "mon",
+            "run",
+            "--join",
+            "--id",
+            "1",
+            "--dir",
+            &t.file("mon.1"),
+            "--listen",
+            "127.0.0.1:1",
+        ],
+        1,
+    );
+    assert!(e.contains("--join needs the cluster's fsid"), "{e}");
+}

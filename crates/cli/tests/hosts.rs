@@ -15,17 +15,26 @@ const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
 
 /// A cluster on `hosts`: `cairn dev up` on host 0 (the monitor and osd.0, bound to host 0's
 /// address), then one OSD on each other host, started there with its own key.
-fn cluster_on(hosts: &Hosts, name: &str) -> Cluster {
+fn cluster_on(hosts: &Hosts, name: &str, n: usize) -> Cluster {
     let c = Cluster::at(name);
-    dev_up_on_host0(&c, hosts, &["--down-out-interval", "5"]);
-    for i in 1..hosts.ips.len() {
+    dev_up_on_host0(&c, hosts);
+    for i in 1..n {
         add_osd(&c, hosts, i);
     }
+    wait_status(&c, &format!("{n} OSDs up"), |s| s["osds"]["up"] == n);
     c
 }
 
+/// Pool `p` (3 copies, min 2) of `pgs` PGs, once active.
+fn pool_active(c: &Cluster, pgs: u32) {
+    c.pool_create("p", 3, 2, pgs);
+    wait_status(c, "the pool active", |s| {
+        s["pgs"]["inactive"] == 0 && s["pgs"]["peering"] == 0
+    });
+}
+
 /// `cairn dev up` on host 0: the monitor and osd.0, bound to host 0's address.
-fn dev_up_on_host0(c: &Cluster, hosts: &Hosts, extra: &[&str]) {
+fn dev_up_on_host0(c: &Cluster, hosts: &Hosts) {
     let dir = c.dir.display().to_string();
     let o = hosts
         .command(0, CAIRN)
@@ -48,7 +57,7 @@ fn dev_up_on_host0(c: &Cluster, hosts: &Hosts, extra: &[&str]) {
             "--timeout",
             "60",
         ])
-        .args(extra)
+        .args(["--down-out-interval", "5"])
         .output()
         .expect("run cairn dev up on host 0");
     assert!(
@@ -181,12 +190,8 @@ fn a_whole_host_lost_leaves_every_write_readable_and_its_pgs_recover_elsewhere()
     let Some(hosts) = Hosts::create(4) else {
         return;
     };
-    let c = cluster_on(&hosts, "hosts-lose");
-    wait_status(&c, "4 OSDs up", |s| s["osds"]["up"] == 4);
-    c.pool_create("p", 3, 2, 32);
-    wait_status(&c, "the pool active", |s| {
-        s["pgs"]["inactive"] == 0 && s["pgs"]["peering"] == 0
-    });
+    let c = cluster_on(&hosts, "hosts-lose", 4);
+    pool_active(&c, 32);
     let rt = runtime();
     rt.block_on(async {
         let client = c.client().await;
@@ -285,16 +290,8 @@ fn a_host_added_takes_its_share_and_nothing_else_moves() {
     let Some(hosts) = Hosts::create(5) else {
         return;
     };
-    let c = Cluster::at("hosts-add");
-    dev_up_on_host0(&c, &hosts, &[]);
-    for i in 1..4 {
-        add_osd(&c, &hosts, i);
-    }
-    wait_status(&c, "4 OSDs up", |s| s["osds"]["up"] == 4);
-    c.pool_create("p", 3, 2, 128);
-    wait_status(&c, "the pool active", |s| {
-        s["pgs"]["inactive"] == 0 && s["pgs"]["peering"] == 0
-    });
+    let c = cluster_on(&hosts, "hosts-add", 4);
+    pool_active(&c, 128);
     let rt = runtime();
     rt.block_on(async {
         let client = c.client().await;

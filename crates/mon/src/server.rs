@@ -202,6 +202,19 @@ async fn dispatch(
             ErrorReply::new(ErrorCode::Denied, why)
         })
     };
+    if matches!(f.msg_type, COMMAND | MEMBERS_COMMAND | AUTH_COMMAND)
+        && f.control.len() > raft_net::MAX_COMMAND
+    {
+        // Checked before decoding: what they carry goes into Raft entries or replies.
+        return Err(ErrorReply::new(
+            ErrorCode::Invalid,
+            format!(
+                "command of {} bytes is over the limit of {}",
+                f.control.len(),
+                raft_net::MAX_COMMAND
+            ),
+        ));
+    }
     match f.msg_type {
         GET_MAP | SUBSCRIBE | MON_STATUS | PAST_INTERVALS => allowed(Need::Read)?,
         t if raft_net::is_peer_msg(t) => allowed(Need::Monitor)?,
@@ -222,16 +235,6 @@ async fn dispatch(
             return Ok(());
         }
         COMMAND => {
-            if f.control.len() > raft_net::MAX_COMMAND {
-                return Err(ErrorReply::new(
-                    ErrorCode::Invalid,
-                    format!(
-                        "command of {} bytes is over the limit of {}",
-                        f.control.len(),
-                        raft_net::MAX_COMMAND
-                    ),
-                ));
-            }
             let change: MapChange = decode("command", &f.control).map_err(malformed)?;
             if let Err(e) = allowed(Need::Change(&change)) {
                 let reply = CommandReply::Refused(cairn_map::MapError::Denied(e.message));

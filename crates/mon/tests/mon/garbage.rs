@@ -157,8 +157,25 @@ async fn garbage_gets_an_error_and_a_close_and_others_are_still_served() {
     assert_eq!(frames.len(), 1, "one ERROR, then close");
     assert!(error_message(&frames[0], ErrorCode::Invalid).contains("over the limit"));
 
-    // Malformed past-intervals queries and heartbeats (a PG list longer than its bytes).
+    // Commands larger than a command may be are refused before they are decoded.
+    let huge = vec![0u8; cairn_mon::raft_net::MAX_COMMAND + 1];
+    for t in [
+        cairn_proto::msg::mon::COMMAND,
+        cairn_proto::msg::mon::MEMBERS_COMMAND,
+        cairn_proto::msg::mon::AUTH_COMMAND,
+    ] {
+        let mut s = raw_connect(&addr).await;
+        write_frame(&mut s, t, 9, &huge, &[]).await.expect("send");
+        let frames = until_closed(&mut s).await;
+        assert_eq!(frames.len(), 1, "type {t}: one ERROR, then close");
+        let why = error_message(&frames[0], ErrorCode::Invalid);
+        assert!(why.contains("over the limit"), "type {t}: {why}");
+    }
+
+    // Malformed past-intervals queries, heartbeats (a PG list longer than its bytes) and
+    // membership commands.
     for (t, body) in [
+        (cairn_proto::msg::mon::MEMBERS_COMMAND, vec![0xff; 5]),
         (PAST_INTERVALS, vec![0xff; 9]),
         (PAST_INTERVALS, vec![]),
         (HEARTBEAT, vec![1, 2, 0xff, 0xff, 0xff, 0xff, 0x0f]),
