@@ -1,7 +1,9 @@
 //! Operator commands that talk to the monitors: status, pools, OSD listing and marking.
 
 use anyhow::{bail, Context, Result};
-use cairn_map::{ChangeOutcome, ClusterMap, Durability, MapChange, PgId, PoolSetting};
+use cairn_map::{
+    ChangeOutcome, ClusterMap, Domain, Durability, MapChange, PgId, PlacementRule, PoolSetting,
+};
 use cairn_monclient::MonClient;
 use clap::{Args, Subcommand};
 use std::future::Future;
@@ -116,7 +118,9 @@ pub enum PoolCmd {
         #[arg(long)]
         force: bool,
     },
-    /// Change a pool setting: size N, min_size N or durability wal|memory.
+    /// Change a pool setting: size N, min_size N, durability wal|memory, or domain
+    /// osd|host|rack|zone (where copies must not share; moves data, and moves a pool made
+    /// before placement v2 onto it).
     Set {
         name: String,
         key: String,
@@ -146,26 +150,41 @@ pub struct PoolCreate {
     /// within those ms can lose acknowledged writes; NBD FLUSH waits for the flush).
     #[arg(long, default_value = "wal")]
     pub durability: String,
-    /// Create it even if its size is larger than the cluster's failure domains (OSDs, or
-    /// hosts when there are several): its PGs then stay degraded, or inactive, until there
-    /// are enough.
+    /// Failure domain: no two copies of a PG in one osd, host, rack or zone (racks and
+    /// zones are host labels: `cairn host set`). Default: host when the in OSDs span at
+    /// least `size` hosts, else osd.
+    #[arg(long, value_parser = parse_domain)]
+    pub domain: Option<Domain>,
+    /// Create it even if its size is larger than the number of its failure domains holding
+    /// in OSDs: its PGs then stay degraded, or inactive, until there are enough.
     #[arg(long)]
     pub force: bool,
 }
 
-/// Refuses a pool size the cluster cannot place (unless forced): with fewer failure domains
-/// than copies a PG is never clean, and below min_size it takes no writes at all.
-fn check_placeable(conf: Option<&Path>, pool: &str, size: u8, force: bool) -> Result<()> {
+fn parse_domain(s: &str) -> Result<Domain, String> {
+    Domain::parse(s)
+        .ok_or_else(|| format!("unknown failure domain {s:?}: use osd, host, rack or zone"))
+}
+
+/// Refuses a pool the cluster cannot place (unless forced): with fewer failure domains than
+/// copies a PG is never clean, and below min_size it takes no writes at all.
+fn check_placeable(
+    map: &ClusterMap,
+    pool: &str,
+    size: u8,
+    rule: PlacementRule,
+    force: bool,
+) -> Result<()> {
     if force {
         return Ok(());
     }
-    let map = get_map(conf)?;
-    let (domains, unit) = map.failure_domains();
+    let (domains, unit) = ClusterMap::failure_domains(&map.placer(), rule);
     if size as usize > domains {
         bail!(
-            "pool {pool}: size {size} needs {size} failure domains, the cluster has {domains} \
-             ({unit} that are in): its PGs could never hold {size} copies. Add {unit} first, \
-             use a smaller size, or add --force"
+            "pool {pool}: size {size} keeps copies in {size} distinct {unit}s, the cluster has \
+             {domains} {unit}(s) holding in OSDs: its PGs could never hold {size} copies. Add \
+             {unit}s (or label hosts with `cairn host set`), use a smaller size or --domain, \
+             or add --force"
         );
     }
     Ok(())
@@ -179,15 +198,37 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
     match cmd {
         PoolCmd::Create(a) => {
             let min_size = a.min_size.unwrap_or(a.size.saturating_sub(1).max(1));
-            check_placeable(conf, &a.name, a.size, a.force)?;
-            let c = MapChange::PoolCreate {
+            let map = get_map(conf)?;
+            let domain = a.domain.unwrap_or_else(|| map.default_domain(a.size));
+            check_placeable(
+                &map,
+                &a.name,
+                a.size,
+                PlacementRule::Tree { domain },
+                a.force,
+            )?;
+            let c = MapChange::PoolCreateRule {
                 name: a.name.clone(),
                 size: a.size,
                 min_size,
                 pg_count: a.pgs,
                 durability: durability(&a.durability)?,
+                domain: Some(domain),
             };
-            change(conf, c, &format!("pool {} create", a.name))
+            let how = if a.domain.is_some() {
+                ""
+            } else {
+                " (default for this cluster)"
+            };
+            change(
+                conf,
+                c,
+                &format!(
+                    "pool {} create, copies on distinct {}s{how}",
+                    a.name,
+                    domain.name()
+                ),
+            )
         }
         PoolCmd::Ls(j) => {
             let map = get_map(conf)?;
@@ -196,18 +237,19 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!(
-                    "{:<5} {:<20} {:>4} {:>8} {:>5} durability",
-                    "id", "name", "size", "min_size", "pgs"
+                    "{:<5} {:<20} {:>4} {:>8} {:>5} {:<10} domain",
+                    "id", "name", "size", "min_size", "pgs", "durability"
                 );
                 for p in map.pools.values() {
                     println!(
-                        "{:<5} {:<20} {:>4} {:>8} {:>5} {}",
+                        "{:<5} {:<20} {:>4} {:>8} {:>5} {:<10} {}",
                         p.id,
                         p.name,
                         p.size,
                         p.min_size,
                         p.pg_count,
-                        p.durability.name()
+                        p.durability.name(),
+                        p.rule.describe()
                     );
                 }
             }
@@ -239,15 +281,37 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
                     .parse::<u8>()
                     .with_context(|| format!("{key} {value:?}: not a number"))
             };
+            let current = || -> Result<(ClusterMap, cairn_map::Pool)> {
+                let map = get_map(conf)?;
+                let pool = map.pool_by_name(&name).cloned().with_context(|| {
+                    format!("no pool named {name:?}: `cairn pool ls` lists the pools")
+                })?;
+                Ok((map, pool))
+            };
             let setting = match key.as_str() {
                 "size" => {
                     let n = num()?;
-                    check_placeable(conf, &name, n, force)?;
+                    let (map, pool) = current()?;
+                    check_placeable(&map, &name, n, pool.rule, force)?;
                     PoolSetting::Size(n)
                 }
                 "min_size" => PoolSetting::MinSize(num()?),
                 "durability" => PoolSetting::Durability(durability(&value)?),
-                other => bail!("unknown pool setting {other:?}: use size, min_size or durability"),
+                "domain" => {
+                    let d = parse_domain(&value).map_err(anyhow::Error::msg)?;
+                    let (map, pool) = current()?;
+                    check_placeable(
+                        &map,
+                        &name,
+                        pool.size,
+                        PlacementRule::Tree { domain: d },
+                        force,
+                    )?;
+                    PoolSetting::Domain(d)
+                }
+                other => bail!(
+                    "unknown pool setting {other:?}: use size, min_size, durability or domain"
+                ),
             };
             change(
                 conf,
@@ -265,6 +329,11 @@ fn pool_json(p: &cairn_map::Pool) -> serde_json::Value {
     serde_json::json!({
         "id": p.id, "name": p.name, "size": p.size, "min_size": p.min_size,
         "pg_count": p.pg_count, "durability": p.durability.name(),
+        "domain": match p.rule {
+            PlacementRule::FlatV1 => serde_json::Value::Null,
+            PlacementRule::Tree { domain } => domain.name().into(),
+        },
+        "placement_version": match p.rule { PlacementRule::FlatV1 => 1, PlacementRule::Tree { .. } => 2 },
     })
 }
 
@@ -654,16 +723,20 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             pgs.degraded
         ));
     }
-    let (domains, unit) = map.failure_domains();
-    for p in map.pools.values().filter(|p| p.size as usize > domains) {
+    let placer = map.placer();
+    for p in map.pools.values() {
+        let (domains, unit) = ClusterMap::failure_domains(&placer, p.rule);
+        if p.size as usize <= domains {
+            continue;
+        }
         let effect = if p.min_size as usize > domains {
             format!("below its min_size {} its PGs take no writes", p.min_size)
         } else {
             "its PGs stay degraded".to_string()
         };
         problems.push(format!(
-            "pool {} has size {} but the cluster has {domains} failure domains ({unit} that \
-             are in): {effect} until there are enough",
+            "pool {} has size {} but only {domains} {unit}(s) hold in OSDs (its copies go to \
+             distinct {unit}s): {effect} until there are enough",
             p.name, p.size
         ));
     }

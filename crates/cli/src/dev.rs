@@ -625,12 +625,13 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     let map = block_on(mon.get_map())??;
     if !a.no_pool && map.pools.is_empty() {
         let size = state.osds.min(3) as u8;
-        let c = MapChange::PoolCreate {
+        let c = MapChange::PoolCreateRule {
             name: "default".into(),
             size,
             min_size: size.saturating_sub(1).max(1),
             pg_count: 64,
             durability: Durability::Wal,
+            domain: None,
         };
         block_on(mon.command(c))??;
         eprintln!("  created pool `default` (size {size}, 64 pgs, durability wal)");

@@ -14,6 +14,7 @@ mod daemon_auth;
 mod dev;
 mod dev_keys;
 mod dev_wals;
+mod host_cmd;
 mod logging;
 mod mon_cmd;
 mod nbd_cmd;
@@ -63,6 +64,9 @@ enum Cmd {
     /// Run an OSD daemon; list OSDs; mark them out or in.
     #[command(subcommand)]
     Osd(osd_cmd::OsdCmd),
+    /// Where hosts are: rack and zone labels for failure domains.
+    #[command(subcommand)]
+    Host(host_cmd::HostCmd),
     /// Placement groups: scrub (compare and repair object copies), query (state, past intervals).
     #[command(subcommand)]
     Pg(pg_cmd::PgCmd),
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
         Cmd::Status(a) => ok(admin::status(conf, &a)),
         Cmd::Pool(c) => ok(admin::pool(c, conf)),
         Cmd::Osd(c) => ok(osd_cmd::run(c, conf)),
+        Cmd::Host(c) => ok(host_cmd::run(c, conf)),
         Cmd::Pg(c) => pg_cmd::run(c, conf),
         Cmd::Auth(c) => ok(auth_cmd::run(c, conf)),
         Cmd::Obj(c) => ok(obj_cmd::run(c, conf)),

@@ -1,9 +1,10 @@
-//! `cairn osd tree`: the placement hierarchy (hosts and their OSDs) with weights, states and
-//! how many PGs each OSD holds (and leads), so an operator sees the failure domains and the
-//! balance in one view.
+//! `cairn osd tree`: the placement hierarchy (zones, racks, hosts and their OSDs) with
+//! weights, states and how many PGs each OSD holds (and leads), and each pool's failure
+//! domain, so an operator sees the failure domains and the balance in one view.
 
 use anyhow::Result;
-use cairn_map::{ClusterMap, PgId};
+use cairn_map::{ClusterMap, HostLocation, PgId};
+use cairn_placement::FailureDomain;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -48,18 +49,20 @@ fn state(up: bool, lost_at: u64) -> &'static str {
 pub fn run(conf: Option<&Path>, json: bool) -> Result<()> {
     let map = crate::admin::get_map(conf)?;
     let held = held(&map);
-    let mut hosts: BTreeMap<&str, Vec<&cairn_map::OsdInfo>> = BTreeMap::new();
+    // Sorted by (zone, rack, host): the tree prints in that order.
+    let mut hosts: BTreeMap<(HostLocation, &str), Vec<&cairn_map::OsdInfo>> = BTreeMap::new();
     for o in map.osds.values() {
-        hosts.entry(&o.host).or_default().push(o);
+        let at = map.host_location(&o.host);
+        hosts.entry((at, &o.host)).or_default().push(o);
     }
-    let (domains, kind) = map.failure_domains();
+    let placer = map.placer();
     let host_weight = |osds: &[&cairn_map::OsdInfo]| -> u64 {
         osds.iter().map(|o| u64::from(o.placement_weight())).sum()
     };
     if json {
         let hosts: Vec<_> = hosts
             .iter()
-            .map(|(name, osds)| {
+            .map(|((at, name), osds)| {
                 let w = weight(host_weight(osds));
                 let osds: Vec<_> = osds
                     .iter()
@@ -70,10 +73,24 @@ pub fn run(conf: Option<&Path>, json: bool) -> Result<()> {
                             "pgs": h.pgs, "primary_pgs": h.primaries})
                     })
                     .collect();
-                serde_json::json!({"name": name, "weight": w, "osds": osds})
+                serde_json::json!({"name": name, "rack": at.rack, "zone": at.zone,
+                    "weight": w, "osds": osds})
             })
             .collect();
-        let v = serde_json::json!({"failure_domain": kind, "domains": domains, "hosts": hosts});
+        let domains: serde_json::Map<String, serde_json::Value> = FailureDomain::ALL
+            .iter()
+            .map(|d| (d.name().to_string(), placer.domain_count(*d).into()))
+            .collect();
+        let pools: Vec<_> = map
+            .pools
+            .values()
+            .map(|p| {
+                let (n, kind) = ClusterMap::failure_domains(&placer, p.rule);
+                serde_json::json!({"name": p.name, "size": p.size, "domain": kind, "domains": n,
+                    "placement_version": if p.rule == cairn_map::PlacementRule::FlatV1 { 1 } else { 2 }})
+            })
+            .collect();
+        let v = serde_json::json!({"domains": domains, "pools": pools, "hosts": hosts});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -87,7 +104,15 @@ pub fn run(conf: Option<&Path>, json: bool) -> Result<()> {
         .map(|o| u64::from(o.placement_weight()))
         .sum();
     println!("{:<22} {:>8.2}", "root", weight(total));
-    for (name, osds) in &hosts {
+    let mut last: Option<&HostLocation> = None;
+    for ((at, name), osds) in &hosts {
+        if last.is_none_or(|l| l.zone != at.zone) && !at.zone.is_empty() {
+            println!("  zone {}", at.zone);
+        }
+        if last.is_none_or(|l| l != at) && !at.rack.is_empty() {
+            println!("   rack {}", at.rack);
+        }
+        last = Some(at);
         println!("  host {:<15} {:>8.2}", name, weight(host_weight(osds)));
         for o in osds {
             let h = held.get(&o.id).copied().unwrap_or_default();
@@ -102,6 +127,12 @@ pub fn run(conf: Option<&Path>, json: bool) -> Result<()> {
             );
         }
     }
-    println!("copies go to distinct {kind} ({domains} can hold data)");
+    for p in map.pools.values() {
+        let (n, kind) = ClusterMap::failure_domains(&placer, p.rule);
+        println!(
+            "pool {}: {} copies on distinct {kind}s ({n} {kind}(s) hold in OSDs)",
+            p.name, p.size
+        );
+    }
     Ok(())
 }

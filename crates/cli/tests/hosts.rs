@@ -210,8 +210,9 @@ fn a_whole_host_lost_leaves_every_write_readable_and_its_pgs_recover_elsewhere()
         assert_spread(&client, pool, 3, None).await;
         let tree: serde_json::Value =
             serde_json::from_str(&c.ok(&["osd", "tree", "--json"])).expect("tree json");
-        assert_eq!(tree["failure_domain"], "hosts", "{tree}");
-        assert_eq!(tree["domains"], 4, "{tree}");
+        assert_eq!(tree["pools"][0]["domain"], "host", "{tree}");
+        assert_eq!(tree["pools"][0]["domains"], 4, "{tree}");
+        assert_eq!(tree["domains"]["host"], 4, "{tree}");
         let osds: Vec<&serde_json::Value> = tree["hosts"]
             .as_array()
             .expect("hosts")
@@ -338,6 +339,106 @@ fn a_host_added_takes_its_share_and_nothing_else_moves() {
         });
         verify(&client, pool, &written).await;
     });
+    drop(c);
+    drop(hosts);
+}
+
+/// Racks as failure domains: 4 hosts labelled into racks b (h0, h1; the monitor is on h0)
+/// and a (h2, h3). A pool of 3 copies apart by rack is refused (2 racks); one of 2 copies
+/// gets one copy in each rack; then rack a is lost whole (both hosts killed and cut off)
+/// and every object still reads back from rack b, and writes go on (min_size 1).
+#[test]
+fn a_rack_pool_survives_losing_a_whole_rack() {
+    let Some(hosts) = Hosts::create(4) else {
+        return;
+    };
+    let c = cluster_on(&hosts, "hosts-racks", 4);
+    for (host, rack) in [("h0", "b"), ("h1", "b"), ("h2", "a"), ("h3", "a")] {
+        let out = c.ok(&["host", "set", host, "--rack", rack, "--zone", "dc1"]);
+        assert!(out.contains("done"), "{out}");
+    }
+    let o = c.cairn(&["pool", "create", "r3", "--size", "3", "--domain", "rack"]);
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "3 copies over 2 racks accepted");
+    assert!(
+        err.contains("distinct racks") && err.contains("2 rack(s)"),
+        "{err}"
+    );
+    let o = c.cairn(&["host", "set", "h9", "--rack", "a"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("no OSD is on host \"h9\""));
+    c.ok(&[
+        "pool",
+        "create",
+        "r",
+        "--size",
+        "2",
+        "--min-size",
+        "1",
+        "--pgs",
+        "32",
+        "--domain",
+        "rack",
+    ]);
+    wait_status(&c, "the pool active", |s| {
+        s["pgs"]["inactive"] == 0 && s["pgs"]["peering"] == 0
+    });
+    let tree: serde_json::Value =
+        serde_json::from_str(&c.ok(&["osd", "tree", "--json"])).expect("tree json");
+    assert_eq!(tree["domains"]["rack"], 2, "{tree}");
+    assert_eq!(tree["domains"]["zone"], 1, "{tree}");
+    assert_eq!(tree["pools"][0]["domain"], "rack", "{tree}");
+    assert_eq!(tree["hosts"][0]["rack"], "a", "{tree}: rack a sorts first");
+    assert_eq!(tree["hosts"][0]["name"], "h2", "{tree}");
+    let text_tree = c.ok(&["osd", "tree"]);
+    assert!(
+        text_tree.contains("zone dc1") && text_tree.contains("rack b"),
+        "{text_tree}"
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("r").expect("pool");
+        let map = client.mon().get_map().await.expect("map");
+        for pg in 0..32 {
+            let place = map.pg_placement(cairn_map::PgId { pool, pg });
+            let racks: BTreeSet<u32> = place.up_set.iter().map(|o| o / 2).collect();
+            assert_eq!(
+                racks.len(),
+                2,
+                "pg {pg} not in both racks: {:?}",
+                place.up_set
+            );
+        }
+        let mut written: Vec<(usize, u8)> = Vec::new();
+        for key in 0..64 {
+            let name = format!("obj-{key}");
+            client
+                .write_full(pool, name.as_bytes(), &payload(key, 1))
+                .await
+                .expect("write");
+            written.push((key, 1));
+        }
+        // Rack a fails as a whole.
+        hosts.lose(2);
+        hosts.lose(3);
+        wait_osd(&client, 2, false).await;
+        wait_osd(&client, 3, false).await;
+        verify(&client, pool, &written).await;
+        for key in 0..16 {
+            let name = format!("obj-{key}");
+            client
+                .write_full(pool, name.as_bytes(), &payload(key, 2))
+                .await
+                .expect("write with rack a lost");
+            written.retain(|&(k, _)| k != key);
+            written.push((key, 2));
+        }
+        verify(&client, pool, &written).await;
+    });
+    // Rack b alone cannot hold 2 copies apart: status says so once rack a is out.
+    wait_status(&c, "rack a out", |s| s["osds"]["in"] == 2);
+    let st = c.ok(&["status"]);
+    assert!(st.contains("only 1 rack(s) hold in OSDs"), "{st}");
     drop(c);
     drop(hosts);
 }
@@ -469,7 +570,8 @@ fn deploy_md_walkthrough_runs_on_three_hosts() {
     let (ok, out) = common::cluster::run_as(&conf, &["osd", "tree", "--json"]);
     assert!(ok, "{out}");
     let tree: serde_json::Value = serde_json::from_str(&out).expect("osd tree");
-    assert_eq!(tree["domains"], 3, "{out}");
+    assert_eq!(tree["domains"]["host"], 3, "{out}");
+    assert_eq!(tree["pools"][0]["domain"], "host", "{out}");
     let (ok, out) = common::cluster::run_as(&conf, &["obj", "get", "vms", "hello", "-"]);
     let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     assert!(ok && out.contains(hostname.trim()), "{out}");

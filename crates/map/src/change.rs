@@ -1,7 +1,9 @@
 //! Changes to the map: validated, deterministic, one epoch each.
 
-use crate::pool::{valid_pool_name, MAX_PG_COUNT, MAX_SIZE};
-use crate::{ClusterMap, Durability, OsdInfo, Pool, PoolSetting};
+use crate::pool::{valid_label, valid_pool_name, MAX_PG_COUNT, MAX_SIZE};
+use crate::{
+    ClusterMap, Domain, Durability, HostLocation, OsdInfo, PlacementRule, Pool, PoolSetting,
+};
 use serde::{Deserialize, Serialize};
 
 /// A request to change the map. Monitors replicate these through Raft; applying one is
@@ -34,6 +36,8 @@ pub enum MapChange {
         id: u32,
         weight: u32,
     },
+    /// A pool with placement version 1 (`PlacementRule::FlatV1`). Kept so that log entries
+    /// written before map format 4 replay as they did; clients send `PoolCreateRule`.
     PoolCreate {
         name: String,
         size: u8,
@@ -65,6 +69,25 @@ pub enum MapChange {
         store_id: [u8; 16],
         host: String,
         weight: u32,
+    },
+    /// A pool with placement version 2 and failure domain `domain`; `None` picks `Host`
+    /// when the in OSDs span at least `size` hosts, else `Osd`. A domain with fewer members
+    /// than `size` is accepted (its PGs stay undersized): `cairn pool create` refuses it
+    /// unless forced, and status warns.
+    PoolCreateRule {
+        name: String,
+        size: u8,
+        min_size: u8,
+        pg_count: u32,
+        durability: Durability,
+        domain: Option<Domain>,
+    },
+    /// Sets a host's rack and zone labels ("" = none). Moves the data of pools whose
+    /// domain is rack or zone.
+    HostLocation {
+        host: String,
+        rack: String,
+        zone: String,
     },
 }
 
@@ -110,6 +133,12 @@ pub enum MapError {
     /// The sender may not ask for this change (its entity's caps or role).
     #[error("{0}")]
     Denied(String),
+    #[error(
+        "invalid location label {0:?}: use up to 64 characters of letters, digits, '.', '_' or '-'"
+    )]
+    BadLabel(String),
+    #[error("no OSD is on host {0:?}: `cairn osd tree` lists the hosts")]
+    NoSuchHost(String),
 }
 
 /// Largest OSD weight (4096.0).
@@ -180,7 +209,40 @@ impl ClusterMap {
                 min_size,
                 pg_count,
                 durability,
-            } => self.pool_create(name, *size, *min_size, *pg_count, *durability)?,
+            } => {
+                let spec = PoolSpec {
+                    name,
+                    size: *size,
+                    min_size: *min_size,
+                    pg_count: *pg_count,
+                    durability: *durability,
+                };
+                self.pool_create(spec, PlacementRule::FlatV1)?
+            }
+            MapChange::PoolCreateRule {
+                name,
+                size,
+                min_size,
+                pg_count,
+                durability,
+                domain,
+            } => {
+                let spec = PoolSpec {
+                    name,
+                    size: *size,
+                    min_size: *min_size,
+                    pg_count: *pg_count,
+                    durability: *durability,
+                };
+                let domain = domain.unwrap_or_else(|| self.default_domain(*size));
+                self.pool_create(spec, PlacementRule::Tree { domain })?
+            }
+            MapChange::HostLocation { host, rack, zone } => {
+                if !self.host_location_change(host, rack, zone)? {
+                    return Ok(ChangeOutcome::Unchanged);
+                }
+                0
+            }
             MapChange::PoolRemove { name } => {
                 let id = self.pool_id(name)?;
                 self.pools.remove(&id);
@@ -280,14 +342,14 @@ impl ClusterMap {
         Ok(id)
     }
 
-    fn pool_create(
-        &mut self,
-        name: &str,
-        size: u8,
-        min_size: u8,
-        pg_count: u32,
-        durability: Durability,
-    ) -> Result<u32, MapError> {
+    fn pool_create(&mut self, spec: PoolSpec, rule: PlacementRule) -> Result<u32, MapError> {
+        let PoolSpec {
+            name,
+            size,
+            min_size,
+            pg_count,
+            durability,
+        } = spec;
         if !valid_pool_name(name) {
             return Err(MapError::BadPoolName(name.to_string()));
         }
@@ -298,28 +360,68 @@ impl ClusterMap {
         if pg_count == 0 || pg_count > MAX_PG_COUNT {
             return Err(MapError::BadPgCount(pg_count));
         }
-        let id = self.next_pool_id;
+        let pool = Pool {
+            id: self.next_pool_id,
+            name: name.to_string(),
+            size,
+            min_size,
+            pg_count,
+            durability,
+            rule,
+        };
         self.next_pool_id += 1;
-        self.pools.insert(
-            id,
-            Pool {
-                id,
-                name: name.to_string(),
-                size,
-                min_size,
-                pg_count,
-                durability,
-            },
-        );
-        Ok(id)
+        self.pools.insert(pool.id, pool.clone());
+        Ok(pool.id)
+    }
+
+    /// The domain a version-2 pool gets when none is named: host when the in OSDs span at
+    /// least `size` hosts, else osd (a small or single-host cluster still keeps `size`
+    /// copies, on distinct OSDs).
+    pub fn default_domain(&self, size: u8) -> Domain {
+        let hosts = self.placer().domain_count(Domain::Host.placement());
+        if hosts >= usize::from(size) {
+            Domain::Host
+        } else {
+            Domain::Osd
+        }
+    }
+
+    /// Returns whether the labels changed.
+    fn host_location_change(
+        &mut self,
+        host: &str,
+        rack: &str,
+        zone: &str,
+    ) -> Result<bool, MapError> {
+        for label in [rack, zone] {
+            if !valid_label(label) {
+                return Err(MapError::BadLabel(label.to_string()));
+            }
+        }
+        if !self.osds.values().any(|o| o.host == host) {
+            return Err(MapError::NoSuchHost(host.to_string()));
+        }
+        let at = HostLocation {
+            rack: rack.to_string(),
+            zone: zone.to_string(),
+        };
+        if self.host_location(host) == at {
+            return Ok(false);
+        }
+        if at == HostLocation::default() {
+            self.hosts.remove(host);
+        } else {
+            self.hosts.insert(host.to_string(), at);
+        }
+        Ok(true)
     }
 
     /// Returns whether the pool changed.
     fn pool_set(&mut self, id: u32, setting: &PoolSetting) -> Result<bool, MapError> {
-        let Some(p) = self.pools.get_mut(&id) else {
+        let Some(before) = self.pools.get(&id) else {
             return Ok(false);
         };
-        let before = p.clone();
+        let mut p = before.clone();
         match *setting {
             PoolSetting::Size(s) => {
                 check_size(s, p.min_size.min(s))?;
@@ -331,7 +433,21 @@ impl ClusterMap {
                 p.min_size = m;
             }
             PoolSetting::Durability(d) => p.durability = d,
+            PoolSetting::Domain(domain) => p.rule = PlacementRule::Tree { domain },
         }
-        Ok(*p != before)
+        if p == *before {
+            return Ok(false);
+        }
+        self.pools.insert(id, p);
+        Ok(true)
     }
+}
+
+/// The properties every pool creation names.
+struct PoolSpec<'a> {
+    name: &'a str,
+    size: u8,
+    min_size: u8,
+    pg_count: u32,
+    durability: Durability,
 }

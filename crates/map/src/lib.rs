@@ -17,9 +17,9 @@ mod pool;
 
 pub use change::{ChangeOutcome, MapChange, MapError};
 pub use intervals::PastInterval;
-pub use pool::{Durability, Pool, PoolSetting, MAX_PG_COUNT};
+pub use pool::{Domain, Durability, PlacementRule, Pool, PoolSetting, MAX_PG_COUNT};
 
-use cairn_placement::{FailureDomain, Hierarchy, HostNode, OsdNode, Placer};
+use cairn_placement::{Hierarchy, HostNode, OsdNode, Placer};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -73,6 +73,16 @@ pub struct ClusterMap {
     pub next_pool_id: u32,
     /// Next OSD id to assign.
     pub next_osd_id: u32,
+    /// Rack and zone labels of hosts, by host name (a host without labels has no entry).
+    pub hosts: BTreeMap<String, HostLocation>,
+}
+
+/// Where a host sits, for failure domains: its zone and rack ("" = unlabelled). Ordered
+/// zone first, as the tree prints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HostLocation {
+    pub zone: String,
+    pub rack: String,
 }
 
 /// Where a PG lives at one epoch.
@@ -121,7 +131,13 @@ impl ClusterMap {
             pools: BTreeMap::new(),
             next_pool_id: 1,
             next_osd_id: 0,
+            hosts: BTreeMap::new(),
         }
+    }
+
+    /// The labels of `host` (none when unlabelled).
+    pub fn host_location(&self, host: &str) -> HostLocation {
+        self.hosts.get(host).cloned().unwrap_or_default()
     }
 
     /// The placement hierarchy (root -> hosts -> OSDs) with out OSDs at weight 0.
@@ -136,9 +152,14 @@ impl ClusterMap {
         Hierarchy {
             hosts: hosts
                 .into_iter()
-                .map(|(name, osds)| HostNode {
-                    name: name.to_string(),
-                    osds,
+                .map(|(name, osds)| {
+                    let at = self.host_location(name);
+                    HostNode {
+                        name: name.to_string(),
+                        rack: at.rack,
+                        zone: at.zone,
+                        osds,
+                    }
                 })
                 .collect(),
         }
@@ -168,8 +189,13 @@ impl ClusterMap {
                 acting: Vec::new(),
             };
         };
-        let domain: FailureDomain = placer.default_domain();
-        let up_set = placer.pg_osds(pg.pool, pg.pg, pool.size as usize, domain);
+        let size = usize::from(pool.size);
+        let up_set = match pool.rule {
+            PlacementRule::FlatV1 => placer.pg_osds(pg.pool, pg.pg, size, placer.default_domain()),
+            PlacementRule::Tree { domain } => {
+                placer.pg_osds_tree(pg.pool, pg.pg, size, domain.placement())
+            }
+        };
         let acting = up_set
             .iter()
             .copied()
@@ -204,14 +230,17 @@ impl ClusterMap {
         }
     }
 
-    /// How many failure domains placement can put copies in: hosts holding an in OSD with a
-    /// weight, when there are at least two such hosts; otherwise such OSDs (every copy on
-    /// another OSD of the one host). A pool whose size exceeds it can never be fully placed.
-    pub fn failure_domains(&self) -> (usize, &'static str) {
-        match cairn_placement::Placer::new(&self.hierarchy()).domains() {
-            (n, FailureDomain::Host) => (n, "hosts"),
-            (n, FailureDomain::Osd) => (n, "OSDs"),
-        }
+    /// How many failure domains of `rule` hold an in OSD with a weight, and their kind
+    /// ("host"...): a pool whose size exceeds the count can never be fully placed. Version 1
+    /// uses hosts when there are at least two such hosts, otherwise OSDs.
+    pub fn failure_domains(placer: &Placer, rule: PlacementRule) -> (usize, &'static str) {
+        let (n, d) = match rule {
+            PlacementRule::FlatV1 => placer.domains(),
+            PlacementRule::Tree { domain } => {
+                (placer.domain_count(domain.placement()), domain.placement())
+            }
+        };
+        (n, d.name())
     }
 
     /// Number of OSDs up and in, for status.

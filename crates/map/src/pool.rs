@@ -43,6 +43,63 @@ pub struct Pool {
     /// PGs in the pool (fixed at creation).
     pub pg_count: u32,
     pub durability: Durability,
+    /// How placement spreads the pool's copies.
+    pub rule: PlacementRule,
+}
+
+/// A failure domain: no two copies of a PG in one (`cairn_placement::FailureDomain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Domain {
+    Osd,
+    Host,
+    Rack,
+    Zone,
+}
+
+impl Domain {
+    /// The placement crate's domain.
+    pub fn placement(self) -> cairn_placement::FailureDomain {
+        use cairn_placement::FailureDomain as F;
+        match self {
+            Domain::Osd => F::Osd,
+            Domain::Host => F::Host,
+            Domain::Rack => F::Rack,
+            Domain::Zone => F::Zone,
+        }
+    }
+
+    /// Name used by the CLI and in status output: osd, host, rack, zone.
+    pub fn name(self) -> &'static str {
+        self.placement().name()
+    }
+
+    /// Parses [`Domain::name`].
+    pub fn parse(s: &str) -> Option<Domain> {
+        [Domain::Osd, Domain::Host, Domain::Rack, Domain::Zone]
+            .into_iter()
+            .find(|d| d.name() == s)
+    }
+}
+
+/// Which placement algorithm and failure domain a pool uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlacementRule {
+    /// Placement version 1, the pools made before map format 4: one flat draw over every
+    /// OSD; copies on distinct hosts when the map has at least two hosts with in OSDs, else
+    /// on distinct OSDs. `cairn pool set NAME domain D` moves a pool to version 2.
+    FlatV1,
+    /// Placement version 2: the hierarchical draw, no two copies in one `domain`.
+    Tree { domain: Domain },
+}
+
+impl PlacementRule {
+    /// For status and `pool ls`: "host", or "auto (v1)" for version 1.
+    pub fn describe(self) -> String {
+        match self {
+            PlacementRule::FlatV1 => "auto (placement v1)".to_string(),
+            PlacementRule::Tree { domain } => domain.name().to_string(),
+        }
+    }
 }
 
 /// A pool property `cairn pool set` changes.
@@ -51,6 +108,8 @@ pub enum PoolSetting {
     Size(u8),
     MinSize(u8),
     Durability(Durability),
+    /// Keep copies apart by this domain (placement version 2; moves data).
+    Domain(Domain),
 }
 
 /// Largest replica count.
@@ -59,6 +118,16 @@ pub const MAX_SIZE: u8 = 10;
 pub const MAX_PG_COUNT: u32 = 1 << 16;
 /// Longest pool name.
 pub const MAX_POOL_NAME: usize = 128;
+/// Longest rack or zone label.
+pub const MAX_LABEL: usize = 64;
+
+/// Checks a rack or zone label: empty (none), or up to 64 characters of `[A-Za-z0-9._-]`.
+pub fn valid_label(label: &str) -> bool {
+    label.len() <= MAX_LABEL
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
 
 /// Checks a pool name: 1..=128 characters of `[A-Za-z0-9._-]`.
 pub fn valid_pool_name(name: &str) -> bool {

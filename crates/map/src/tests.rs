@@ -1,5 +1,6 @@
 use super::*;
 use cairn_placement::WEIGHT_ONE;
+use std::collections::BTreeSet;
 
 fn boot(m: &mut ClusterMap, n: u8, host: &str) -> u32 {
     let change = MapChange::OsdBoot {
@@ -29,16 +30,127 @@ fn pool(m: &mut ClusterMap, name: &str, size: u8) -> u32 {
 }
 
 #[test]
-fn failure_domains_are_hosts_when_several_else_osds() {
+fn version_1_failure_domains_are_hosts_when_several_else_osds() {
+    let v1 = |m: &ClusterMap| ClusterMap::failure_domains(&m.placer(), PlacementRule::FlatV1);
     let mut m = ClusterMap::new([1; 16]);
-    assert_eq!(m.failure_domains(), (0, "OSDs"));
+    assert_eq!(v1(&m), (0, "osd"));
     boot(&mut m, 1, "a");
     boot(&mut m, 2, "a");
-    assert_eq!(m.failure_domains(), (2, "OSDs"));
+    assert_eq!(v1(&m), (2, "osd"));
     boot(&mut m, 3, "b");
-    assert_eq!(m.failure_domains(), (2, "hosts"));
+    assert_eq!(v1(&m), (2, "host"));
     m.apply(&MapChange::OsdOut { id: 2 }).unwrap();
-    assert_eq!(m.failure_domains(), (2, "OSDs"), "host b has no OSD in");
+    assert_eq!(v1(&m), (2, "osd"), "host b has no OSD in");
+}
+
+fn pool_in(m: &mut ClusterMap, name: &str, size: u8, domain: Option<Domain>) -> u32 {
+    let change = MapChange::PoolCreateRule {
+        name: name.into(),
+        size,
+        min_size: 1,
+        pg_count: 64,
+        durability: Durability::Wal,
+        domain,
+    };
+    match m.apply(&change) {
+        Ok(ChangeOutcome::Changed { id, .. }) => id,
+        other => panic!("pool create: {other:?}"),
+    }
+}
+
+fn label(
+    m: &mut ClusterMap,
+    host: &str,
+    rack: &str,
+    zone: &str,
+) -> Result<ChangeOutcome, MapError> {
+    m.apply(&MapChange::HostLocation {
+        host: host.into(),
+        rack: rack.into(),
+        zone: zone.into(),
+    })
+}
+
+#[test]
+fn a_new_pool_defaults_to_hosts_only_when_there_are_enough() {
+    let mut m = ClusterMap::new([1; 16]);
+    for (n, host) in [(1, "a"), (2, "a"), (3, "b")] {
+        boot(&mut m, n, host);
+    }
+    let two = pool_in(&mut m, "two", 2, None);
+    let three = pool_in(&mut m, "three", 3, None);
+    let tree = |d| PlacementRule::Tree { domain: d };
+    assert_eq!(m.pools[&two].rule, tree(Domain::Host));
+    assert_eq!(
+        m.pools[&three].rule,
+        tree(Domain::Osd),
+        "2 hosts cannot hold 3 copies"
+    );
+    for pg in 0..64 {
+        let p = m.pg_placement(PgId { pool: two, pg });
+        let hosts: BTreeSet<&str> = p.up_set.iter().map(|id| m.osds[id].host.as_str()).collect();
+        assert_eq!(hosts.len(), 2, "{p:?}");
+        assert_eq!(m.pg_placement(PgId { pool: three, pg }).up_set.len(), 3);
+    }
+}
+
+#[test]
+fn racks_come_from_host_labels_and_keep_copies_apart() {
+    let mut m = ClusterMap::new([1; 16]);
+    for (n, host) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
+        boot(&mut m, n, host);
+    }
+    for (host, rack) in [("a", "r1"), ("b", "r1"), ("c", "r2"), ("d", "r2")] {
+        label(&mut m, host, rack, "").unwrap();
+    }
+    assert_eq!(label(&mut m, "a", "r1", ""), Ok(ChangeOutcome::Unchanged));
+    assert_eq!(
+        label(&mut m, "nope", "r1", ""),
+        Err(MapError::NoSuchHost("nope".into()))
+    );
+    assert!(matches!(
+        label(&mut m, "a", "r 1", ""),
+        Err(MapError::BadLabel(_))
+    ));
+    let id = pool_in(&mut m, "racked", 2, Some(Domain::Rack));
+    let rack_of = |m: &ClusterMap, osd: &u32| m.host_location(&m.osds[osd].host).rack;
+    for pg in 0..64 {
+        let p = m.pg_placement(PgId { pool: id, pg });
+        let racks: BTreeSet<String> = p.up_set.iter().map(|o| rack_of(&m, o)).collect();
+        assert_eq!(racks.len(), 2, "{p:?}");
+    }
+    // Unlabelled again: one rack left, so one copy per PG.
+    for host in ["a", "b", "c", "d"] {
+        label(&mut m, host, "", "").unwrap();
+    }
+    assert!(m.hosts.is_empty());
+    assert_eq!(m.pg_placement(PgId { pool: id, pg: 0 }).up_set.len(), 1);
+}
+
+#[test]
+fn a_version_1_pool_keeps_its_placement_until_given_a_domain() {
+    let mut m = ClusterMap::new([1; 16]);
+    for n in 1..=6 {
+        boot(&mut m, n, ["a", "b", "c"][usize::from(n % 3)]);
+    }
+    let id = pool(&mut m, "old", 2);
+    assert_eq!(m.pools[&id].rule, PlacementRule::FlatV1);
+    let h = m.hierarchy();
+    for pg in 0..32 {
+        let want = cairn_placement::pg_osds(&h, id, pg, 2, cairn_placement::FailureDomain::Host);
+        assert_eq!(m.pg_placement(PgId { pool: id, pg }).up_set, want);
+    }
+    let set = MapChange::PoolSet {
+        name: "old".into(),
+        setting: PoolSetting::Domain(Domain::Host),
+    };
+    assert!(matches!(m.apply(&set), Ok(ChangeOutcome::Changed { .. })));
+    assert_eq!(m.apply(&set), Ok(ChangeOutcome::Unchanged));
+    let placer = m.placer();
+    for pg in 0..32 {
+        let want = placer.pg_osds_tree(id, pg, 2, cairn_placement::FailureDomain::Host);
+        assert_eq!(m.pg_placement(PgId { pool: id, pg }).up_set, want);
+    }
 }
 
 #[test]

@@ -25,6 +25,7 @@ mod keys_cmd;
 mod log_store;
 mod members_cmd;
 mod migrate;
+mod migrate_v4;
 mod node;
 mod pg_starts;
 pub mod raft_net;

@@ -9,13 +9,15 @@
 //! unseeded: the leader seeds it from its keyring file, as on a new cluster), and a log
 //! entry carries a `Proposal` (`Map(change)` or `Keys(change)`) instead of a bare map
 //! change: every log entry is rewritten.
+//!
+//! Both produce the format-3 types of `crate::migrate_v4`, which then upgrades to format 4.
 
-use crate::history::History;
-use crate::state_machine::{SmData, SnapshotData, StoredSnapshot};
+use crate::migrate_v4::{ClusterMapV3, HistoryV3, PoolV3, SmDataV3, SnapshotDataV3};
+use crate::state_machine::StoredSnapshot;
 use crate::store::{dec, enc, key, StoreError, LOG, META};
 use crate::types::{BasicNode, Entry, LogId, NodeId, Proposal, StoredMembership};
 use cairn_auth::KeyDb;
-use cairn_map::{ChangeOutcome, ClusterMap, MapChange, MapError, OsdInfo, Pool};
+use cairn_map::{ChangeOutcome, MapChange, MapError, OsdInfo};
 use openraft::EntryPayload;
 use redb::{Database, ReadableTable};
 use serde::{Deserialize, Serialize};
@@ -50,7 +52,7 @@ struct ClusterMapV1 {
     fsid: [u8; 16],
     epoch: u64,
     osds: BTreeMap<u32, OsdInfoV1>,
-    pools: BTreeMap<u32, Pool>,
+    pools: BTreeMap<u32, PoolV3>,
     next_pool_id: u32,
     next_osd_id: u32,
 }
@@ -62,7 +64,7 @@ struct SmDataV1 {
     map: ClusterMapV1,
 }
 
-fn upgrade_map(m: ClusterMapV1) -> ClusterMap {
+fn upgrade_map(m: ClusterMapV1) -> ClusterMapV3 {
     let osds = m
         .osds
         .into_iter()
@@ -81,7 +83,7 @@ fn upgrade_map(m: ClusterMapV1) -> ClusterMap {
             (id, info)
         })
         .collect();
-    ClusterMap {
+    ClusterMapV3 {
         fsid: m.fsid,
         epoch: m.epoch,
         osds,
@@ -104,17 +106,25 @@ fn upgrade_sm(v: SmDataV1) -> SmDataV2 {
 struct SmDataV2 {
     last_applied: Option<LogId>,
     membership: StoredMembership,
-    map: ClusterMap,
+    map: ClusterMapV3,
 }
 
 #[derive(Serialize, Deserialize)]
 struct SnapshotDataV2 {
     sm: SmDataV2,
-    history: History,
+    history: HistoryV3,
 }
 
-fn sm_v3(v: SmDataV2) -> SmData {
-    SmData {
+/// A history that starts at `map` (format 1 kept none).
+fn history_at(map: &ClusterMapV3) -> HistoryV3 {
+    HistoryV3 {
+        base: map.clone(),
+        incs: Default::default(),
+    }
+}
+
+fn sm_v3(v: SmDataV2) -> SmDataV3 {
+    SmDataV3 {
         last_applied: v.last_applied,
         membership: v.membership,
         map: v.map,
@@ -153,7 +163,7 @@ pub(crate) fn from_v2(db: &Database) -> Result<(), StoreError> {
         };
         if let Some(s) = snap {
             let old: SnapshotDataV2 = dec("format 2 snapshot state", &s.data)?;
-            let data = SnapshotData {
+            let data = SnapshotDataV3 {
                 sm: sm_v3(old.sm),
                 history: old.history,
             };
@@ -198,7 +208,7 @@ pub(crate) fn from_v1(db: &Database) -> Result<(), StoreError> {
         if let Some(s) = snap {
             let old: SmDataV1 = dec("format 1 snapshot state", &s.data)?;
             let sm = upgrade_sm(old);
-            let history = History::starting_at(&sm.map);
+            let history = history_at(&sm.map);
             let stored = StoredSnapshot {
                 meta: s.meta,
                 data: enc(&SnapshotDataV2 { sm, history }),
@@ -214,6 +224,18 @@ pub(crate) fn from_v1(db: &Database) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state_machine::SnapshotData;
+
+    fn empty_v3(fsid: [u8; 16]) -> ClusterMapV3 {
+        ClusterMapV3 {
+            fsid,
+            epoch: 1,
+            osds: BTreeMap::new(),
+            pools: BTreeMap::new(),
+            next_pool_id: 1,
+            next_osd_id: 0,
+        }
+    }
 
     #[test]
     fn a_format_1_database_opens_with_its_map_and_no_osd_lost() {
@@ -270,7 +292,7 @@ mod tests {
         let v2 = SmDataV2 {
             last_applied: None,
             membership: StoredMembership::default(),
-            map: ClusterMap::new([6; 16]),
+            map: empty_v3([6; 16]),
         };
         let change = MapChange::OsdOut { id: 3 };
         let entry = openraft::Entry::<V2Raft> {
@@ -280,11 +302,11 @@ mod tests {
         let snap = StoredSnapshot {
             meta: openraft::SnapshotMeta::default(),
             data: enc(&SnapshotDataV2 {
-                history: History::starting_at(&v2.map),
+                history: history_at(&v2.map),
                 sm: SmDataV2 {
                     last_applied: None,
                     membership: StoredMembership::default(),
-                    map: ClusterMap::new([6; 16]),
+                    map: empty_v3([6; 16]),
                 },
             }),
         };

@@ -75,7 +75,10 @@ impl Chosen {
         }
         match domain {
             FailureDomain::Osd => true,
-            FailureDomain::Host => !self.domains.contains(&c.domain),
+            // Version 1 knows hosts only; rack and zone pools always use version 2.
+            FailureDomain::Host | FailureDomain::Rack | FailureDomain::Zone => {
+                !self.domains.contains(&c.domain)
+            }
         }
     }
 }
@@ -83,16 +86,17 @@ impl Chosen {
 /// One candidate's straw: log2(u) (<= 0) over its weight, kept as a fraction so that the
 /// comparison below is exact.
 #[derive(Debug, Clone, Copy)]
-struct Straw {
-    log2_u: i64,
-    weight: u32,
+pub(crate) struct Straw {
+    pub log2_u: i64,
+    /// > 0: an OSD's 16.16 weight, or a bucket's sum of them (version 2).
+    pub weight: u64,
 }
 
 impl Straw {
     /// Whether `self` (log2_a / w_a) is strictly greater than `other` (log2_b / w_b).
-    /// Cross-multiplied since both weights are > 0: |log2| < 2^38 and w < 2^32, so the
-    /// products fit easily in i128 and no division (nor its rounding) is involved.
-    fn beats(self, other: Straw) -> bool {
+    /// Cross-multiplied since both weights are > 0: |log2| < 2^38 and w < 2^64, so the
+    /// products fit in i128 and no division (nor its rounding) is involved.
+    pub fn beats(self, other: Straw) -> bool {
         i128::from(self.log2_u) * i128::from(other.weight)
             > i128::from(other.log2_u) * i128::from(self.weight)
     }
@@ -112,7 +116,7 @@ pub(crate) fn draw<'a>(
     for c in cands.iter().filter(|c| chosen.allows(c, domain)) {
         let straw = Straw {
             log2_u: log2_unit(key.hash(c.id, rank)),
-            weight: c.weight,
+            weight: u64::from(c.weight),
         };
         match best {
             Some((_, best_straw)) if !straw.beats(best_straw) => {}
@@ -145,7 +149,7 @@ mod tests {
     fn extreme_straws_do_not_overflow() {
         let a = Straw {
             log2_u: -(32i64 << 32),
-            weight: u32::MAX,
+            weight: u64::MAX,
         };
         let b = Straw {
             log2_u: 0,

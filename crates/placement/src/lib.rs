@@ -3,27 +3,34 @@
 //! Two deterministic maps, both pure functions of their arguments:
 //!
 //! - object name -> PG: [`object_pg`], from the stable [`object_hash`];
-//! - PG -> ordered OSD list: [`pg_osds`], a straw2 draw (as in Ceph's CRUSH) over the
-//!   [`Hierarchy`] root -> hosts -> OSDs, with replicas spread over distinct failure domains.
+//! - PG -> ordered OSD list: a straw2 draw (as in Ceph's CRUSH) over the [`Hierarchy`]
+//!   root -> zones -> racks -> hosts -> OSDs, with replicas spread over distinct failure
+//!   domains. Version 2 ([`Placer::pg_osds_tree`]) descends the tree level by level; version 1
+//!   ([`pg_osds`], [`Placer::pg_osds`]) draws every OSD at once and is kept for the pools
+//!   created before version 2 existed.
 //!
 //! Every node of the cluster computes placement itself, so the results must be bit-identical
 //! on every machine: only integer arithmetic is used (a fixed-point log2 replaces `f64::ln`).
 //! The exact algorithm is specified in `docs/format/placement.md`; the test vectors in
-//! `testdata/vectors-v1.txt` pin it, and [`PLACEMENT_VERSION`] names it.
+//! `testdata/vectors-v1.txt` and `testdata/vectors-v2.txt` pin them, and
+//! [`PLACEMENT_VERSION`] names the newest.
 
 mod draw;
 mod fixed_log;
 mod hash;
+mod tree;
 
 #[cfg(test)]
 mod tests;
 
-/// Version of the placement algorithm; bump on any change in results (test vectors pin it).
+/// Newest version of the placement algorithm; a change in any result is a new version (test
+/// vectors pin each).
 ///
-/// Covers [`object_hash`], [`object_pg`], [`pg_osds`] and [`default_domain`]: the hash
-/// constants, the fixed-point log2 table, the straw2 draw and its tie-break, and the failure
-/// domain rules.
-pub const PLACEMENT_VERSION: u32 = 1;
+/// Version 1: [`object_hash`], [`object_pg`], [`pg_osds`] and [`default_domain`] (the hash
+/// constants, the fixed-point log2 table, the flat straw2 draw and its tie-break, the host
+/// and OSD failure domains). Version 2 keeps the hashes and the log2 of version 1 and adds
+/// the hierarchical draw [`Placer::pg_osds_tree`] with zone and rack domains.
+pub const PLACEMENT_VERSION: u32 = 2;
 
 /// Weight of 1.0 in the 16.16 fixed point used for OSD weights.
 pub const WEIGHT_ONE: u32 = 0x10000;
@@ -73,10 +80,14 @@ pub struct Hierarchy {
 }
 
 /// A host: one failure domain holding OSDs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HostNode {
     /// Host name; its identity for the failure domain rule.
     pub name: String,
+    /// Rack label ("" = none: every unlabelled host of a zone is in one rack). Version 2 only.
+    pub rack: String,
+    /// Zone label ("" = none: every unlabelled rack is in one zone). Version 2 only.
+    pub zone: String,
     /// The OSDs on this host.
     pub osds: Vec<OsdNode>,
 }
@@ -97,6 +108,35 @@ pub enum FailureDomain {
     Host,
     /// Only no two replicas on the same OSD.
     Osd,
+    /// No two replicas in one rack (version 2; version 1 treats it as `Host`).
+    Rack,
+    /// No two replicas in one zone (version 2; version 1 treats it as `Host`).
+    Zone,
+}
+
+impl FailureDomain {
+    /// Every domain, smallest first.
+    pub const ALL: [FailureDomain; 4] = [
+        FailureDomain::Osd,
+        FailureDomain::Host,
+        FailureDomain::Rack,
+        FailureDomain::Zone,
+    ];
+
+    /// Name used by the CLI, the map's JSON and the docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureDomain::Osd => "osd",
+            FailureDomain::Host => "host",
+            FailureDomain::Rack => "rack",
+            FailureDomain::Zone => "zone",
+        }
+    }
+
+    /// Parses [`FailureDomain::name`].
+    pub fn parse(s: &str) -> Option<FailureDomain> {
+        FailureDomain::ALL.into_iter().find(|d| d.name() == s)
+    }
 }
 
 /// Ordered OSD list for a PG (first = primary): up to `size` distinct OSDs drawn by straw2,
@@ -124,8 +164,10 @@ pub fn default_domain(h: &Hierarchy) -> FailureDomain {
 /// [`default_domain`], without re-collecting and sorting the OSDs on every call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placer {
-    /// Eligible OSDs in the draw's canonical order.
+    /// Eligible OSDs in the draw's canonical order (version 1).
     cands: Vec<draw::Candidate>,
+    /// The weighted tree (version 2).
+    tree: tree::Tree,
 }
 
 impl Placer {
@@ -133,10 +175,25 @@ impl Placer {
     pub fn new(h: &Hierarchy) -> Placer {
         Placer {
             cands: draw::candidates(h),
+            tree: tree::Tree::new(h),
         }
     }
 
-    /// [`pg_osds`] over the prepared hierarchy (O(size x OSDs)).
+    /// Placement version 2: ordered OSDs for a PG (first = primary), up to `size`, no two in
+    /// one `domain`, drawn by descending zones, racks, hosts and OSDs with one straw2 draw per
+    /// level (O(size x (zones + racks per zone + hosts per rack + OSDs per host))). Shorter
+    /// than `size` only when fewer domains hold weighted OSDs. See docs/format/placement.md.
+    pub fn pg_osds_tree(&self, pool: u32, pg: u32, size: usize, domain: FailureDomain) -> Vec<u32> {
+        self.tree.pg_osds(pool, pg, size, domain)
+    }
+
+    /// Number of `domain`s holding an OSD with weight (version 2): how many copies of a PG
+    /// placement can keep apart under that rule.
+    pub fn domain_count(&self, domain: FailureDomain) -> usize {
+        self.tree.domain_count(domain)
+    }
+
+    /// Version 1: [`pg_osds`] over the prepared hierarchy (O(size x OSDs)).
     pub fn pg_osds(&self, pool: u32, pg: u32, size: usize, domain: FailureDomain) -> Vec<u32> {
         let key = hash::DrawKey::new(pool, pg);
         let mut chosen = draw::Chosen::default();
@@ -160,8 +217,8 @@ impl Placer {
     /// the hosts with weight, or, on a single host, its OSDs with weight.
     pub fn domains(&self) -> (usize, FailureDomain) {
         match self.default_domain() {
-            FailureDomain::Host => (draw::domain_count(&self.cands), FailureDomain::Host),
             FailureDomain::Osd => (self.cands.len(), FailureDomain::Osd),
+            d => (draw::domain_count(&self.cands), d),
         }
     }
 

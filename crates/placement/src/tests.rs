@@ -9,6 +9,7 @@ fn host(name: &str, osds: &[(u32, u32)]) -> HostNode {
             .iter()
             .map(|&(id, weight)| OsdNode { id, weight })
             .collect(),
+        ..Default::default()
     }
 }
 

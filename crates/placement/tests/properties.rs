@@ -38,6 +38,7 @@ fn build(weights: &[Vec<u32>]) -> Hierarchy {
                     }
                 })
                 .collect(),
+            ..Default::default()
         })
         .collect();
     Hierarchy { hosts }
@@ -245,6 +246,7 @@ fn add_one(weights: &[Vec<u32>], target: usize, weight: u32, size: usize) -> (f6
         None => after.hosts.push(HostNode {
             name: "host-new".to_string(),
             osds: vec![new_osd],
+            ..Default::default()
         }),
     }
     let d = default_domain(&before);
@@ -407,8 +409,8 @@ proptest! {
                 prop_assert_eq!(set.len(), size.min(eligible), "{:?} {:?}", d, set);
                 prop_assert!(set.iter().all(|&id| weight_of[id as usize] > 0));
                 let mut keys: Vec<usize> = match d {
-                    FailureDomain::Host => set.iter().map(|&id| host[id as usize]).collect(),
                     FailureDomain::Osd => set.iter().map(|&id| id as usize).collect(),
+                    _ => set.iter().map(|&id| host[id as usize]).collect(),
                 };
                 keys.sort_unstable();
                 keys.dedup();
@@ -453,6 +455,7 @@ proptest! {
                 .map(|(name, osds)| HostNode {
                     name: format!("h{name}"),
                     osds: osds.iter().map(|&(id, weight)| OsdNode { id, weight }).collect(),
+                    ..Default::default()
                 })
                 .collect(),
         };

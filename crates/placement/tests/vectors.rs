@@ -1,9 +1,11 @@
-//! Committed test vectors: `testdata/vectors-v1.txt` pins the results of placement version 1.
+//! Committed test vectors: `testdata/vectors-v1.txt` pins the results of placement version 1
+//! (hashes, stable mod, the flat draw), `testdata/vectors-v2.txt` those of version 2 (the
+//! hierarchical draw).
 //!
 //! `vectors_match` recomputes every line. If it fails, placement results changed: either that
 //! is a bug, or the change is intended and needs a new `PLACEMENT_VERSION` and a new vectors
-//! file (never rewrite the v1 file for a change in results). To write the file (only when
-//! creating a version):
+//! file (never rewrite a committed file for a change in results). To write the newest
+//! version's file (only when creating a version):
 //!
 //! ```text
 //! cargo test -p cairn-placement --test vectors -- --ignored regenerate_vectors
@@ -17,18 +19,23 @@
 //! object_hash <name as hex, prefixed "hex:"> <hash, 8 lowercase hex digits>
 //! object_pg <name as hex, prefixed "hex:"> <pg_count> <pg>
 //! pg_osds <hierarchy label> <host|osd> <pool> <pg> <size> <osd ids, comma separated, or "-">
+//! pg_tree <hierarchy label> <osd|host|rack|zone> <pool> <pg> <size> <osd ids or "-">
 //! ```
+//!
+//! In version 2 files a host may carry labels: `<zone>/<rack>/<host>=...`.
 
 use cairn_placement::*;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-fn vectors_path() -> PathBuf {
+fn vectors_path(version: u32) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("testdata")
-        .join(format!("vectors-v{PLACEMENT_VERSION}.txt"))
+        .join(format!("vectors-v{version}.txt"))
 }
+
+const VERSIONS: [u32; 2] = [1, PLACEMENT_VERSION];
 
 fn hex(bytes: &[u8]) -> String {
     let mut s = String::from("hex:");
@@ -54,6 +61,7 @@ fn host(name: &str, osds: &[(u32, u32)]) -> HostNode {
             .iter()
             .map(|&(id, weight)| OsdNode { id, weight })
             .collect(),
+        ..Default::default()
     }
 }
 
@@ -80,6 +88,20 @@ fn fixtures() -> Vec<(&'static str, Hierarchy)> {
                     host("rack1-b", &[(3, 2 * W), (4, W + W / 4)]),
                     host("rack2-a", &[(5, W / 4), (6, 5 * W), (7, W)]),
                     host("rack2-b", &[(8, 4 * W)]),
+                ],
+            },
+        ),
+        (
+            "racks-and-zones",
+            Hierarchy {
+                hosts: vec![
+                    labelled("z1", "r1", "a", &[(0, W), (1, 2 * W)]),
+                    labelled("z1", "r1", "b", &[(2, W)]),
+                    labelled("z1", "r2", "c", &[(3, W), (4, W / 2)]),
+                    labelled("z2", "r1", "d", &[(5, 3 * W), (6, 0)]),
+                    labelled("z2", "r3", "e", &[(7, W)]),
+                    labelled("z3", "", "f", &[(8, W), (9, W)]),
+                    labelled("z3", "", "g", &[]),
                 ],
             },
         ),
@@ -112,6 +134,27 @@ fn object_names() -> Vec<Vec<u8>> {
     names
 }
 
+fn labelled(zone: &str, rack: &str, name: &str, osds: &[(u32, u32)]) -> HostNode {
+    HostNode {
+        zone: zone.into(),
+        rack: rack.into(),
+        ..host(name, osds)
+    }
+}
+
+/// Version 1 knows hosts only: its files have no labelled hierarchy.
+fn fixtures_of(version: u32) -> Vec<(&'static str, Hierarchy)> {
+    let mut all = fixtures();
+    if version == 1 {
+        all.retain(|(_, h)| {
+            h.hosts
+                .iter()
+                .all(|h| h.zone.is_empty() && h.rack.is_empty())
+        });
+    }
+    all
+}
+
 fn format_hierarchy(label: &str, h: &Hierarchy) -> String {
     let mut line = format!("hierarchy {label}");
     for host in &h.hosts {
@@ -120,7 +163,12 @@ fn format_hierarchy(label: &str, h: &Hierarchy) -> String {
             .iter()
             .map(|o| format!("{}:{}", o.id, o.weight))
             .collect();
-        write!(line, " {}={}", host.name, osds.join(",")).unwrap();
+        if host.zone.is_empty() && host.rack.is_empty() {
+            write!(line, " {}={}", host.name, osds.join(",")).unwrap();
+        } else {
+            let (z, r, n) = (&host.zone, &host.rack, &host.name);
+            write!(line, " {z}/{r}/{n}={}", osds.join(",")).unwrap();
+        }
     }
     line
 }
@@ -129,7 +177,13 @@ fn parse_hierarchy(fields: &[&str]) -> Hierarchy {
     let hosts = fields
         .iter()
         .map(|f| {
-            let (name, osds) = f.split_once('=').expect("host=osds");
+            let (path, osds) = f.split_once('=').expect("host=osds");
+            let parts: Vec<&str> = path.split('/').collect();
+            let (zone, rack, name) = match parts[..] {
+                [name] => ("", "", name),
+                [zone, rack, name] => (zone, rack, name),
+                _ => panic!("bad host {path:?}"),
+            };
             let osds = osds
                 .split(',')
                 .filter(|s| !s.is_empty())
@@ -143,6 +197,8 @@ fn parse_hierarchy(fields: &[&str]) -> Hierarchy {
                 .collect();
             HostNode {
                 name: name.to_string(),
+                rack: rack.to_string(),
+                zone: zone.to_string(),
                 osds,
             }
         })
@@ -150,19 +206,8 @@ fn parse_hierarchy(fields: &[&str]) -> Hierarchy {
     Hierarchy { hosts }
 }
 
-fn domain_name(d: FailureDomain) -> &'static str {
-    match d {
-        FailureDomain::Host => "host",
-        FailureDomain::Osd => "osd",
-    }
-}
-
 fn parse_domain(s: &str) -> FailureDomain {
-    match s {
-        "host" => FailureDomain::Host,
-        "osd" => FailureDomain::Osd,
-        _ => panic!("unknown domain {s}"),
-    }
+    FailureDomain::parse(s).unwrap_or_else(|| panic!("unknown domain {s}"))
 }
 
 fn format_osds(osds: &[u32]) -> String {
@@ -175,12 +220,16 @@ fn format_osds(osds: &[u32]) -> String {
         .join(",")
 }
 
-/// The whole vectors file, computed by the current code.
-fn generate() -> String {
+/// The whole vectors file of `version`, computed by the current code.
+fn generate(version: u32) -> String {
     let mut out = String::new();
     out.push_str("# Cairn placement test vectors; format and regeneration: tests/vectors.rs,\n");
     out.push_str("# algorithm: docs/format/placement.md. Do not edit by hand.\n");
-    writeln!(out, "version {PLACEMENT_VERSION}").unwrap();
+    writeln!(out, "version {version}").unwrap();
+    if version == 2 {
+        generate_tree(&mut out);
+        return out;
+    }
     for name in object_names() {
         writeln!(out, "object_hash {} {:08x}", hex(&name), object_hash(&name)).unwrap();
     }
@@ -190,7 +239,7 @@ fn generate() -> String {
             writeln!(out, "object_pg {} {pg_count} {pg}", hex(&name)).unwrap();
         }
     }
-    for (label, h) in fixtures() {
+    for (label, h) in fixtures_of(1) {
         writeln!(out, "{}", format_hierarchy(label, &h)).unwrap();
         for domain in [FailureDomain::Host, FailureDomain::Osd] {
             for (pool, pg) in [(1, 0), (1, 1), (1, 2), (1, 3), (1, 77), (2, 0), (9, 4095)] {
@@ -199,7 +248,7 @@ fn generate() -> String {
                     writeln!(
                         out,
                         "pg_osds {label} {} {pool} {pg} {size} {}",
-                        domain_name(domain),
+                        domain.name(),
                         format_osds(&osds)
                     )
                     .unwrap();
@@ -208,6 +257,29 @@ fn generate() -> String {
         }
     }
     out
+}
+
+/// Version 2's lines: the hierarchical draw over every fixture and every domain (hashes and
+/// stable mod are version 1's, pinned by its file).
+fn generate_tree(out: &mut String) {
+    for (label, h) in fixtures_of(2) {
+        writeln!(out, "{}", format_hierarchy(label, &h)).unwrap();
+        let placer = Placer::new(&h);
+        for domain in FailureDomain::ALL {
+            for (pool, pg) in [(1, 0), (1, 1), (1, 2), (1, 3), (1, 77), (2, 0), (9, 4095)] {
+                for size in [1, 3, 5] {
+                    let osds = placer.pg_osds_tree(pool, pg, size, domain);
+                    writeln!(
+                        out,
+                        "pg_tree {label} {} {pool} {pg} {size} {}",
+                        domain.name(),
+                        format_osds(&osds)
+                    )
+                    .unwrap();
+                }
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -219,6 +291,7 @@ struct Counts {
 
 /// Recomputes one line; returns a description of the mismatch, if any.
 fn check_line(
+    version: u32,
     line: &str,
     hierarchies: &mut BTreeMap<String, Hierarchy>,
     counts: &mut Counts,
@@ -226,7 +299,7 @@ fn check_line(
     let fields: Vec<&str> = line.split(' ').collect();
     match fields[0] {
         "version" => {
-            assert_eq!(fields[1].parse::<u32>().unwrap(), PLACEMENT_VERSION);
+            assert_eq!(fields[1].parse::<u32>().unwrap(), version);
             None
         }
         "hierarchy" => {
@@ -255,13 +328,30 @@ fn check_line(
             ));
             (got != fields[6]).then(|| format!("got {got}"))
         }
+        "pg_tree" => {
+            counts.placements += 1;
+            let placer = Placer::new(&hierarchies[fields[1]]);
+            let got = format_osds(&placer.pg_osds_tree(
+                fields[3].parse().unwrap(),
+                fields[4].parse().unwrap(),
+                fields[5].parse().unwrap(),
+                parse_domain(fields[2]),
+            ));
+            (got != fields[6]).then(|| format!("got {got}"))
+        }
         other => panic!("unknown line kind {other:?}"),
     }
 }
 
 #[test]
 fn vectors_match() {
-    let text = std::fs::read_to_string(vectors_path()).expect("read vectors file");
+    for version in VERSIONS {
+        check_file(version);
+    }
+}
+
+fn check_file(version: u32) {
+    let text = std::fs::read_to_string(vectors_path(version)).expect("read vectors file");
     let mut hierarchies = BTreeMap::new();
     let mut counts = Counts::default();
     let mut mismatches = Vec::new();
@@ -269,8 +359,8 @@ fn vectors_match() {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        if let Some(err) = check_line(line, &mut hierarchies, &mut counts) {
-            mismatches.push(format!("line {}: {line}: {err}", n + 1));
+        if let Some(err) = check_line(version, line, &mut hierarchies, &mut counts) {
+            mismatches.push(format!("v{version} line {}: {line}: {err}", n + 1));
         }
     }
     assert!(
@@ -280,25 +370,33 @@ fn vectors_match() {
         mismatches.join("\n")
     );
     // Guard against a truncated file passing vacuously.
-    assert!(counts.hashes >= 10, "{} object_hash lines", counts.hashes);
-    assert!(counts.pgs >= 50, "{} object_pg lines", counts.pgs);
+    if version == 1 {
+        assert!(counts.hashes >= 10, "{} object_hash lines", counts.hashes);
+        assert!(counts.pgs >= 50, "{} object_pg lines", counts.pgs);
+    }
     assert!(
         counts.placements >= 100,
-        "{} pg_osds lines",
+        "{} placement lines",
         counts.placements
     );
-    assert_eq!(hierarchies.len(), fixtures().len());
+    assert_eq!(hierarchies.len(), fixtures_of(version).len());
 }
 
 #[test]
-fn vectors_file_is_what_the_generator_writes() {
+fn vectors_files_are_what_the_generator_writes() {
     // Also catches a file edited by hand or a generator changed without regenerating.
-    let text = std::fs::read_to_string(vectors_path()).expect("read vectors file");
-    assert!(text == generate(), "vectors file differs from generate()");
+    for version in VERSIONS {
+        let text = std::fs::read_to_string(vectors_path(version)).expect("read vectors file");
+        assert!(
+            text == generate(version),
+            "vectors-v{version} differs from generate()"
+        );
+    }
 }
 
 #[test]
-#[ignore = "writes testdata/vectors-v1.txt; run only when creating a placement version"]
+#[ignore = "writes the newest testdata/vectors-vN.txt; run only when creating a placement version"]
 fn regenerate_vectors() {
-    std::fs::write(vectors_path(), generate()).expect("write vectors file");
+    let path = vectors_path(PLACEMENT_VERSION);
+    std::fs::write(path, generate(PLACEMENT_VERSION)).expect("write vectors file");
 }

@@ -80,12 +80,13 @@ pub fn run(a: BenchRecoveryArgs) -> Result<()> {
 async fn bench(a: &BenchRecoveryArgs, c: &DevCluster) -> Result<()> {
     let cfg = crate::conf::load(Some(&c.dir.join("cairn.toml")))?;
     let client = Client::connect(crate::conf::client_config(cfg.cluster.mons)).await?;
-    let create = MapChange::PoolCreate {
+    let create = MapChange::PoolCreateRule {
         name: POOL.into(),
         size: 3,
         min_size: 2,
         pg_count: 64,
         durability: Durability::Wal,
+        domain: None,
     };
     client.mon().command(create).await?;
     let pool = wait_pool(&client).await?;

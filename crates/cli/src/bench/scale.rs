@@ -80,12 +80,13 @@ fn build(osds: u32, pgs: u32) -> Result<ClusterMap> {
     for n in 0..osds {
         boot(&mut map, n, n / OSDS_PER_HOST)?;
     }
-    map.apply(&MapChange::PoolCreate {
+    map.apply(&MapChange::PoolCreateRule {
         name: "bench".into(),
         size: SIZE as u8,
         min_size: 2,
         pg_count: pgs,
         durability: Durability::Wal,
+        domain: None,
     })?;
     Ok(map)
 }

@@ -156,12 +156,13 @@ pub fn run(n: u32, pgs: u32, seconds: f64) -> Result<Obj> {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        mon.command(MapChange::PoolCreate {
+        mon.command(MapChange::PoolCreateRule {
             name: "bench".into(),
             size: 3,
             min_size: 2,
             pg_count: pgs,
             durability: Durability::Wal,
+            domain: None,
         })
         .await?;
         let pid = monitor.child.id() as i32;

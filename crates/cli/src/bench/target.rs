@@ -48,12 +48,13 @@ impl Target {
         durability: Durability,
         f: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        let c = MapChange::PoolCreate {
+        let c = MapChange::PoolCreateRule {
             name: name.to_string(),
             size,
             min_size: size.saturating_sub(1).max(1),
             pg_count: 64,
             durability,
+            domain: None,
         };
         self.rt.block_on(self.client.mon().command(c))?;
         let result = f();

@@ -232,12 +232,13 @@ fn spawn(m: &mut Mon, l: TcpListener) {
 }
 
 pub fn pool(name: &str) -> MapChange {
-    MapChange::PoolCreate {
+    MapChange::PoolCreateRule {
         name: name.into(),
         size: 3,
         min_size: 2,
         pg_count: 64,
         durability: Durability::Wal,
+        domain: None,
     }
 }
 
