@@ -180,14 +180,25 @@ fn check_placeable(
     }
     let (domains, unit) = ClusterMap::failure_domains(&map.placer(), rule);
     if size as usize > domains {
+        let units = plural(unit);
         bail!(
-            "pool {pool}: size {size} keeps copies in {size} distinct {unit}s, the cluster has \
-             {domains} {unit}(s) holding in OSDs: its PGs could never hold {size} copies. Add \
-             {unit}s (or label hosts with `cairn host set`), use a smaller size or --domain, \
-             or add --force"
+            "pool {pool}: size {size} needs {size} failure domains, the cluster has {domains} \
+             ({units} holding in OSDs; copies go to distinct {units}): its PGs could never \
+             hold {size} copies. Add {units} (racks and zones: `cairn host set`), use a \
+             smaller size or --domain, or add --force"
         );
     }
     Ok(())
+}
+
+/// "OSDs", "hosts", "racks", "zones" for a failure domain's name.
+pub fn plural(unit: &str) -> &'static str {
+    match unit {
+        "osd" => "OSDs",
+        "host" => "hosts",
+        "rack" => "racks",
+        _ => "zones",
+    }
 }
 
 fn durability(s: &str) -> Result<Durability> {
@@ -734,9 +745,11 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         } else {
             "its PGs stay degraded".to_string()
         };
+        let units = plural(unit);
         problems.push(format!(
-            "pool {} has size {} but only {domains} {unit}(s) hold in OSDs (its copies go to \
-             distinct {unit}s): {effect} until there are enough",
+            "pool {} has size {} but the cluster has {domains} failure domains for it \
+             ({units} holding in OSDs; its copies go to distinct {units}): {effect} until \
+             there are enough",
             p.name, p.size
         ));
     }

@@ -129,8 +129,9 @@ pub fn run(conf: Option<&Path>, json: bool) -> Result<()> {
     }
     for p in map.pools.values() {
         let (n, kind) = ClusterMap::failure_domains(&placer, p.rule);
+        let kinds = crate::admin::plural(kind);
         println!(
-            "pool {}: {} copies on distinct {kind}s ({n} {kind}(s) hold in OSDs)",
+            "pool {}: {} copies on distinct {kinds} ({n} {kinds} hold in OSDs)",
             p.name, p.size
         );
     }

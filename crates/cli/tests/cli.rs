@@ -410,6 +410,10 @@ fn bench_scale_reports_placement_map_sizes_and_movement() {
     assert_eq!(scales.len(), 2, "{out}");
     for s in scales {
         assert!(s["placement_ms"].as_f64().is_some_and(|x| x > 0.0), "{s}");
+        assert!(
+            s["placement_v1_ms"].as_f64().is_some_and(|x| x > 0.0),
+            "{s}"
+        );
         assert!(s["map_bytes"].as_u64().is_some_and(|x| x > 0), "{s}");
         // 512 PGs x 3 copies spread over the OSDs.
         let mean = s["pgs_per_osd"]["mean"].as_f64().expect("mean");

@@ -361,7 +361,7 @@ fn a_rack_pool_survives_losing_a_whole_rack() {
     let err = text(&o.stderr);
     assert!(!o.status.success(), "3 copies over 2 racks accepted");
     assert!(
-        err.contains("distinct racks") && err.contains("2 rack(s)"),
+        err.contains("distinct racks") && err.contains("the cluster has 2 (racks"),
         "{err}"
     );
     let o = c.cairn(&["host", "set", "h9", "--rack", "a"]);
@@ -438,7 +438,7 @@ fn a_rack_pool_survives_losing_a_whole_rack() {
     // Rack b alone cannot hold 2 copies apart: status says so once rack a is out.
     wait_status(&c, "rack a out", |s| s["osds"]["in"] == 2);
     let st = c.ok(&["status"]);
-    assert!(st.contains("only 1 rack(s) hold in OSDs"), "{st}");
+    assert!(st.contains("has 1 failure domains for it (racks"), "{st}");
     drop(c);
     drop(hosts);
 }

@@ -15,8 +15,9 @@ use std::time::Instant;
 pub const LONG_ABOUT: &str = "\
 What the map and placement cost at scale, on real maps built in this process (no daemons):
 for 100, 300 and 1,000 OSDs (10 per host) and one pool of --pgs PGs, size 3:
-  placement      time to place every PG (one core), and a trivial placement (3 distinct OSDs
-                 by hash, no failure domains) of the same PGs as the baseline
+  placement      time to place every PG (one core; placement v2, host domain), and a trivial
+                 placement (3 distinct OSDs by hash, no failure domains) of the same PGs as
+                 the baseline; placement_v1_ms is the flat draw of pools made before v2
   map            encoded size of the full map, and of the incremental marking one OSD down
   balance        PG copies per OSD: min, mean, max
   host_added     copies that move when a host of 10 OSDs joins, against the ideal fraction
@@ -33,7 +34,7 @@ Targets (issue 16): 65,536 PGs over 1,000 OSDs placed in < 1 s; map < 1 MiB; inc
 < 1 KiB; movement within 1.2x of ideal; the monitor under 1,000 OSDs < 25% of a core,
 commit p99 < 50 ms, a dead OSD down within grace + 1 s.
 
-JSON (--json): {\"pgs\", \"scales\": [{\"osds\", \"hosts\", \"placement_ms\",
+JSON (--json): {\"pgs\", \"scales\": [{\"osds\", \"hosts\", \"placement_ms\", \"placement_v1_ms\",
 \"baseline_placement_ms\", \"ratio_to_baseline\", \"map_bytes\", \"incremental_bytes\",
 \"pgs_per_osd\": {min, mean, max}, \"host_added\": {\"moved_fraction\", \"ideal_fraction\",
 \"ratio_to_ideal\"}, \"host_lost\": {...}, with --mon \"monitor\": {\"heartbeats_per_s\", \"cpu_cores\",
@@ -141,6 +142,13 @@ fn scale(osds: u32, pgs: u32) -> Result<Obj> {
     }
     let placement = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
+    let v1_domain = h.default_domain();
+    for pg in 0..pgs {
+        let set = h.pg_osds(1, pg, SIZE, v1_domain);
+        sink = sink.wrapping_add(u64::from(set.first().copied().unwrap_or(0)));
+    }
+    let placement_v1 = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
     for pg in 0..pgs {
         sink = sink.wrapping_add(u64::from(trivial(osds, pg)[0]));
     }
@@ -184,6 +192,7 @@ fn scale(osds: u32, pgs: u32) -> Result<Obj> {
         .put("osds", osds)
         .put("hosts", hosts)
         .put("placement_ms", round(placement, 1))
+        .put("placement_v1_ms", round(placement_v1, 1))
         .put("baseline_placement_ms", round(baseline, 1))
         .put(
             "ratio_to_baseline",
