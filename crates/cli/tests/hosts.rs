@@ -16,8 +16,13 @@ const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
 /// A cluster on `hosts`: `cairn dev up` on host 0 (the monitor and osd.0, bound to host 0's
 /// address), then one OSD on each other host, started there with its own key.
 fn cluster_on(hosts: &Hosts, name: &str, n: usize) -> Cluster {
+    cluster_with_down_out(hosts, name, n, 5)
+}
+
+/// [`cluster_on`] with OSDs marked out `down_out` seconds after they go down.
+fn cluster_with_down_out(hosts: &Hosts, name: &str, n: usize, down_out: u32) -> Cluster {
     let c = Cluster::at(name);
-    dev_up_on_host0(&c, hosts);
+    dev_up_on_host0(&c, hosts, down_out);
     for i in 1..n {
         add_osd(&c, hosts, i);
     }
@@ -34,7 +39,7 @@ fn pool_active(c: &Cluster, pgs: u32) {
 }
 
 /// `cairn dev up` on host 0: the monitor and osd.0, bound to host 0's address.
-fn dev_up_on_host0(c: &Cluster, hosts: &Hosts) {
+fn dev_up_on_host0(c: &Cluster, hosts: &Hosts, down_out: u32) {
     let dir = c.dir.display().to_string();
     let o = hosts
         .command(0, CAIRN)
@@ -57,7 +62,7 @@ fn dev_up_on_host0(c: &Cluster, hosts: &Hosts) {
             "--timeout",
             "60",
         ])
-        .args(["--down-out-interval", "5"])
+        .args(["--down-out-interval", &down_out.to_string()])
         .output()
         .expect("run cairn dev up on host 0");
     assert!(
@@ -439,6 +444,247 @@ fn a_rack_pool_survives_losing_a_whole_rack() {
     wait_status(&c, "rack a out", |s| s["osds"]["in"] == 2);
     let st = c.ok(&["status"]);
     assert!(st.contains("has 1 failure domains for it (racks"), "{st}");
+    drop(c);
+    drop(hosts);
+}
+
+/// A host cut off by nftables inside its namespace, then healed. osd.3 (on host 3) leads half
+/// the registers; writers and a reader on the majority side (the test's namespace) and two
+/// readers on host 3 itself (a client whose sockets live in host 3's namespace, connected
+/// before the cut) run throughout. No read on either side returns a value an acknowledged
+/// write had replaced (the cut-off primary stops serving before its successor starts),
+/// writes to osd.3's PGs resume on the majority side, and after the heal osd.3 rejoins,
+/// the PGs get clean, and every register reads its latest acknowledged value.
+#[test]
+fn a_host_cut_off_and_healed_serves_no_stale_value_and_loses_nothing() {
+    use common::history::{check, decode, registers, workload, History, Read, Roles, BLOCK};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let Some(hosts) = Hosts::create(4) else {
+        return;
+    };
+    let c = cluster_on(&hosts, "hosts-cut", 4);
+    c.pool_create("p", 3, 2, 16);
+    wait_status(&c, "the pool active", |s| {
+        s["pgs"]["inactive"] == 0 && s["pgs"]["peering"] == 0
+    });
+    let hosts = Arc::new(hosts);
+    let rt = runtime();
+    let hist = Arc::new(Mutex::new(History::default()));
+    let inside_hist = Arc::new(Mutex::new(History::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (pool, names) = rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        (pool, Arc::new(registers(&client.map(), pool, 16, 3)))
+    });
+    // The readers on host 3: their own thread and runtime, inside its namespace.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let inside = {
+        let (hosts, names, stop) = (hosts.clone(), names.clone(), stop.clone());
+        let hist = inside_hist.clone();
+        let mut cfg = c.client_config();
+        cfg.op_timeout = Duration::from_secs(3);
+        std::thread::spawn(move || {
+            hosts.enter(3);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let client = cairn_client::Client::connect(cfg)
+                    .await
+                    .expect("client on host 3");
+                let readers = Roles {
+                    first: 10,
+                    writers: 0,
+                    readers: 2,
+                };
+                let tasks = workload(&client, pool, &names, &hist, &stop, readers);
+                let _ = ready_tx.send(());
+                for t in tasks {
+                    t.await.expect("reader on host 3");
+                }
+            });
+        })
+    };
+    ready_rx.recv().expect("readers on host 3 started");
+    rt.block_on(async {
+        let client = c.client().await;
+        let roles = Roles {
+            first: 0,
+            writers: 3,
+            readers: 1,
+        };
+        let tasks = workload(&client, pool, &names, &hist, &stop, roles);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        hosts.firewall(3);
+        let cut = Instant::now();
+        wait_osd(&client, 3, false).await;
+        let down_after = cut.elapsed();
+        let victim_keys = names.len() as u32 / 2;
+        let resumed =
+            loop {
+                let acked =
+                    hist.lock().expect("lock").writes.iter().any(|w| {
+                        w.key < victim_keys && w.start > cut + down_after && w.end.is_some()
+                    });
+                if acked {
+                    break cut.elapsed();
+                }
+                assert!(
+                    cut.elapsed() < down_after + Duration::from_secs(10),
+                    "writes to osd.3's PGs did not resume within 10 s of it going down\n{}",
+                    c.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        hosts.unfirewall(3);
+        wait_osd(&client, 3, true).await;
+        tokio::task::block_in_place(|| {
+            wait_status(&c, "clean after the heal", |s| {
+                s["pgs"]["peering"] == 0
+                    && s["pgs"]["inactive"] == 0
+                    && s["recovery"]["objects_degraded"] == 0
+            })
+        });
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.expect("workload task");
+        }
+        tokio::task::block_in_place(|| inside.join().expect("host 3 readers"));
+        let mut h = std::mem::take(&mut *hist.lock().expect("lock"));
+        let inside = std::mem::take(&mut inside_hist.lock().expect("lock").reads);
+        let inside_reads = inside.len();
+        let inside_after_cut = inside.iter().filter(|r| r.start > cut).count();
+        assert!(inside_reads > 0, "the readers on host 3 read nothing");
+        h.reads.extend(inside);
+        for (key, name) in names.iter().enumerate() {
+            let start = Instant::now();
+            let b = client
+                .read(pool, name.as_bytes(), 0, BLOCK as u64)
+                .await
+                .expect("final read");
+            h.reads.push(Read {
+                key: key as u32,
+                value: decode(&b),
+                start,
+                end: Instant::now(),
+            });
+        }
+        let acked = h.writes.iter().filter(|w| w.end.is_some()).count();
+        assert!(acked > 100, "only {acked} writes were acknowledged");
+        let bad = check(&h.writes, &h.reads);
+        assert!(bad.is_empty(), "{}\n{}", bad.join("\n"), c.logs());
+        eprintln!(
+            "host cut: osd.3 down after {down_after:?}, writes resumed {resumed:?} after the \
+             cut; {acked} writes acknowledged, {} reads checked, {inside_reads} on host 3 \
+             ({inside_after_cut} after the cut)",
+            h.reads.len()
+        );
+    });
+    drop(c);
+    drop(hosts);
+}
+
+/// Hosts lost for good while another holds only older copies: a PG on hosts 1, 2 and 3;
+/// host 3 fails, writes go on to hosts 1 and 2; then both fail for good, host 3 returns, and
+/// the operator marks 1 and 2 out so the PG maps to hosts 3 and 0. The PG waits (`down`,
+/// naming osd.1 and osd.2) rather than serve host 3's older copies: reads of its objects
+/// fail at their deadline, never return the old value. When host 1 returns, the PG goes
+/// active with the newer writes.
+#[test]
+fn hosts_lost_with_the_newest_writes_leave_their_pgs_down_until_one_returns() {
+    let Some(hosts) = Hosts::create(4) else {
+        return;
+    };
+    // No automatic out: the operator decides, as after a site failure.
+    let c = cluster_with_down_out(&hosts, "hosts-older", 4, 3600);
+    pool_active(&c, 16);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        let map = client.mon().get_map().await.expect("map");
+        // Objects of PGs placed on hosts 1, 2 and 3 (not on host 0, the monitor's).
+        let keys: Vec<usize> = (0..400)
+            .filter(|k| {
+                let pg = map
+                    .object_pg(pool, format!("obj-{k}").as_bytes())
+                    .expect("pg");
+                !map.pg_placement(pg).up_set.contains(&0)
+            })
+            .take(8)
+            .collect();
+        assert!(!keys.is_empty(), "no PG avoids host 0");
+        for &k in &keys {
+            let name = format!("obj-{k}");
+            client
+                .write_full(pool, name.as_bytes(), &payload(k, 1))
+                .await
+                .expect("round 1");
+        }
+        hosts.lose(3);
+        wait_osd(&client, 3, false).await;
+        for &k in &keys {
+            let name = format!("obj-{k}");
+            client
+                .write_full(pool, name.as_bytes(), &payload(k, 2))
+                .await
+                .expect("round 2 on hosts 1 and 2");
+        }
+        hosts.lose(1);
+        hosts.lose(2);
+        wait_osd(&client, 1, false).await;
+        wait_osd(&client, 2, false).await;
+        hosts.heal(3);
+        start_osd(&c, &hosts, 3);
+        wait_osd(&client, 3, true).await;
+        c.ok(&["osd", "out", "1"]);
+        c.ok(&["osd", "out", "2"]);
+        tokio::task::block_in_place(|| {
+            wait_status(&c, "the PGs down, waiting for osd.1 or osd.2", |s| {
+                let waits = s["down_pgs"].as_array().is_some_and(|pgs| {
+                    !pgs.is_empty()
+                        && pgs.iter().all(|p| {
+                            let mut w: Vec<u64> = p["osds"]
+                                .as_array()
+                                .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+                                .unwrap_or_default();
+                            w.sort_unstable();
+                            w == [1, 2]
+                        })
+                });
+                waits && s["health"] == "HEALTH_ERR"
+            })
+        });
+        let mut cfg = c.client_config();
+        cfg.op_timeout = Duration::from_secs(3);
+        let impatient = Client::connect(cfg).await.expect("client");
+        for &k in &keys {
+            let name = format!("obj-{k}");
+            match impatient.read(pool, name.as_bytes(), 0, 8192).await {
+                Ok(b) => panic!("obj-{k} served while its PG is down: round {}", b[13]),
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(
+                        e.contains("is down: waiting for osd.") && e.contains("osd.2"),
+                        "obj-{k}: {e}"
+                    )
+                }
+            }
+        }
+
+        // Host 1 returns: the PG goes active with round 2.
+        hosts.heal(1);
+        start_osd(&c, &hosts, 1);
+        wait_osd(&client, 1, true).await;
+        let written: Vec<(usize, u8)> = keys.iter().map(|&k| (k, 2)).collect();
+        verify(&client, pool, &written).await;
+    });
     drop(c);
     drop(hosts);
 }

@@ -16,7 +16,7 @@
 mod common;
 
 use common::cluster::{runtime, Cluster};
-use common::history::{check, decode, workload, History, Read, Roles, BLOCK};
+use common::history::{check, decode, registers, workload, History, Read, Roles, BLOCK};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -117,28 +117,6 @@ fn nft(args: &[&str]) {
     );
 }
 
-/// Registers: `keys` objects, the first half led by osd.3 (the victim) at the start.
-fn registers(map: &cairn_map::ClusterMap, pool: u32, keys: u32) -> Vec<String> {
-    let (mut mine, mut others) = (Vec::new(), Vec::new());
-    for i in 0.. {
-        let name = format!("reg-{i}");
-        let pg = map.object_pg(pool, name.as_bytes()).expect("pg");
-        let list = if map.pg_placement(pg).primary() == Some(3) {
-            &mut mine
-        } else {
-            &mut others
-        };
-        if list.len() < keys as usize / 2 {
-            list.push(name);
-        }
-        if mine.len() + others.len() == keys as usize {
-            break;
-        }
-    }
-    mine.extend(others);
-    mine
-}
-
 async fn wait_up(client: &cairn_client::Client, osd: u32, up: bool, within: Duration) -> Duration {
     let start = Instant::now();
     loop {
@@ -231,7 +209,7 @@ fn run(name: &str, net: Net, cut: fn(&Cluster, Net) -> Partition, mon_says: Opti
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let names = Arc::new(registers(&client.map(), pool, 16));
+        let names = Arc::new(registers(&client.map(), pool, 16, 3));
         let hist = Arc::new(Mutex::new(History::default()));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut tasks = workload(

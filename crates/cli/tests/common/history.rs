@@ -96,8 +96,30 @@ pub fn check(writes: &[Write], reads: &[Read]) -> Vec<String> {
     bad
 }
 
-#[derive(Default)]
+/// Registers: `keys` objects, the first half led by osd.`victim` in `map`.
+pub fn registers(map: &cairn_map::ClusterMap, pool: u32, keys: u32, victim: u32) -> Vec<String> {
+    let (mut mine, mut others) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        let name = format!("reg-{i}");
+        let pg = map.object_pg(pool, name.as_bytes()).expect("pg");
+        let list = if map.pg_placement(pg).primary() == Some(victim) {
+            &mut mine
+        } else {
+            &mut others
+        };
+        if list.len() < keys as usize / 2 {
+            list.push(name);
+        }
+        if mine.len() + others.len() == keys as usize {
+            break;
+        }
+    }
+    mine.extend(others);
+    mine
+}
+
 /// What a workload did.
+#[derive(Default)]
 pub struct History {
     pub writes: Vec<Write>,
     pub reads: Vec<Read>,

@@ -130,6 +130,63 @@ impl Hosts {
     pub fn heal(&self, i: usize) {
         ip_ok(&["link", "set", &self.veth(i), "up"]);
     }
+
+    /// Host `i` is cut off by nftables inside its namespace: every packet in or out that
+    /// is not on its loopback is dropped (its processes, and a client in it, still reach
+    /// each other).
+    pub fn firewall(&self, i: usize) {
+        let ns = self.ns(i);
+        let nft = |args: &[&str]| {
+            let mut full = vec!["netns", "exec", &ns, "nft"];
+            full.extend_from_slice(args);
+            ip_ok(&full);
+        };
+        nft(&["add", "table", "inet", "cairn_cut"]);
+        for (chain, hook, dev) in [("in", "input", "iif"), ("out", "output", "oif")] {
+            let spec = format!("{{ type filter hook {hook} priority 0; }}");
+            nft(&["add", "chain", "inet", "cairn_cut", chain, &spec]);
+            nft(&[
+                "add",
+                "rule",
+                "inet",
+                "cairn_cut",
+                chain,
+                dev,
+                "!=",
+                "lo",
+                "drop",
+            ]);
+        }
+    }
+
+    /// Removes [`Hosts::firewall`]'s rules.
+    pub fn unfirewall(&self, i: usize) {
+        ip_ok(&[
+            "netns",
+            "exec",
+            &self.ns(i),
+            "nft",
+            "delete",
+            "table",
+            "inet",
+            "cairn_cut",
+        ]);
+    }
+
+    /// Moves the calling thread into host `i`'s network namespace: sockets it opens from
+    /// then on are on that host (use a current-thread runtime on it).
+    pub fn enter(&self, i: usize) {
+        use std::os::fd::AsRawFd;
+        let path = format!("/var/run/netns/{}", self.ns(i));
+        let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+        let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(
+            r,
+            0,
+            "setns into {path}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 impl Drop for Hosts {
