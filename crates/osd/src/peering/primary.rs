@@ -195,17 +195,23 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
     };
     let mine = members.iter().position(|m| m.rpc.is_none()).unwrap_or(0);
     let auth_missing = members[auth_i].info.missing.len();
-    let sourced_here = auth_i != mine
-        && auth_missing > 0
-        && can_source_missing(
-            (&members[auth_i].info, &members[auth_i].entries),
-            (&members[mine].info, &members[mine].entries),
-        );
-    if sourced_here {
-        tracing::info!(pg = %pg, authority = members[auth_i].id, objects = auth_missing,
-            "the newest history lacks objects this OSD has current: recovering them from here");
+    let histories: Vec<(&PgInfo, &[LogEntry])> = members
+        .iter()
+        .map(|m| (&m.info, m.entries.as_slice()))
+        .collect();
+    let source = source_of_missing(&histories, auth_i, mine);
+    let mut copied_here = BTreeSet::new();
+    match source {
+        Some(s) if s == mine => {
+            tracing::info!(pg = %pg, authority = members[auth_i].id, objects = auth_missing,
+                "the newest history lacks objects this OSD has current: recovering them from here");
+        }
+        Some(s) => {
+            copied_here = copy_missing_from(&ctx, &mut members, auth_i, s).await?;
+        }
+        None => {}
     }
-    if auth_missing > 0 && !sourced_here {
+    if auth_missing > 0 && source.is_none() {
         let why = format!(
             "the newest history is on osd.{} but {} of its objects are not current there \
              (marked missing) and no OSD that answered has them",
@@ -226,13 +232,17 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
     let auth_entries = members[auth_i].entries.clone();
     let auth_id = members[auth_i].id;
     let mut backlog = Backlog::default();
-    // This OSD first: it is the source for everyone else.
-    let p = with_missing(
-        plan(
-            (&auth_info, &auth_entries),
-            (&members[mine].info, &members[mine].entries),
+    // This OSD first: it is the source for everyone else. Objects just copied here from
+    // another member are current already.
+    let p = without(
+        with_missing(
+            plan(
+                (&auth_info, &auth_entries),
+                (&members[mine].info, &members[mine].entries),
+            ),
+            &members[mine].info,
         ),
-        &members[mine].info,
+        &copied_here,
     );
     if p != Plan::UpToDate {
         let acting_auth = auth_i < acting_count;
@@ -289,6 +299,81 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
     }
     activate(&ctx, &mut members[..acting_count]).await?;
     Ok(Peered { backlog, report })
+}
+
+/// The member that can give the authority's missing objects (marked missing there): this
+/// OSD when it can ([`can_source_missing`]), else another member that answered, else none.
+/// `None` too when the authority lacks nothing.
+pub fn source_of_missing(
+    histories: &[(&PgInfo, &[LogEntry])],
+    auth_i: usize,
+    mine: usize,
+) -> Option<usize> {
+    let auth = histories[auth_i];
+    if auth.0.missing.is_empty() {
+        return None;
+    }
+    let can = |i: usize| i != auth_i && can_source_missing(auth, histories[i]);
+    if can(mine) {
+        return Some(mine);
+    }
+    // Another member can source them only into a copy here that recovers by delta: a
+    // backfill would copy every object from the authority, those too.
+    if plan(auth, histories[mine]) == Plan::Backfill {
+        return None;
+    }
+    (0..histories.len()).find(|&i| i != mine && can(i))
+}
+
+/// Copies the authority's missing objects whole from member `src` to this OSD (where the
+/// other members recover them from); returns them.
+async fn copy_missing_from(
+    ctx: &Ctx,
+    members: &mut [Member],
+    auth_i: usize,
+    src: usize,
+) -> Result<BTreeSet<Vec<u8>>, PeerError> {
+    let objects: BTreeSet<Vec<u8>> = members[auth_i].info.missing.iter().cloned().collect();
+    tracing::info!(pg = %ctx.pg, authority = members[auth_i].id, source = members[src].id,
+        objects = objects.len(),
+        "the newest history lacks objects another member has current: copying them here first");
+    let Some(rpc) = members[src].rpc.as_mut() else {
+        return Err(PeerError::Failed(
+            "the source of the missing objects is this OSD".into(),
+        ));
+    };
+    for o in &objects {
+        let done = ctx
+            .copy_object(
+                &mut End::Remote(rpc),
+                &mut End::Local,
+                o,
+                &Dirty::Whole,
+                false,
+            )
+            .await?;
+        if done != PgDone::Done {
+            return Err(PeerError::Failed(format!(
+                "copying an object the authority lacks from osd.{}: {done:?}",
+                members[src].id
+            )));
+        }
+    }
+    Ok(objects)
+}
+
+/// `p` without `objects` (copied current already).
+fn without(p: Plan, copied: &BTreeSet<Vec<u8>>) -> Plan {
+    match p {
+        Plan::Delta {
+            common,
+            mut objects,
+        } => {
+            objects.retain(|o, _| !copied.contains(o));
+            Plan::Delta { common, objects }
+        }
+        other => other,
+    }
 }
 
 /// Asks the monitors for `pg`'s intervals since the newest activation any OSD that answered

@@ -281,3 +281,39 @@ fn the_primary_sources_the_authoritys_missing_objects_only_when_it_has_them_curr
     let q = missing(info(&far_auth), &["a"]);
     assert!(!can_source_missing((&q, &far_auth), (&info(&far), &far)));
 }
+
+#[test]
+fn another_member_sources_the_authoritys_missing_objects_when_the_primary_cannot() {
+    use super::primary::source_of_missing;
+    let marked = |i: PgInfo, m: &[&str]| PgInfo {
+        missing: m.iter().map(|o| o.as_bytes().to_vec()).collect(),
+        ..i
+    };
+    // The authority (index 0) has `c` more and lacks a current `a`; the primary (index 1)
+    // lacks `a` too; a third member (index 2) shares the history before `c` with `a` current.
+    let auth = vec![e(1, 3, "a"), e(2, 3, "b"), e(3, 4, "c")];
+    let shared = auth[..2].to_vec();
+    let (ai, pi, oi) = (
+        marked(info(&auth), &["a"]),
+        marked(info(&shared), &["a"]),
+        info(&shared),
+    );
+    let h = [(&ai, &auth[..]), (&pi, &shared[..]), (&oi, &shared[..])];
+    assert_eq!(source_of_missing(&h, 0, 1), Some(2));
+    // The primary itself can: it is preferred.
+    let h = [(&ai, &auth[..]), (&oi, &shared[..]), (&oi, &shared[..])];
+    assert_eq!(source_of_missing(&h, 0, 1), Some(1));
+    // Nobody has it current.
+    let h = [(&ai, &auth[..]), (&pi, &shared[..]), (&pi, &shared[..])];
+    assert_eq!(source_of_missing(&h, 0, 1), None);
+    // The primary's log does not meet the authority's (it will be backfilled from the
+    // authority, `a` included): no other source helps.
+    let far = vec![e(20, 9, "q")];
+    let fi = info(&far);
+    let h = [(&ai, &auth[..]), (&fi, &far[..]), (&oi, &shared[..])];
+    assert_eq!(source_of_missing(&h, 0, 1), None);
+    // The authority lacks nothing.
+    let full = info(&auth);
+    let h = [(&full, &auth[..]), (&pi, &shared[..]), (&oi, &shared[..])];
+    assert_eq!(source_of_missing(&h, 0, 1), None);
+}
