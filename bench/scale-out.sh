@@ -20,8 +20,12 @@ if [ "$(id -u)" != 0 ]; then
     echo "scale-out.sh: needs root (it creates network namespaces)" >&2
     exit 1
 fi
-cargo build --release -p cairn-cli >&2
-CAIRN=$PWD/target/release/cairn
+# CAIRN=path/to/cairn uses that binary instead of building a release one (the test that
+# checks this script runs it with its debug build).
+if [ -z "${CAIRN:-}" ]; then
+    cargo build --release -p cairn-cli >&2
+    CAIRN=$PWD/target/release/cairn
+fi
 OSD_SIZE=${OSD_SIZE:-4G}
 tag="cso$(($$ % 100000))"
 subnet="10.232.$(($$ % 250))"

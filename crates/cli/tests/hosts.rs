@@ -914,3 +914,48 @@ impl Drop for RemoveOnDrop {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// `bench/scale-out.sh` (cluster CPU per 4 KiB write on N OSD hosts) runs as documented, with
+/// this build and tiny settings (3 and 4 hosts, 1 s per workload): JSON with a run per size,
+/// each with the two write workloads and their CPU per op, and the ratio between sizes.
+#[test]
+fn the_scale_out_benchmark_reports_cpu_per_write_for_each_cluster_size() {
+    let Some(probe) = Hosts::create(1) else {
+        return;
+    };
+    drop(probe);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/scale-out.sh");
+    let o = std::process::Command::new(script)
+        .args(["--seconds", "1", "--objects", "8"])
+        .env("CAIRN", CAIRN)
+        .env("HOSTS", "3 4")
+        .env("OSD_SIZE", "1G")
+        .output()
+        .expect("run bench/scale-out.sh");
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("scale-out JSON");
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{out}");
+    for (run, hosts) in runs.iter().zip([3, 4]) {
+        assert_eq!(run["hosts"], hosts, "{out}");
+        let names: Vec<&str> = run["workloads"]
+            .as_array()
+            .expect("workloads")
+            .iter()
+            .map(|w| {
+                assert!(w["cpu_us_per_op"].as_f64().is_some_and(|c| c > 0.0), "{w}");
+                w["name"].as_str().expect("name")
+            })
+            .collect();
+        assert_eq!(names, ["write-4k-qd1", "write-4k-qd32"], "{out}");
+    }
+    for k in ["write-4k-qd1", "write-4k-qd32"] {
+        assert!(
+            v["cpu_us_per_op_ratio"][k]
+                .as_f64()
+                .is_some_and(|r| r >= 1.0),
+            "{out}"
+        );
+    }
+}
