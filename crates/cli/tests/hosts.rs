@@ -845,7 +845,8 @@ fn leader(conf: &str) -> Option<(u64, String)> {
 
 #[test]
 fn the_leader_monitors_host_lost_a_new_leader_within_10_s_and_io_goes_on() {
-    let Some(hosts) = Hosts::create(3) else {
+    // Hosts 1-3 run deploy.md; host 4 later replaces the lost monitor.
+    let Some(hosts) = Hosts::create(4) else {
         return;
     };
     let d = deploy(&hosts, "leader");
@@ -903,7 +904,89 @@ fn the_leader_monitors_host_lost_a_new_leader_within_10_s_and_io_goes_on() {
         "new leader mon.{} {:?} after its host was lost",
         elected.0, elected.1
     );
+    replace_lost_monitor(&hosts, &d, lost, old);
     drop(hosts);
+}
+
+/// docs/operator/mon.md's replacement on the hosts of [`deploy`]: a new monitor (id 3) on
+/// host 4 joins and is added, the lost one (`lost_id`, on host `lost`) is removed; then a
+/// surviving original monitor is stopped too, so that the map changes only with the new
+/// monitor's vote.
+fn replace_lost_monitor(hosts: &Hosts, d: &RemoveOnDrop, lost: usize, lost_id: u64) {
+    let survivor = (lost + 1) % 3;
+    let conf = host_conf(d, survivor);
+    let host4 = d.0.join("host4");
+    let mon_dir = host4.join("var/lib/cairn/mon.3");
+    std::fs::create_dir_all(host4.join("etc/cairn")).expect("host4 etc");
+    std::fs::create_dir_all(&mon_dir).expect("host4 mon dir");
+    let from = d.0.join(format!("host{}", survivor + 1));
+    for f in ["cairn.toml", "keyring"] {
+        std::fs::copy(
+            from.join("etc/cairn").join(f),
+            host4.join("etc/cairn").join(f),
+        )
+        .expect("copy the host configuration");
+    }
+    let mon_keyring = from.join(format!("var/lib/cairn/mon.{survivor}/keyring"));
+    std::fs::copy(&mon_keyring, mon_dir.join("keyring")).expect("copy the monitors' keyring");
+    let conf4 = host4.join("etc/cairn/cairn.toml").display().to_string();
+    let listen = format!("{}:6789", hosts.ips[3]);
+    let log = std::fs::File::create(host4.join("mon.3.log")).expect("mon log");
+    let mut mon = hosts
+        .command(3, CAIRN)
+        .args(["-c", &conf4, "mon", "run", "--join", "--id", "3", "--dir"])
+        .arg(&mon_dir)
+        .args(["--listen", &listen])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start mon.3 on host 4");
+    let run = |args: &[&str]| {
+        let (ok, out) = common::cluster::run_as(&conf, args);
+        assert!(ok, "cairn {args:?}: {out}");
+        out
+    };
+    run(&["mon", "add", "3", &listen]);
+    run(&["mon", "rm", &lost_id.to_string()]);
+    let o = std::process::Command::new(CAIRN)
+        .args(["-c", &conf, "mon", "ls", "--json"])
+        .output()
+        .expect("cairn mon ls");
+    let ls: serde_json::Value = serde_json::from_slice(&o.stdout).expect("mon ls json");
+    let ids: BTreeSet<u64> = ls
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["id"].as_u64())
+        .collect();
+    let want: BTreeSet<u64> = (0..4).filter(|id| *id != lost_id).collect();
+    assert_eq!(ids, want, "{ls}");
+    // A surviving original monitor stops: the two left (one of them the new one) are a
+    // majority of three, and the map still changes.
+    let other = (0..3u64).find(|id| *id != lost_id && *id != survivor as u64);
+    let other_host = other.expect("a third monitor") as usize;
+    let stopped = hosts.pids(other_host);
+    let mon_pid = stopped.iter().copied().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.windows(9).any(|w| w == b"mon\0run\0-"))
+    });
+    let mon_pid = mon_pid.expect("the third monitor's process");
+    unsafe { libc::kill(mon_pid, libc::SIGKILL) };
+    let t = Instant::now();
+    loop {
+        let (ok, out) = common::cluster::run_as(&conf, &["pool", "set", "vms", "min_size", "1"]);
+        if ok {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no map change with the new monitor's vote: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let _ = mon.kill();
+    let _ = mon.wait();
 }
 
 /// Removes a directory when dropped (also when the test fails).

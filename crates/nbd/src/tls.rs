@@ -77,10 +77,7 @@ impl TlsServer {
     /// each record's header and body) with its own call, so without it a batch of replies
     /// costs a syscall per record; with it, one per flush (the reply writer flushes once
     /// per batch, OpenSSL at the end of each handshake flight).
-    pub async fn accept<S>(
-        &self,
-        stream: S,
-    ) -> Result<(SslStream<BufStream<S>>, String), TlsError>
+    pub async fn accept<S>(&self, stream: S) -> Result<(SslStream<BufStream<S>>, String), TlsError>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
