@@ -118,9 +118,11 @@ pub enum PoolCmd {
         #[arg(long)]
         force: bool,
     },
-    /// Change a pool setting: size N, min_size N, durability wal|memory, or domain
+    /// Change a pool setting: size N, min_size N, durability wal|memory, domain
     /// osd|host|rack|zone (where copies must not share; moves data, and moves a pool made
-    /// before placement v2 onto it).
+    /// before placement v2 onto it), or pgs N (more PGs: each splits online, its objects
+    /// staying readable and writable; then the new PGs move like any rebalance; never fewer;
+    /// use a power of two).
     Set {
         name: String,
         key: String,
@@ -308,6 +310,18 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
                 }
                 "min_size" => PoolSetting::MinSize(num()?),
                 "durability" => PoolSetting::Durability(durability(&value)?),
+                "pgs" | "pg_count" => {
+                    let n: u32 = value
+                        .parse()
+                        .with_context(|| format!("{key} {value:?}: not a number"))?;
+                    if !n.is_power_of_two() {
+                        eprintln!(
+                            "note: {n} is not a power of two: some PGs will hold twice the \
+                             objects of others"
+                        );
+                    }
+                    PoolSetting::PgCount(n)
+                }
                 "domain" => {
                     let d = parse_domain(&value).map_err(anyhow::Error::msg)?;
                     let (map, pool) = current()?;
@@ -321,7 +335,7 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
                     PoolSetting::Domain(d)
                 }
                 other => bail!(
-                    "unknown pool setting {other:?}: use size, min_size, durability or domain"
+                    "unknown pool setting {other:?}: use size, min_size, durability, domain or pgs"
                 ),
             };
             change(
@@ -415,12 +429,12 @@ fn too_few_pgs(map: &cairn_map::ClusterMap) -> Vec<String> {
                     .next_power_of_two();
                 format!(
                     "pool {} has {} PGs for {osds} OSDs: about {:.1} copies per OSD, too few to \
-                     spread its data evenly (want at least {MIN_PG_COPIES_PER_OSD}). A pool's PG \
-                     count is fixed at creation for now: create one with --pgs {want} and move \
-                     the data to it",
+                     spread its data evenly (want at least {MIN_PG_COPIES_PER_OSD}): `cairn pool \
+                     set {} pgs {want}` splits its PGs online",
                     p.name,
                     p.pg_count,
-                    copies as f64 / osds as f64
+                    copies as f64 / osds as f64,
+                    p.name
                 )
             })
         })

@@ -435,7 +435,7 @@ fn cli_pool_osd_and_object_commands() {
     let problems = st["problems"].to_string();
     assert!(
         problems.contains("pool tiny has 4 PGs for 2 OSDs")
-            && problems.contains("too few to spread its data evenly (want at least 10). A pool's PG count is fixed at creation for now: create one with --pgs 128")
+            && problems.contains("too few to spread its data evenly (want at least 10): `cairn pool set tiny pgs 128` splits its PGs online")
             && st["health"] != "HEALTH_OK",
         "{st}"
     );
@@ -826,9 +826,16 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
         handshake(&mut s, node_kind::OSD, &as_osd(primary))
             .await
             .expect("handshake");
-        for (epoch, want) in [
-            (map.epoch, RepReply::Gap { have: 0 }),
-            (map.epoch + 1000, RepReply::Stale { epoch: map.epoch }),
+        // And one of an object that hashes to another PG (a primary from before a split) is
+        // refused as stale: it would be stranded in this PG.
+        let elsewhere = (0..)
+            .map(|i| format!("elsewhere-{i}").into_bytes())
+            .find(|o| map.object_pg(pool, o) != Some(pg))
+            .expect("an object of another PG");
+        for (epoch, object, want) in [
+            (map.epoch, name.clone(), RepReply::Gap { have: 0 }),
+            (map.epoch + 1000, name.clone(), RepReply::Stale { epoch: map.epoch }),
+            (map.epoch, elsewhere, RepReply::Stale { epoch: map.epoch }),
         ] {
             let rep = RepOp {
                 epoch,
@@ -836,7 +843,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
                 pg: pg.pg,
                 version: if epoch == map.epoch { 5 } else { 1 },
                 primary,
-                object: b"after-a-gap".to_vec(),
+                object,
                 kind: OpKind::WriteFull,
             };
             write_frame(&mut s, REP, 10, &cairn_proto::msg::encode(&rep), b"data")

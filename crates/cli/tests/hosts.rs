@@ -1042,3 +1042,82 @@ fn the_scale_out_benchmark_reports_cpu_per_write_for_each_cluster_size() {
         );
     }
 }
+
+/// A pool's PGs split from 32 to 128 under a write load on 4 hosts (one OSD each, 3 copies,
+/// host domain): every acknowledged register write is in a checked history, every object
+/// reads back, and the copies spread over the hosts within 10% of even.
+#[test]
+fn a_pool_split_from_32_to_128_pgs_under_load_spreads_over_the_hosts() {
+    use common::history::{check, decode, workload, History, Read, Roles, BLOCK};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let Some(hosts) = Hosts::create(4) else {
+        return;
+    };
+    let c = cluster_on(&hosts, "hosts-split", 4);
+    pool_active(&c, 32);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("p").expect("pool");
+        let written: Vec<(usize, u8)> = (0..400).map(|k| (k, 1)).collect();
+        for &(key, round) in &written {
+            let name = format!("obj-{key}");
+            client
+                .write_full(pool, name.as_bytes(), &payload(key, round))
+                .await
+                .expect("write");
+        }
+        let names: Arc<Vec<String>> = Arc::new((0..32).map(|i| format!("reg-{i}")).collect());
+        let hist = Arc::new(Mutex::new(History::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let roles = Roles { first: 0, writers: 3, readers: 2 };
+        let tasks = workload(&client, pool, &names, &hist, &stop, roles);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::task::block_in_place(|| c.ok(&["pool", "set", "p", "pgs", "128"]));
+        tokio::task::block_in_place(|| {
+            wait_status(&c, "the split pool clean", |s| {
+                s["pgs"]["total"] == 128
+                    && s["pgs"]["peering"] == 0
+                    && s["pgs"]["inactive"] == 0
+                    && s["pgs"]["active_degraded"] == 0
+                    && s["pgs"]["misplaced_copies"] == 0
+                    && s["recovery"]["objects_degraded"] == 0
+            })
+        });
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.expect("workload");
+        }
+        verify(&client, pool, &written).await;
+        let mut h = std::mem::take(&mut *hist.lock().expect("lock"));
+        for (key, name) in names.iter().enumerate() {
+            let start = Instant::now();
+            let b = client
+                .read(pool, name.as_bytes(), 0, BLOCK as u64)
+                .await
+                .expect("final read");
+            h.reads.push(Read { key: key as u32, value: decode(&b), start, end: Instant::now() });
+        }
+        let acked = h.writes.iter().filter(|w| w.end.is_some()).count();
+        let bad = check(&h.writes, &h.reads);
+        assert!(bad.is_empty(), "{}\n{}", bad.join("\n"), c.logs());
+        // Copies per host, from where the (clean) PGs are: within 10% of even.
+        let map = client.mon().get_map().await.expect("map");
+        let mut per_host = [0usize; 4];
+        for &(key, _) in &written {
+            let pg = map.object_pg(pool, format!("obj-{key}").as_bytes()).expect("pg");
+            for o in map.pg_placement(pg).up_set {
+                per_host[o as usize] += 1;
+            }
+        }
+        let mean = per_host.iter().sum::<usize>() as f64 / 4.0;
+        for (i, n) in per_host.iter().enumerate() {
+            let off = (*n as f64 - mean).abs() / mean;
+            assert!(off <= 0.10, "host {i} holds {n} copies, mean {mean}: {per_host:?}");
+        }
+        eprintln!("split 32 -> 128 on 4 hosts: {acked} register writes checked, copies per host {per_host:?}");
+    });
+    drop(c);
+    drop(hosts);
+}

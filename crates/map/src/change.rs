@@ -139,6 +139,8 @@ pub enum MapError {
     BadLabel(String),
     #[error("no OSD is on host {0:?}: `cairn osd tree` lists the hosts")]
     NoSuchHost(String),
+    #[error("pool {pool:?} has {have} PGs: a PG count only grows (PGs split, never merge)")]
+    PgCountDown { pool: String, have: u32 },
 }
 
 /// Largest OSD weight (4096.0).
@@ -434,6 +436,18 @@ impl ClusterMap {
             }
             PoolSetting::Durability(d) => p.durability = d,
             PoolSetting::Domain(domain) => p.rule = PlacementRule::Tree { domain },
+            PoolSetting::PgCount(n) => {
+                if n == 0 || n > MAX_PG_COUNT {
+                    return Err(MapError::BadPgCount(n));
+                }
+                if n < p.pg_count {
+                    return Err(MapError::PgCountDown {
+                        pool: p.name.clone(),
+                        have: p.pg_count,
+                    });
+                }
+                p.pg_count = n;
+            }
         }
         if p == *before {
             return Ok(false);

@@ -27,11 +27,14 @@ pub struct PastInterval {
     pub maybe_went_rw: bool,
 }
 
+/// The open interval with its members' lives (a restarted member starts a new one) and the
+/// pool's PG count (a split starts a new one).
+type OpenInterval = (PastInterval, Vec<(u32, u64)>, u32);
+
 /// Builds a PG's intervals from the maps of consecutive epochs.
 struct Tracker {
     pg: PgId,
-    /// The open interval with its members' lives (a restarted member starts a new one).
-    open: Option<(PastInterval, Vec<(u32, u64)>)>,
+    open: Option<OpenInterval>,
     done: Vec<PastInterval>,
 }
 
@@ -41,13 +44,18 @@ impl Tracker {
             self.close();
             return;
         };
-        let acting = map.pg_placement(self.pg).acting;
+        // Before a split made this PG, its objects were in its ancestor, on its OSDs.
+        let held_by = PgId {
+            pool: self.pg.pool,
+            pg: cairn_placement::pg_ancestor(self.pg.pg, pool.pg_count),
+        };
+        let acting = map.pg_placement(held_by).acting;
         let lives: Vec<(u32, u64)> = acting
             .iter()
             .map(|id| (*id, map.osds.get(id).map_or(0, |o| o.up_from)))
             .collect();
-        if let Some((iv, open_lives)) = &mut self.open {
-            if *open_lives == lives && iv.min_size == pool.min_size {
+        if let Some((iv, open_lives, pgs)) = &mut self.open {
+            if *open_lives == lives && iv.min_size == pool.min_size && *pgs == pool.pg_count {
                 iv.last = map.epoch;
                 return;
             }
@@ -61,11 +69,11 @@ impl Tracker {
             min_size: pool.min_size,
             maybe_went_rw,
         };
-        self.open = Some((iv, lives));
+        self.open = Some((iv, lives, pool.pg_count));
     }
 
     fn close(&mut self) {
-        if let Some((iv, _)) = self.open.take() {
+        if let Some((iv, _, _)) = self.open.take() {
             self.done.push(iv);
         }
     }
@@ -344,5 +352,49 @@ mod tests {
         assert_eq!(ivs.first().map(|i| i.first), Some(base.epoch));
         let gap = compute(&base, &h.incs[..5], pg, 0, h.map.epoch);
         assert!(matches!(gap, Err(MapError::EpochGap { .. })));
+    }
+
+    #[test]
+    fn a_split_child_was_held_by_its_parents_osds_before_the_split() {
+        let mut h = History::new();
+        for n in 1..=6 {
+            h.boot(n);
+        }
+        let pool = h.apply(MapChange::PoolCreate {
+            name: "p".into(),
+            size: 2,
+            min_size: 1,
+            pg_count: 4,
+            durability: Durability::Wal,
+        });
+        let before = h.map.epoch;
+        let parent = h.map.pg_placement(PgId { pool, pg: 1 }).acting;
+        h.apply(MapChange::PoolSet {
+            name: "p".into(),
+            setting: crate::PoolSetting::PgCount(16),
+        });
+        let split = h.map.epoch;
+        // Children of 1 under 16 PGs: 5, 9 and 13 (and 1 itself).
+        for child in [5, 9, 13] {
+            let ivs = h.intervals(PgId { pool, pg: child }, before);
+            assert_eq!(ivs[0].acting, parent, "pg {child} before the split");
+            assert_eq!(ivs[0].last, split - 1);
+            let own = h.map.pg_placement(PgId { pool, pg: child }).acting;
+            assert_eq!(ivs.last().map(|i| i.acting.clone()), Some(own));
+            assert_eq!(ivs.last().map(|i| i.first), Some(split));
+        }
+        // The parent's own interval ends at the split too (its objects changed).
+        let ivs = h.intervals(PgId { pool, pg: 1 }, before);
+        assert_eq!(ivs.len(), 2);
+        assert_eq!(ivs[1].first, split);
+        // Shrinking is refused.
+        let shrink = MapChange::PoolSet {
+            name: "p".into(),
+            setting: crate::PoolSetting::PgCount(8),
+        };
+        assert!(matches!(
+            h.map.apply(&shrink),
+            Err(MapError::PgCountDown { have: 16, .. })
+        ));
     }
 }

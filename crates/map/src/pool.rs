@@ -40,7 +40,7 @@ pub struct Pool {
     pub size: u8,
     /// Fewest members that must hold a write before it is acknowledged.
     pub min_size: u8,
-    /// PGs in the pool (fixed at creation).
+    /// PGs in the pool: grows (`PoolSetting::PgCount`, PGs split), never shrinks.
     pub pg_count: u32,
     pub durability: Durability,
     /// How placement spreads the pool's copies.
@@ -110,6 +110,9 @@ pub enum PoolSetting {
     Durability(Durability),
     /// Keep copies apart by this domain (placement version 2; moves data).
     Domain(Domain),
+    /// More PGs: every PG splits into the PGs its objects now hash to (each child's objects
+    /// are on its parent's OSDs until the child moves like any rebalance). Never fewer.
+    PgCount(u32),
 }
 
 /// Largest replica count.

@@ -45,6 +45,8 @@ pub struct Osd {
     pub memory_target: u64,
     /// The syncer thread (`syncer.rs`), for syncs that would wait for a data device.
     pub syncer: crate::syncer::SyncTx,
+    /// Collections still to split after a pool's PG count grew (`split.rs`).
+    pub splits: crate::split::Splits,
 }
 
 impl Osd {

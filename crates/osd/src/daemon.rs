@@ -188,7 +188,10 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         mon: mon.clone(),
         memory_target: cfg.memory_target,
         syncer: sync_tx,
+        splits: crate::split::Splits::default(),
     });
+    // The OSD may have been down while PGs split: every copy it holds is checked.
+    osd.splits.note(&osd.store, None, &boot.map);
     crate::syncer::start(Arc::downgrade(&osd), sync_rx).map_err(OsdError::Runtime)?;
     let weak = Arc::downgrade(&osd);
     osd.inflight.set_done_hook(Box::new(move |pg| {

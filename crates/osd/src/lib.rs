@@ -33,6 +33,7 @@ mod recovery;
 mod scrub;
 mod server;
 mod shard;
+mod split;
 mod syncer;
 
 pub use auth::OsdKey;

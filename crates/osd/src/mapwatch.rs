@@ -193,6 +193,12 @@ pub(crate) async fn catch_up(osd: &Osd, epoch: u64) -> bool {
 
 fn install(osd: &Osd, map: Arc<ClusterMap>) {
     let epoch = map.epoch;
+    let old = osd.map();
+    if epoch <= old.epoch {
+        return;
+    }
+    // Before any shard can see the new PG counts: the copies to split (`split.rs`).
+    osd.splits.note(&osd.store, Some(&old), &map);
     if !osd.set_map(map.clone()) {
         return;
     }

@@ -478,6 +478,9 @@ fn start_pull(
             let why = format!("pg {pg} does not exist in map epoch {}", map.epoch);
             return refuse(&to, req_id, ErrorCode::NotFound, &why);
         }
+        if let Err(r) = crate::peering::member::not_splitting(&osd, pg) {
+            return refuse(&to, req_id, r.code, &r.why);
+        }
         match crate::peering::member::pull(&osd.store, pg, &req.object, req.offset, req.len) {
             Ok((obj, bytes)) => {
                 let control = cairn_proto::msg::encode(&obj);

@@ -236,6 +236,12 @@ impl Shard {
             .pgs
             .entry(pg)
             .or_insert_with(|| PgState::load(&osd.store, pg));
+        if !st.coll_exists && osd.store.collection_exists(crate::pgstate::coll_of(pg)) {
+            // Made since it was loaded without a copy: a split here gave it one.
+            let fresh = PgState::load(&osd.store, pg);
+            st.coll_exists = fresh.coll_exists;
+            st.last_version = fresh.last_version;
+        }
         if st.placement_epoch != map.epoch {
             st.placement = osd.placement(map, pg);
             st.placement_epoch = map.epoch;

@@ -51,6 +51,15 @@ pub fn object_pg(name: &[u8], pg_count: u32) -> u32 {
     stable_mod(object_hash(name), pg_count)
 }
 
+/// The PG that held PG `pg`'s objects when its pool had `pg_count` PGs (`pg_count` <= the
+/// count at which `pg` exists): `pg` itself when `pg < pg_count`, else its ancestor that a
+/// split divided. Every object of `pg` was in that PG, because stable mod composes:
+/// `stable_mod(stable_mod(h, big), small) == stable_mod(h, small)` for `small <= big`
+/// (tested exhaustively for counts up to 129).
+pub fn pg_ancestor(pg: u32, pg_count: u32) -> u32 {
+    stable_mod(pg, pg_count)
+}
+
 /// `x` reduced into `0..n` by masking with the next power of two minus one, and with half of
 /// that mask when the first result is `>= n`.
 fn stable_mod(x: u32, n: u32) -> u32 {

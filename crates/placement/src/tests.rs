@@ -239,3 +239,18 @@ fn replicas_keep_their_rank_when_size_grows() {
         }
     }
 }
+
+#[test]
+fn an_objects_pg_after_a_split_descends_from_its_pg_before() {
+    for big in 1..=129u32 {
+        for small in 1..=big {
+            for h in (0..4096u32).chain([u32::MAX, u32::MAX - 1, 1 << 31]) {
+                let child = crate::stable_mod(h, big);
+                assert_eq!(
+                    crate::pg_ancestor(child, small),
+                    crate::stable_mod(h, small)
+                );
+            }
+        }
+    }
+}

@@ -131,6 +131,10 @@ fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<()
         pg: req.pg,
     };
     if !req.object.is_empty() && map.object_pg(req.pool, &req.object) != Some(pg) {
+        if req.epoch < map.epoch {
+            // The client's map is older: the PG count grew since (a split).
+            return Err(OpReply::NotPrimary { epoch: map.epoch });
+        }
         return Err(OpReply::Invalid(format!(
             "object does not belong to pg {pg}: client placement differs (versions?)"
         )));

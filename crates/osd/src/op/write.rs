@@ -157,7 +157,10 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
     // must not get writes acknowledged. A write from a map this OSD could not get (the
     // connection waited for it) is refused too: the sender's role cannot be checked.
     let primary = pool.and_then(|_| shard.pg(&map, pg).placement.primary());
-    if map.epoch < op.epoch || primary != Some(op.primary) {
+    // An object that hashes to another PG in this map was split off `pg`: writing it there
+    // would strand it in the parent.
+    let moved = map.object_pg(op.pool, &op.object) != Some(pg);
+    if map.epoch < op.epoch || primary != Some(op.primary) || moved {
         return rep_reply(&to, req_id, &RepReply::Stale { epoch: map.epoch });
     }
     let memory = pool.is_some_and(|p| p.durability == Durability::Memory);

@@ -60,6 +60,7 @@ pub fn handle(
     match msg_type {
         PG_QUERY => {
             let q: PgQuery = decode("pg query", control)?;
+            not_splitting(&shard.osd, pg_id(q.pool, q.pg))?;
             let (info, entries) = info(store, pg_id(q.pool, q.pg), q.since)?;
             send(
                 &to,
@@ -71,18 +72,21 @@ pub fn handle(
         }
         PG_LIST => {
             let l: PgList = decode("pg list", control)?;
+            not_splitting(&shard.osd, pg_id(l.pool, l.pg))?;
             let names = list(store, pg_id(l.pool, l.pg), l.after.as_deref())?;
             send(&to, PG_NAMES, req_id, &names, &[]);
         }
         PG_PUSH => {
             let p: PgPush = decode("pg push", control)?;
             let pg = pg_id(p.pool, p.pg);
+            not_splitting(&shard.osd, pg)?;
             let map = shard.osd.map();
             check_pg(&map, pg)?;
             let r = if let Some(why) = bad_activation(&p, map.epoch) {
                 Refusal::new(ErrorCode::Invalid, why).reply()
             } else if map.epoch < p.epoch
                 || shard.pg(&map, pg).placement.primary() != Some(p.primary)
+                || !pushed_object_belongs(&map, pg, &p.kind)
             {
                 // A push from a map this OSD could not get (the connection waited for it)
                 // cannot be checked: refused like one from a deposed primary.
@@ -126,6 +130,30 @@ pub fn handle(
         }
     }
     Ok(())
+}
+
+/// Refuses a request on a PG whose pool still has copies to split here (`split.rs`): its
+/// objects may still be in a parent's collection. The asker tries again.
+pub fn not_splitting(osd: &crate::context::Osd, pg: PgId) -> Result<(), Refusal> {
+    if osd.splits.pool_pending(pg.pool) {
+        let why = format!(
+            "pool {}'s PGs are being split on osd.{}: ask again shortly",
+            pg.pool,
+            osd.id()
+        );
+        return Err(Refusal::new(ErrorCode::Internal, why));
+    }
+    Ok(())
+}
+
+/// Whether the object a recovery push names hashes to `pg` in `map` (after a split it may
+/// not: the push comes from a primary with an older map, and must not enter the parent).
+fn pushed_object_belongs(map: &cairn_map::ClusterMap, pg: PgId, kind: &PushKind) -> bool {
+    let object = match kind {
+        PushKind::Recover { object, .. } | PushKind::RecoverRemove { object, .. } => object,
+        _ => return true,
+    };
+    map.object_pg(pg.pool, object) == Some(pg)
 }
 
 /// Why an `Activate` push must be refused: its epoch ranks this copy's history (authority goes
@@ -177,7 +205,7 @@ pub const MISSING_PREFIX: &[u8] = b"missing.";
 /// The end of the missing marks' key range (`/` sorts right after `.`).
 const MISSING_END: &[u8] = b"missing/";
 
-fn missing_key(object: &[u8]) -> Vec<u8> {
+pub fn missing_key(object: &[u8]) -> Vec<u8> {
     [MISSING_PREFIX, object].concat()
 }
 

@@ -119,6 +119,11 @@ fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
     let Some(rt) = osd.shard_runtime(shard.index) else {
         return;
     };
+    if osd.splits.pool_pending(pg.pool) {
+        // Its objects may still be in a parent's collection here: peered once the split is
+        // done (`split.rs` then tells every shard).
+        return;
+    }
     let st = shard.pg(map, pg);
     if st.placement.primary() != Some(osd.id()) {
         return;
@@ -371,6 +376,7 @@ pub fn repeer(shard: &mut Shard, pg: PgId) {
 /// are recovered without waiting for client I/O, and watches the PGs it holds an old copy of.
 pub fn on_map(shard: &mut Shard) {
     let map = shard.osd.map();
+    crate::split::run(shard, &map);
     let me = shard.osd.id();
     let n = shard.osd.shard_count();
     let held: HashSet<PgId> = shard

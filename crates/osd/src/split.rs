@@ -1,0 +1,366 @@
+//! PG split on this OSD: when a pool's PG count grows, every copy of one of its PGs this OSD
+//! holds gives the objects that now hash to another PG (a child) to that PG's collection,
+//! here, with their log entries and missing marks and the parent's version and activation
+//! epoch. A child's objects are thus on its parent's OSDs, which the past intervals say
+//! (`cairn_map::intervals`): the child's primary peers with them and the child then moves
+//! like any rebalance.
+//!
+//! Ordering: the collections to split are noted before a map with a grown count is installed
+//! (and, at start, every collection held: the OSD may have been down through a split), and
+//! each is split by its own shard when it takes that map (`MapChanged`), after every write it
+//! took before. Until a pool has no collection left to split here, peering of its PGs does
+//! not start here and peering requests for them are refused (the asking primary retries), so
+//! no primary sees a child before its objects are in it. Writes and recovery pushes of an
+//! object that no longer hashes to the PG they name are refused (`op::write`,
+//! `peering::member`): nothing enters a parent after its split.
+
+use crate::pglog;
+use crate::pgstate::{coll_of, pg_of, LES_KEY, VERSION_KEY};
+use cairn_map::{ClusterMap, PgId};
+use cairn_store::{Store, Transaction};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+/// Objects listed per store call while splitting.
+const LIST_BATCH: usize = 1024;
+/// Bytes of an object copied per transaction when it moves to its new PG.
+const MOVE_PIECE: u64 = 4 << 20;
+
+/// The collections this OSD must still split.
+#[derive(Default)]
+pub struct Splits {
+    pending: Mutex<BTreeSet<PgId>>,
+}
+
+impl Splits {
+    /// Notes the collections of every pool whose PG count grows from `old` to `new` (every
+    /// pool when `old` is `None`: at start). Call before installing `new`.
+    pub fn note(&self, store: &Store, old: Option<&ClusterMap>, new: &ClusterMap) {
+        let grown = |pool: u32| match (old.and_then(|m| m.pools.get(&pool)), new.pools.get(&pool)) {
+            (_, None) => false,
+            (None, Some(_)) => old.is_none(),
+            (Some(o), Some(n)) => n.pg_count > o.pg_count,
+        };
+        let held: Vec<PgId> = store
+            .list_collections()
+            .into_iter()
+            .map(pg_of)
+            .filter(|pg| grown(pg.pool))
+            .collect();
+        if !held.is_empty() {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.extend(held);
+        }
+    }
+
+    /// Whether collections of `pool` are still to be split here.
+    pub fn pool_pending(&self, pool: u32) -> bool {
+        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.range(PgId { pool, pg: 0 }..=PgId { pool, pg: u32::MAX })
+            .next()
+            .is_some()
+    }
+
+    /// The pending collections shard `index` of `n` owns.
+    fn of_shard(&self, index: usize, n: usize) -> Vec<PgId> {
+        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.iter()
+            .copied()
+            .filter(|pg| crate::shard::shard_of(*pg, n) == index)
+            .collect()
+    }
+
+    /// `pg` is split; returns whether its pool has nothing left to split.
+    fn done(&self, pg: PgId) -> bool {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.remove(&pg);
+        !p.iter().any(|q| q.pool == pg.pool)
+    }
+}
+
+/// Splits the pending collections of `shard` for `map`; when a pool is done, every shard is
+/// told (its PGs may peer now).
+pub fn run(shard: &mut crate::shard::Shard, map: &ClusterMap) {
+    let osd = shard.osd.clone();
+    for pg in osd.splits.of_shard(shard.index, osd.shard_count()) {
+        match split(&osd.store, map, pg) {
+            Ok(moved) => {
+                if moved > 0 {
+                    tracing::info!(pg = %pg, objects = moved, "PG split: objects moved to their new PGs");
+                }
+            }
+            Err(e) => {
+                // Left pending: the pool's PGs wait, and the split is tried at the next map
+                // or restart. A store that fails here fails everything else too.
+                tracing::error!(pg = %pg, error = %e, "PG split failed; retrying at the next map");
+                continue;
+            }
+        }
+        if let Some(st) = shard.pgs.get_mut(&pg) {
+            st.last_version = crate::peering::member::last_version(&osd.store, pg);
+        }
+        if osd.splits.done(pg) {
+            tracing::info!(pool = pg.pool, "PG split done on this OSD");
+            osd.queue_all(|| crate::shard::ShardMsg::MapChanged);
+        }
+    }
+}
+
+/// Moves the objects of `pg`'s collection that hash to another PG under `map` into that
+/// PG's collection; returns how many moved. Each step is one transaction and the whole is
+/// idempotent: after a crash the next start splits what is left.
+pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, String> {
+    let coll = coll_of(pg);
+    let Some(pool) = map.pools.get(&pg.pool) else {
+        return Ok(0);
+    };
+    if !store.collection_exists(coll) {
+        return Ok(0);
+    }
+    let child_of = |o: &[u8]| cairn_placement::object_pg(o, pool.pg_count);
+    let mut moves: BTreeMap<u32, BTreeSet<Vec<u8>>> = BTreeMap::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let names = store
+            .list_objects(coll, after.as_deref(), LIST_BATCH)
+            .map_err(|e| e.to_string())?;
+        let Some(last) = names.last().cloned() else {
+            break;
+        };
+        for n in names {
+            let c = child_of(&n);
+            if c != pg.pg {
+                moves.entry(c).or_default().insert(n);
+            }
+        }
+        after = Some(last);
+    }
+    let marked = crate::peering::member::missing(store, pg)?;
+    for o in marked {
+        let c = child_of(&o);
+        if c != pg.pg {
+            moves.entry(c).or_default();
+        }
+    }
+    let entries = pglog::read_after(store, coll, 0, usize::MAX).map_err(|e| e.to_string())?;
+    let mut moved = 0;
+    for (c, objects) in moves {
+        let child = PgId {
+            pool: pg.pool,
+            pg: c,
+        };
+        start_child(store, pg, child, pool.pg_count, &entries)?;
+        for o in &objects {
+            move_object(store, coll, coll_of(child), o)?;
+            moved += 1;
+        }
+    }
+    Ok(moved)
+}
+
+/// Gives `child` (created if absent, with `parent`'s version and activation epoch) the
+/// parent's log entries and missing marks of its objects, removed from the parent.
+fn start_child(
+    store: &Store,
+    parent: PgId,
+    child: PgId,
+    pg_count: u32,
+    entries: &[pglog::LogEntry],
+) -> Result<(), String> {
+    let (pc, cc) = (coll_of(parent), coll_of(child));
+    let belongs = |o: &[u8]| cairn_placement::object_pg(o, pg_count) == child.pg;
+    let mut t = Transaction::new();
+    if !store.collection_exists(cc) {
+        t.create_collection(cc);
+        for key in [VERSION_KEY, LES_KEY] {
+            if let Some(v) = store.kv_get(pc, key).map_err(|e| e.to_string())? {
+                t.kv_set(cc, key, &v);
+            }
+        }
+    }
+    // Entries are keyed by version: moving one again (a split run again) changes nothing.
+    for e in entries.iter().filter(|e| belongs(&e.object)) {
+        pglog::append(&mut t, cc, e);
+        t.kv_rm(pc, &pglog::key(e.version));
+    }
+    for o in crate::peering::member::missing(store, parent)? {
+        if belongs(&o) {
+            t.kv_rm(pc, &crate::peering::member::missing_key(&o));
+            t.kv_set(cc, &crate::peering::member::missing_key(&o), &[]);
+        }
+    }
+    if t.is_empty() {
+        return Ok(());
+    }
+    store.submit(&t).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Moves object `o` from collection `from` to `to`: its bytes in pieces of [`MOVE_PIECE`]
+/// (one transaction each, the first emptying any copy at `to`), its attributes and its
+/// removal from `from` in the last. A move cut short leaves the object at `from`, and the
+/// next split copies it again whole: nothing writes `to`'s copy meanwhile (the pool's PGs
+/// do not peer here until the split is done).
+fn move_object(store: &Store, from: u64, to: u64, o: &[u8]) -> Result<(), String> {
+    let e = |e: cairn_store::StoreError| e.to_string();
+    // Only marked missing here (no copy): the mark moved with the log.
+    let Ok(st) = store.stat(from, o) else {
+        return Ok(());
+    };
+    let mut t = Transaction::new();
+    t.touch(to, o);
+    t.truncate(to, o, 0);
+    let mut offset = 0;
+    while offset < st.size {
+        let n = (st.size - offset).min(MOVE_PIECE);
+        let data = store.read(from, o, offset, n).map_err(e)?;
+        t.write(to, o, offset, &data);
+        offset += n;
+        if offset < st.size {
+            store.submit(&t).map_err(e)?;
+            t = Transaction::new();
+        }
+    }
+    t.truncate(to, o, st.size);
+    for (name, value) in store.attrs(from, o).map_err(e)? {
+        t.set_attr(to, o, &name, &value);
+    }
+    t.remove(from, o);
+    store.submit(&t).map(|_| ()).map_err(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pglog::{LogEntry, LogOp};
+    use cairn_map::{Durability, MapChange};
+    use cairn_store::{Devices, MemDevice, StoreConfig};
+    use std::sync::Arc;
+
+    fn store() -> Store {
+        let devs = Devices {
+            data: vec![Arc::new(MemDevice::new("data", 256 << 20))],
+            wal: Some(Arc::new(MemDevice::new("wal", 64 << 20))),
+        };
+        let cfg = StoreConfig::default();
+        Store::mkfs(&devs, &cfg).expect("mkfs");
+        Store::open(&devs, cfg).expect("open")
+    }
+
+    fn map(pgs: u32) -> ClusterMap {
+        let mut m = ClusterMap::new([1; 16]);
+        m.apply(&MapChange::PoolCreate {
+            name: "p".into(),
+            size: 1,
+            min_size: 1,
+            pg_count: pgs,
+            durability: Durability::Wal,
+        })
+        .expect("pool");
+        m
+    }
+
+    fn bytes(name: &str, len: usize) -> Vec<u8> {
+        name.bytes().cycle().take(len).collect()
+    }
+
+    #[test]
+    fn a_split_moves_objects_log_entries_and_marks_to_the_children() {
+        let s = store();
+        let before = map(2);
+        let after = {
+            let mut m = before.clone();
+            m.apply(&MapChange::PoolSet {
+                name: "p".into(),
+                setting: cairn_map::PoolSetting::PgCount(8),
+            })
+            .expect("grow");
+            m
+        };
+        let parent = PgId { pool: 1, pg: 1 };
+        let coll = coll_of(parent);
+        // Objects of pg 1 under 2 PGs; one larger than a move piece.
+        let names: Vec<String> = (0..200)
+            .map(|i| format!("o{i}"))
+            .filter(|n| before.object_pg(1, n.as_bytes()) == Some(parent))
+            .take(40)
+            .collect();
+        // The big object moves to a child (its copy there interrupted, below).
+        let big = names
+            .iter()
+            .find(|n| after.object_pg(1, n.as_bytes()) != Some(parent))
+            .expect("an object that moves")
+            .clone();
+        let big = &big;
+        let mut t = Transaction::new();
+        t.create_collection(coll);
+        t.kv_set(coll, VERSION_KEY, &41u64.to_le_bytes());
+        t.kv_set(coll, LES_KEY, &7u64.to_le_bytes());
+        for (i, n) in names.iter().enumerate() {
+            let len = if n == big {
+                (MOVE_PIECE * 2 + 5) as usize
+            } else {
+                100 + i
+            };
+            t.write(coll, n.as_bytes(), 0, &bytes(n, len));
+            let e = LogEntry {
+                version: i as u64 + 1,
+                epoch: 3,
+                object: n.as_bytes().to_vec(),
+                op: LogOp::Modify,
+            };
+            pglog::append(&mut t, coll, &e);
+        }
+        let marked = &names[1];
+        t.kv_set(
+            coll,
+            &crate::peering::member::missing_key(marked.as_bytes()),
+            &[],
+        );
+        s.submit(&t).expect("fill");
+
+        // An interrupted move: a partial copy of the big object in its child already.
+        let big_child = after.object_pg(1, big.as_bytes()).expect("pg");
+        let mut t = Transaction::new();
+        t.create_collection(coll_of(big_child));
+        t.write(coll_of(big_child), big.as_bytes(), 0, b"partial");
+        s.submit(&t).expect("partial");
+
+        let moved = split(&s, &after, parent).expect("split");
+        assert!(
+            moved > 0 && moved < names.len(),
+            "{moved} of {}",
+            names.len()
+        );
+        for (i, n) in names.iter().enumerate() {
+            let pg = after.object_pg(1, n.as_bytes()).expect("pg");
+            let len = if n == big {
+                (MOVE_PIECE * 2 + 5) as usize
+            } else {
+                100 + i
+            };
+            let got = s
+                .read(coll_of(pg), n.as_bytes(), 0, len as u64)
+                .expect("read");
+            assert!(got == bytes(n, len), "{n} in {pg}");
+            if pg != parent {
+                assert!(
+                    s.stat(coll, n.as_bytes()).is_err(),
+                    "{n} left in the parent"
+                );
+                let log = pglog::read_after(&s, coll_of(pg), 0, usize::MAX).expect("log");
+                assert!(log.iter().any(|e| e.object == n.as_bytes()), "{n}'s entry");
+                let v = crate::peering::member::last_version(&s, pg);
+                assert!(v == 41 || pg == big_child, "child {pg} version {v}");
+            }
+        }
+        let parent_log = pglog::read_after(&s, coll, 0, usize::MAX).expect("log");
+        assert!(parent_log
+            .iter()
+            .all(|e| after.object_pg(1, &e.object) == Some(parent)));
+        let mark_pg = after.object_pg(1, marked.as_bytes()).expect("pg");
+        let marks = crate::peering::member::missing(&s, mark_pg).expect("marks");
+        assert_eq!(marks, vec![marked.as_bytes().to_vec()]);
+        // Again: nothing left to move.
+        assert_eq!(split(&s, &after, parent).expect("again"), 0);
+    }
+}
