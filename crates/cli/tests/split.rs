@@ -5,7 +5,7 @@
 mod common;
 
 use common::cluster::{runtime, Cluster};
-use common::history::{check, decode, workload, History, Read, Roles, BLOCK};
+use common::history::{final_check, workload, History, Roles};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,24 +45,64 @@ fn clean(s: &serde_json::Value) -> bool {
         && s["recovery"]["objects_degraded"] == 0
 }
 
-#[test]
-fn a_pools_pgs_split_under_writes_and_every_object_reads_back() {
-    let c = Cluster::up("split", 1, 4);
+/// One monitor, 4 OSDs and pool `s` (3 copies, min 2, 8 PGs), clean.
+fn cluster(name: &str) -> Cluster {
+    let c = Cluster::up(name, 1, 4);
     c.pool_create("s", 3, 2, 8);
     wait_status(&c, "the pool clean", clean);
+    c
+}
+
+/// Writes round `round` of objects `keys`; `written` keeps each object's latest round.
+async fn write_round(
+    client: &cairn_client::Client,
+    pool: u32,
+    keys: impl Iterator<Item = usize>,
+    round: u8,
+    written: &mut Vec<(usize, u8)>,
+) {
+    for key in keys {
+        let name = format!("obj-{key}");
+        client
+            .write_full(pool, name.as_bytes(), &payload(key, round))
+            .await
+            .unwrap_or_else(|e| panic!("write {name} round {round}: {e}"));
+        written.retain(|&(k, _)| k != key);
+        written.push((key, round));
+    }
+}
+
+/// Every object of `written` holds its latest round; returns the PGs they are in.
+async fn verify(
+    c: &Cluster,
+    client: &cairn_client::Client,
+    pool: u32,
+    written: &[(usize, u8)],
+) -> BTreeSet<u32> {
+    let map = client.mon().get_map().await.expect("map");
+    let mut pgs = BTreeSet::new();
+    for &(key, round) in written {
+        let name = format!("obj-{key}");
+        let want = payload(key, round);
+        let got = client
+            .read(pool, name.as_bytes(), 0, want.len() as u64)
+            .await
+            .unwrap_or_else(|e| panic!("read {name}: {e}\n{}", c.logs()));
+        assert!(got == want, "{name} does not hold round {round}");
+        pgs.insert(map.object_pg(pool, name.as_bytes()).expect("pg").pg);
+    }
+    pgs
+}
+
+#[test]
+fn a_pools_pgs_split_under_writes_and_every_object_reads_back() {
+    let c = cluster("split");
     let rt = runtime();
     rt.block_on(async {
         let client = c.client().await;
         let pool = client.pool_id("s").expect("pool");
         let mut written: Vec<(usize, u8)> = Vec::new();
-        for key in 0..300 {
-            let name = format!("obj-{key}");
-            client
-                .write_full(pool, name.as_bytes(), &payload(key, 1))
-                .await
-                .expect("round 1");
-            written.push((key, 1));
-        }
+        write_round(&client, pool, 0..300, 1, &mut written).await;
         let names: Arc<Vec<String>> = Arc::new((0..24).map(|i| format!("reg-{i}")).collect());
         let hist = Arc::new(Mutex::new(History::default()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -77,15 +117,7 @@ fn a_pools_pgs_split_under_writes_and_every_object_reads_back() {
         let out = tokio::task::block_in_place(|| c.ok(&["pool", "set", "s", "pgs", "32"]));
         assert!(out.contains("done"), "{out}");
         // Writes go on during the split: half the objects get a second round.
-        for key in (0..300).step_by(2) {
-            let name = format!("obj-{key}");
-            client
-                .write_full(pool, name.as_bytes(), &payload(key, 2))
-                .await
-                .expect("round 2, during the split");
-            written.retain(|&(k, _)| k != key);
-            written.push((key, 2));
-        }
+        write_round(&client, pool, (0..300).step_by(2), 2, &mut written).await;
         tokio::task::block_in_place(|| wait_status(&c, "the split pool clean", clean));
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
@@ -93,40 +125,15 @@ fn a_pools_pgs_split_under_writes_and_every_object_reads_back() {
         }
         let map = client.mon().get_map().await.expect("map");
         assert_eq!(map.pools[&pool].pg_count, 32);
-        let mut pgs = BTreeSet::new();
-        for &(key, round) in &written {
-            let name = format!("obj-{key}");
-            let want = payload(key, round);
-            let got = client
-                .read(pool, name.as_bytes(), 0, want.len() as u64)
-                .await
-                .unwrap_or_else(|e| panic!("read {name}: {e}\n{}", c.logs()));
-            assert!(got == want, "{name} does not hold round {round}");
-            pgs.insert(map.object_pg(pool, name.as_bytes()).expect("pg").pg);
-        }
+        let pgs = verify(&c, &client, pool, &written).await;
         assert_eq!(pgs.len(), 32, "objects in every PG of the split pool");
         // The listing finds every object once, in its new PG.
         let listed = client.list(pool).await.expect("list");
         let regs = listed.iter().filter(|n| n.starts_with(b"reg-")).count();
         assert_eq!(listed.len() - regs, 300, "objects listed after the split");
-        let mut h = std::mem::take(&mut *hist.lock().expect("lock"));
-        for (key, name) in names.iter().enumerate() {
-            let start = Instant::now();
-            let b = client
-                .read(pool, name.as_bytes(), 0, BLOCK as u64)
-                .await
-                .expect("final read");
-            h.reads.push(Read {
-                key: key as u32,
-                value: decode(&b),
-                start,
-                end: Instant::now(),
-            });
-        }
-        let acked = h.writes.iter().filter(|w| w.end.is_some()).count();
+        let h = std::mem::take(&mut *hist.lock().expect("lock"));
+        let (acked, reads) = final_check(&client, pool, &names, h, || c.logs()).await;
         assert!(acked > 50, "only {acked} register writes acknowledged");
-        let bad = check(&h.writes, &h.reads);
-        assert!(bad.is_empty(), "{}\n{}", bad.join("\n"), c.logs());
         // The OSDs split their copies themselves (objects moved locally, not copied over).
         let mut moved = 0;
         for e in std::fs::read_dir(c.dir.join("log"))
@@ -138,9 +145,8 @@ fn a_pools_pgs_split_under_writes_and_every_object_reads_back() {
         }
         assert!(moved >= 8, "only {moved} local splits logged");
         eprintln!(
-            "split 8 -> 32 under load: {acked} register writes, {} reads checked, {moved} \
-             copies split",
-            h.reads.len()
+            "split 8 -> 32 under load: {acked} register writes, {reads} reads checked, {moved} \
+             copies split"
         );
     });
     // Shrinking is refused with the reason.
@@ -154,22 +160,13 @@ fn a_pools_pgs_split_under_writes_and_every_object_reads_back() {
 /// finishes it after its restart: the PGs recover, every object reads its latest value.
 #[test]
 fn osds_down_or_killed_during_a_split_finish_it_when_they_return() {
-    let c = Cluster::up("split-down", 1, 4);
-    c.pool_create("s", 3, 2, 8);
-    wait_status(&c, "the pool clean", clean);
+    let c = cluster("split-down");
     let rt = runtime();
     rt.block_on(async {
         let client = c.client().await;
         let pool = client.pool_id("s").expect("pool");
         let mut written: Vec<(usize, u8)> = Vec::new();
-        for key in 0..200 {
-            let name = format!("obj-{key}");
-            client
-                .write_full(pool, name.as_bytes(), &payload(key, 1))
-                .await
-                .expect("round 1");
-            written.push((key, 1));
-        }
+        write_round(&client, pool, 0..200, 1, &mut written).await;
         c.kill9("osd.3");
         common::cluster::wait_osd(&client, 3, false).await;
         tokio::task::block_in_place(|| c.ok(&["pool", "set", "s", "pgs", "32"]));
@@ -178,27 +175,11 @@ fn osds_down_or_killed_during_a_split_finish_it_when_they_return() {
         c.start_osd(2);
         common::cluster::wait_osd(&client, 2, true).await;
         // Degraded (osd.3 down): writes go on.
-        for key in (0..200).step_by(3) {
-            let name = format!("obj-{key}");
-            client
-                .write_full(pool, name.as_bytes(), &payload(key, 2))
-                .await
-                .expect("round 2, osd.3 down");
-            written.retain(|&(k, _)| k != key);
-            written.push((key, 2));
-        }
+        write_round(&client, pool, (0..200).step_by(3), 2, &mut written).await;
         c.start_osd(3);
         common::cluster::wait_osd(&client, 3, true).await;
         tokio::task::block_in_place(|| wait_status(&c, "clean after the returns", clean));
-        for &(key, round) in &written {
-            let name = format!("obj-{key}");
-            let want = payload(key, round);
-            let got = client
-                .read(pool, name.as_bytes(), 0, want.len() as u64)
-                .await
-                .unwrap_or_else(|e| panic!("read {name}: {e}\n{}", c.logs()));
-            assert!(got == want, "{name} does not hold round {round}");
-        }
+        verify(&c, &client, pool, &written).await;
         let log = std::fs::read_to_string(c.dir.join("log").join("osd.3.log")).unwrap_or_default();
         assert!(
             log.contains("PG split: objects moved"),

@@ -205,39 +205,11 @@ impl ClusterMap {
                 o.weight = *weight;
                 *id
             }
-            MapChange::PoolCreate {
-                name,
-                size,
-                min_size,
-                pg_count,
-                durability,
-            } => {
-                let spec = PoolSpec {
-                    name,
-                    size: *size,
-                    min_size: *min_size,
-                    pg_count: *pg_count,
-                    durability: *durability,
-                };
-                self.pool_create(spec, PlacementRule::FlatV1)?
-            }
-            MapChange::PoolCreateRule {
-                name,
-                size,
-                min_size,
-                pg_count,
-                durability,
-                domain,
-            } => {
-                let spec = PoolSpec {
-                    name,
-                    size: *size,
-                    min_size: *min_size,
-                    pg_count: *pg_count,
-                    durability: *durability,
-                };
-                let domain = domain.unwrap_or_else(|| self.default_domain(*size));
-                self.pool_create(spec, PlacementRule::Tree { domain })?
+            MapChange::PoolCreate { .. } | MapChange::PoolCreateRule { .. } => {
+                match self.creation(change) {
+                    Some((spec, rule)) => self.pool_create(spec, rule)?,
+                    None => return Ok(ChangeOutcome::Unchanged),
+                }
             }
             MapChange::HostLocation { host, rack, zone } => {
                 if !self.host_location_change(host, rack, zone)? {
@@ -374,6 +346,42 @@ impl ClusterMap {
         self.next_pool_id += 1;
         self.pools.insert(pool.id, pool.clone());
         Ok(pool.id)
+    }
+
+    /// The pool a creation asks for and its placement rule (version 1 for `PoolCreate`).
+    fn creation<'a>(&self, change: &'a MapChange) -> Option<(PoolSpec<'a>, PlacementRule)> {
+        let (name, size, min_size, pg_count, durability, domain) = match change {
+            MapChange::PoolCreate {
+                name,
+                size,
+                min_size,
+                pg_count,
+                durability,
+            } => (name, size, min_size, pg_count, durability, None),
+            MapChange::PoolCreateRule {
+                name,
+                size,
+                min_size,
+                pg_count,
+                durability,
+                domain,
+            } => (name, size, min_size, pg_count, durability, Some(domain)),
+            _ => return None,
+        };
+        let rule = match domain {
+            None => PlacementRule::FlatV1,
+            Some(d) => PlacementRule::Tree {
+                domain: d.unwrap_or_else(|| self.default_domain(*size)),
+            },
+        };
+        let spec = PoolSpec {
+            name,
+            size: *size,
+            min_size: *min_size,
+            pg_count: *pg_count,
+            durability: *durability,
+        };
+        Some((spec, rule))
     }
 
     /// The domain a version-2 pool gets when none is named: host when the in OSDs span at

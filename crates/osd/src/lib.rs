@@ -35,6 +35,8 @@ mod server;
 mod shard;
 mod split;
 mod syncer;
+#[cfg(test)]
+mod test_store;
 
 pub use auth::OsdKey;
 pub use config::{default_memory_target, machine_memory, OsdConfig, MIN_MEMORY_TARGET};

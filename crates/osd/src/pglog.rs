@@ -158,18 +158,7 @@ pub fn tail(store: &Store, coll: CollId) -> Result<Option<u64>, LogError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_store::{Devices, MemDevice, StoreConfig};
-    use std::sync::Arc;
-
-    fn store() -> Store {
-        let devs = Devices {
-            data: vec![Arc::new(MemDevice::new("data", 256 << 20))],
-            wal: Some(Arc::new(MemDevice::new("wal", 64 << 20))),
-        };
-        let cfg = StoreConfig::default();
-        Store::mkfs(&devs, &cfg).expect("mkfs");
-        Store::open(&devs, cfg).expect("open")
-    }
+    use crate::test_store::mem_store as store;
 
     #[test]
     fn peer_entries_are_bounded_named_and_ordered() {

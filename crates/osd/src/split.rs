@@ -232,19 +232,8 @@ fn move_object(store: &Store, from: u64, to: u64, o: &[u8]) -> Result<(), String
 mod tests {
     use super::*;
     use crate::pglog::{LogEntry, LogOp};
+    use crate::test_store::mem_store as store;
     use cairn_map::{Durability, MapChange};
-    use cairn_store::{Devices, MemDevice, StoreConfig};
-    use std::sync::Arc;
-
-    fn store() -> Store {
-        let devs = Devices {
-            data: vec![Arc::new(MemDevice::new("data", 256 << 20))],
-            wal: Some(Arc::new(MemDevice::new("wal", 64 << 20))),
-        };
-        let cfg = StoreConfig::default();
-        Store::mkfs(&devs, &cfg).expect("mkfs");
-        Store::open(&devs, cfg).expect("open")
-    }
 
     fn map(pgs: u32) -> ClusterMap {
         let mut m = ClusterMap::new([1; 16]);

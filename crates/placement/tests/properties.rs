@@ -5,7 +5,10 @@
 //! are several standard deviations wide, but a random seed would still make a (very rare)
 //! unlucky run fail with no code change. Run with `--nocapture` to see the measured values.
 
+mod common;
+
 use cairn_placement::*;
+use common::shuffle;
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -359,18 +362,6 @@ proptest! {
 fn sparse_hosts() -> impl Strategy<Value = Vec<Vec<u32>>> {
     let weight = prop_oneof![1 => Just(0u32), 3 => 1u32..=8 * W];
     prop::collection::vec(prop::collection::vec(weight, 0..=5), 0..=6)
-}
-
-/// Deterministic Fisher-Yates shuffle driven by splitmix64 from `seed`.
-fn shuffle<T>(items: &mut [T], seed: &mut u64) {
-    for i in (1..items.len()).rev() {
-        *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        items.swap(i, (z % (i as u64 + 1)) as usize);
-    }
 }
 
 /// A copy of `h` with hosts and each host's OSDs in a shuffled order.

@@ -2,7 +2,10 @@
 //! failure domains at every level, weights honoured through the levels, minimal movement,
 //! independence from input order, and arbitrary input handled.
 
+mod common;
+
 use cairn_placement::*;
+use common::shuffle;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -59,18 +62,6 @@ fn specs() -> impl Strategy<Value = Vec<HostSpec>> {
         (0u8..3, 0u8..3, prop::collection::vec(weight, 0..=4)),
         0..=8,
     )
-}
-
-/// Deterministic shuffle (splitmix64 from `seed`).
-fn shuffle<T>(items: &mut [T], seed: &mut u64) {
-    for i in (1..items.len()).rev() {
-        *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        items.swap(i, (z % (i as u64 + 1)) as usize);
-    }
 }
 
 proptest! {

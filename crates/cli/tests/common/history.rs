@@ -118,6 +118,35 @@ pub fn registers(map: &cairn_map::ClusterMap, pool: u32, keys: u32, victim: u32)
     mine
 }
 
+/// Reads every register once more (after the workload stopped: every write acknowledged or
+/// failed), adds those reads to `h`, and checks the whole history; panics with the
+/// violations and `logs` on any. Returns (acknowledged writes, reads checked).
+pub async fn final_check(
+    client: &cairn_client::Client,
+    pool: u32,
+    names: &[String],
+    mut h: History,
+    logs: impl Fn() -> String,
+) -> (usize, usize) {
+    for (key, name) in names.iter().enumerate() {
+        let start = Instant::now();
+        let b = client
+            .read(pool, name.as_bytes(), 0, BLOCK as u64)
+            .await
+            .unwrap_or_else(|e| panic!("final read of {name}: {e}\n{}", logs()));
+        h.reads.push(Read {
+            key: key as u32,
+            value: decode(&b),
+            start,
+            end: Instant::now(),
+        });
+    }
+    let acked = h.writes.iter().filter(|w| w.end.is_some()).count();
+    let bad = check(&h.writes, &h.reads);
+    assert!(bad.is_empty(), "{}\n{}", bad.join("\n"), logs());
+    (acked, h.reads.len())
+}
+
 /// What a workload did.
 #[derive(Default)]
 pub struct History {
