@@ -19,6 +19,7 @@ mod logging;
 mod mon_cmd;
 mod nbd_cmd;
 mod obj_cmd;
+mod osd_activate;
 mod osd_cmd;
 mod osd_create;
 mod osd_tree;

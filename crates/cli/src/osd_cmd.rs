@@ -16,6 +16,10 @@ pub enum OsdCmd {
     /// and out until it first starts), register its key, and write DIR/osd.toml and
     /// DIR/keyring; then `cairn osd run --dir DIR` starts it. Needs `mon w` and `mon x`.
     Create(Box<crate::osd_create::CreateArgs>),
+    /// Start prepared OSDs in the background unless they run already (at boot, where the
+    /// OSDs are not systemd units): the directories named, or with --all every one under
+    /// /var/lib/cairn (--root). Each logs to DIR/osd.log; DIR/osd.pid holds its pid.
+    Activate(crate::osd_activate::ActivateArgs),
     /// Wait until at least N OSDs are up and in (for scripts: after starting OSDs, before
     /// creating a pool that needs their hosts).
     Wait {
@@ -173,6 +177,7 @@ pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
     match cmd {
         OsdCmd::Run(a) => run_daemon(*a, conf),
         OsdCmd::Create(a) => crate::osd_create::create(*a, conf),
+        OsdCmd::Activate(a) => crate::osd_activate::run(a, conf),
         OsdCmd::Wait { up, timeout } => wait_up(conf, up, timeout),
         OsdCmd::Ls(j) => crate::admin::osd_ls(conf, j.json),
         OsdCmd::Tree(j) => crate::osd_tree::run(conf, j.json),

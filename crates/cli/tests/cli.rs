@@ -536,3 +536,23 @@ fn host_setup_refuses_to_overwrite_or_guess() {
     );
     assert!(e.contains("--join needs the cluster's fsid"), "{e}");
 }
+
+#[test]
+fn osd_activate_names_what_is_missing() {
+    let e = fails(&["osd", "activate", "--root", "/nonexistent-cairn"], 1);
+    assert!(e.contains("no OSD to activate"), "{e}");
+    let dir = std::env::temp_dir().join(format!("cairn-activate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let d = dir.display().to_string();
+    let e = fails(&["osd", "activate", &d], 1);
+    assert!(
+        e.contains("holds no prepared OSD") && e.contains("osd create"),
+        "{e}"
+    );
+    let e = fails(
+        &["osd", "activate", "--all", "--root", "/nonexistent-cairn"],
+        1,
+    );
+    assert!(e.contains("/nonexistent-cairn"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -571,13 +571,18 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             read_frame(&mut s, &limits).await.is_err(),
             "connection not closed"
         );
-        // Well-formed but wrong: a PG out of range, and an op sent to the OSD that is not
-        // the PG's primary.
+        // Well-formed but wrong: a PG out of range, an op sent to the OSD that is not the
+        // PG's primary, and one sent with a map from before the PG's current interval (a
+        // request held up in the network, which the client may have sent again since).
         let name = b"x".to_vec();
         let pg = map.object_pg(pool, &name).expect("pg");
         let primary = map.pg_placement(pg).primary().expect("primary");
         let other = if primary == 0 { 1 } else { 0 };
-        for (osd, pgnum, want) in [(primary, 10_000, "invalid"), (other, pg.pg, "not primary")] {
+        for (osd, pgnum, epoch, want) in [
+            (primary, 10_000, map.epoch, "invalid"),
+            (other, pg.pg, map.epoch, "not primary"),
+            (primary, pg.pg, 1, "not primary"),
+        ] {
             let mut s = tokio::net::TcpStream::connect(addr(osd))
                 .await
                 .expect("connect");
@@ -585,7 +590,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
                 .await
                 .expect("handshake");
             let req = OpRequest {
-                epoch: map.epoch,
+                epoch,
                 pool,
                 pg: pgnum,
                 object: name.clone(),

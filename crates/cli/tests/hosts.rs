@@ -561,6 +561,12 @@ fn a_host_cut_off_and_healed_serves_no_stale_value_and_loses_nothing() {
         let inside_reads = inside.len();
         let inside_after_cut = inside.iter().filter(|r| r.start > cut).count();
         assert!(inside_reads > 0, "the readers on host 3 read nothing");
+        let bad_inside = common::history::check(&h.writes, &inside);
+        assert!(
+            bad_inside.is_empty(),
+            "on host 3: {}",
+            bad_inside.join("\n")
+        );
         h.reads.extend(inside);
         let (acked, reads) = final_check(&client, pool, &names, h, || c.logs()).await;
         assert!(acked > 100, "only {acked} writes were acknowledged");
@@ -805,6 +811,10 @@ fn deploy_md_walkthrough_runs_on_three_hosts() {
     let (ok, out) = common::cluster::run_as(&conf, &["obj", "get", "vms", "hello", "-"]);
     let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     assert!(ok && out.contains(hostname.trim()), "{out}");
+    // `osd activate` again (as at a second boot) starts nothing twice.
+    let root = d.0.join("host1/var/lib/cairn").display().to_string();
+    let (ok, out) = common::cluster::run_as(&conf, &["osd", "activate", "--all", "--root", &root]);
+    assert!(ok && out.contains("already running"), "{out}");
     drop(hosts);
 }
 

@@ -57,6 +57,12 @@ pub struct PgState {
     /// Placement cached for `placement_epoch`.
     pub placement: PgPlacement,
     pub placement_epoch: u64,
+    /// The acting members with their lives at `placement_epoch`, and the first epoch this
+    /// OSD saw them so (`interval_since`): a client op sent with an older map was sent to
+    /// an earlier interval, and may have been sent again elsewhere since (a request held up
+    /// in the network through a partition), so it is not run (`op::check`).
+    pub acting_lives: crate::peering::Interval,
+    pub interval_since: u64,
     /// Whether the store collection exists.
     pub coll_exists: bool,
     pub last_version: u64,
@@ -124,6 +130,8 @@ impl PgState {
                 acting: Vec::new(),
             },
             placement_epoch: 0,
+            acting_lives: Vec::new(),
+            interval_since: 0,
             coll_exists,
             last_version,
             writes: HashMap::new(),

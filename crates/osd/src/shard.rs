@@ -245,6 +245,11 @@ impl Shard {
         if st.placement_epoch != map.epoch {
             st.placement = osd.placement(map, pg);
             st.placement_epoch = map.epoch;
+            let lives = crate::peering::interval(map, &st.placement.acting);
+            if lives != st.acting_lives || st.interval_since == 0 {
+                st.acting_lives = lives;
+                st.interval_since = map.epoch;
+            }
         }
         st
     }

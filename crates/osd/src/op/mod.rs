@@ -144,6 +144,13 @@ fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<()
     if st.placement.primary() != Some(me) {
         return Err(OpReply::NotPrimary { epoch: map.epoch });
     }
+    if req.epoch < st.interval_since {
+        // Sent to an earlier interval of the PG: the client may have sent it again since,
+        // to another primary (this one was cut off), and a copy held up in the network or
+        // in a queue here must not run after newer writes. A client still waiting resends
+        // it with the current map.
+        return Err(OpReply::NotPrimary { epoch: map.epoch });
+    }
     Ok(())
 }
 

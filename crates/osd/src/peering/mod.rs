@@ -78,7 +78,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// that brings one up peers it at once).
 const DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
 
-fn interval(map: &ClusterMap, acting: &[u32]) -> Interval {
+/// The acting set with each member's life in `map`.
+pub(crate) fn interval(map: &ClusterMap, acting: &[u32]) -> Interval {
     acting
         .iter()
         .map(|id| (*id, map.osds.get(id).map_or(0, |o| o.up_from)))
