@@ -12,7 +12,8 @@
 # where cpu_us_per_op is the CPU time of the cluster's monitor and OSD processes per write
 # (all on this machine; their pids are in the cluster's run/ directory), so the ratio is what
 # a write costs the cluster at 6 hosts against 3 (target: within 1.10). Run it on an
-# otherwise idle machine. Extra arguments go to the bench, e.g.
+# otherwise idle machine. ONLY=write-4k-qd32 runs one of the two workloads. Extra arguments
+# go to the bench, e.g.
 #   sudo ./bench/scale-out.sh --seconds 3 --objects 32
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,7 +94,7 @@ run() {
         done
     done
     "$CAIRN" -c "$dir/cairn.toml" osd wait --up "$n" --timeout 60 >&2
-    "$CAIRN" -c "$dir/cairn.toml" bench objects --json --only write-4k "$@" >"$work/run$n.json"
+    "$CAIRN" -c "$dir/cairn.toml" bench objects --json --only "${ONLY:-write-4k}" "$@" >"$work/run$n.json"
     teardown "$n" "$dir"
 }
 
