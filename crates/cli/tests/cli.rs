@@ -556,3 +556,13 @@ fn osd_activate_names_what_is_missing() {
     assert!(e.contains("/nonexistent-cairn"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn host_set_and_pool_set_pgs_refuse_bad_arguments_before_asking_the_cluster() {
+    let e = fails(&["host", "set", "h1"], 1);
+    assert!(e.contains("nothing to set") && e.contains("--rack"), "{e}");
+    let e = fails(&["pool", "set", "p", "pgs", "many"], 1);
+    assert!(e.contains("pgs \"many\": not a number"), "{e}");
+    let e = fails(&["pool", "create", "p", "--domain", "row"], 2);
+    assert!(e.contains("unknown failure domain \"row\""), "{e}");
+}

@@ -123,19 +123,7 @@ fn start_osd(c: &Cluster, hosts: &Hosts, i: usize) {
 
 /// Waits until `what` holds of `cairn status --json` (60 s at most).
 fn wait_status(c: &Cluster, what: &str, f: impl Fn(&serde_json::Value) -> bool) {
-    let start = Instant::now();
-    loop {
-        let st = c.status();
-        if f(&st) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "not {what} within 60 s: {st}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    c.wait_status(what, Duration::from_secs(60), f);
 }
 
 /// Every PG of `pool` has `size` copies, on as many distinct hosts, none on `not_on`.

@@ -9,7 +9,7 @@ use common::history::{final_check, workload, History, Roles};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn payload(key: usize, round: u8) -> Vec<u8> {
     let mut v = format!("object {key} round {round} ")
@@ -21,19 +21,7 @@ fn payload(key: usize, round: u8) -> Vec<u8> {
 
 /// Polls `cairn status --json` until `f` holds (60 s at most).
 fn wait_status(c: &Cluster, what: &str, f: impl Fn(&serde_json::Value) -> bool) {
-    let start = Instant::now();
-    loop {
-        let s = c.status();
-        if f(&s) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "status never showed {what}: {s:#}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    c.wait_status(what, Duration::from_secs(60), f);
 }
 
 fn clean(s: &serde_json::Value) -> bool {

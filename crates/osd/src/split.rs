@@ -36,16 +36,25 @@ impl Splits {
     /// Notes the collections of every pool whose PG count grows from `old` to `new` (every
     /// pool when `old` is `None`: at start). Call before installing `new`.
     pub fn note(&self, store: &Store, old: Option<&ClusterMap>, new: &ClusterMap) {
-        let grown = |pool: u32| match (old.and_then(|m| m.pools.get(&pool)), new.pools.get(&pool)) {
-            (_, None) => false,
-            (None, Some(_)) => old.is_none(),
-            (Some(o), Some(n)) => n.pg_count > o.pg_count,
-        };
+        let grown: BTreeSet<u32> = new
+            .pools
+            .iter()
+            .filter(|(id, p)| match old.map(|m| m.pools.get(id)) {
+                None => true,
+                Some(None) => false,
+                Some(Some(o)) => p.pg_count > o.pg_count,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        // Most maps grow nothing: the store is not asked.
+        if grown.is_empty() {
+            return;
+        }
         let held: Vec<PgId> = store
             .list_collections()
             .into_iter()
             .map(pg_of)
-            .filter(|pg| grown(pg.pool))
+            .filter(|pg| grown.contains(&pg.pool))
             .collect();
         if !held.is_empty() {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -56,9 +65,7 @@ impl Splits {
     /// Whether collections of `pool` are still to be split here.
     pub fn pool_pending(&self, pool: u32) -> bool {
         let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        p.range(PgId { pool, pg: 0 }..=PgId { pool, pg: u32::MAX })
-            .next()
-            .is_some()
+        has_pool(&p, pool)
     }
 
     /// The pending collections shard `index` of `n` owns.
@@ -74,8 +81,15 @@ impl Splits {
     fn done(&self, pg: PgId) -> bool {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         p.remove(&pg);
-        !p.iter().any(|q| q.pool == pg.pool)
+        !has_pool(&p, pg.pool)
     }
+}
+
+fn has_pool(pending: &BTreeSet<PgId>, pool: u32) -> bool {
+    pending
+        .range(PgId { pool, pg: 0 }..=PgId { pool, pg: u32::MAX })
+        .next()
+        .is_some()
 }
 
 /// Splits the pending collections of `shard` for `map`; when a pool is done, every shard is
@@ -96,14 +110,19 @@ pub fn run(shard: &mut crate::shard::Shard, map: &ClusterMap) {
                 continue;
             }
         }
-        if let Some(st) = shard.pgs.get_mut(&pg) {
-            st.last_version = crate::peering::member::last_version(&osd.store, pg);
-        }
         if osd.splits.done(pg) {
             tracing::info!(pool = pg.pool, "PG split done on this OSD");
             osd.queue_all(|| crate::shard::ShardMsg::MapChanged);
         }
     }
+}
+
+/// What moves from a parent to one child.
+#[derive(Default)]
+struct Child {
+    objects: BTreeSet<Vec<u8>>,
+    entries: Vec<pglog::LogEntry>,
+    marks: Vec<Vec<u8>>,
 }
 
 /// Moves the objects of `pg`'s collection that hash to another PG under `map` into that
@@ -118,7 +137,7 @@ pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, String>
         return Ok(0);
     }
     let child_of = |o: &[u8]| cairn_placement::object_pg(o, pool.pg_count);
-    let mut moves: BTreeMap<u32, BTreeSet<Vec<u8>>> = BTreeMap::new();
+    let mut children: BTreeMap<u32, Child> = BTreeMap::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
         let names = store
@@ -130,45 +149,41 @@ pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, String>
         for n in names {
             let c = child_of(&n);
             if c != pg.pg {
-                moves.entry(c).or_default().insert(n);
+                children.entry(c).or_default().objects.insert(n);
             }
         }
         after = Some(last);
     }
-    let marked = crate::peering::member::missing(store, pg)?;
-    for o in marked {
+    for o in crate::peering::member::missing(store, pg)? {
         let c = child_of(&o);
         if c != pg.pg {
-            moves.entry(c).or_default();
+            children.entry(c).or_default().marks.push(o);
         }
     }
-    let entries = pglog::read_after(store, coll, 0, usize::MAX).map_err(|e| e.to_string())?;
+    for e in pglog::read_after(store, coll, 0, usize::MAX).map_err(|e| e.to_string())? {
+        let c = child_of(&e.object);
+        if c != pg.pg {
+            children.entry(c).or_default().entries.push(e);
+        }
+    }
     let mut moved = 0;
-    for (c, objects) in moves {
-        let child = PgId {
+    for (c, child) in children {
+        let cc = coll_of(PgId {
             pool: pg.pool,
             pg: c,
-        };
-        start_child(store, pg, child, pool.pg_count, &entries)?;
-        for o in &objects {
-            move_object(store, coll, coll_of(child), o)?;
+        });
+        start_child(store, coll, cc, &child)?;
+        for o in &child.objects {
+            move_object(store, coll, cc, o)?;
             moved += 1;
         }
     }
     Ok(moved)
 }
 
-/// Gives `child` (created if absent, with `parent`'s version and activation epoch) the
-/// parent's log entries and missing marks of its objects, removed from the parent.
-fn start_child(
-    store: &Store,
-    parent: PgId,
-    child: PgId,
-    pg_count: u32,
-    entries: &[pglog::LogEntry],
-) -> Result<(), String> {
-    let (pc, cc) = (coll_of(parent), coll_of(child));
-    let belongs = |o: &[u8]| cairn_placement::object_pg(o, pg_count) == child.pg;
+/// Gives the child collection `cc` (created if absent, with the parent's version and
+/// activation epoch) its log entries and missing marks, removed from the parent `pc`.
+fn start_child(store: &Store, pc: u64, cc: u64, child: &Child) -> Result<(), String> {
     let mut t = Transaction::new();
     if !store.collection_exists(cc) {
         t.create_collection(cc);
@@ -179,15 +194,14 @@ fn start_child(
         }
     }
     // Entries are keyed by version: moving one again (a split run again) changes nothing.
-    for e in entries.iter().filter(|e| belongs(&e.object)) {
+    for e in &child.entries {
         pglog::append(&mut t, cc, e);
         t.kv_rm(pc, &pglog::key(e.version));
     }
-    for o in crate::peering::member::missing(store, parent)? {
-        if belongs(&o) {
-            t.kv_rm(pc, &crate::peering::member::missing_key(&o));
-            t.kv_set(cc, &crate::peering::member::missing_key(&o), &[]);
-        }
+    for o in &child.marks {
+        let key = crate::peering::member::missing_key(o);
+        t.kv_rm(pc, &key);
+        t.kv_set(cc, &key, &[]);
     }
     if t.is_empty() {
         return Ok(());

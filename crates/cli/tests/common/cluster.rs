@@ -396,6 +396,28 @@ impl Cluster {
         self.status_with(&[])
     }
 
+    /// Polls `cairn status --json` until `f` holds, `within` at most; returns that status.
+    pub fn wait_status(
+        &self,
+        what: &str,
+        within: Duration,
+        f: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let s = self.status();
+            if f(&s) {
+                return s;
+            }
+            assert!(
+                start.elapsed() < within,
+                "status never showed {what} within {within:?}: {s:#}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// `cairn status --json ARGS` parsed.
     pub fn status_with(&self, args: &[&str]) -> serde_json::Value {
         let mut all = vec!["status", "--json"];

@@ -148,7 +148,11 @@ pub fn not_splitting(osd: &crate::context::Osd, pg: PgId) -> Result<(), Refusal>
 
 /// Whether the object a recovery push names hashes to `pg` in `map` (after a split it may
 /// not: the push comes from a primary with an older map, and must not enter the parent).
-fn pushed_object_belongs(map: &cairn_map::ClusterMap, pg: PgId, kind: &PushKind) -> bool {
+pub(crate) fn pushed_object_belongs(
+    map: &cairn_map::ClusterMap,
+    pg: PgId,
+    kind: &PushKind,
+) -> bool {
     let object = match kind {
         PushKind::Recover { object, .. } | PushKind::RecoverRemove { object, .. } => object,
         _ => return true,

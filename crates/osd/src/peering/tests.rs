@@ -317,3 +317,36 @@ fn another_member_sources_the_authoritys_missing_objects_when_the_primary_cannot
     let h = [(&full, &auth[..]), (&pi, &shared[..]), (&oi, &shared[..])];
     assert_eq!(source_of_missing(&h, 0, 1), None);
 }
+
+#[test]
+fn a_recovery_push_of_an_object_split_off_the_pg_is_refused() {
+    use super::member::pushed_object_belongs;
+    use cairn_map::{ClusterMap, Durability, MapChange, PgId};
+    use cairn_proto::msg::peering::PushKind;
+    let mut map = ClusterMap::new([1; 16]);
+    map.apply(&MapChange::PoolCreate {
+        name: "p".into(),
+        size: 1,
+        min_size: 1,
+        pg_count: 8,
+        durability: Durability::Wal,
+    })
+    .expect("pool");
+    let pg = map.object_pg(1, b"obj").expect("pg");
+    let other = PgId {
+        pool: 1,
+        pg: (pg.pg + 1) % 8,
+    };
+    let remove = |o: &[u8]| PushKind::RecoverRemove {
+        object: o.to_vec(),
+        since: None,
+    };
+    assert!(pushed_object_belongs(&map, pg, &remove(b"obj")));
+    assert!(!pushed_object_belongs(&map, other, &remove(b"obj")));
+    // Pushes that name no object (a log, an activation) are not about placement.
+    assert!(pushed_object_belongs(
+        &map,
+        other,
+        &PushKind::Activate { epoch: 1 }
+    ));
+}
