@@ -73,6 +73,36 @@ impl DaemonAuth {
     }
 }
 
+/// An OSD's caps on each connection's requests in flight (`cairn_transport::RequestLimits`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct RequestArgs {
+    /// Requests in flight on one connection (read, not yet answered) before the OSD stops
+    /// reading it until some are answered: one peer cannot fill the OSD's memory with work
+    /// that waits (e.g. writes held up by a slow replica).
+    #[arg(long, value_name = "N", default_value_t = cairn_transport::RequestLimits::default().max_requests)]
+    pub max_requests_per_connection: usize,
+    /// Bytes those requests carry plus the bytes they ask to read, with the same effect
+    /// (one request is always let in, however large).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size,
+          default_value = "64M")]
+    pub max_bytes_per_connection: u64,
+}
+
+impl RequestArgs {
+    /// The limits, checked.
+    pub fn limits(&self) -> Result<cairn_transport::RequestLimits> {
+        if self.max_requests_per_connection == 0 || self.max_bytes_per_connection == 0 {
+            bail!(
+                "--max-requests-per-connection and --max-bytes-per-connection must be at least 1"
+            );
+        }
+        Ok(cairn_transport::RequestLimits {
+            max_requests: self.max_requests_per_connection,
+            max_bytes: usize::try_from(self.max_bytes_per_connection).unwrap_or(usize::MAX),
+        })
+    }
+}
+
 /// A daemon's connection limits (`cairn_transport::ConnLimits`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnArgs {

@@ -75,7 +75,7 @@ pub struct UpArgs {
     #[arg(long, value_name = "MS")]
     pub recovery_sleep_ms: Option<u64>,
     /// The OSDs' `--direct-write-min`: whole-block writes of at least this size go straight
-    /// to the data device [default: 0, off]. Fixed when the cluster is created.
+    /// to the data device, 0 = off [default: 128K]. Fixed when the cluster is created.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     pub direct_write_min: Option<u64>,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
@@ -271,7 +271,9 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         history_keep: Some(a.history_keep.unwrap_or(cairn_mon::DEFAULT_HISTORY_KEEP)),
         scrub_interval: Some(a.scrub_interval.unwrap_or(7 * 24 * 3600)),
         recovery_sleep_ms: a.recovery_sleep_ms.unwrap_or(0),
-        direct_write_min: a.direct_write_min.unwrap_or(0),
+        direct_write_min: a
+            .direct_write_min
+            .unwrap_or(cairn_osd::DEFAULT_DIRECT_WRITE_MIN),
         no_auth: a.auth == Some(crate::daemon_auth::AuthMode::None),
         frames: a.frames.map(|f| f.to_string()),
         bind: a.bind.map(|ip| ip.to_string()),
@@ -833,10 +835,9 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
         if let Some(h) = &s.host {
             args.extend(["--host".into(), h.clone()]);
         }
-        if s.direct_write_min > 0 {
-            args.push("--direct-write-min".into());
-            args.push(s.direct_write_min.to_string());
-        }
+        // Always given: a cluster made when the default was another keeps its setting.
+        args.push("--direct-write-min".into());
+        args.push(s.direct_write_min.to_string());
         if s.recovery_sleep_ms > 0 {
             args.push("--recovery-sleep-ms".into());
             args.push(s.recovery_sleep_ms.to_string());

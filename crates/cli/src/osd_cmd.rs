@@ -93,6 +93,8 @@ pub struct RunArgs {
     pub auth: crate::daemon_auth::DaemonAuth,
     #[command(flatten)]
     pub conns: crate::daemon_auth::ConnArgs,
+    #[command(flatten)]
+    pub requests: crate::daemon_auth::RequestArgs,
     /// Monitor address (repeat for several); default: from -c / CAIRN_CONF.
     #[arg(long = "mon")]
     pub mons: Vec<String>,
@@ -131,12 +133,13 @@ pub struct RunArgs {
     /// their share (`cairn dev up` does: half the memory split between its OSDs).
     #[arg(long, value_parser = parse_memory_target, allow_hyphen_values = true)]
     pub memory_target: Option<u64>,
-    /// Write whole-block writes of at least this size (e.g. 1M) straight to the data device,
-    /// with only their metadata through the WAL: every byte written once, WAL traffic cut to
-    /// the metadata. 0 = off (the default): every write goes through the WAL and the
-    /// flusher. Worth it where the data device writes and flushes large blocks about as fast
-    /// as the WAL takes them; see docs/operator/store.md for what was measured.
-    #[arg(long, value_parser = parse_direct_write_min, default_value = "0")]
+    /// Write whole-block writes of at least this size straight to the data device, with
+    /// only their metadata through the WAL: every byte written once, WAL traffic cut to the
+    /// metadata. Smaller writes go through the WAL and the flusher (on NVM a WAL write costs
+    /// far less than a data-device flush). 0 = off: every write goes through the WAL. The
+    /// default (128K) is what measured best through a whole cluster; see
+    /// docs/operator/store.md.
+    #[arg(long, value_parser = parse_direct_write_min, default_value = "128K")]
     pub direct_write_min: u64,
     /// Pools with durability `memory`: their writes are acknowledged once written to every
     /// member's WAL device (safe from any process crash) and flushed within this many
@@ -262,6 +265,7 @@ fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.key = key;
     cfg.frames = a.auth.frames;
     cfg.conn_limits = a.conns.limits()?;
+    cfg.request_limits = a.requests.limits()?;
     a.devices.apply(&mut cfg);
     cfg.listen = a.listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
     if let Some(h) = a.host {

@@ -175,3 +175,104 @@ fn an_osd_stays_bounded_under_idle_connections_unread_replies_and_scrub_floods()
     });
     println!("{{{}}}", report.join(", "));
 }
+
+/// Writes held up by a hung replica pile up on their primary: one connection may have at most
+/// `--max-requests-per-connection` of them (and their bytes) in flight; past that the OSD
+/// reads nothing more from it, while other clients are served. The writes complete once the
+/// replica answers again.
+#[test]
+fn a_connection_cannot_pile_up_requests_behind_a_hung_replica() {
+    let c = Cluster::up("limits-inflight", 1, 3);
+    c.pool_create("p", 2, 1, 16);
+    let rt = runtime();
+    let client = rt
+        .block_on(cairn_client::Client::connect(c.client_config()))
+        .expect("client");
+    let pool = client.pool_id("p").expect("pool");
+    let map = client.map();
+    let pg = map.object_pg(pool, b"piled").expect("pg");
+    let acting = map.pg_placement(pg).acting;
+    let (primary, replica) = (acting[0], acting[1]);
+    // An object whose PG the hung OSD has no part in, for the client that must be served.
+    let free = (0..1000)
+        .map(|i| format!("still-served-{i}"))
+        .find(|n| {
+            let pg = map.object_pg(pool, n.as_bytes()).expect("pg");
+            !map.pg_placement(pg).acting.contains(&replica)
+        })
+        .expect("an object the hung OSD does not hold");
+    let addr = map.osds[&primary].addr.clone();
+    let ticket = c.ticket_as(Entity::admin(), Caps::admin());
+    let pid = c.pid(&format!("osd.{primary}"));
+    let limits = cairn_transport::RequestLimits::default();
+    rt.block_on(async {
+        let mut flooder = connect_from("127.0.0.6", &addr).await.expect("connect");
+        initiate(&mut flooder, node_kind::CLIENT, &ticket)
+            .await
+            .expect("handshake");
+        // The PG is active (peered) before its replica hangs: the writes then wait on the
+        // replica, in the primary's table of writes in flight.
+        client
+            .write_full(pool, b"piled", b"first")
+            .await
+            .expect("first write");
+        let base = rss_mib(pid);
+        c.signal(&format!("osd.{replica}"), libc::SIGSTOP);
+        let data = vec![5u8; 64 << 10];
+        let flood = tokio::spawn(async move {
+            for i in 0..3000u64 {
+                let w = OpRequest {
+                    epoch: map.epoch,
+                    pool,
+                    pg: pg.pg,
+                    object: b"piled".to_vec(),
+                    kind: OpKind::Write {
+                        offset: (i % 64) * (64 << 10),
+                    },
+                };
+                let body = cairn_proto::msg::encode(&w);
+                if write_frame(&mut flooder, OP, i, &body, &data)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            flooder
+        });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let stats = cairn_client::osd_stats(&addr, client.auth(), Duration::from_secs(2))
+            .await
+            .expect("stats");
+        let grown = rss_mib(pid).saturating_sub(base);
+        println!(
+            "{{\"inflight\": {}, \"cap\": {}, \"rss_growth_mib\": {grown}}}",
+            stats.inflight, limits.max_requests
+        );
+        assert!(
+            stats.inflight as usize <= limits.max_requests,
+            "{} writes in flight on the primary, over the per-connection cap of {}",
+            stats.inflight,
+            limits.max_requests
+        );
+        assert!(!flood.is_finished(), "all 3,000 writes were read");
+        // The payloads (at most the 64 MiB byte cap) and their copies queued for the hung
+        // replica; 3,000 such writes would be 375 MiB.
+        assert!(grown < 220, "held-up writes grew the OSD by {grown} MiB");
+        let io = async {
+            client.write_full(pool, free.as_bytes(), b"yes").await?;
+            client.read(pool, free.as_bytes(), 0, 3).await
+        };
+        let got = tokio::time::timeout(Duration::from_secs(5), io)
+            .await
+            .expect("another client served within 5 s")
+            .expect("another client's write and read");
+        assert_eq!(got, b"yes");
+        c.signal(&format!("osd.{replica}"), libc::SIGCONT);
+        // The flood gets read to its end once the replica answers (or is replaced).
+        tokio::time::timeout(Duration::from_secs(60), flood)
+            .await
+            .expect("the rest of the flood read within 60 s")
+            .expect("flood task");
+    });
+}

@@ -43,6 +43,8 @@ pub struct Osd {
     pub mon: cairn_monclient::MonClient,
     /// Memory this OSD aims to use (`OsdConfig::memory_target`), reported in its stats.
     pub memory_target: u64,
+    /// Per-connection caps on requests in flight (`OsdConfig::request_limits`).
+    pub request_limits: cairn_transport::RequestLimits,
     /// The syncer thread (`syncer.rs`), for syncs that would wait for a data device.
     pub syncer: crate::syncer::SyncTx,
     /// Collections still to split after a pool's PG count grew (`split.rs`).

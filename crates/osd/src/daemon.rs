@@ -187,6 +187,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         scrub: crate::scrub::ScrubStats::default(),
         mon: mon.clone(),
         memory_target: cfg.memory_target,
+        request_limits: cfg.request_limits,
         syncer: sync_tx,
         splits: crate::split::Splits::default(),
     });

@@ -7,7 +7,7 @@ use crate::shard::ShardMsg;
 use cairn_auth::Perms;
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{
-    OpBatch, OpReply, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OP_REPLY, OSD_PING,
+    OpBatch, OpKind, OpReply, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OP_REPLY, OSD_PING,
     OSD_PONG, OSD_STATS, OSD_STATS_REPLY, OSD_SYNC, REP,
 };
 use cairn_proto::msg::peering::{
@@ -19,7 +19,7 @@ use cairn_proto::msg::{ErrorCode, ErrorReply};
 use cairn_proto::Limits;
 use cairn_store::SharedBytes;
 use cairn_transport::{
-    accept, begin_batch, end_batch, node_kind, ConnReader, FrameSender, ReadError,
+    accept, begin_batch, end_batch, node_kind, ConnLoad, ConnReader, FrameSender, ReadError,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -97,7 +97,16 @@ async fn connection(
     // Buffered: one receive call brings in every request that has arrived (the buffer is
     // released while the peer is quiet).
     let mut r = ConnReader::new(r, osd.admission.limits().idle).guarded(opener);
+    // Every request handed on holds a reply handle counted here until it is answered.
+    let load = ConnLoad::new(osd.request_limits);
     loop {
+        if load.over() {
+            // Too much of this connection's work is waiting (on replicas, on peering, ...):
+            // read nothing more until some is done (what was held back goes out first).
+            end_batch();
+            osd.sync_shard(shard);
+            load.wait_room().await;
+        }
         if sender.queued_bytes() > MAX_QUEUED_REPLIES {
             // A peer that sends requests and does not read the replies is not read either
             // (the held-back batch goes out first, or it could never drain).
@@ -198,7 +207,7 @@ async fn connection(
                 // Run here, on this connection's shard (its queue is not grown by a client
                 // that sends many); answered by the sync below, with the writes before it.
                 let msg = ShardMsg::Sync {
-                    reply: sender.clone(),
+                    reply: sender.for_request(&load, 0),
                     req_id: frame.request_id,
                 };
                 osd.handle_on_shard(shard, msg);
@@ -217,7 +226,8 @@ async fn connection(
             }
             OP_BATCH => {
                 let (control, data) = (&frame.control, frame.data);
-                if let Err(why) = dispatch_batch(&osd, &sender, control, data, shard, &mut access) {
+                let to = (&sender, &load);
+                if let Err(why) = dispatch_batch(&osd, to, control, data, shard, &mut access) {
                     refuse(&sender, frame.request_id, ErrorCode::Malformed, &why);
                     break;
                 }
@@ -298,7 +308,7 @@ async fn connection(
                         (
                             pg,
                             ShardMsg::Peer {
-                                reply: sender.clone(),
+                                reply: sender.for_request(&load, frame.data.len()),
                                 req_id: frame.request_id,
                                 msg_type: t,
                                 control: frame.control,
@@ -328,7 +338,7 @@ async fn connection(
                     (
                         pg,
                         ShardMsg::Op {
-                            reply: sender.clone(),
+                            reply: sender.for_request(&load, op_bytes(&req.kind, frame.data.len())),
                             req_id: frame.request_id,
                             req,
                             data: SharedBytes::new(frame.data),
@@ -360,7 +370,7 @@ async fn connection(
                     (
                         pg,
                         ShardMsg::Rep {
-                            reply: sender.clone(),
+                            reply: sender.for_request(&load, frame.data.len()),
                             req_id: frame.request_id,
                             op,
                             data: SharedBytes::new(frame.data),
@@ -404,7 +414,7 @@ async fn connection(
 /// send batch, so their replies and forwarded writes go out together).
 fn dispatch_batch(
     osd: &Arc<Osd>,
-    sender: &FrameSender,
+    (sender, load): (&FrameSender, &Arc<ConnLoad>),
     control: &[u8],
     data: Vec<u8>,
     shard: usize,
@@ -429,7 +439,7 @@ fn dispatch_batch(
             pg: op.req.pg,
         };
         let msg = ShardMsg::Op {
-            reply: sender.clone(),
+            reply: sender.for_request(load, op_bytes(&op.req.kind, op.data_len as usize)),
             req_id: op.request_id,
             req: op.req,
             // In range: `check` made the lengths add up to the buffer's.
@@ -439,6 +449,18 @@ fn dispatch_batch(
         at = end;
     }
     Ok(())
+}
+
+/// What an op holds while in flight: the bytes it carries, or the bytes it asks to read (at
+/// most what one frame can answer with).
+fn op_bytes(kind: &OpKind, data_len: usize) -> usize {
+    match kind {
+        OpKind::Read { len, .. } => {
+            let most = Limits::default().max_data as u64;
+            data_len.saturating_add((*len).min(most) as usize)
+        }
+        _ => data_len,
+    }
 }
 
 /// A request served off the shards.

@@ -10,6 +10,7 @@
 //!   backpressure, on connections that may still be opening ([`FrameSender`]).
 //! - [`tickets`]: the OSD's verifier of tickets ([`TicketVerifier`]).
 //! - [`limits`]: connection caps and idle limits for servers ([`Admission`], [`ConnReader`]).
+//! - [`load`]: caps on the requests (and bytes) in flight per connection ([`ConnLoad`]).
 //! - [`frames`]: reading frames (the reader that runs is checked against the fuzzed
 //!   `cairn_proto::Decoder`).
 //!
@@ -19,6 +20,7 @@ pub mod dial;
 pub mod frames;
 pub mod handshake;
 pub mod limits;
+pub mod load;
 pub mod net;
 pub mod sender;
 pub mod session;
@@ -37,6 +39,7 @@ pub use handshake::{
     NoAuth, NoCredentials, Peer, Verifier, HANDSHAKE_TIMEOUT,
 };
 pub use limits::{Admission, Admitted, ConnLimits, ConnReader};
+pub use load::{ConnLoad, RequestLimits, RequestTicket, REQUEST_OVERHEAD};
 pub use sender::{begin_batch, end_batch, FrameSender, SendClosed};
 pub use session::{CallError, Reply, Session};
 pub use tickets::TicketVerifier;

@@ -2,6 +2,7 @@
 //! still being opened.
 
 use crate::frames::{frame_header, seal_encoded};
+use crate::load::{ConnLoad, RequestTicket};
 use cairn_auth::{Sealer, FRAME_TAGS_LEN};
 use cairn_proto::HEADER_LEN;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -19,6 +20,9 @@ use tokio::sync::Notify;
 #[derive(Clone)]
 pub struct FrameSender {
     inner: Arc<SenderInner>,
+    /// The request this handle answers, counted against its connection's load until every
+    /// handle holding it is dropped ([`FrameSender::for_request`]).
+    _ticket: Option<Arc<RequestTicket>>,
 }
 
 struct SenderInner {
@@ -95,7 +99,20 @@ impl FrameSender {
             drained: Notify::new(),
         });
         tokio::spawn(drain_queue(Arc::downgrade(&inner), inner.wake.clone()));
-        FrameSender { inner }
+        FrameSender {
+            inner,
+            _ticket: None,
+        }
+    }
+
+    /// A handle to answer one request read from this connection, counted in `load` (with
+    /// `bytes`: what it carries and what it asks to read) until this handle and every clone
+    /// of it are dropped.
+    pub fn for_request(&self, load: &Arc<ConnLoad>, bytes: usize) -> FrameSender {
+        FrameSender {
+            inner: self.inner.clone(),
+            _ticket: Some(load.ticket(bytes)),
+        }
     }
 
     /// Gives an [`unconnected`](Self::unconnected) sender its socket; what was queued is

@@ -26,6 +26,7 @@ measurement):
   write-4k-qd32  the same, 32 in flight
   read-4k-qd1    4 KiB reads at random aligned offsets, 1 in flight
   read-4k-qd32   the same, 32 in flight
+  write-128k-qd8 128 KiB writes at random aligned offsets, 8 in flight
   write-1m-qd8   1 MiB writes of whole objects, 8 in flight (last: it leaves the OSDs
                  flushing for a while)
 Each workload is followed by its baseline: a bare request/response echo of the same payload
@@ -87,7 +88,7 @@ struct Spec {
 
 /// The 1 MiB writes run last: they leave the OSDs flushing and cleaning for a while, which
 /// would otherwise be measured as part of the next workload.
-const WORKLOADS: [Spec; 5] = [
+const WORKLOADS: [Spec; 6] = [
     Spec {
         name: "write-4k-qd1",
         write: true,
@@ -111,6 +112,12 @@ const WORKLOADS: [Spec; 5] = [
         write: false,
         block: 4096,
         qd: 32,
+    },
+    Spec {
+        name: "write-128k-qd8",
+        write: true,
+        block: 128 << 10,
+        qd: 8,
     },
     Spec {
         name: "write-1m-qd8",
