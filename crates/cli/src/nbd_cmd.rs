@@ -6,7 +6,7 @@ use cairn_gateway::nbd::VolumeExports;
 use cairn_gateway::users::NbdUsers;
 use cairn_nbd::TlsServer;
 use clap::{Args, Subcommand, ValueEnum};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +35,14 @@ key database with NBD caps: `cairn auth add client.alice --nbd 'rw volume=disk0'
 `cairn auth psk client.alice -o keys.psk` writes the key file clients use: \
 `nbdinfo 'nbds://client.alice@HOST/disk0?tls-psk-file=keys.psk'`, or QEMU's \
 `--object tls-creds-psk,id=tls0,endpoint=client,dir=DIR,username=client.alice` with \
-DIR/keys.psk. The server's own key needs `x` in its NBD caps (client.admin has it).";
+DIR/keys.psk. The server's own key needs `x` in its NBD caps (client.admin has it).\n\n\
+With --tls-cert, --tls-key and --tls-client-ca as well, clients may instead present an X.509 \
+certificate issued by that CA: the user is the certificate's subject common name (e.g. \
+CN=client.alice), held to that entity's NBD caps like a PSK user. The server proves itself \
+with --tls-cert (its names must include the address clients connect to). Clients: \
+`nbdinfo 'nbds://HOST/disk0?tls-certificates=DIR'` or QEMU's \
+`--object tls-creds-x509,id=tls0,endpoint=client,dir=DIR`, DIR holding ca-cert.pem (the CA of \
+the server's certificate), client-cert.pem and client-key.pem.";
 
 /// Whether clients must use TLS.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -67,6 +74,16 @@ pub struct ServeArgs {
     /// seconds; an unknown user also triggers a fetch (at most one a second).
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     users_refresh: u64,
+    /// The server's X.509 certificate (PEM, with its chain), to accept client certificates
+    /// besides pre-shared keys; needs --tls require, --tls-key and --tls-client-ca.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_client_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA certificates (PEM) that client certificates must be issued by.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// Volume served to clients that ask for the empty export name.
     #[arg(long)]
     default_export: Option<String>,
@@ -89,6 +106,9 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
             .await
             .with_context(|| format!("cannot resolve --listen {}", a.listen))?
             .any(|l| !l.ip().is_loopback());
+        if a.tls_cert.is_some() && a.tls == TlsMode::Off {
+            bail!("--tls-cert needs --tls require (certificates authenticate TLS clients)");
+        }
         if exposed && a.tls == TlsMode::Off && !a.insecure {
             bail!(
                 "refusing to serve {} without TLS: every host that reaches it could read and \
@@ -113,6 +133,7 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
             .local_addr()
             .map_or(a.listen.clone(), |l| l.to_string());
         let holder = format!("cairn nbd serve on {}, nbd://{addr}", hostname());
+        let certs = cert_files(&a);
         let mut exports = VolumeExports::new(client.clone(), &a.pool, a.default_export, &holder);
         let mut tls = None;
         let mut refresher = None;
@@ -120,7 +141,11 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
             let me = crate::conf::own_key().context("--tls require needs this process's key")?;
             let every = Duration::from_secs(a.users_refresh.max(1));
             refresher = Some(users.keep_fresh(client.mon().clone(), me, every));
-            tls = Some(Arc::new(TlsServer::psk(users.clone())?));
+            let server = match certs {
+                Some(files) => TlsServer::with_certificates(users.clone(), &files)?,
+                None => TlsServer::psk(users.clone())?,
+            };
+            tls = Some(Arc::new(server));
             exports = exports.with_users(users);
         }
         let exports = Arc::new(exports);
@@ -134,6 +159,15 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
         exports.close_all().await;
         eprintln!("stopped serving pool {}", a.pool);
         Ok(())
+    })
+}
+
+/// The X.509 files, when given (clap makes them all or none).
+fn cert_files(a: &ServeArgs) -> Option<cairn_nbd::CertFiles> {
+    Some(cairn_nbd::CertFiles {
+        cert_chain: a.tls_cert.clone()?,
+        key: a.tls_key.clone()?,
+        client_ca: a.tls_client_ca.clone()?,
     })
 }
 

@@ -1129,6 +1129,192 @@ fn nbd_over_tls_psk_serves_each_user_what_its_caps_grant() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs openssl(1) in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = std::process::Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl (apt-get install openssl)");
+    assert!(o.status.success(), "openssl {args:?}: {}", text(&o.stderr));
+}
+
+/// A certificate for `cn` issued by the CA in `ca` (ca-cert.pem, ca-key.pem), written as
+/// DIR/cert.pem and DIR/key.pem, with extra `-addext` extensions.
+fn issue(ca: &Path, dir: &Path, cn: &str, exts: &[&str], (cert, key): (&str, &str)) {
+    std::fs::create_dir_all(dir).expect("cert dir");
+    let (ca_cert, ca_key) = (p(&ca.join("ca-cert.pem")), p(&ca.join("ca-key.pem")));
+    let subject = format!("/CN={cn}");
+    let mut args = vec![
+        "req",
+        "-x509",
+        "-CA",
+        &ca_cert,
+        "-CAkey",
+        &ca_key,
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        key,
+        "-out",
+        cert,
+        "-subj",
+        &subject,
+        "-days",
+        "1",
+        "-addext",
+        "basicConstraints=critical,CA:FALSE",
+    ];
+    for e in exts {
+        args.extend(["-addext", e]);
+    }
+    openssl(dir, &args);
+}
+
+/// DIR/ENTITY with what libnbd and QEMU read: ca-cert.pem and the entity's certificate.
+fn x509_client(ca: &Path, dir: &Path, entity: &str) -> PathBuf {
+    let sub = dir.join(entity);
+    std::fs::create_dir_all(&sub).expect("client dir");
+    std::fs::copy(ca.join("ca-cert.pem"), sub.join("ca-cert.pem")).expect("copy CA");
+    let usage = ["extendedKeyUsage=clientAuth"];
+    issue(
+        ca,
+        &sub,
+        entity,
+        &usage,
+        ("client-cert.pem", "client-key.pem"),
+    );
+    sub
+}
+
+#[test]
+fn nbd_over_tls_x509_holds_each_certificate_to_its_entitys_caps() {
+    let c = Cluster::up_with_nbd("nbd-x509", 1);
+    c.ok(&["vol", "create", "disk1", "--size", "64M"]);
+    c.add_key("client.alice", ("", "", "rw volume=disk0"));
+    c.add_key("client.carol", ("r", "", ""));
+    let dir = scratch("nbd-x509");
+    let ca = dir.join("ca");
+    std::fs::create_dir_all(&ca).expect("ca dir");
+    openssl(
+        &ca,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca-cert.pem",
+            "-subj",
+            "/CN=cairn-ca",
+            "-days",
+            "1",
+        ],
+    );
+    let exts = ["subjectAltName=IP:127.0.0.1", "extendedKeyUsage=serverAuth"];
+    issue(
+        &ca,
+        &ca,
+        "127.0.0.1",
+        &exts,
+        ("server-cert.pem", "server-key.pem"),
+    );
+    let (cert, key, client_ca) = (
+        p(&ca.join("server-cert.pem")),
+        p(&ca.join("server-key.pem")),
+        p(&ca.join("ca-cert.pem")),
+    );
+    let args = [
+        "--tls",
+        "require",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &client_ca,
+    ];
+    let server = NbdServer::start_with(&c, "default", &args);
+    let uri = |dir: &Path, volume: &str| {
+        format!(
+            "nbds://{}/{volume}?tls-certificates={}",
+            server.addr,
+            p(dir)
+        )
+    };
+    let alice = x509_client(&ca, &dir, "client.alice");
+    let list = tool_ok(&c, 30, "nbdinfo", &["--list", &uri(&alice, "")]);
+    assert!(
+        list.contains("\"disk0\"") && !list.contains("disk1"),
+        "{list}"
+    );
+    let data = image(2 << 20, &[], 9);
+    let src = dir.join("src.img");
+    std::fs::write(&src, &data).expect("write src");
+    tool_ok(&c, 60, "nbdcopy", &[&p(&src), &uri(&alice, "disk0")]);
+    let back = dir.join("back.img");
+    tool_ok(&c, 60, "nbdcopy", &[&uri(&alice, "disk0"), &p(&back)]);
+    let read = std::fs::read(&back).expect("read back");
+    assert!(
+        read[..data.len()] == data[..],
+        "read other bytes than written"
+    );
+    // Refused: an entity without NBD caps, a volume not granted, an entity the monitors do
+    // not know, a plain client.
+    let carol = x509_client(&ca, &dir, "client.carol");
+    fails(30, "nbdinfo", &[&uri(&carol, "disk0")]);
+    fails(30, "nbdinfo", &[&uri(&alice, "disk1")]);
+    let ghost = x509_client(&ca, &dir, "client.ghost");
+    fails(30, "nbdinfo", &[&uri(&ghost, "disk0")]);
+    fails(30, "nbdinfo", &[&server.uri("disk0")]);
+    // Certificates without TLS required make no sense: refused before serving.
+    let conf = c.conf.display().to_string();
+    let (ok, out) = run_as(
+        &conf,
+        &[
+            "nbd",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            &client_ca,
+        ],
+    );
+    assert!(!ok && out.contains("--tls require"), "{out}");
+    // A key file that is not the certificate's key is refused with the file named.
+    let (ok, out) = run_as(
+        &conf,
+        &[
+            "nbd",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls",
+            "require",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &p(&alice.join("client-key.pem")),
+            "--tls-client-ca",
+            &client_ca,
+        ],
+    );
+    assert!(!ok && out.contains("client-key.pem"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn nbd_serve_refuses_unsafe_or_unauthorised_setups() {
     let c = Cluster::up_with_nbd("nbd-tls-setup", 1);

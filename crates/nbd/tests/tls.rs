@@ -246,3 +246,272 @@ fn qemu_img_writes_over_tls_psk() {
         "disk after qemu-img convert over TLS",
     );
 }
+
+// X.509: a CA made for the test, a server certificate for 127.0.0.1, and per-user client
+// certificates whose common name is the user, in the directory layout libnbd
+// (`tls-certificates=DIR`) and QEMU (`tls-creds-x509,dir=DIR`) read.
+
+fn openssl(dir: &TempDir, args: &[&str]) {
+    run(
+        tool("openssl", "openssl")
+            .current_dir(dir.path(""))
+            .args(args),
+        LIMIT,
+    );
+}
+
+/// A certificate for `cn` issued by the CA in `ca`, written as `cert`/`key` in `dir`.
+fn issue(ca: &TempDir, dir: &TempDir, cn: &str, extra: &[&str], (cert, key): (&str, &str)) {
+    let (ca_cert, ca_key) = (ca.path("ca-cert.pem"), ca.path("ca-key.pem"));
+    let (cert, key) = (dir.path(cert), dir.path(key));
+    let subject = format!("/CN={cn}");
+    let mut args = vec![
+        "req",
+        "-x509",
+        "-CA",
+        ca_cert.to_str().unwrap_or_default(),
+        "-CAkey",
+        ca_key.to_str().unwrap_or_default(),
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        key.to_str().unwrap_or_default(),
+        "-out",
+        cert.to_str().unwrap_or_default(),
+        "-subj",
+        &subject,
+        "-days",
+        "1",
+        "-addext",
+        "basicConstraints=critical,CA:FALSE",
+    ];
+    args.extend_from_slice(extra);
+    openssl(dir, &args);
+}
+
+/// A new CA in its own directory.
+fn new_ca(tag: &str) -> TempDir {
+    let ca = TempDir::new(tag);
+    openssl(
+        &ca,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca-cert.pem",
+            "-subj",
+            "/CN=cairn-test-ca",
+            "-days",
+            "1",
+        ],
+    );
+    ca
+}
+
+/// A client directory for `user`: the CA that issued the server's certificate, and the
+/// user's certificate from `issuer`.
+fn client_dir(server_ca: &TempDir, issuer: &TempDir, user: &str) -> TempDir {
+    let dir = TempDir::new(&format!("nbd-x509-{user}"));
+    std::fs::copy(server_ca.path("ca-cert.pem"), dir.path("ca-cert.pem")).expect("copy CA");
+    let usage = ["-addext", "extendedKeyUsage=clientAuth"];
+    issue(
+        issuer,
+        &dir,
+        user,
+        &usage,
+        ("client-cert.pem", "client-key.pem"),
+    );
+    dir
+}
+
+/// The exports of [`server`], served with PSK and X.509 both; returns the CA too.
+fn x509_server() -> (TestServer, Arc<MemExport>, TempDir) {
+    let ca = new_ca("nbd-x509-ca");
+    let usage = [
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-addext",
+        "extendedKeyUsage=serverAuth",
+    ];
+    issue(
+        &ca,
+        &ca,
+        "127.0.0.1",
+        &usage,
+        ("server-cert.pem", "server-key.pem"),
+    );
+    let mut exports = MemExports::new();
+    let disk = exports.add("disk", "", MemExport::new(MIB as u64));
+    exports.add("photos", "", MemExport::new(MIB as u64));
+    exports.grant("alice", "disk", true);
+    exports.grant("bob", "disk", false);
+    let keys = Keys(HashMap::from([("alice".to_string(), ALICE.to_vec())]));
+    let files = cairn_nbd::CertFiles {
+        cert_chain: ca.path("server-cert.pem"),
+        key: ca.path("server-key.pem"),
+        client_ca: ca.path("ca-cert.pem"),
+    };
+    let tls = TlsServer::with_certificates(Arc::new(keys), &files).expect("TLS setup");
+    (
+        TestServer::start_with(exports, Some(Arc::new(tls))),
+        disk,
+        ca,
+    )
+}
+
+fn x509_uri(s: &TestServer, export: &str, dir: &TempDir) -> String {
+    format!(
+        "nbds://127.0.0.1:{}/{export}?tls-certificates={}",
+        s.port,
+        dir.path("").display()
+    )
+}
+
+#[test]
+fn x509_clients_are_the_users_their_certificates_name() {
+    let (s, disk, ca) = x509_server();
+    let alice = client_dir(&ca, &ca, "alice");
+    let list = text(&run(
+        tool("nbdinfo", "libnbd-bin").args(["--list", &x509_uri(&s, "", &alice)]),
+        LIMIT,
+    ));
+    assert!(list.contains("export=\"disk\""), "{list}");
+    assert!(
+        !list.contains("photos"),
+        "alice may not open photos: {list}"
+    );
+    let data = image(MIB, 5);
+    let src = alice.path("src.img");
+    write_file(&src, &data);
+    run(
+        tool("nbdcopy", "libnbd-bin").args([
+            src.to_str().unwrap_or_default(),
+            &x509_uri(&s, "disk", &alice),
+        ]),
+        LIMIT,
+    );
+    assert_same(
+        &disk.contents(),
+        &data,
+        "disk after alice's copy over X.509",
+    );
+    // Bob's grant is read-only; PSK users are still served by the same server.
+    let bob = client_dir(&ca, &ca, "bob");
+    let info = text(&run(
+        tool("nbdinfo", "libnbd-bin").args(["--json", &x509_uri(&s, "disk", &bob)]),
+        LIMIT,
+    ));
+    assert!(info.contains("\"is_read_only\": true"), "{info}");
+    let psk_dir = TempDir::new("nbd-x509-psk");
+    let psk = psk_file(&psk_dir, "alice", &ALICE);
+    run(
+        tool("nbdinfo", "libnbd-bin").arg(uri(&s, "alice", "disk", &psk)),
+        LIMIT,
+    );
+}
+
+#[test]
+fn x509_clients_without_a_certificate_of_the_ca_are_refused() {
+    let (s, _, ca) = x509_server();
+    // A certificate from another CA, naming a user the server knows.
+    let rogue = new_ca("nbd-x509-rogue");
+    let mallory = client_dir(&ca, &rogue, "alice");
+    let out = run_status(
+        tool("nbdinfo", "libnbd-bin").arg(x509_uri(&s, "disk", &mallory)),
+        LIMIT,
+    );
+    assert!(
+        !out.status.success(),
+        "a certificate of another CA was accepted: {}",
+        text(&out)
+    );
+    // No client certificate at all (only the CA, to trust the server).
+    let anon = TempDir::new("nbd-x509-anon");
+    std::fs::copy(ca.path("ca-cert.pem"), anon.path("ca-cert.pem")).expect("copy CA");
+    let out = run_status(
+        tool("nbdinfo", "libnbd-bin").arg(x509_uri(&s, "disk", &anon)),
+        LIMIT,
+    );
+    assert!(
+        !out.status.success(),
+        "a client without a certificate was accepted: {}",
+        text(&out)
+    );
+    // A PSK client with a wrong key, or an identity the server has no key for (which may
+    // fall back to a certificate handshake without a certificate), is no one.
+    let psk_dir = TempDir::new("nbd-x509-badpsk");
+    let wrong = psk_file(&psk_dir, "alice", &BOB);
+    let out = run_status(
+        tool("nbdinfo", "libnbd-bin").arg(uri(&s, "alice", "disk", &wrong)),
+        LIMIT,
+    );
+    assert!(
+        !out.status.success(),
+        "a wrong PSK was accepted: {}",
+        text(&out)
+    );
+    let eve_dir = TempDir::new("nbd-x509-evepsk");
+    let unknown = psk_file(&eve_dir, "bob", &BOB);
+    let out = run_status(
+        tool("nbdinfo", "libnbd-bin").arg(uri(&s, "bob", "disk", &unknown)),
+        LIMIT,
+    );
+    assert!(
+        !out.status.success(),
+        "a PSK identity without a key was accepted: {}",
+        text(&out)
+    );
+    // A good certificate naming a user with no grants sees and opens nothing.
+    let eve = client_dir(&ca, &ca, "eve");
+    let out = run_status(
+        tool("nbdinfo", "libnbd-bin").arg(x509_uri(&s, "disk", &eve)),
+        LIMIT,
+    );
+    assert!(!out.status.success(), "eve opened disk: {}", text(&out));
+}
+
+#[test]
+fn qemu_img_writes_over_tls_x509() {
+    let (s, disk, ca) = x509_server();
+    let alice = client_dir(&ca, &ca, "alice");
+    let data = image(MIB, 13);
+    let src = alice.path("src.raw");
+    write_file(&src, &data);
+    let creds = format!(
+        "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+        alice.path("").display()
+    );
+    let target = format!(
+        "driver=nbd,host=127.0.0.1,port={},export=disk,tls-creds=tls0",
+        s.port
+    );
+    run(
+        tool("qemu-img", "qemu-utils").args([
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "--object",
+            &creds,
+            "--target-image-opts",
+            src.to_str().unwrap_or_default(),
+            &target,
+        ]),
+        LIMIT,
+    );
+    assert_same(
+        &disk.contents(),
+        &data,
+        "disk after qemu-img convert over X.509",
+    );
+}
