@@ -276,3 +276,32 @@ fn a_connection_cannot_pile_up_requests_behind_a_hung_replica() {
             .expect("flood task");
     });
 }
+
+/// A request stops counting against its connection when it is answered, whatever the OSD
+/// keeps of it afterwards (the last write of each object stays known to its PG): more
+/// distinct objects than the per-connection cap are written one after another without a
+/// stall, all to one PG: one connection to its primary, and one from the primary to each
+/// replica, carry every write.
+#[test]
+fn answered_requests_stop_counting_against_their_connection() {
+    let c = Cluster::up("limits-answered", 1, 3);
+    c.pool_create("p", 3, 2, 1);
+    let rt = runtime();
+    let client = rt
+        .block_on(cairn_client::Client::connect(c.client_config()))
+        .expect("client");
+    let pool = client.pool_id("p").expect("pool");
+    let writes = cairn_transport::RequestLimits::default().max_requests * 3 / 2;
+    rt.block_on(async {
+        for i in 0..writes {
+            let name = format!("obj-{i}").into_bytes();
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                client.write_full(pool, &name, b"x"),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("write {i} of {writes} not answered within 10 s"))
+            .unwrap_or_else(|e| panic!("write {i}: {e}"));
+        }
+    });
+}

@@ -21,7 +21,6 @@ pub struct InflightWrite {
     pub tid: u64,
     pub pg: PgId,
     pub version: u64,
-    client: FrameSender,
     client_req: u64,
     state: Mutex<WriteState>,
 }
@@ -30,6 +29,10 @@ struct WriteState {
     waiting: Vec<u32>,
     done: bool,
     readers_waiting: bool,
+    /// Where the answer goes; taken when it is sent. A done write stays referenced (the PG
+    /// keeps the last write of each object) and must not keep its request counted against
+    /// the client's connection (`cairn_transport::load`).
+    client: Option<FrameSender>,
 }
 
 impl InflightWrite {
@@ -119,12 +122,12 @@ impl Inflight {
             tid,
             pg,
             version,
-            client,
             client_req,
             state: Mutex::new(WriteState {
                 waiting: members,
                 done: false,
                 readers_waiting: false,
+                client: Some(client),
             }),
         });
         self.slot(tid).insert(tid, w.clone());
@@ -200,11 +203,14 @@ impl Inflight {
     fn finish(&self, w: &InflightWrite, mut st: MutexGuard<'_, WriteState>, reply: &OpReply) {
         st.done = true;
         let wake_readers = st.readers_waiting;
+        let client = st.client.take();
         drop(st);
         self.slot(w.tid).remove(&w.tid);
         let control = cairn_proto::msg::encode(reply);
         // A client that went away does not need its answer.
-        let _ = w.client.send(OP_REPLY, w.client_req, &control, &[]);
+        if let Some(client) = client {
+            let _ = client.send(OP_REPLY, w.client_req, &control, &[]);
+        }
         if wake_readers {
             if let Some(hook) = self.done_hook.get() {
                 hook(w.pg);
