@@ -136,10 +136,10 @@ pub struct RunArgs {
     /// Write whole-block writes of at least this size straight to the data device, with
     /// only their metadata through the WAL: every byte written once, WAL traffic cut to the
     /// metadata. Smaller writes go through the WAL and the flusher (on NVM a WAL write costs
-    /// far less than a data-device flush). 0 = off: every write goes through the WAL. The
-    /// default (128K) is what measured best through a whole cluster; see
-    /// docs/operator/store.md.
-    #[arg(long, value_parser = parse_direct_write_min, default_value = "128K")]
+    /// far less than a data-device flush). 0 = off (the default): every write goes through
+    /// the WAL. 128K measured best for large writes through a whole cluster, at a cost to
+    /// later small random I/O of that data; see docs/operator/store.md.
+    #[arg(long, value_parser = parse_direct_write_min, default_value = "0")]
     pub direct_write_min: u64,
     /// Pools with durability `memory`: their writes are acknowledged once written to every
     /// member's WAL device (safe from any process crash) and flushed within this many
