@@ -210,6 +210,29 @@ fn wrong_or_unknown_keys_are_refused() {
     );
 }
 
+/// Writes `src` into export `disk` of `s` with qemu-img convert, through the TLS credentials
+/// object `creds` (whose id is `tls0`).
+fn qemu_img_convert(s: &TestServer, creds: &str, src: &std::path::Path) {
+    let target = format!(
+        "driver=nbd,host=127.0.0.1,port={},export=disk,tls-creds=tls0",
+        s.port
+    );
+    run(
+        tool("qemu-img", "qemu-utils").args([
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "--object",
+            creds,
+            "--target-image-opts",
+            src.to_str().unwrap_or_default(),
+            &target,
+        ]),
+        LIMIT,
+    );
+}
+
 #[test]
 fn qemu_img_writes_over_tls_psk() {
     let (s, disk, _) = server();
@@ -222,24 +245,7 @@ fn qemu_img_writes_over_tls_psk() {
         "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
         dir.path("").display()
     );
-    let target = format!(
-        "driver=nbd,host=127.0.0.1,port={},export=disk,tls-creds=tls0",
-        s.port
-    );
-    run(
-        tool("qemu-img", "qemu-utils").args([
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            "--object",
-            &creds,
-            "--target-image-opts",
-            src.to_str().unwrap_or_default(),
-            &target,
-        ]),
-        LIMIT,
-    );
+    qemu_img_convert(&s, &creds, &src);
     assert_same(
         &disk.contents(),
         &data,
@@ -491,24 +497,7 @@ fn qemu_img_writes_over_tls_x509() {
         "tls-creds-x509,id=tls0,endpoint=client,dir={}",
         alice.path("").display()
     );
-    let target = format!(
-        "driver=nbd,host=127.0.0.1,port={},export=disk,tls-creds=tls0",
-        s.port
-    );
-    run(
-        tool("qemu-img", "qemu-utils").args([
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            "--object",
-            &creds,
-            "--target-image-opts",
-            src.to_str().unwrap_or_default(),
-            &target,
-        ]),
-        LIMIT,
-    );
+    qemu_img_convert(&s, &creds, &src);
     assert_same(
         &disk.contents(),
         &data,
