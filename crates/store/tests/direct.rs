@@ -245,3 +245,27 @@ fn queued_direct_writes_are_bounded_and_written_by_the_submitter() {
         );
     }
 }
+
+/// Directly written blocks enter the read cache as flushed ones do: reading them back right
+/// after the write does not go to the device.
+#[test]
+fn directly_written_blocks_are_read_from_the_cache() {
+    let devs = MemDevs::new(1, 64 << 20, Some(4 << 20));
+    let cfg = StoreConfig {
+        read_cache_bytes: 4 << 20,
+        ..cfg()
+    };
+    let s = devs.mkfs_open(cfg);
+    s.commit(Transaction::new().create_collection(1)).unwrap();
+    let data = pattern(MIB, 9);
+    write(&s, b"big", 0, &data).unwrap();
+    assert_eq!(s.stats().direct_writes, 1);
+    let before = s.stats();
+    assert_eq!(s.read(1, b"big", 0, MIB as u64).unwrap(), data);
+    let after = s.stats();
+    assert!(after.read_cache.hits > before.read_cache.hits);
+    assert_eq!(
+        after.data_io.read_bytes, before.data_io.read_bytes,
+        "a block of the write was read from the device"
+    );
+}
