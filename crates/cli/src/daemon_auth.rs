@@ -84,7 +84,7 @@ pub struct RequestArgs {
     /// Bytes those requests carry plus the bytes they ask to read, with the same effect
     /// (one request is always let in, however large).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size,
-          default_value = "64M")]
+          default_value_t = cairn_transport::RequestLimits::default().max_bytes as u64)]
     pub max_bytes_per_connection: u64,
 }
 
@@ -132,5 +132,31 @@ impl ConnArgs {
             max_per_host: self.max_connections_per_host,
             idle: std::time::Duration::from_secs(self.idle_timeout),
         })
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn zero_caps_and_short_idle_timeouts_are_refused() {
+        let requests = |n, bytes| RequestArgs {
+            max_requests_per_connection: n,
+            max_bytes_per_connection: bytes,
+        };
+        assert!(requests(0, 1 << 20).limits().is_err());
+        assert!(requests(16, 0).limits().is_err());
+        let ok = requests(16, 1 << 20).limits().expect("valid");
+        assert_eq!((ok.max_requests, ok.max_bytes), (16, 1 << 20));
+        let conns = |total, per_host, idle| ConnArgs {
+            max_connections: total,
+            max_connections_per_host: per_host,
+            idle_timeout: idle,
+        };
+        assert!(conns(0, 1, 900).limits().is_err());
+        assert!(conns(1, 0, 900).limits().is_err());
+        assert!(conns(1, 1, 1).limits().is_err());
+        assert!(conns(1, 1, 2).limits().is_ok());
     }
 }

@@ -139,7 +139,8 @@ pub struct RunArgs {
     /// far less than a data-device flush). 0 = off (the default): every write goes through
     /// the WAL. 128K measured best for large writes through a whole cluster, at a cost to
     /// later small random I/O of that data; see docs/operator/store.md.
-    #[arg(long, value_parser = parse_direct_write_min, default_value = "0")]
+    #[arg(long, value_parser = parse_direct_write_min,
+          default_value_t = cairn_osd::DEFAULT_DIRECT_WRITE_MIN)]
     pub direct_write_min: u64,
     /// Pools with durability `memory`: their writes are acknowledged once written to every
     /// member's WAL device (safe from any process crash) and flushed within this many

@@ -55,16 +55,26 @@ async fn served(client: &cairn_client::Client, pool: u32, what: &str) {
     assert_eq!(got, b"yes");
 }
 
-#[test]
-fn an_osd_stays_bounded_under_idle_connections_unread_replies_and_scrub_floods() {
-    let c = Cluster::up("limits", 1, 1);
-    c.pool_create("p", 1, 1, 8);
-    let pid = c.pid("osd.0");
+/// A cluster of `osds` OSDs with pool `p` of (size, min_size, PGs), a runtime and a client.
+fn cluster_with_pool(
+    name: &str,
+    osds: u32,
+    (size, min_size, pgs): (u8, u8, u32),
+) -> (Cluster, tokio::runtime::Runtime, cairn_client::Client, u32) {
+    let c = Cluster::up(name, 1, osds);
+    c.pool_create("p", size, min_size, pgs);
     let rt = runtime();
     let client = rt
         .block_on(cairn_client::Client::connect(c.client_config()))
         .expect("client");
     let pool = client.pool_id("p").expect("pool");
+    (c, rt, client, pool)
+}
+
+#[test]
+fn an_osd_stays_bounded_under_idle_connections_unread_replies_and_scrub_floods() {
+    let (c, rt, client, pool) = cluster_with_pool("limits", 1, (1, 1, 8));
+    let pid = c.pid("osd.0");
     let big = vec![7u8; 1 << 20];
     rt.block_on(client.write_full(pool, b"big", &big))
         .expect("write");
@@ -182,13 +192,7 @@ fn an_osd_stays_bounded_under_idle_connections_unread_replies_and_scrub_floods()
 /// replica answers again.
 #[test]
 fn a_connection_cannot_pile_up_requests_behind_a_hung_replica() {
-    let c = Cluster::up("limits-inflight", 1, 3);
-    c.pool_create("p", 2, 1, 16);
-    let rt = runtime();
-    let client = rt
-        .block_on(cairn_client::Client::connect(c.client_config()))
-        .expect("client");
-    let pool = client.pool_id("p").expect("pool");
+    let (c, rt, client, pool) = cluster_with_pool("limits-inflight", 3, (2, 1, 16));
     let map = client.map();
     let pg = map.object_pg(pool, b"piled").expect("pg");
     let acting = map.pg_placement(pg).acting;
@@ -284,13 +288,7 @@ fn a_connection_cannot_pile_up_requests_behind_a_hung_replica() {
 /// replica, carry every write.
 #[test]
 fn answered_requests_stop_counting_against_their_connection() {
-    let c = Cluster::up("limits-answered", 1, 3);
-    c.pool_create("p", 3, 2, 1);
-    let rt = runtime();
-    let client = rt
-        .block_on(cairn_client::Client::connect(c.client_config()))
-        .expect("client");
-    let pool = client.pool_id("p").expect("pool");
+    let (_c, rt, client, pool) = cluster_with_pool("limits-answered", 3, (3, 2, 1));
     let writes = cairn_transport::RequestLimits::default().max_requests * 3 / 2;
     rt.block_on(async {
         for i in 0..writes {

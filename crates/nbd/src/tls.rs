@@ -9,9 +9,8 @@
 //! TLS itself is OpenSSL's (the system library): TLS 1.3, or TLS 1.2 with forward-secret AEAD
 //! suites only; no session tickets.
 
-use std::sync::Arc;
-
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use openssl::ex_data::Index;
 use openssl::nid::Nid;
@@ -93,7 +92,7 @@ pub struct TlsServer {
 impl TlsServer {
     /// A server that authenticates users by pre-shared key.
     pub fn psk(keys: Arc<dyn PskKeys>) -> Result<TlsServer, TlsError> {
-        let (b, identity) = builder(keys, TLS12_PSK_CIPHERS.to_string())?;
+        let (b, identity) = builder(keys, TLS12_PSK_CIPHERS)?;
         Ok(TlsServer {
             ctx: b.build(),
             identity,
@@ -108,7 +107,7 @@ impl TlsServer {
         files: &CertFiles,
     ) -> Result<TlsServer, TlsError> {
         let ciphers = format!("{TLS12_PSK_CIPHERS}:{TLS12_CERT_CIPHERS}");
-        let (mut b, identity) = builder(keys, ciphers)?;
+        let (mut b, identity) = builder(keys, &ciphers)?;
         let load = |what, path: &Path, r: Result<(), openssl::error::ErrorStack>| {
             r.map_err(|e| TlsError::Files {
                 what,
@@ -205,15 +204,16 @@ impl TlsServer {
 /// An OpenSSL server context with what both kinds of authentication share.
 fn builder(
     keys: Arc<dyn PskKeys>,
-    tls12_ciphers: String,
+    tls12_ciphers: &str,
 ) -> Result<(SslContextBuilder, Index<Ssl, String>), TlsError> {
     let identity = Ssl::new_ex_index::<String>()?;
     let mut b = SslContext::builder(SslMethod::tls_server())?;
     b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
-    b.set_cipher_list(&tls12_ciphers)?;
-    // SHA-256 suites first: a TLS 1.3 PSK from the callback is bound to SHA-256, and a session
-    // that picked a SHA-384 suite would not use it (and with a certificate configured, fall
-    // back to a certificate handshake the PSK client cannot do).
+    b.set_cipher_list(tls12_ciphers)?;
+    // SHA-256 suites first, and the server's order decides (CIPHER_SERVER_PREFERENCE): a TLS
+    // 1.3 PSK from the callback is bound to SHA-256, and a session that picked a SHA-384
+    // suite would not use it (and with a certificate configured, fall back to a certificate
+    // handshake the PSK client cannot do).
     b.set_ciphersuites(
         "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384",
     )?;
@@ -291,5 +291,48 @@ fn lookup(
             );
             0
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openssl::x509::{X509Builder, X509NameBuilder, X509};
+
+    fn cert_named(cns: &[&str]) -> X509 {
+        let mut name = X509NameBuilder::new().expect("name");
+        name.append_entry_by_text("O", "cairn").expect("O");
+        for cn in cns {
+            name.append_entry_by_nid(Nid::COMMONNAME, cn).expect("CN");
+        }
+        let mut b = X509Builder::new().expect("builder");
+        b.set_subject_name(&name.build()).expect("subject");
+        b.build()
+    }
+
+    #[test]
+    fn a_certificate_names_its_user_by_one_common_name() {
+        assert_eq!(
+            common_name(&cert_named(&["client.alice"])),
+            Ok("client.alice".into())
+        );
+        let refused = [
+            (vec![], "no single common name"),
+            (
+                vec!["client.alice", "client.admin"],
+                "no single common name",
+            ),
+            (vec!["client.admin\0.evil"], "NUL"),
+        ];
+        for (cns, why) in refused {
+            let err = common_name(&cert_named(&cns)).expect_err("refused");
+            assert!(err.contains(why), "{cns:?}: {err}");
+        }
+        // OpenSSL itself refuses a common name over 64 bytes (ub-common-name), below the
+        // identity limit, so that check cannot be reached with a certificate built here.
+        assert!(X509NameBuilder::new()
+            .expect("name")
+            .append_entry_by_nid(Nid::COMMONNAME, &"x".repeat(MAX_IDENTITY_LEN + 1))
+            .is_err());
     }
 }

@@ -73,6 +73,12 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// Runs nbdinfo on `uri` and checks that it fails; `what` says what was accepted otherwise.
+fn refused(uri: &str, what: &str) {
+    let out = run_status(tool("nbdinfo", "libnbd-bin").arg(uri), LIMIT);
+    assert!(!out.status.success(), "{what}: {}", text(&out));
+}
+
 #[test]
 fn plain_clients_are_refused_when_tls_is_required() {
     let (s, _, _) = server();
@@ -188,25 +194,15 @@ fn wrong_or_unknown_keys_are_refused() {
     let (s, _, _) = server();
     let dir = TempDir::new("nbd-tls-bad");
     let wrong = psk_file(&dir, "alice", &BOB);
-    let out = run_status(
-        tool("nbdinfo", "libnbd-bin").arg(uri(&s, "alice", "disk", &wrong)),
-        LIMIT,
-    );
-    assert!(
-        !out.status.success(),
-        "a wrong key was accepted: {}",
-        text(&out)
+    refused(
+        &uri(&s, "alice", "disk", &wrong),
+        "a wrong key was accepted",
     );
     let eve_dir = TempDir::new("nbd-tls-eve");
     let eve = psk_file(&eve_dir, "eve", &ALICE);
-    let out = run_status(
-        tool("nbdinfo", "libnbd-bin").arg(uri(&s, "eve", "disk", &eve)),
-        LIMIT,
-    );
-    assert!(
-        !out.status.success(),
-        "an unknown user was accepted: {}",
-        text(&out)
+    refused(
+        &uri(&s, "eve", "disk", &eve),
+        "an unknown user was accepted",
     );
 }
 
@@ -432,58 +428,34 @@ fn x509_clients_without_a_certificate_of_the_ca_are_refused() {
     // A certificate from another CA, naming a user the server knows.
     let rogue = new_ca("nbd-x509-rogue");
     let mallory = client_dir(&ca, &rogue, "alice");
-    let out = run_status(
-        tool("nbdinfo", "libnbd-bin").arg(x509_uri(&s, "disk", &mallory)),
-        LIMIT,
-    );
-    assert!(
-        !out.status.success(),
-        "a certificate of another CA was accepted: {}",
-        text(&out)
+    refused(
+        &x509_uri(&s, "disk", &mallory),
+        "a certificate of another CA was accepted",
     );
     // No client certificate at all (only the CA, to trust the server).
     let anon = TempDir::new("nbd-x509-anon");
     std::fs::copy(ca.path("ca-cert.pem"), anon.path("ca-cert.pem")).expect("copy CA");
-    let out = run_status(
-        tool("nbdinfo", "libnbd-bin").arg(x509_uri(&s, "disk", &anon)),
-        LIMIT,
-    );
-    assert!(
-        !out.status.success(),
-        "a client without a certificate was accepted: {}",
-        text(&out)
+    refused(
+        &x509_uri(&s, "disk", &anon),
+        "a client without a certificate was accepted",
     );
     // A PSK client with a wrong key, or an identity the server has no key for (which may
     // fall back to a certificate handshake without a certificate), is no one.
     let psk_dir = TempDir::new("nbd-x509-badpsk");
     let wrong = psk_file(&psk_dir, "alice", &BOB);
-    let out = run_status(
-        tool("nbdinfo", "libnbd-bin").arg(uri(&s, "alice", "disk", &wrong)),
-        LIMIT,
-    );
-    assert!(
-        !out.status.success(),
-        "a wrong PSK was accepted: {}",
-        text(&out)
+    refused(
+        &uri(&s, "alice", "disk", &wrong),
+        "a wrong PSK was accepted",
     );
     let eve_dir = TempDir::new("nbd-x509-evepsk");
     let unknown = psk_file(&eve_dir, "bob", &BOB);
-    let out = run_status(
-        tool("nbdinfo", "libnbd-bin").arg(uri(&s, "bob", "disk", &unknown)),
-        LIMIT,
-    );
-    assert!(
-        !out.status.success(),
-        "a PSK identity without a key was accepted: {}",
-        text(&out)
+    refused(
+        &uri(&s, "bob", "disk", &unknown),
+        "a PSK identity without a key was accepted",
     );
     // A good certificate naming a user with no grants sees and opens nothing.
     let eve = client_dir(&ca, &ca, "eve");
-    let out = run_status(
-        tool("nbdinfo", "libnbd-bin").arg(x509_uri(&s, "disk", &eve)),
-        LIMIT,
-    );
-    assert!(!out.status.success(), "eve opened disk: {}", text(&out));
+    refused(&x509_uri(&s, "disk", &eve), "eve opened disk");
 }
 
 #[test]

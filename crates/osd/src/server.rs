@@ -452,7 +452,7 @@ fn dispatch_batch(
 }
 
 /// What an op holds while in flight: the bytes it carries, or the bytes it asks to read (at
-/// most what one frame can answer with).
+/// most what one reply frame can carry).
 fn op_bytes(kind: &OpKind, data_len: usize) -> usize {
     match kind {
         OpKind::Read { len, .. } => {
