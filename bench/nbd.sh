@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # Builds Cairn (release), starts a throw-away local cluster (3 OSDs of $OSD_SIZE, default 8G,
-# sparse; WALs on /dev/shm), runs `cairn bench nbd --json` against it (fio's nbd engine vs
-# nbdkit memory, same run) and stops the cluster. Needs fio and nbdkit (apt-get install fio
+# sparse; WALs on /dev/shm; DIRECT_WRITE_MIN=128K sets the OSDs' --direct-write-min), runs
+# `cairn bench nbd --json` against it (fio's nbd engine vs nbdkit memory, same run) and stops
+# the cluster. Needs fio and nbdkit (apt-get install fio
 # nbdkit). The volume is 4G (filled before the workloads run: a working set of GiBs, as users
-# have) unless --volume-size is given. Extra arguments go to the bench, e.g.
-#   ./bench/nbd.sh --seconds 3 --only randwrite --volume-size 1G
+# have) unless --volume-size is given, and each workload is measured for 20 s after a 5 s ramp
+# (the issue's method) unless --seconds is given. Extra arguments go to the bench, e.g.
+#   ./bench/nbd.sh --seconds 3 --ramp 1 --only randwrite --volume-size 1G
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p cairn-cli
 dir=$(mktemp -d /tmp/cairn-bench-nbd.XXXXXX)
 trap './target/release/cairn dev down --dir "$dir" --purge >/dev/null 2>&1 || true' EXIT
-./target/release/cairn dev up --dir "$dir" --osds 3 --osd-size "${OSD_SIZE:-8G}" --no-nbd >&2
+./target/release/cairn dev up --dir "$dir" --osds 3 --osd-size "${OSD_SIZE:-8G}" --no-nbd \
+    ${DIRECT_WRITE_MIN:+--direct-write-min "$DIRECT_WRITE_MIN"} >&2
 size=(--volume-size 4G)
+seconds=(--seconds 20)
 for a in "$@"; do
-    case "$a" in --volume-size | --volume-size=*) size=() ;; esac
+    case "$a" in
+    --volume-size | --volume-size=*) size=() ;;
+    --seconds | --seconds=*) seconds=() ;;
+    esac
 done
-./target/release/cairn -c "$dir/cairn.toml" bench nbd "${size[@]}" "$@"
+./target/release/cairn -c "$dir/cairn.toml" bench nbd "${size[@]}" "${seconds[@]}" "$@"

@@ -75,7 +75,7 @@ pub struct UpArgs {
     #[arg(long, value_name = "MS")]
     pub recovery_sleep_ms: Option<u64>,
     /// The OSDs' `--direct-write-min`: whole-block writes of at least this size go straight
-    /// to the data device, 0 = off [default: 0]. Fixed when the cluster is created.
+    /// to the data device, 0 = off [default: 128K]. Fixed when the cluster is created.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     pub direct_write_min: Option<u64>,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until

@@ -136,9 +136,9 @@ pub struct RunArgs {
     /// Write whole-block writes of at least this size straight to the data device, with
     /// only their metadata through the WAL: every byte written once, WAL traffic cut to the
     /// metadata. Smaller writes go through the WAL and the flusher (on NVM a WAL write costs
-    /// far less than a data-device flush). 0 = off (the default): every write goes through
-    /// the WAL. 128K measured best for large writes through a whole cluster, at a cost to
-    /// later small random I/O of that data; see docs/operator/store.md.
+    /// far less than a data-device flush). 0 = off: every write goes through the WAL. The
+    /// default (131072 = 128K) measured best through a whole cluster; see
+    /// docs/operator/store.md.
     #[arg(long, value_parser = parse_direct_write_min,
           default_value_t = cairn_osd::DEFAULT_DIRECT_WRITE_MIN)]
     pub direct_write_min: u64,

@@ -1353,6 +1353,8 @@ fn bench_nbd_measures_tls_against_the_same_path_in_the_clear() {
         "16M",
         "--seconds",
         "0.5",
+        "--ramp",
+        "0",
         "--only",
         "randwrite-4k-qd1",
     ];

@@ -20,8 +20,9 @@ with fio's nbd engine (apt-get install fio nbdkit).
 
 Creates a pool (size 3 unless --size, durability wal) and a volume in it, starts its own
 `cairn nbd serve` for it and an `nbdkit memory` server of the same size, fills both with
-sequential 1 MiB writes, then runs each workload for --seconds against Cairn and then against
-nbdkit, waiting 3 s before each (so the OSDs finish flushing outside any measurement):
+sequential 1 MiB writes, then runs each workload for --ramp + --seconds against Cairn and then
+against nbdkit, measuring only the last --seconds, and waiting 3 s before each (so the OSDs
+finish flushing outside any measurement):
   randwrite-4k-qd1     4 KiB random writes, 1 in flight
   randwrite-4k-qd32    the same, 32 in flight (temporal merge on)
   randwrite-4k-qd32-nomerge  the same against a server with temporal merge off
@@ -49,9 +50,14 @@ pub struct BenchNbdArgs {
     /// Print JSON only.
     #[arg(long)]
     pub json: bool,
-    /// Seconds per workload (and per baseline).
+    /// Seconds per workload (and per baseline), measured after --ramp.
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
+    /// Seconds each workload (and baseline) runs before its measurement starts (fio's
+    /// ramp_time): what the step before left running (the fill's flushing and checkpoints,
+    /// the previous workload's) is not counted against this one.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub ramp: f64,
     /// Size of the volume (and of the nbdkit disk); all of it is filled first.
     #[arg(long, default_value = "256M", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub volume_size: u64,
@@ -178,7 +184,16 @@ struct Fio {
     ops: u64,
 }
 
-fn fio(uri: &str, rw: &str, bs: usize, qd: usize, size: u64, seconds: Option<f64>) -> Result<Fio> {
+/// One fio job; `timed` = (seconds of ramp not measured, seconds measured), or None to run
+/// through `size` once.
+fn fio(
+    uri: &str,
+    rw: &str,
+    bs: usize,
+    qd: usize,
+    size: u64,
+    timed: Option<(f64, f64)>,
+) -> Result<Fio> {
     let mut cmd = Command::new("fio");
     cmd.args([
         "--name=bench",
@@ -194,10 +209,11 @@ fn fio(uri: &str, rw: &str, bs: usize, qd: usize, size: u64, seconds: Option<f64
     .arg(format!("--bs={bs}"))
     .arg(format!("--iodepth={qd}"))
     .arg(format!("--size={size}"));
-    if let Some(s) = seconds {
+    if let Some((ramp, s)) = timed {
         cmd.args([
             "--time_based",
             &format!("--runtime={}ms", (s * 1000.0) as u64),
+            &format!("--ramp_time={}ms", (ramp * 1000.0) as u64),
         ]);
     }
     let out = cmd.output().context("cannot run fio")?;
@@ -282,10 +298,24 @@ fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<
         let uri = if s.no_merge { &plain_uri } else { &cairn_uri };
         let measured: Vec<i32> = pids.iter().chain(&servers).copied().collect();
         let c0 = cpu_total(&measured);
-        let r = fio(uri, s.rw, s.bs, s.qd, a.volume_size, Some(a.seconds))?;
+        let r = fio(
+            uri,
+            s.rw,
+            s.bs,
+            s.qd,
+            a.volume_size,
+            Some((a.ramp, a.seconds)),
+        )?;
         let c1 = cpu_total(&measured);
         let k0 = cpu_seconds(kit_pid);
-        let b = fio(&kit_uri, s.rw, s.bs, s.qd, a.volume_size, Some(a.seconds))?;
+        let b = fio(
+            &kit_uri,
+            s.rw,
+            s.bs,
+            s.qd,
+            a.volume_size,
+            Some((a.ramp, a.seconds)),
+        )?;
         let k1 = cpu_seconds(kit_pid);
         let per_op = |secs: f64, ops: u64| {
             if ops > 0 {
@@ -390,7 +420,14 @@ impl TlsPair {
     fn measure(&self, s: &Spec, a: &BenchNbdArgs) -> Result<Obj> {
         let run = |uri: &str| {
             std::thread::sleep(SETTLE);
-            fio(uri, s.rw, s.bs, s.qd, a.volume_size, Some(a.seconds))
+            fio(
+                uri,
+                s.rw,
+                s.bs,
+                s.qd,
+                a.volume_size,
+                Some((a.ramp, a.seconds)),
+            )
         };
         let plain = run(&self.plain_uri)?;
         let tls = run(&self.tls_uri)?;
