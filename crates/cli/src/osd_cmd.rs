@@ -283,40 +283,6 @@ fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     if let Some(m) = a.memory_target {
         cfg.memory_target = m;
     }
-    keep_freed_heap();
     cairn_osd::run(cfg)?;
     Ok(())
-}
-
-/// Freed heap memory up to this (per allocator arena) stays with the process instead of
-/// going back to the kernel.
-const HEAP_TRIM_THRESHOLD: i32 = 32 << 20;
-/// Buffers up to this size come from the heap, not from their own mapping.
-const HEAP_MMAP_THRESHOLD: i32 = 32 << 20;
-
-/// Tells glibc's allocator to keep freed memory rather than return it to the kernel at once.
-/// An OSD frees and allocates data buffers all the time (payloads, cached blocks evicted as
-/// flushed ones come in, checkpoint bodies); memory given back comes back as fresh pages the
-/// kernel must fault in and clear, which took a fifth of all CPU under sustained 1 MiB
-/// writes. A fixed trim threshold also fixes the mmap threshold (glibc stops adapting it),
-/// so that is raised too: a buffer of a few MiB would otherwise be mapped, faulted in and
-/// unmapped every time.
-fn keep_freed_heap() {
-    for (param, value, what) in [
-        (
-            libc::M_MMAP_THRESHOLD,
-            HEAP_MMAP_THRESHOLD,
-            "mmap threshold",
-        ),
-        (
-            libc::M_TRIM_THRESHOLD,
-            HEAP_TRIM_THRESHOLD,
-            "trim threshold",
-        ),
-    ] {
-        // SAFETY: mallopt only changes allocator parameters (it takes the allocator's lock).
-        if unsafe { libc::mallopt(param, value) } != 1 {
-            tracing::warn!("could not set the allocator's {what}; continuing without");
-        }
-    }
 }
