@@ -184,6 +184,18 @@ struct Fio {
     ops: u64,
 }
 
+/// Workload `s` against `uri` for --ramp + --seconds.
+fn timed_fio(uri: &str, s: &Spec, a: &BenchNbdArgs) -> Result<Fio> {
+    fio(
+        uri,
+        s.rw,
+        s.bs,
+        s.qd,
+        a.volume_size,
+        Some((a.ramp, a.seconds)),
+    )
+}
+
 /// One fio job; `timed` = (seconds of ramp not measured, seconds measured), or None to run
 /// through `size` once.
 fn fio(
@@ -298,24 +310,10 @@ fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<
         let uri = if s.no_merge { &plain_uri } else { &cairn_uri };
         let measured: Vec<i32> = pids.iter().chain(&servers).copied().collect();
         let c0 = cpu_total(&measured);
-        let r = fio(
-            uri,
-            s.rw,
-            s.bs,
-            s.qd,
-            a.volume_size,
-            Some((a.ramp, a.seconds)),
-        )?;
+        let r = timed_fio(uri, s, a)?;
         let c1 = cpu_total(&measured);
         let k0 = cpu_seconds(kit_pid);
-        let b = fio(
-            &kit_uri,
-            s.rw,
-            s.bs,
-            s.qd,
-            a.volume_size,
-            Some((a.ramp, a.seconds)),
-        )?;
+        let b = timed_fio(&kit_uri, s, a)?;
         let k1 = cpu_seconds(kit_pid);
         let per_op = |secs: f64, ops: u64| {
             if ops > 0 {
@@ -420,14 +418,7 @@ impl TlsPair {
     fn measure(&self, s: &Spec, a: &BenchNbdArgs) -> Result<Obj> {
         let run = |uri: &str| {
             std::thread::sleep(SETTLE);
-            fio(
-                uri,
-                s.rw,
-                s.bs,
-                s.qd,
-                a.volume_size,
-                Some((a.ramp, a.seconds)),
-            )
+            timed_fio(uri, s, a)
         };
         let plain = run(&self.plain_uri)?;
         let tls = run(&self.tls_uri)?;
