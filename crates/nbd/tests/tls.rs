@@ -208,7 +208,11 @@ fn wrong_or_unknown_keys_are_refused() {
 
 /// Writes `src` into export `disk` of `s` with qemu-img convert, through the TLS credentials
 /// object `creds` (whose id is `tls0`).
-fn qemu_img_convert(s: &TestServer, creds: &str, src: &std::path::Path) {
+/// Writes `data` to a raw image in `dir`, converts it onto the server's `disk` export with
+/// qemu-img using the TLS credentials object `creds`, and checks what `disk` then holds.
+fn qemu_img_convert(s: &TestServer, disk: &MemExport, creds: &str, dir: &TempDir, data: &[u8]) {
+    let src = dir.path("src.raw");
+    write_file(&src, data);
     let target = format!(
         "driver=nbd,host=127.0.0.1,port={},export=disk,tls-creds=tls0",
         s.port
@@ -227,6 +231,11 @@ fn qemu_img_convert(s: &TestServer, creds: &str, src: &std::path::Path) {
         ]),
         LIMIT,
     );
+    assert_same(
+        &disk.contents(),
+        data,
+        &format!("disk after qemu-img convert with {creds}"),
+    );
 }
 
 #[test]
@@ -234,19 +243,11 @@ fn qemu_img_writes_over_tls_psk() {
     let (s, disk, _) = server();
     let dir = TempDir::new("nbd-tls-qemu");
     psk_file(&dir, "alice", &ALICE);
-    let data = image(MIB, 11);
-    let src = dir.path("src.raw");
-    write_file(&src, &data);
     let creds = format!(
         "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
         dir.path("").display()
     );
-    qemu_img_convert(&s, &creds, &src);
-    assert_same(
-        &disk.contents(),
-        &data,
-        "disk after qemu-img convert over TLS",
-    );
+    qemu_img_convert(&s, &disk, &creds, &dir, &image(MIB, 11));
 }
 
 // X.509: a CA made for the test, a server certificate for 127.0.0.1, and per-user client
@@ -462,17 +463,9 @@ fn x509_clients_without_a_certificate_of_the_ca_are_refused() {
 fn qemu_img_writes_over_tls_x509() {
     let (s, disk, ca) = x509_server();
     let alice = client_dir(&ca, &ca, "alice");
-    let data = image(MIB, 13);
-    let src = alice.path("src.raw");
-    write_file(&src, &data);
     let creds = format!(
         "tls-creds-x509,id=tls0,endpoint=client,dir={}",
         alice.path("").display()
     );
-    qemu_img_convert(&s, &creds, &src);
-    assert_same(
-        &disk.contents(),
-        &data,
-        "disk after qemu-img convert over X.509",
-    );
+    qemu_img_convert(&s, &disk, &creds, &alice, &image(MIB, 13));
 }
