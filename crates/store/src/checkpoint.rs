@@ -158,8 +158,8 @@ fn decode_coll(
 ) -> Result<Collection, DecodeError> {
     let mut c = Collection::default();
     for _ in 0..r.count(max)? {
-        let k = r.name(limits::KV_KEY)?.to_vec();
-        c.kv.insert(k, r.blob(limits::KV_VALUE)?.to_vec());
+        let k = r.name(limits::KV_KEY)?.into();
+        c.kv.insert(k, r.blob(limits::KV_VALUE)?.into());
     }
     for _ in 0..r.count(max)? {
         let name: Name = Arc::from(r.name(limits::OBJECT_NAME)?);
@@ -188,8 +188,8 @@ fn decode_obj(
         )));
     }
     for _ in 0..r.count(max)? {
-        let k = r.name(limits::ATTR_NAME)?.to_vec();
-        o.attrs.insert(k, r.blob(limits::ATTR_VALUE)?.to_vec());
+        let k = r.name(limits::ATTR_NAME)?.into();
+        o.attrs.insert(k, r.blob(limits::ATTR_VALUE)?.into());
     }
     for _ in 0..r.count(max)? {
         let first = r.u64()?;
@@ -364,7 +364,7 @@ mod tests {
         assert_eq!(d.dirty.len(), 1);
         let back = d.index.object(3, b"o").unwrap();
         assert_eq!(back.size, 3 * 4096);
-        assert_eq!(back.attrs.get(&b"n"[..]).unwrap(), b"v");
+        assert_eq!(&back.attrs.get(&b"n"[..]).unwrap()[..], b"v");
         assert_eq!(d.index.coll(3).unwrap().kv.len(), 1);
         for cut in [0, 10, bytes.len() / 2, bytes.len() - 1] {
             assert!(decode(&bytes[..cut], &mut id).is_err());

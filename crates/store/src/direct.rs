@@ -40,7 +40,7 @@ thread_local! {
 #[derive(Debug)]
 pub(crate) struct Placement {
     pub runs: Vec<(u64, u32)>,
-    pub crcs: Box<[u32]>,
+    pub crcs: crate::index::Crcs,
     /// The write's payload, shared with the transaction (not copied).
     pub data: SharedBytes,
 }

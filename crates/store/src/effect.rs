@@ -48,7 +48,7 @@ pub enum Effect {
         first_block: u64,
         nblocks: u32,
         off: u64,
-        crcs: Box<[u32]>,
+        crcs: crate::index::Crcs,
     },
     /// Makes whole blocks holes.
     PunchBlocks {

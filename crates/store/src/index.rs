@@ -8,6 +8,7 @@ use crate::effect::{Effect, Name, Payload};
 use crate::txn::CollId;
 use crate::wal::RecordBuf;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 /// Data not yet written to a data device: a range of a WAL record (or replayed bytes).
@@ -44,12 +45,55 @@ impl Loc {
     }
 }
 
+/// The crc32c of each block of an extent. Randomly written objects fragment into one-block
+/// extents, whose crc is held inline; longer lists are shared. Either way, copying an object's
+/// extent map (copy-on-write after a checkpoint's snapshot) allocates nothing per extent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Crcs {
+    One(u32),
+    Many(Arc<[u32]>),
+}
+
+impl std::ops::Deref for Crcs {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        match self {
+            Crcs::One(c) => std::slice::from_ref(c),
+            Crcs::Many(v) => v,
+        }
+    }
+}
+
+impl From<&[u32]> for Crcs {
+    fn from(v: &[u32]) -> Crcs {
+        match v {
+            [c] => Crcs::One(*c),
+            _ => Crcs::Many(v.into()),
+        }
+    }
+}
+
+impl From<Vec<u32>> for Crcs {
+    fn from(v: Vec<u32>) -> Crcs {
+        match v[..] {
+            [c] => Crcs::One(c),
+            _ => Crcs::Many(v.into()),
+        }
+    }
+}
+
+impl FromIterator<u32> for Crcs {
+    fn from_iter<I: IntoIterator<Item = u32>>(it: I) -> Crcs {
+        it.into_iter().collect::<Vec<u32>>().into()
+    }
+}
+
 /// A run of whole blocks of an object stored contiguously, with one crc32c per block.
 #[derive(Debug, Clone)]
 pub struct Extent {
     pub nblocks: u32,
     pub loc: Loc,
-    pub crcs: Box<[u32]>,
+    pub crcs: Crcs,
 }
 
 impl Extent {
@@ -63,19 +107,24 @@ impl Extent {
     }
 }
 
+/// Attributes of an object, or key/value entries of a collection. Keys and values are shared,
+/// so copying the map (copy-on-write after a checkpoint's snapshot; a PG's log is thousands of
+/// entries) allocates tree nodes only, not two buffers per entry.
+pub type KvMap = BTreeMap<Arc<[u8]>, Arc<[u8]>>;
+
 /// An object: its size, data extents keyed by first block, and attributes.
 #[derive(Debug, Clone, Default)]
 pub struct Object {
     pub size: u64,
     pub extents: BTreeMap<u64, Extent>,
-    pub attrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub attrs: KvMap,
 }
 
 /// A collection: objects in name order and key/value entries.
 #[derive(Debug, Clone, Default)]
 pub struct Collection {
     pub objects: BTreeMap<Name, Arc<Object>>,
-    pub kv: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub kv: KvMap,
 }
 
 /// The whole index.
@@ -227,7 +276,7 @@ impl LocMatch {
 }
 
 /// Blocks an extent's bytes, computing the per-block crcs.
-pub fn block_crcs(data: &[u8]) -> Box<[u32]> {
+pub fn block_crcs(data: &[u8]) -> Crcs {
     data.chunks(BLOCK_SIZE).map(crc32c::crc32c).collect()
 }
 
@@ -382,31 +431,33 @@ impl Index {
                 value,
             } => {
                 if let Some(o) = self.object_mut(*coll, obj) {
-                    o.attrs.insert(name.clone(), value.clone());
+                    o.attrs.insert(name[..].into(), value[..].into());
                 }
             }
             Effect::RmAttr { coll, obj, name } => {
                 if let Some(o) = self.existing_object_mut(*coll, obj) {
-                    o.attrs.remove(name);
+                    o.attrs.remove(&name[..]);
                 }
             }
             Effect::KvSet { coll, key, value } => {
                 if let Some(c) = self.coll_mut(*coll) {
-                    c.kv.insert(key.clone(), value.clone());
+                    c.kv.insert(key[..].into(), value[..].into());
                 }
             }
             Effect::KvRm { coll, key } => {
                 if let Some(c) = self.coll_mut(*coll) {
-                    c.kv.remove(key);
+                    c.kv.remove(&key[..]);
                 }
             }
             Effect::KvRmRange { coll, start, end } => {
                 if let Some(c) = self.coll_mut(*coll) {
                     if start < end {
-                        let keys: Vec<Vec<u8>> =
-                            c.kv.range(start.clone()..end.clone())
-                                .map(|(k, _)| k.clone())
-                                .collect();
+                        let range = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
+                        let keys: Vec<Arc<[u8]>> = c
+                            .kv
+                            .range::<[u8], _>(range)
+                            .map(|(k, _)| k.clone())
+                            .collect();
                         for k in keys {
                             c.kv.remove(&k);
                         }
@@ -484,6 +535,32 @@ mod tests {
             .collect();
         assert_eq!(keys, vec![(0, 2, 0), (5, 3, 5)]);
         assert_eq!(o.allocated_blocks(), 5);
+    }
+
+    #[test]
+    fn split_extents_keep_their_crcs_and_single_blocks_hold_them_inline() {
+        let mut o = Object::default();
+        o.extents.insert(0, ext(8, 0));
+        let mut freed = Vec::new();
+        o.punch(3, 1, &mut freed);
+        o.punch(5, 1, &mut freed);
+        let got: Vec<_> = o
+            .extents
+            .iter()
+            .map(|(k, e)| (*k, e.crcs.to_vec(), matches!(e.crcs, Crcs::One(_))))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, vec![0, 1, 2], false),
+                (4, vec![4], true),
+                (6, vec![6, 7], false)
+            ]
+        );
+        // A copy-on-write copy of the object shares the longer crc lists.
+        let copy = o.clone();
+        let (a, b) = (&o.extents[&0].crcs, &copy.extents[&0].crcs);
+        assert!(matches!((a, b), (Crcs::Many(x), Crcs::Many(y)) if Arc::ptr_eq(x, y)));
     }
 
     #[test]

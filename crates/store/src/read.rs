@@ -178,7 +178,10 @@ impl Store {
     /// One attribute of an object.
     pub fn get_attr(&self, coll: CollId, obj: &[u8], name: &[u8]) -> Result<Option<Vec<u8>>> {
         let st = self.sh.lock();
-        Ok(lookup(&st.index, coll, obj)?.attrs.get(name).cloned())
+        Ok(lookup(&st.index, coll, obj)?
+            .attrs
+            .get(name)
+            .map(|v| v.to_vec()))
     }
 
     /// All attributes of an object.
@@ -187,7 +190,7 @@ impl Store {
         let o = lookup(&st.index, coll, obj)?;
         Ok(o.attrs
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
             .collect())
     }
 
@@ -195,7 +198,7 @@ impl Store {
     pub fn kv_get(&self, coll: CollId, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let st = self.sh.lock();
         let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
-        Ok(c.kv.get(key).cloned())
+        Ok(c.kv.get(key).map(|v| v.to_vec()))
     }
 
     /// Collection entries with keys in `start..end` (all when `end` is `None`), at most `limit`.
@@ -209,10 +212,10 @@ impl Store {
         let st = self.sh.lock();
         let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
         Ok(c.kv
-            .range(start.to_vec()..)
-            .take_while(|(k, _)| end.is_none_or(|e| k.as_slice() < e))
+            .range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| end.is_none_or(|e| &k[..] < e))
             .take(limit)
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
             .collect())
     }
 

@@ -737,12 +737,12 @@ proptest! {
         let mut inline = 0;
         for (id, mc) in &m.colls {
             let c = &d.index.colls[id];
-            prop_assert_eq!(&c.kv, &mc.kv);
+            prop_assert_eq!(&kv_owned(&c.kv), &mc.kv);
             prop_assert_eq!(c.objects.len(), mc.objects.len());
             for (name, mo) in &mc.objects {
                 let o = &c.objects[&name[..]];
                 prop_assert_eq!(o.size, mo.size);
-                prop_assert_eq!(&o.attrs, &mo.attrs);
+                prop_assert_eq!(&kv_owned(&o.attrs), &mo.attrs);
                 prop_assert_eq!(o.extents.len(), mo.extents.len());
                 for (first, me) in &mo.extents {
                     let e = &o.extents[first];
@@ -977,4 +977,11 @@ fn wal_record_header_fields_are_where_the_format_says() {
         assert_eq!(wal::parse_header(&bad), None, "byte {at} = {v}");
     }
     assert_eq!(wal::parse_header(&rec[..31]), None);
+}
+
+/// A decoded key/value map with owned keys and values, to compare with a model's.
+fn kv_owned<K: AsRef<[u8]>, V: AsRef<[u8]>>(m: &BTreeMap<K, V>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    m.iter()
+        .map(|(k, v)| (k.as_ref().to_vec(), v.as_ref().to_vec()))
+        .collect()
 }

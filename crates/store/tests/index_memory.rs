@@ -321,8 +321,10 @@ fn index_memory_per_object_and_per_extent() {
     show("extent (38-byte name, random 4 KiB)", &ext);
     let per_name_byte = (long.live.footprint - short.live.footprint) / 48.0;
     eprintln!("name: {per_name_byte:.2} B of footprint per name byte");
-    // Regression bounds, about 20 % above what was measured when they were set (see the
-    // format document): an object with one extent and a 64-byte name ~940 B, an extent ~240 B.
+    // Regression bounds, about 25 % above what was measured when they were set (see the
+    // format document): an object with one extent and a 64-byte name ~910 B, an extent
+    // ~130-150 B. A single-block extent allocates nothing of its own (its crc is inline): the
+    // fraction left is its share of B-tree nodes, which a copy-on-write clone also pays.
     for m in [&short, &long] {
         for p in [m.live, m.reopened] {
             assert!(
@@ -332,7 +334,7 @@ fn index_memory_per_object_and_per_extent() {
         }
     }
     for p in [ext.live, ext.reopened] {
-        assert!(p.footprint < 230.0, "an extent costs {p:?}");
-        assert!(p.allocations < 2.5, "an extent costs {p:?}");
+        assert!(p.footprint < 190.0, "an extent costs {p:?}");
+        assert!(p.allocations < 0.5, "an extent costs {p:?}");
     }
 }
