@@ -78,6 +78,12 @@ pub struct UpArgs {
     /// to the data device, 0 = off [default: 128K]. Fixed when the cluster is created.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     pub direct_write_min: Option<u64>,
+    /// Size of each OSD's WAL file in /dev/shm (memory, on top of the OSDs' memory targets)
+    /// [default: 128M, the OSDs' default]. A checkpoint starts when the WAL is half full, so a
+    /// larger WAL means fewer checkpoints under heavy writes. Fixed when the cluster is
+    /// created.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    pub wal_size: Option<u64>,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written) [default: 10G, or less so that it fits: what the pool can hold, rounded down
     /// to whole GiB].
@@ -147,6 +153,9 @@ struct DevState {
     /// The OSDs' `--direct-write-min` in bytes (0: off).
     #[serde(default)]
     direct_write_min: u64,
+    /// The OSDs' `--wal-size` in bytes (absent: their default, 128M).
+    #[serde(default)]
+    wal_size: Option<u64>,
     /// Daemons and clients run without authentication (`--auth none`).
     #[serde(default)]
     no_auth: bool,
@@ -274,6 +283,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         direct_write_min: a
             .direct_write_min
             .unwrap_or(cairn_osd::DEFAULT_DIRECT_WRITE_MIN),
+        wal_size: a.wal_size,
         no_auth: a.auth == Some(crate::daemon_auth::AuthMode::None),
         frames: a.frames.map(|f| f.to_string()),
         bind: a.bind.map(|ip| ip.to_string()),
@@ -312,6 +322,7 @@ fn check_fixed(a: &UpArgs, s: &DevState) -> Result<()> {
         a.direct_write_min,
         Some(s.direct_write_min),
     );
+    check("wal-size", a.wal_size, s.wal_size);
     if let Some(mode) = a.auth {
         if (mode == crate::daemon_auth::AuthMode::None) != s.no_auth {
             let have = if s.no_auth { "none" } else { "key" };
@@ -853,6 +864,10 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
         if let Some(w) = &s.wal_dir {
             args.push("--wal".into());
             args.push(w.join(format!("osd.{i}.wal")).display().to_string());
+        }
+        if let Some(size) = s.wal_size {
+            args.push("--wal-size".into());
+            args.push(size.to_string());
         }
         if s.no_auth {
             args.extend(["--auth".into(), "none".into()]);

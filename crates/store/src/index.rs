@@ -453,11 +453,10 @@ impl Index {
                 if let Some(c) = self.coll_mut(*coll) {
                     if start < end {
                         let range = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
-                        let keys: Vec<Arc<[u8]>> = c
-                            .kv
-                            .range::<[u8], _>(range)
-                            .map(|(k, _)| k.clone())
-                            .collect();
+                        let keys: Vec<Arc<[u8]>> =
+                            c.kv.range::<[u8], _>(range)
+                                .map(|(k, _)| k.clone())
+                                .collect();
                         for k in keys {
                             c.kv.remove(&k);
                         }
