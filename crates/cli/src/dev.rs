@@ -24,7 +24,7 @@ pub const DEFAULT_DIR: &str = "cairn-dev";
 #[derive(Subcommand)]
 pub enum DevCmd {
     /// Start a local cluster (or restart the one in DIR) and wait until it is healthy.
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// Stop the local cluster in DIR (data is kept unless --purge).
     Down(DownArgs),
 }
@@ -186,7 +186,7 @@ impl DevState {
 
 pub fn run(cmd: DevCmd) -> Result<()> {
     match cmd {
-        DevCmd::Up(a) => up(a),
+        DevCmd::Up(a) => up(*a),
         DevCmd::Down(a) => down(a),
     }
 }

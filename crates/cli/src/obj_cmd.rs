@@ -15,6 +15,11 @@ pub enum ObjCmd {
         name: String,
         /// File to read; `-` for stdin.
         file: PathBuf,
+        /// Only create: fail (exit status 1, "already exists") if the object exists, so that
+        /// of several concurrent puts of one name exactly one stores it. A put that finds
+        /// the object holding exactly these bytes already succeeds.
+        #[arg(long)]
+        if_absent: bool,
     },
     /// Write an object's contents to a file (or stdout with `-`).
     Get {
@@ -39,11 +44,21 @@ pub fn run(cmd: ObjCmd, conf: Option<&Path>) -> Result<()> {
     block_on(async move {
         let client = Client::connect(crate::conf::client_config(mons)).await?;
         match cmd {
-            ObjCmd::Put { pool, name, file } => {
+            ObjCmd::Put {
+                pool,
+                name,
+                file,
+                if_absent,
+            } => {
                 let data = read_input(&file)?;
                 let id = client.pool_id(&pool)?;
                 let first = &data[..data.len().min(PIECE)];
-                client.write_full(id, name.as_bytes(), first).await?;
+                if if_absent {
+                    // The first piece decides: the rest is written only by the winner.
+                    client.create(id, name.as_bytes(), first).await?;
+                } else {
+                    client.write_full(id, name.as_bytes(), first).await?;
+                }
                 let mut off = first.len();
                 while off < data.len() {
                     let end = (off + PIECE).min(data.len());

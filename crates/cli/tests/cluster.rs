@@ -507,6 +507,64 @@ fn cli_pool_osd_and_object_commands() {
 }
 
 /// Sends raw frames to an OSD: what a buggy or hostile client could send.
+/// Exclusive create through real processes: `obj put --if-absent` stores an object only if
+/// it is absent, and of concurrent `vol create` of one name exactly one succeeds (each with
+/// another size, so the winner's header is the one that stays).
+#[test]
+fn exclusive_creates_have_exactly_one_winner() {
+    let c = Cluster::up("exclusive", 1, 2);
+    c.ok(&["pool", "create", "p", "--size", "2", "--pgs", "8"]);
+    let (a, b) = (c.dir.join("a.bin"), c.dir.join("b.bin"));
+    std::fs::write(&a, b"first contents").expect("write a");
+    std::fs::write(&b, b"other contents").expect("write b");
+    let (a, b) = (a.display().to_string(), b.display().to_string());
+    c.ok(&["obj", "put", "p", "k", &a, "--if-absent"]);
+    let e = c.cairn(&["obj", "put", "p", "k", &b, "--if-absent"]);
+    let msg = common::cluster::text(&e.stderr);
+    assert!(
+        !e.status.success() && msg.contains("object \"k\" already exists in pool p"),
+        "{msg}"
+    );
+    // The same bytes again (what a resent create finds): success, nothing changed.
+    c.ok(&["obj", "put", "p", "k", &a, "--if-absent"]);
+    assert_eq!(c.ok(&["obj", "get", "p", "k", "-"]), "first contents");
+    // A plain put still replaces.
+    c.ok(&["obj", "put", "p", "k", &b]);
+    assert_eq!(c.ok(&["obj", "get", "p", "k", "-"]), "other contents");
+
+    for round in 0..3 {
+        let name = format!("vm{round}");
+        let sizes: Vec<String> = (1..=6).map(|i| format!("{i}G")).collect();
+        let outs: Vec<_> = std::thread::scope(|s| {
+            let runs: Vec<_> = sizes
+                .iter()
+                .map(|size| {
+                    let (c, name) = (&c, &name);
+                    s.spawn(move || c.cairn(&["vol", "create", name, "--size", size, "-p", "p"]))
+                })
+                .collect();
+            runs.into_iter()
+                .map(|r| r.join().expect("vol create thread"))
+                .collect()
+        });
+        let winners: Vec<usize> = (0..outs.len())
+            .filter(|&i| outs[i].status.success())
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {outs:?}");
+        for (i, o) in outs.iter().enumerate() {
+            let msg = common::cluster::text(&o.stderr);
+            assert!(
+                winners.contains(&i) || msg.contains("already exists"),
+                "round {round}: {msg}"
+            );
+        }
+        let info = c.ok(&["vol", "info", &name, "-p", "p", "--json"]);
+        let info: serde_json::Value = serde_json::from_str(&info).expect("vol info json");
+        let won = (winners[0] as u64 + 1) << 30;
+        assert_eq!(info["size"].as_u64(), Some(won), "{info}");
+    }
+}
+
 #[test]
 fn osd_refuses_malformed_input_and_keeps_serving() {
     use cairn_auth::{Caps, Entity};

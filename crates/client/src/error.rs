@@ -13,6 +13,9 @@ pub enum ClientError {
     NoSuchObject { pool: String, object: String },
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// An exclusive create found the object there already (with other contents).
+    #[error("object {object:?} already exists in pool {pool}")]
+    Exists { pool: String, object: String },
     /// An OSD failed the op; match on `code` (e.g. [`FailCode::NoSpace`]), show `why`.
     #[error("the OSD failed the op: {why}")]
     Failed { code: FailCode, why: String },

@@ -490,6 +490,23 @@ impl Client {
         self.final_version(r, pool, name)
     }
 
+    /// Creates an object holding `data` only if no object of that name exists (exclusive
+    /// create): of several creates of one name, one succeeds and the others get
+    /// [`ClientError::Exists`]. A create that finds the object already holding exactly `data`
+    /// succeeds (a resend of itself after a lost answer, or an identical create).
+    pub async fn create(&self, pool: u32, name: &[u8], data: &[u8]) -> Result<(), ClientError> {
+        let r = self
+            .submit("create", pool, Target::Object(name), OpKind::Create, data)
+            .await?;
+        if r == OpReply::Exists {
+            return Err(ClientError::Exists {
+                pool: self.pool_label(pool),
+                object: String::from_utf8_lossy(name).into_owned(),
+            });
+        }
+        self.final_version(r, pool, name).map(|_| ())
+    }
+
     /// Zeroes `len` bytes at `offset` of an object (whole blocks are freed). Does nothing to a
     /// missing object or beyond its end: the object's size never changes.
     pub async fn zero(

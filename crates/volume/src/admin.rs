@@ -44,16 +44,6 @@ pub async fn create(
     header::check_object_size(object_size)?;
     let pool = client.pool_id(pool_name)?;
     let obj = header::header_object(name);
-    match client.stat(pool, &obj).await {
-        Ok(_) => {
-            return Err(VolumeError::Exists {
-                pool: pool_name.to_string(),
-                name: name.to_string(),
-            })
-        }
-        Err(ClientError::NoSuchObject { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
     let h = Header {
         id: rand::random(),
         size,
@@ -65,8 +55,16 @@ pub async fn create(
         removing: false,
         close: false,
     };
-    client.write_full(pool, &obj, &h.encode()).await?;
-    Ok(h)
+    // Exclusive: of two creates of one name, one writes the header and the other is told
+    // the volume exists (each header carries its own random id, so they never match).
+    match client.create(pool, &obj, &h.encode()).await {
+        Ok(()) => Ok(h),
+        Err(ClientError::Exists { .. }) => Err(VolumeError::Exists {
+            pool: pool_name.to_string(),
+            name: name.to_string(),
+        }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// All volumes of a pool, sorted by name.

@@ -28,7 +28,8 @@ pub fn build(
             check_range(offset, data.len() as u64)?;
             t.write_shared(coll, object, offset, data.clone());
         }
-        OpKind::WriteFull => {
+        // A create reaches the store only once the primary found the object absent.
+        OpKind::WriteFull | OpKind::Create => {
             check_range(0, data.len() as u64)?;
             t.touch(coll, object);
             t.truncate(coll, object, 0);

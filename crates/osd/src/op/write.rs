@@ -50,6 +50,12 @@ pub fn primary_write(
     {
         return reply(&to, req_id, &OpReply::NoSuchObject, &[]);
     }
+    if req.kind == OpKind::Create && st.coll_exists {
+        let coll = crate::pgstate::coll_of(pg);
+        if let Some(r) = create_conflict(&osd.store, coll, &req.object, &data) {
+            return reply(&to, req_id, &r, &[]);
+        }
+    }
     let mut links = Vec::with_capacity(acting.len());
     for &member in &acting[1..] {
         match osd.peers.link(&osd.inflight, here, map, member) {
@@ -139,6 +145,36 @@ pub fn primary_write(
 }
 
 /// Sends a replica's answer to its primary.
+/// Largest object whose bytes a create compares with its own to recognise its own resend;
+/// a larger existing object is simply `Exists`.
+const CREATE_COMPARE_MAX: u64 = 1 << 20;
+
+/// What a create of `obj` must answer instead of writing, if the object exists: `Ok` when it
+/// already holds exactly `data` (this create, sent again), else `Exists`. Ops on one PG run in
+/// order on its shard and a write is in the store's index once submitted, so no other create
+/// can slip in between this check and this create's own write.
+fn create_conflict(
+    store: &cairn_store::Store,
+    coll: u64,
+    obj: &[u8],
+    data: &[u8],
+) -> Option<OpReply> {
+    let stat = store.stat(coll, obj).ok()?;
+    let same = stat.size == data.len() as u64
+        && stat.size <= CREATE_COMPARE_MAX
+        && store
+            .read(coll, obj, 0, stat.size)
+            .is_ok_and(|have| have == data);
+    Some(if same {
+        OpReply::Ok {
+            version: 0,
+            size: 0,
+        }
+    } else {
+        OpReply::Exists
+    })
+}
+
 pub fn rep_reply(to: &FrameSender, req_id: u64, r: &RepReply) {
     let control = cairn_proto::msg::encode(r);
     let _ = to.send(REP_REPLY, req_id, &control, &[]);

@@ -320,7 +320,9 @@ fn waits_for_missing(
     let Some(wanted) = missing.get_mut(&req.object) else {
         return false;
     };
-    if !*wanted && req.kind.is_write() && req.kind != OpKind::Remove {
+    // A write need not wait for the object's old copy, except one that depends on whether it
+    // exists (a remove, an exclusive create).
+    if !*wanted && req.kind.is_write() && !matches!(req.kind, OpKind::Remove | OpKind::Create) {
         return false;
     }
     if !*wanted {

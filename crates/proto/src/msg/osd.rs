@@ -82,6 +82,11 @@ pub enum OpKind {
         after: Option<Vec<u8>>,
         max: u32,
     },
+    /// Creates the object holding the frame's data, only if it does not exist (exclusive
+    /// create: of two creates of one name, exactly one wins). An existing object is answered
+    /// [`OpReply::Exists`], unless it holds exactly these bytes already (what a resend of
+    /// this same create finds after its first answer was lost): then `Ok`.
+    Create,
 }
 
 impl OpKind {
@@ -94,6 +99,7 @@ impl OpKind {
                 | OpKind::Zero { .. }
                 | OpKind::Truncate { .. }
                 | OpKind::Remove
+                | OpKind::Create
         )
     }
 }
@@ -143,6 +149,8 @@ pub enum OpReply {
     /// The sender may not do this (its caps): "permission denied: client.x lacks w on pool
     /// p". Do not retry.
     Denied(String),
+    /// A [`OpKind::Create`] found the object already there, with other contents.
+    Exists,
 }
 
 /// Most ops one [`OpBatch`] may carry (clients send at most 8).
