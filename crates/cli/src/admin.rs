@@ -520,6 +520,7 @@ struct OsdTotals {
     rec_bps: u64,
     rec_ops: u64,
     misplaced: u64,
+    reclaiming: u64,
     cache_hits: u64,
     cache_misses: u64,
     cache_bytes: u64,
@@ -541,6 +542,7 @@ impl OsdTotals {
         sum(&mut self.rec_bps, s.recovery_bytes_per_sec);
         sum(&mut self.rec_ops, s.recovery_objects_per_sec);
         sum(&mut self.misplaced, s.pgs_misplaced);
+        sum(&mut self.reclaiming, s.pgs_reclaiming);
         sum(&mut self.cache_hits, s.cache_hits);
         sum(&mut self.cache_misses, s.cache_misses);
         sum(&mut self.cache_bytes, s.cache_bytes);
@@ -622,6 +624,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         rec_bps,
         rec_ops,
         misplaced,
+        reclaiming,
         ..
     } = totals;
     let uses = crate::capacity::uses_of(&usage);
@@ -804,6 +807,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             "pgs": {"total": pgs.total, "active_clean": pgs.clean,
                     "active_degraded": pgs.degraded, "inactive": pgs.inactive,
                     "peering": peering, "misplaced_copies": misplaced,
+                    "removed_pool_copies": reclaiming,
                     "down": down_pgs.len(), "lost_writes": lost_pgs.len()},
             "down_pgs": down_pgs.iter().map(pg_osds_json).collect::<Vec<_>>(),
             "lost_write_pgs": lost_pgs.iter().map(pg_osds_json).collect::<Vec<_>>(),
@@ -862,6 +866,11 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         "  pgs:    {} total: {} active+clean, {} active+degraded, {} inactive, {} down; {peering} peering; {misplaced} misplaced copies",
         pgs.total, pgs.clean, pgs.degraded, pgs.inactive, down_pgs.len()
     );
+    if reclaiming > 0 {
+        println!(
+            "  reclaim: {reclaiming} PG copies of removed pools being deleted (their space comes back as they go)"
+        );
+    }
     if degraded > 0 {
         println!(
             "  recovery: {degraded} objects degraded (being recovered), {}/s, {rec_ops} objects/s, {}",

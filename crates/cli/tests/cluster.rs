@@ -565,6 +565,47 @@ fn exclusive_creates_have_exactly_one_winner() {
     }
 }
 
+/// `pool rm` gives the space back: every OSD deletes its copies of the removed pool's PGs in
+/// the background (status counts those left), and other pools keep their data.
+#[test]
+fn removed_pools_give_their_space_back() {
+    let c = Cluster::up("reclaim", 1, 2);
+    c.ok(&["pool", "create", "keep", "--size", "2", "--pgs", "8"]);
+    c.ok(&["pool", "create", "gone", "--size", "2", "--pgs", "8"]);
+    let blob = c.dir.join("blob.bin");
+    let data: Vec<u8> = (0..48u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&blob, &data).expect("write blob");
+    let blob = blob.display().to_string();
+    c.ok(&["obj", "put", "keep", "k", &blob]);
+    let used = |s: &serde_json::Value| s["capacity"]["used_bytes"].as_u64().unwrap_or(0);
+    let before = used(&c.status());
+    for i in 0..4 {
+        c.ok(&["obj", "put", "gone", &format!("o{i}"), &blob]);
+    }
+    let full = used(&c.status());
+    // 4 objects of 48 MiB, 2 copies each.
+    assert!(full >= before + (380 << 20), "{before} -> {full}");
+    c.ok(&["pool", "rm", "gone", "--yes-i-really-mean-it"]);
+    let s = c.wait_status(
+        "the removed pool's space back",
+        Duration::from_secs(60),
+        |s| used(s) < before + (16 << 20) && s["pgs"]["removed_pool_copies"] == 0,
+    );
+    assert!(used(&s) < full, "{s}");
+    assert!(
+        c.logs()
+            .contains("deleted this OSD's copy of a PG of a removed pool"),
+        "{}",
+        c.logs()
+    );
+    let out = c.dir.join("k.out");
+    c.ok(&["obj", "get", "keep", "k", &out.display().to_string()]);
+    assert!(
+        std::fs::read(&out).expect("read k") == data,
+        "pool keep's object changed"
+    );
+}
+
 #[test]
 fn osd_refuses_malformed_input_and_keeps_serving() {
     use cairn_auth::{Caps, Entity};

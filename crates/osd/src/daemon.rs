@@ -220,6 +220,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             osd: osd.clone(),
             index: i,
             pgs: HashMap::new(),
+            reclaiming: HashMap::new(),
             unsynced: Vec::new(),
             unwritten: Vec::new(),
             last_seq: 0,

@@ -29,6 +29,7 @@ mod peering;
 mod peers;
 pub mod pglog;
 mod pgstate;
+mod reclaim;
 mod recovery;
 mod scrub;
 mod server;

@@ -188,6 +188,7 @@ async fn connection(
                     scrubbed_pgs,
                     pgs_held: held.len() as u64,
                     pgs_misplaced: crate::peering::misplaced_copies(&osd, &held),
+                    pgs_reclaiming: crate::reclaim::removed_copies(&osd.map(), &held),
                     down_pgs,
                     lost_write_pgs,
                 };

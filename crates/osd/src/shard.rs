@@ -108,6 +108,8 @@ pub struct Shard {
     /// Syncs handed to the syncer thread and not completed yet: later ones follow them
     /// there, so that completions keep their order and this thread never waits behind one.
     pub syncing: usize,
+    /// Deletions of this OSD's copies of removed pools' PGs (`crate::reclaim`).
+    pub reclaiming: HashMap<PgId, tokio::task::AbortHandle>,
 }
 
 /// A queued message and the bytes it counts in the shard's backlog (0 for what the OSD

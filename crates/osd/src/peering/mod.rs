@@ -396,7 +396,13 @@ pub fn on_map(shard: &mut Shard) {
     pgs.dedup();
     for pg in pgs {
         let known = map.pools.get(&pg.pool).is_some_and(|p| pg.pg < p.pg_count);
-        if !known || crate::shard::shard_of(pg, n) != shard.index {
+        if crate::shard::shard_of(pg, n) != shard.index {
+            continue;
+        }
+        if !known {
+            if held.contains(&pg) && crate::reclaim::pool_removed(&map, pg) {
+                crate::reclaim::start(shard, pg);
+            }
             continue;
         }
         let st = shard.pg(&map, pg);

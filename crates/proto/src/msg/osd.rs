@@ -299,6 +299,9 @@ pub struct OsdStats {
     pub cache_capacity_bytes: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
+    /// Copies of PGs of removed pools this OSD still holds: it is deleting them in the
+    /// background (`pool rm`), and their space comes back as they go.
+    pub pgs_reclaiming: u64,
 }
 
 /// A PG and OSDs that matter to it (waited for, or given up as lost).
