@@ -41,6 +41,7 @@ pub fn start(shard: &mut Shard, pg: PgId) {
         return;
     };
     shard.pgs.remove(&pg);
+    shard.reclaiming.retain(|_, t| !t.is_finished());
     let task = rt.spawn(run(osd, pg)).abort_handle();
     shard.reclaiming.insert(pg, task);
 }
