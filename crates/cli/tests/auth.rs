@@ -409,6 +409,9 @@ fn object_ops_are_checked_against_the_pool_caps() {
     let get = |p: &'static str| -> Vec<&'static str> { vec!["obj", "get", p, "o", "-"] };
     let put = |p: &'static str| -> Vec<&'static str> { vec!["obj", "put", p, "o2", "-"] };
     let scrub = |p: &'static str| -> Vec<&'static str> { vec!["pg", "scrub", "--pool", p] };
+    // An exclusive create is a write: it needs w like a put.
+    let create =
+        |p: &'static str| -> Vec<&'static str> { vec!["obj", "put", p, "o3", "-", "--if-absent"] };
     #[rustfmt::skip]
     let matrix: Vec<(&str, Vec<&str>, bool, &str)> = vec![
         (&none, get("a"), false, "client.none lacks r on pool a"),
@@ -417,6 +420,8 @@ fn object_ops_are_checked_against_the_pool_caps() {
         (&reader, get("b"), true, ""),
         (&reader, put("a"), false, "client.reader lacks w on pool a"),
         (&apool, put("a"), true, ""),
+        (&reader, create("a"), false, "client.reader lacks w on pool a"),
+        (&apool, create("a"), true, ""),
         (&apool, get("a"), true, ""),
         (&apool, get("b"), false, "client.apool lacks r on pool b"),
         (&apool, put("b"), false, "client.apool lacks w on pool b"),
