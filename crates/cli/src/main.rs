@@ -53,6 +53,7 @@ mod osd_tree;
 mod pg_cmd;
 mod progress;
 mod size;
+mod snap_cmd;
 mod store_cmd;
 mod torture;
 mod vol_cmd;

@@ -65,6 +65,10 @@ pub enum VolCmd {
         #[arg(long)]
         force: bool,
     },
+    /// Snapshots: create, ls, rm, rollback, protect, unprotect, trim. A snapshot is served
+    /// read-only over NBD as export VOL@SNAP.
+    #[command(subcommand)]
+    Snap(crate::snap_cmd::SnapCmd),
     /// Find the data objects of volumes that no longer exist (left by an interrupted or
     /// forced removal) and remove them.
     Gc {
@@ -128,6 +132,7 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
                 eprintln!("removed volume {name} from pool {}", pool.pool);
             }
             VolCmd::Gc { pool, dry_run } => gc(&client, &pool.pool, dry_run).await?,
+            VolCmd::Snap(cmd) => crate::snap_cmd::run(&client, cmd).await?,
         }
         Ok(())
     })?
@@ -291,6 +296,8 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
         v["objects"] = h.object_count().into();
         v["allocated_objects"] = i.allocated_objects.into();
         v["allocated_bytes_max"] = allocated.into();
+        v["snapshots"] = i.snapshots.into();
+        v["clone_objects"] = i.clone_objects.into();
         println!("{v}");
         return;
     }
@@ -303,6 +310,10 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
         i.allocated_objects,
         h.object_count(),
         human(allocated)
+    );
+    println!(
+        "snapshots:   {} ({} clone objects)",
+        i.snapshots, i.clone_objects
     );
     println!("id:          {:016x}", h.id);
     println!("created:     {}", crate::size::iso8601(h.created));

@@ -114,15 +114,22 @@ impl Exports for VolumeExports {
             ("", None) => return Ok(None),
             (n, _) => n,
         };
+        // `VOL@SNAP` is snapshot SNAP of volume VOL, read-only.
+        let (vol_name, snap) = match name.split_once('@') {
+            Some((v, s)) => (v, Some(s)),
+            None => (name, None),
+        };
         // Before any lookup: a client learns nothing of volumes it may not open.
-        let writable = self.access(name, client).map_err(ExportError::Denied)?;
-        if cairn_volume::header::check_name(name).is_err() {
+        let writable =
+            self.access(vol_name, client).map_err(ExportError::Denied)? && snap.is_none();
+        let check = cairn_volume::header::check_name;
+        if check(vol_name).is_err() || snap.is_some_and(|s| check(s).is_err()) {
             return Ok(None);
         }
         let pool = self.client.pool_id(&self.pool).map_err(client_error)?;
         // Re-read the header on every connection: a resize shows on the next connection, and
         // a volume removed and re-created under the same name is a different volume.
-        let header = match read_header(&self.client, pool, &self.pool, name).await {
+        let header = match read_header(&self.client, pool, &self.pool, vol_name).await {
             Ok(h) => h,
             Err(VolumeError::NoSuchVolume { .. }) => return Ok(None),
             Err(e) => return Err(export_error(e)),
@@ -141,14 +148,20 @@ impl Exports for VolumeExports {
                 v
             }
             _ => {
-                let v =
-                    match Volume::open(self.client.clone(), &self.pool, name, &self.holder).await {
-                        Ok(v) => Arc::new(v),
-                        Err(VolumeError::NoSuchVolume { .. } | VolumeError::Removing { .. }) => {
-                            return Ok(None)
-                        }
-                        Err(e) => return Err(export_error(e)),
-                    };
+                let (c, p, h) = (self.client.clone(), &self.pool, &self.holder);
+                let opened = match snap {
+                    None => Volume::open(c, p, vol_name, h).await,
+                    Some(s) => Volume::open_snapshot(c, p, vol_name, s, h).await,
+                };
+                let v = match opened {
+                    Ok(v) => Arc::new(v),
+                    Err(
+                        VolumeError::NoSuchVolume { .. }
+                        | VolumeError::Removing { .. }
+                        | VolumeError::NoSuchSnap { .. },
+                    ) => return Ok(None),
+                    Err(e) => return Err(export_error(e)),
+                };
                 open.insert(name.to_string(), Arc::downgrade(&v));
                 let mut releases = self.lock_releases();
                 releases.retain(|r| !*r.borrow());

@@ -25,6 +25,10 @@ pub struct VolumeInfo {
     pub header: Header,
     /// Data objects that exist (thin provisioning: only written ones).
     pub allocated_objects: u64,
+    /// Snapshots (of any state).
+    pub snapshots: usize,
+    /// Clone objects kept for snapshots.
+    pub clone_objects: u64,
 }
 
 /// Creates a volume of `size` bytes with data objects of `object_size` bytes.
@@ -49,9 +53,7 @@ pub async fn create(
         size,
         object_size,
         features: 0,
-        created: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created: now_secs(),
         removing: false,
         close: false,
     };
@@ -90,16 +92,26 @@ pub async fn list(client: &Client, pool_name: &str) -> Result<Vec<VolumeEntry>, 
     Ok(out)
 }
 
+/// Wall-clock seconds since the Unix epoch.
+pub(crate) fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// A volume's header and how much of it is allocated.
 pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<VolumeInfo, VolumeError> {
     header::check_name(name)?;
     let pool = client.pool_id(pool_name)?;
     let h = read_header(client, pool, pool_name, name).await?;
-    let allocated = data_objects(client, pool, h.id).await?.len() as u64;
+    let objects = volume_objects(client, pool, h.id).await?;
+    let snaps = crate::holder::read_snaps(client, pool, name, h.id).await?;
     Ok(VolumeInfo {
         name: name.to_string(),
         header: h,
-        allocated_objects: allocated,
+        allocated_objects: objects.heads.len() as u64,
+        snapshots: snaps.snaps.len(),
+        clone_objects: objects.clones.values().map(|v| v.len() as u64).sum(),
     })
 }
 
@@ -117,6 +129,19 @@ pub async fn resize(
     header::check_size(new_size)?;
     let pool = client.pool_id(pool_name)?;
     let mut h = read_header(client, pool, pool_name, name).await?;
+    if new_size < h.size
+        && !crate::holder::read_snaps(client, pool, name, h.id)
+            .await?
+            .snaps
+            .is_empty()
+    {
+        return Err(VolumeError::BadArgument {
+            what: "size",
+            why: format!(
+                "volume {name:?} has snapshots, whose data a shrink would take; remove them                  first (or grow it instead)"
+            ),
+        });
+    }
     if new_size < h.size {
         let os = u64::from(h.object_size);
         let first_gone = new_size.div_ceil(os);
@@ -177,6 +202,54 @@ pub(crate) async fn remove_objects(
         progress(done, total);
     }
     Ok(())
+}
+
+/// A volume's objects in a pool listing: head data objects and clones.
+#[derive(Debug, Default)]
+pub(crate) struct VolumeObjects {
+    /// Object numbers of the head data objects, sorted.
+    pub heads: Vec<u64>,
+    /// Clone snapshot ids (ascending) by object number.
+    pub clones: std::collections::BTreeMap<u64, Vec<u64>>,
+}
+
+impl VolumeObjects {
+    /// Every object number with a head or a clone, sorted.
+    pub fn all_objnos(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.heads.clone();
+        v.extend(self.clones.keys());
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Sorts out volume `id`'s objects in a pool listing.
+    pub fn of(id: u64, listing: &[Vec<u8>]) -> VolumeObjects {
+        let mut out = VolumeObjects::default();
+        for o in listing {
+            if let Some(n) = header::objno_of(id, o) {
+                out.heads.push(n);
+            } else if let Some((of, n, snap)) = crate::snaps::clone_of(o) {
+                if of == id {
+                    out.clones.entry(n).or_default().push(snap);
+                }
+            }
+        }
+        out.heads.sort_unstable();
+        for ids in out.clones.values_mut() {
+            ids.sort_unstable();
+        }
+        out
+    }
+}
+
+/// Volume `id`'s head data objects and clones.
+pub(crate) async fn volume_objects(
+    client: &Client,
+    pool: u32,
+    id: u64,
+) -> Result<VolumeObjects, VolumeError> {
+    Ok(VolumeObjects::of(id, &client.list(pool).await?))
 }
 
 /// The object numbers of volume `id`'s existing data objects, sorted.

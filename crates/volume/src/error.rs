@@ -36,6 +36,18 @@ pub enum VolumeError {
     Closed { name: String, why: String },
     #[error("volume {name:?} is open: {holders}; stop serving it (disconnect its clients), or add --force to make the server close it first")]
     Open { name: String, holders: String },
+    #[error("volume {name:?}: snapshot table is damaged ({why}); the data objects are untouched")]
+    BadSnaps { name: String, why: String },
+    #[error("volume {name:?} has no snapshot {snap:?}: `cairn vol snap ls {name}` lists them")]
+    NoSuchSnap { name: String, snap: String },
+    #[error("volume {name:?}: snapshot {snap:?} {why}")]
+    Snap {
+        name: String,
+        snap: String,
+        why: String,
+    },
+    #[error("volume {name:?} is read-only here: {why}")]
+    ReadOnly { name: String, why: String },
     #[error("{0}")]
     Client(#[from] ClientError),
 }

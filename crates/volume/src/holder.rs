@@ -2,15 +2,22 @@
 //! gate every I/O passes. The renewal also re-reads the header, so a `vol rm --force` (header
 //! flag `close`) or a removed volume closes the volume here within [`RENEW_EVERY`]: in-flight
 //! I/O finishes, new I/O fails, and the lease object goes, which is what `vol rm` waits for.
+//!
+//! Between renewals it polls the volume's snapshot table every [`SNAP_POLL`]: a new generation
+//! is adopted while no I/O runs (writes then preserve data for the newest active snapshot) and
+//! acknowledged in the lease record, which `vol snap` commands wait for.
 
 use crate::error::VolumeError;
 use crate::header::Header;
 use crate::lease::{
     lease_object, now_ms, LeaseRecord, LAPSE_PATIENCE, LEASE_FOR, RENEW_EVERY, SELF_FENCE_AFTER,
 };
+use crate::snaps::{snaps_object, SnapTable, MAX_SNAPS_LEN};
 use crate::volume::read_header;
 use cairn_client::{Client, ClientError};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{watch, Notify, RwLock, RwLockReadGuard};
 use tokio::time::Instant;
 
@@ -37,6 +44,53 @@ struct Shared {
     io: RwLock<()>,
     state: watch::Sender<State>,
     stop: Notify,
+    /// The snapshot table adopted last.
+    snaps: Mutex<Arc<SnapView>>,
+    /// The snapshot id this holder reads, if it serves a snapshot (closes once it is removed).
+    reading: Option<u64>,
+}
+
+/// How often a holder looks for a new snapshot table generation.
+pub const SNAP_POLL: Duration = Duration::from_millis(200);
+
+/// A snapshot table as a holder adopted it, with the data objects already preserved for its
+/// newest active snapshot (a clone exists), learnt by this process.
+#[derive(Debug, Default)]
+pub(crate) struct SnapView {
+    pub table: SnapTable,
+    preserved: Mutex<HashSet<u64>>,
+}
+
+impl SnapView {
+    pub fn is_preserved(&self, objno: u64) -> bool {
+        self.lock().contains(&objno)
+    }
+    pub fn mark_preserved(&self, objno: u64) {
+        self.lock().insert(objno);
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.preserved.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Reads volume `id`'s snapshot table; a volume without one has the empty table.
+pub(crate) async fn read_snaps(
+    client: &Client,
+    pool: u32,
+    name: &str,
+    id: u64,
+) -> Result<SnapTable, VolumeError> {
+    match client
+        .read(pool, &snaps_object(id), 0, MAX_SNAPS_LEN as u64 + 1)
+        .await
+    {
+        Ok(b) => SnapTable::decode(&b).map_err(|why| VolumeError::BadSnaps {
+            name: name.to_string(),
+            why,
+        }),
+        Err(ClientError::NoSuchObject { .. }) => Ok(SnapTable::default()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A lease held on one open volume; dropping it releases the lease in the background.
@@ -76,12 +130,14 @@ impl HeldLease {
         name: &str,
         header: Header,
         desc: &str,
+        reading: Option<u64>,
     ) -> Result<HeldLease, VolumeError> {
         let record = LeaseRecord {
             holder: rand::random(),
             expires_at_ms: 0,
             pid: std::process::id(),
             desc: desc.to_string(),
+            acked_gen: 0,
         };
         let shared = Arc::new(Shared {
             client: client.clone(),
@@ -93,15 +149,19 @@ impl HeldLease {
             io: RwLock::new(()),
             state: watch::Sender::new(State::Closed("not yet open".into())),
             stop: Notify::new(),
+            snaps: Mutex::new(Arc::default()),
+            reading,
         });
         let started = Instant::now();
         shared.write_record().await?;
+        // The table is read after the lease is written: a `vol snap` command that changes it
+        // either sees this lease (and waits for it) or this sees the change.
         let refused = match shared.current_header().await {
             Ok(h) if h.removing => Some(VolumeError::Removing {
                 pool: pool_name.to_string(),
                 name: name.to_string(),
             }),
-            Ok(_) => None,
+            Ok(_) => shared.first_snaps().await.err(),
             Err(e) => Some(e),
         };
         if let Some(e) = refused {
@@ -155,6 +215,11 @@ impl HeldLease {
     /// Becomes true once the lease is released, also after the volume was dropped.
     pub fn released(&self) -> watch::Receiver<bool> {
         self.released.clone()
+    }
+
+    /// The snapshot table adopted last: stable while an [`IoPermit`] is held.
+    pub fn snaps(&self) -> Arc<SnapView> {
+        self.shared.snap_view()
     }
 }
 
@@ -227,6 +292,72 @@ impl Shared {
         Ok(h)
     }
 
+    fn snap_view(&self) -> Arc<SnapView> {
+        self.snaps.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Reads and adopts the table at open; a snapshot being read must exist and be active.
+    async fn first_snaps(&self) -> Result<(), VolumeError> {
+        let t = read_snaps(&self.client, self.pool, &self.name, self.id).await?;
+        if let Some(id) = self.reading {
+            if !t.snaps.iter().any(|s| s.id == id && s.active) {
+                return Err(self.closed(format!("snapshot {id} was removed")));
+            }
+        }
+        let generation = t.generation;
+        *self.snaps.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(SnapView {
+            table: t,
+            preserved: Mutex::default(),
+        });
+        if generation > 0 {
+            self.ack(generation).await?;
+        }
+        Ok(())
+    }
+
+    /// Adopts a newer snapshot table while no I/O runs, then acknowledges it. Returns why the
+    /// volume must close, if it must (the snapshot it serves was removed).
+    async fn adopt(&self, t: SnapTable) -> Option<String> {
+        let current = self.snap_view();
+        if t.generation <= current.table.generation {
+            return None;
+        }
+        if let Some(id) = self.reading {
+            if !t.is_live(id) {
+                return Some("the snapshot it serves was removed (cairn vol snap rm)".into());
+            }
+        }
+        let generation = t.generation;
+        {
+            let _all = self.io.write().await;
+            // What was preserved for a newer or the same snapshot is preserved for an older
+            // one too (a clone not older than it exists); for a newer snapshot it is not.
+            let keep = t.latest_active() <= current.table.latest_active();
+            let preserved = if keep {
+                std::mem::take(&mut *current.lock())
+            } else {
+                HashSet::new()
+            };
+            *self.snaps.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(SnapView {
+                table: t,
+                preserved: Mutex::new(preserved),
+            });
+        }
+        if let Err(e) = self.ack(generation).await {
+            tracing::warn!(volume = %self.name, error = %e,
+                "could not acknowledge a snapshot table change; retried at the next renewal");
+        }
+        None
+    }
+
+    async fn ack(&self, generation: u64) -> Result<(), VolumeError> {
+        self.record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .acked_gen = generation;
+        self.write_record().await
+    }
+
     /// Closes for good: in-flight I/O ends first, then the lease object goes.
     async fn close(&self, why: String) {
         {
@@ -273,14 +404,46 @@ async fn watchdog(s: Arc<Shared>) {
     }
 }
 
+/// Why a holder stops.
+enum Stop {
+    /// Its server closed the volume.
+    Server,
+    /// The volume must close (why).
+    Must(String),
+}
+
+/// Polls the snapshot table until the next renewal is due; `Err` once the holder stops.
+async fn poll_snaps(s: &Shared, until: Instant) -> Result<(), Stop> {
+    loop {
+        let next = (Instant::now() + SNAP_POLL).min(until);
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = s.stop.notified() => return Err(Stop::Server),
+        }
+        match read_snaps(&s.client, s.pool, &s.name, s.id).await {
+            Ok(t) => {
+                if let Some(why) = s.adopt(t).await {
+                    return Err(Stop::Must(why));
+                }
+            }
+            Err(e) => tracing::warn!(volume = %s.name, error = %e,
+                "could not read the volume's snapshot table"),
+        }
+        if next >= until {
+            return Ok(());
+        }
+    }
+}
+
 /// Renews the lease until stopped or until the header says the volume is going.
 async fn renew(s: Arc<Shared>) {
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(RENEW_EVERY) => {}
-            () = s.stop.notified() => {
-                s.close("the server closed it".into()).await;
-                return;
+        match poll_snaps(&s, Instant::now() + RENEW_EVERY).await {
+            Ok(()) => {}
+            Err(Stop::Server) => return s.close("the server closed it".into()).await,
+            Err(Stop::Must(why)) => {
+                tracing::warn!(volume = %s.name, why, "closing the volume");
+                return s.close(why).await;
             }
         }
         let started = Instant::now();

@@ -9,12 +9,14 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const MAGIC: &[u8; 8] = b"CAIRNOPN";
-/// Lease record format version this code writes and reads.
-pub const LEASE_VERSION: u16 = 1;
+/// Lease record format version this code writes; it reads version 1 too (no `acked_gen`).
+pub const LEASE_VERSION: u16 = 2;
 /// Longest holder description kept in a record.
 pub const MAX_HOLDER_DESC: usize = 256;
-/// Bytes before the description: magic, version, reserved, holder, expiry, pid, length.
-const FIXED_LEN: usize = 8 + 2 + 2 + 8 + 8 + 4 + 2;
+/// Bytes before the description in version 1: magic, version, reserved, holder, expiry, pid,
+/// length. Version 2 adds the acknowledged snapshot table generation before the length.
+const FIXED_LEN_V1: usize = 8 + 2 + 2 + 8 + 8 + 4 + 2;
+const FIXED_LEN: usize = FIXED_LEN_V1 + 8;
 /// Largest encoded record (readers ask for no more).
 pub const MAX_LEASE_LEN: usize = FIXED_LEN + MAX_HOLDER_DESC + 4;
 
@@ -44,6 +46,9 @@ pub struct LeaseRecord {
     pub pid: u32,
     /// Who holds it, for people: e.g. `cairn nbd serve on host h (nbd://127.0.0.1:10809)`.
     pub desc: String,
+    /// The snapshot table generation the holder has adopted (`snaps.rs`): `vol snap` commands
+    /// wait for it.
+    pub acked_gen: u64,
 }
 
 impl LeaseRecord {
@@ -64,6 +69,7 @@ impl LeaseRecord {
         b.extend_from_slice(&self.holder.to_le_bytes());
         b.extend_from_slice(&self.expires_at_ms.to_le_bytes());
         b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&self.acked_gen.to_le_bytes());
         // Cut above to MAX_HOLDER_DESC (256), so it fits.
         b.extend_from_slice(&(desc.len() as u16).to_le_bytes());
         b.extend_from_slice(desc.as_bytes());
@@ -74,11 +80,11 @@ impl LeaseRecord {
 
     /// Parses and checks a record; the error says what is wrong.
     pub fn decode(b: &[u8]) -> Result<LeaseRecord, String> {
-        if b.len() < FIXED_LEN + 4 || b.len() > MAX_LEASE_LEN {
+        if b.len() < FIXED_LEN_V1 + 4 || b.len() > MAX_LEASE_LEN {
             return Err(format!(
                 "{} bytes, expected {} to {MAX_LEASE_LEN}",
                 b.len(),
-                FIXED_LEN + 4
+                FIXED_LEN_V1 + 4
             ));
         }
         if &b[0..8] != MAGIC {
@@ -89,27 +95,33 @@ impl LeaseRecord {
             return Err("checksum mismatch".into());
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != LEASE_VERSION {
-            return Err(format!(
-                "lease format version {version}; this cairn reads version {LEASE_VERSION}"
-            ));
-        }
+        let (fixed, acked_gen) = match version {
+            1 => (FIXED_LEN_V1, 0),
+            2 if b.len() >= FIXED_LEN + 4 => (FIXED_LEN, u64_at(b, 32)),
+            2 => return Err(format!("{} bytes, too short for version 2", b.len())),
+            _ => {
+                return Err(format!(
+                "lease format version {version}; this cairn reads versions 1 and {LEASE_VERSION}"
+            ))
+            }
+        };
         if b[10..12] != [0, 0] {
             return Err("reserved bytes are not zero".into());
         }
-        let desc_len = usize::from(u16::from_le_bytes([b[32], b[33]]));
-        if desc_len > MAX_HOLDER_DESC || FIXED_LEN + desc_len + 4 != b.len() {
+        let desc_len = usize::from(u16::from_le_bytes([b[fixed - 2], b[fixed - 1]]));
+        if desc_len > MAX_HOLDER_DESC || fixed + desc_len + 4 != b.len() {
             return Err(format!(
                 "description length {desc_len} does not match the record"
             ));
         }
-        let desc = std::str::from_utf8(&body[FIXED_LEN..])
+        let desc = std::str::from_utf8(&body[fixed..])
             .map_err(|_| "description is not UTF-8".to_string())?;
         Ok(LeaseRecord {
             holder: u64_at(b, 12),
             expires_at_ms: u64_at(b, 20),
             pid: u32::from_le_bytes([b[28], b[29], b[30], b[31]]),
             desc: desc.to_string(),
+            acked_gen,
         })
     }
 
@@ -162,7 +174,21 @@ mod tests {
             expires_at_ms: 1_800_000_000_000,
             pid: 4242,
             desc: "cairn nbd serve on host h (nbd://127.0.0.1:10809)".into(),
+            acked_gen: 3,
         }
+    }
+
+    #[test]
+    fn reads_version_1() {
+        let r = sample();
+        let mut v1 = r.encode();
+        v1.drain(32..40);
+        v1[8] = 1;
+        let end = v1.len() - 4;
+        let crc = crc32c::crc32c(&v1[..end]);
+        v1[end..].copy_from_slice(&crc.to_le_bytes());
+        let back = LeaseRecord::decode(&v1).unwrap();
+        assert_eq!(back, LeaseRecord { acked_gen: 0, ..r });
     }
 
     #[test]

@@ -4,9 +4,12 @@
 //! plus data objects `vdata.<id>.<objno>` of a fixed size (default 4 MiB), thin provisioned:
 //! a data object exists only once written. [`Volume`] does byte-range I/O over them; an open
 //! volume keeps a map of which objects exist so reads of holes never reach an OSD.
+//! Snapshots (`snapshot.rs`, `snaps.rs`, `cow.rs`) keep a data object's old bytes in a clone
+//! object before its first change after the snapshot.
 //! A volume knows no protocol: `cairn-gateway` serves volumes over NBD.
 
 mod admin;
+mod cow;
 mod error;
 pub mod header;
 mod holder;
@@ -15,6 +18,8 @@ mod layout;
 pub mod lease;
 mod objmap;
 mod remove;
+pub mod snaps;
+mod snapshot;
 mod volume;
 
 pub use admin::{create, info, list, resize, VolumeEntry, VolumeInfo};
@@ -23,5 +28,9 @@ pub use header::{Header, DEFAULT_OBJECT_SIZE};
 pub use remove::{
     close_for_removal, describe_holders, find_orphans, open_volumes, remove, remove_orphans,
     Orphans, RemoveEvent,
+};
+pub use snapshot::{
+    create_snap, list_snaps, protect_snap, remove_snap, rollback_snap, trim, SnapEvent, SnapList,
+    ACK_WAIT,
 };
 pub use volume::{read_header, Allocation, Volume};

@@ -45,6 +45,18 @@ pub async fn remove(
     header::check_name(name)?;
     let pool = client.pool_id(pool_name)?;
     let h = read_header(client, pool, pool_name, name).await?;
+    let snaps = crate::holder::read_snaps(client, pool, name, h.id).await?;
+    if let Some(s) = snaps.snaps.first() {
+        return Err(VolumeError::Snap {
+            name: name.to_string(),
+            snap: s.name.clone(),
+            why: format!(
+                "and {} other snapshot(s) exist: remove them first (`cairn vol snap ls {name}`, \
+                 `cairn vol snap rm {name}@SNAP`)",
+                snaps.snaps.len() - 1
+            ),
+        });
+    }
     let flagged = Header {
         removing: true,
         close: h.close || force,
@@ -79,11 +91,16 @@ pub async fn remove(
         .collect();
     let mut progress = |done, total| events(RemoveEvent::Removed { done, total });
     remove_objects(client, pool, name, h.id, &data, &mut progress).await?;
-    let lease_objects: Vec<Vec<u8>> = objects
+    // Clones left by an interrupted trim, the snapshot table, the leases.
+    let mut rest: Vec<Vec<u8>> = objects
         .into_iter()
-        .filter(|o| lease_of(o).is_some_and(|(id, _)| id == h.id))
+        .filter(|o| {
+            lease_of(o).is_some_and(|(id, _)| id == h.id)
+                || crate::snaps::clone_of(o).is_some_and(|(id, _, _)| id == h.id)
+        })
         .collect();
-    remove_names(client, pool, &lease_objects).await?;
+    rest.push(crate::snaps::snaps_object(h.id));
+    remove_names(client, pool, &rest).await?;
     match client.remove(pool, &header::header_object(name)).await {
         Ok(()) | Err(ClientError::NoSuchObject { .. }) => Ok(()),
         Err(e) => Err(e.into()),
@@ -231,7 +248,7 @@ async fn headers(
 }
 
 /// The unexpired leases of volume `id` among `objects` (a pool listing).
-async fn live_leases(
+pub(crate) async fn live_leases(
     client: &Client,
     pool: u32,
     id: u64,
@@ -253,7 +270,7 @@ async fn live_leases(
 
 /// A lease record; `None` once removed. A damaged record counts as expired (its holder
 /// rewrites it every few seconds, so damage means no one does).
-async fn read_lease(
+pub(crate) async fn read_lease(
     client: &Client,
     pool: u32,
     object: &[u8],
@@ -267,6 +284,7 @@ async fn read_lease(
                 expires_at_ms: 0,
                 pid: 0,
                 desc: format!("damaged lease ({why})"),
+                acked_gen: 0,
             }
         }))),
         Err(ClientError::NoSuchObject { .. }) => Ok(None),

@@ -7,8 +7,11 @@ use crate::join::join_all;
 use crate::layout::{pieces, Piece};
 use crate::lease::LAPSE_PATIENCE;
 use crate::objmap::ObjectMap;
+use crate::snaps::Snap;
 use cairn_client::{Client, ClientError};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Objects zeroed or removed at once by one request.
 const ZERO_PARALLEL: usize = 32;
@@ -24,15 +27,19 @@ pub struct Allocation {
 /// An open volume. Share it (in an `Arc`) between all users in one process: its object map is
 /// exact only while this process is the volume's one writer.
 pub struct Volume {
-    client: Client,
-    pool: u32,
+    pub(crate) client: Client,
+    pub(crate) pool: u32,
     pool_name: String,
-    name: String,
-    header: Header,
+    pub(crate) name: String,
+    pub(crate) header: Header,
     size: AtomicU64,
-    map: ObjectMap,
+    pub(crate) map: ObjectMap,
     /// The open lease: every I/O passes it, and it closes the volume when `vol rm` asks.
-    lease: HeldLease,
+    pub(crate) lease: HeldLease,
+    /// The snapshot this is a read-only view of (`None`: the volume itself).
+    pub(crate) snap: Option<Snap>,
+    /// Of a snapshot view: the clone each data object's reads use, once found (`cow.rs`).
+    pub(crate) resolved: Mutex<HashMap<u64, u64>>,
 }
 
 impl Volume {
@@ -45,6 +52,28 @@ impl Volume {
         name: &str,
         holder: &str,
     ) -> Result<Volume, VolumeError> {
+        Self::open_view(client, pool_name, name, None, holder).await
+    }
+
+    /// Opens snapshot `snap` of a volume, read-only: reads see the volume as it was when the
+    /// snapshot was taken, while the volume itself goes on changing.
+    pub async fn open_snapshot(
+        client: Client,
+        pool_name: &str,
+        name: &str,
+        snap: &str,
+        holder: &str,
+    ) -> Result<Volume, VolumeError> {
+        Self::open_view(client, pool_name, name, Some(snap), holder).await
+    }
+
+    async fn open_view(
+        client: Client,
+        pool_name: &str,
+        name: &str,
+        snap_name: Option<&str>,
+        holder: &str,
+    ) -> Result<Volume, VolumeError> {
         header::check_name(name)?;
         let pool = client.pool_id(pool_name)?;
         let header = read_header(&client, pool, pool_name, name).await?;
@@ -54,18 +83,37 @@ impl Volume {
                 name: name.to_string(),
             });
         }
-        let lease = HeldLease::acquire(&client, pool, pool_name, name, header, holder).await?;
-        let existing = crate::admin::data_objects(&client, pool, header.id).await?;
+        let snap = match snap_name {
+            Some(s) => Some(crate::snapshot::find_active(&client, pool, name, &header, s).await?),
+            None => None,
+        };
+        let reading = snap.as_ref().map(|s| s.id);
+        let lease =
+            HeldLease::acquire(&client, pool, pool_name, name, header, holder, reading).await?;
+        let objects = crate::admin::volume_objects(&client, pool, header.id).await?;
+        let existing = match &snap {
+            // A snapshot's data is in the head objects or in clones.
+            Some(_) => objects.all_objnos(),
+            None => objects.heads,
+        };
+        let size = snap.as_ref().map_or(header.size, |s| s.size);
         Ok(Volume {
             client,
             pool,
             pool_name: pool_name.to_string(),
             name: name.to_string(),
             header,
-            size: AtomicU64::new(header.size),
+            size: AtomicU64::new(size),
             map: ObjectMap::new(existing),
             lease,
+            snap,
+            resolved: Mutex::default(),
         })
+    }
+
+    /// The snapshot this is a view of, if it is one.
+    pub fn snapshot(&self) -> Option<&Snap> {
+        self.snap.as_ref()
     }
 
     /// Closes the volume: waits for in-flight I/O, then releases the lease; later I/O fails.
@@ -84,7 +132,7 @@ impl Volume {
     /// lease lapses meanwhile (no write of this process may land after `vol rm` saw the lease
     /// expire), then run again once it is renewed; I/O is idempotent, so a dropped attempt
     /// that did land is harmless.
-    async fn gated<T, F>(&self, io: impl Fn() -> F) -> Result<T, VolumeError>
+    pub(crate) async fn gated<T, F>(&self, io: impl Fn() -> F) -> Result<T, VolumeError>
     where
         F: std::future::Future<Output = Result<T, VolumeError>>,
     {
@@ -114,9 +162,12 @@ impl Volume {
         self.size.load(Ordering::Relaxed)
     }
 
-    /// Takes a new size from a re-read header (after `cairn vol resize`).
+    /// Takes a new size from a re-read header (after `cairn vol resize`); a snapshot's size
+    /// never changes.
     pub fn set_size(&self, size: u64) {
-        self.size.store(size, Ordering::Relaxed);
+        if self.snap.is_none() {
+            self.size.store(size, Ordering::Relaxed);
+        }
     }
 
     /// How many data objects exist.
@@ -124,7 +175,17 @@ impl Volume {
         self.map.len()
     }
 
-    fn object_size(&self) -> u64 {
+    fn check_writable(&self) -> Result<(), VolumeError> {
+        match &self.snap {
+            None => Ok(()),
+            Some(s) => Err(VolumeError::ReadOnly {
+                name: self.name.clone(),
+                why: format!("this is snapshot {:?}", s.name),
+            }),
+        }
+    }
+
+    pub(crate) fn object_size(&self) -> u64 {
         u64::from(self.header.object_size)
     }
 
@@ -141,7 +202,12 @@ impl Volume {
         }
     }
 
-    fn object_error(&self, op: &'static str, objno: u64, source: ClientError) -> VolumeError {
+    pub(crate) fn object_error(
+        &self,
+        op: &'static str,
+        objno: u64,
+        source: ClientError,
+    ) -> VolumeError {
         VolumeError::Object {
             name: self.name.clone(),
             op,
@@ -180,6 +246,14 @@ impl Volume {
         if !self.map.may_exist(p.objno) {
             return Ok(None);
         }
+        if let Some(snap) = &self.snap {
+            return self.read_snap_piece(snap.id, p).await;
+        }
+        self.read_head(p).await
+    }
+
+    /// The piece's bytes in the head object (what the volume holds now).
+    pub(crate) async fn read_head(&self, p: Piece) -> Result<Option<Vec<u8>>, VolumeError> {
         let name = data_object(self.header.id, p.objno);
         match self.client.read(self.pool, &name, p.offset, p.len).await {
             Ok(mut d) => {
@@ -197,9 +271,11 @@ impl Volume {
     }
 
     async fn write_ungated(&self, offset: u64, data: &[u8]) -> Result<(), VolumeError> {
+        self.check_writable()?;
         self.check_range(offset, data.len() as u64)?;
         let ps = pieces(self.object_size(), offset, data.len() as u64);
         let write = |p: Piece| async move {
+            self.preserve(p.objno).await?;
             self.map.writing(p.objno);
             let name = data_object(self.header.id, p.objno);
             let slice = &data[p.at as usize..(p.at + p.len) as usize];
@@ -225,6 +301,7 @@ impl Volume {
     }
 
     async fn zero_ungated(&self, offset: u64, len: u64, punch: bool) -> Result<(), VolumeError> {
+        self.check_writable()?;
         self.check_range(offset, len)?;
         // Bounded concurrency: a discard of a whole disk spans thousands of objects.
         for chunk in pieces(self.object_size(), offset, len).chunks(ZERO_PARALLEL) {
@@ -240,6 +317,7 @@ impl Volume {
             if !self.map.may_exist(p.objno) {
                 return Ok(());
             }
+            self.preserve(p.objno).await?;
             let token = self.map.removing(p.objno);
             return match self.client.remove(self.pool, &name).await {
                 Ok(()) | Err(ClientError::NoSuchObject { .. }) => {
@@ -253,6 +331,7 @@ impl Volume {
             };
         }
         if self.map.may_exist(p.objno) {
+            self.preserve(p.objno).await?;
             return self
                 .client
                 .zero(self.pool, &name, p.offset, p.len)
@@ -265,6 +344,7 @@ impl Volume {
         // Allocating zeros where nothing exists: one zero byte at the range's end creates the
         // object, sparse, reading as zeros up to there (no buffer of the range's size; a
         // truncate instead could race a concurrent write to another part of the object).
+        self.preserve(p.objno).await?;
         self.map.writing(p.objno);
         self.client
             .write(self.pool, &name, p.offset + p.len - 1, &[0])

@@ -10,6 +10,7 @@ mod connect;
 mod echo;
 pub mod measure;
 pub mod nbd;
+mod nbd_snap;
 pub mod objects;
 mod ops;
 pub mod recovery;

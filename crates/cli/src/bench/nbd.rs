@@ -43,7 +43,11 @@ JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {
 \"cpu_us_per_op\" (monitors, OSDs and the NBD server), \"baseline_iops\", \"baseline_mb_per_s\",
 \"baseline_lat_us\": {p50, p99, p999}, \"ratio_to_baseline\" (IOPS), \"lat_p50_ratio_to_baseline\",
 with --tls \"tls\": {\"iops\", \"mb_per_s\", \"lat_us\", \"plain_iops\", \"plain_mb_per_s\", \"plain_lat_us\",
-\"iops_ratio_to_plain\"}}]}.";
+\"iops_ratio_to_plain\"}}]}; with --snapshots also \"snapshots\": {\"create_ms_no_client\",
+\"create_ms_served\", \"first_write_after_snapshot_us\" (one 4 KiB write into each data object,
+QD1, right after a snapshot: each copies its object first), \"randwrite_4k_qd1_with_snapshot\",
+\"randwrite_4k_qd1_without\" (same run, before the snapshot), \"qd1_p50_ratio_with_to_without\",
+\"remove_two_snapshots_ms\"}.";
 
 #[derive(Args)]
 pub struct BenchNbdArgs {
@@ -70,6 +74,10 @@ pub struct BenchNbdArgs {
     /// Also measure each workload over TLS-PSK against the same path without TLS.
     #[arg(long)]
     pub tls: bool,
+    /// Also measure snapshots: creation time, the first write to each object after one, and
+    /// 4 KiB random writes at QD1 with a snapshot against without (`nbd_snap.rs`).
+    #[arg(long)]
+    pub snapshots: bool,
 }
 
 struct Spec {
@@ -175,13 +183,13 @@ fn start_nbdkit(plugin_args: &[String]) -> Result<(Child, String)> {
 }
 
 /// What one fio run measured.
-struct Fio {
-    iops: f64,
-    mb_per_s: f64,
-    p50_us: f64,
-    p99_us: f64,
-    p999_us: f64,
-    ops: u64,
+pub struct Fio {
+    pub iops: f64,
+    pub mb_per_s: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub ops: u64,
 }
 
 /// Workload `s` against `uri` for --ramp + --seconds.
@@ -198,7 +206,7 @@ fn timed_fio(uri: &str, s: &Spec, a: &BenchNbdArgs) -> Result<Fio> {
 
 /// One fio job; `timed` = (seconds of ramp not measured, seconds measured), or None to run
 /// through `size` once.
-fn fio(
+pub fn fio(
     uri: &str,
     rw: &str,
     bs: usize,
@@ -206,7 +214,21 @@ fn fio(
     size: u64,
     timed: Option<(f64, f64)>,
 ) -> Result<Fio> {
+    fio_with(uri, rw, bs, qd, size, timed, &[])
+}
+
+/// [`fio`] with more fio options.
+pub fn fio_with(
+    uri: &str,
+    rw: &str,
+    bs: usize,
+    qd: usize,
+    size: u64,
+    timed: Option<(f64, f64)>,
+    extra: &[String],
+) -> Result<Fio> {
     let mut cmd = Command::new("fio");
+    cmd.args(extra);
     cmd.args([
         "--name=bench",
         "--ioengine=nbd",
@@ -257,11 +279,16 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     require("nbdkit", "nbdkit")?;
     let t = Target::connect(conf)?;
     let pool = format!("bench-nbd-{}", std::process::id());
-    let entries = t.with_pool(&pool, a.size, Durability::Wal, || {
+    let (entries, snaps) = t.with_pool(&pool, a.size, Durability::Wal, || {
         t.block_on(prepare(&t.client, &pool, a.volume_size))?;
-        bench(&a, &t.conf, &pool, &t.pids)
+        bench(&a, &t, &pool)
     })?;
-    println!("{}", Obj::new().put_arr("workloads", &entries).render());
+    let out = Obj::new().put_arr("workloads", &entries);
+    let out = match snaps {
+        Some(s) => out.put_obj("snapshots", s),
+        None => out,
+    };
+    println!("{}", out.render());
     Ok(())
 }
 
@@ -282,7 +309,9 @@ async fn prepare(client: &Client, pool: &str, size: u64) -> Result<()> {
     Ok(())
 }
 
-fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<Obj>> {
+/// The workloads, and with `--snapshots` the snapshot measurements.
+fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<(Vec<Obj>, Option<Obj>)> {
+    let (conf, pids) = (t.conf.as_path(), t.pids.as_slice());
     let (merge_srv, merge_port, cairn_uri) = start_cairn_nbd(conf, pool, &[])?;
     let (plain_srv, _, plain_uri) = start_cairn_nbd(conf, pool, &["--merge-threshold", "0"])?;
     let (kit, kit_uri) = start_nbdkit(&["memory".into(), a.volume_size.to_string()])?;
@@ -364,7 +393,23 @@ fn bench(a: &BenchNbdArgs, conf: &Path, pool: &str, pids: &[i32]) -> Result<Vec<
         }
         out.push(o);
     }
-    Ok(out)
+    let snaps = match a.snapshots {
+        true => Some(
+            super::nbd_snap::SnapBench {
+                t,
+                pool,
+                volume: VOLUME,
+                uri: &cairn_uri,
+                size: a.volume_size,
+                ramp: a.ramp,
+                seconds: a.seconds,
+                json: a.json,
+            }
+            .run()?,
+        ),
+        false => None,
+    };
+    Ok((out, snaps))
 }
 
 /// fio through an nbdkit nbd-plugin proxy, to a TLS-requiring server and (the baseline) to

@@ -1,3 +1,4 @@
 pub mod cluster;
 pub mod history;
 pub mod hosts;
+pub mod tools;

@@ -1,0 +1,273 @@
+//! Volume snapshots through real clients (fio, nbdcopy, qemu-img, nbdsh) against a real
+//! cluster: a snapshot export reads what the volume held when the snapshot was taken while the
+//! volume goes on changing (also across kill -9 of an OSD), a snapshot taken under writes holds
+//! exactly a prefix of them (crash-consistent), rollback restores, removal reclaims.
+
+mod common;
+
+use common::cluster::{text, Cluster};
+use common::tools::{fio_verify, p, scratch, system_path, tool, tool_ok};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs an nbdsh script against `uri` under a hang guard, its stdout piped.
+fn nbdsh(uri: &str, secs: u32, script: &str) -> Child {
+    Command::new("timeout")
+        .args(["-k", "5", &secs.to_string(), "nbdsh", "-c", script])
+        .env("URI", uri)
+        .env("PATH", system_path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run nbdsh (apt-get install libnbd-bin python3-libnbd)")
+}
+
+/// Connects, reads one block, and keeps the connection open (idle) until killed.
+const IDLE: &str = r#"
+import nbd, os, time
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+h.pread(4096, 0)
+print("connected", flush=True)
+time.sleep(120)
+"#;
+
+/// Writes 4 KiB blocks one at a time (each acknowledged before the next) round the 1,024
+/// slots of 64 KiB of a 64 MiB volume: write n puts n+1 (u64 little-endian, repeated) in slot
+/// n % 1024. Runs until killed.
+const SEQUENTIAL: &str = r#"
+import nbd, os, time, struct
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+n = 0
+end = time.time() + 100
+while time.time() < end:
+    h.pwrite(struct.pack("<Q", n + 1) * 512, (n % 1024) * 65536)
+    n += 1
+    if n == 50:
+        print("writing", flush=True)
+"#;
+
+const SLOTS: u64 = 1024;
+const SLOT: usize = 64 << 10;
+
+/// Stops an [`nbdsh`] run: `timeout` passes SIGTERM on to nbdsh (a SIGKILL would not).
+fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// Waits for the first line of `child`'s stdout, which must be `want`.
+fn wait_line(child: &mut Child, want: &str) {
+    let out = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), want, "nbdsh said {line:?}");
+}
+
+fn objects_with(c: &Cluster, part: &str) -> Vec<String> {
+    c.ok(&["obj", "ls", "default"])
+        .lines()
+        .filter(|l| l.contains(part))
+        .map(str::to_string)
+        .collect()
+}
+
+fn volume_id(c: &Cluster, name: &str) -> String {
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", name, "--json"])).expect("json");
+    info["id"].as_str().expect("id").to_string()
+}
+
+/// Waits (30 s at most) until `ready` holds.
+fn wait_until(c: &Cluster, what: &str, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `cairn vol snap create`; returns how long it said it took (ms).
+fn snap_create(c: &Cluster, spec: &str) -> u64 {
+    let o = c.cairn(&["vol", "snap", "create", spec]);
+    let err = text(&o.stderr);
+    assert!(
+        o.status.success(),
+        "snap create {spec}: {err}\n{}",
+        c.logs()
+    );
+    let ms = err
+        .rsplit(" in ")
+        .next()
+        .and_then(|t| t.trim().strip_suffix(" ms"))
+        .and_then(|t| t.parse().ok());
+    ms.unwrap_or_else(|| panic!("no time in {err:?}"))
+}
+
+fn compare(c: &Cluster, a: &str, b: &str) {
+    tool_ok(
+        c,
+        120,
+        "qemu-img",
+        &["compare", "-f", "raw", "-F", "raw", a, b],
+    );
+}
+
+#[test]
+fn snapshot_export_keeps_its_data_while_the_volume_changes_and_rollback_restores_it() {
+    let c = Cluster::up_with_nbd("snap-fio", 3);
+    c.ok(&["vol", "create", "vm", "--size", "64M"]);
+    let id = volume_id(&c, "vm");
+    let uri = c.nbd_uri("vm");
+    let snap_uri = c.nbd_uri("vm@before");
+    fio_verify(&c, &uri, "fill", "64k", "64M", "4");
+    let dir = scratch("snap-fio");
+    let at_snap = dir.join("at-snap.raw");
+    tool_ok(&c, 120, "nbdcopy", &[&uri, &p(&at_snap)]);
+
+    // A client keeps the volume open: the snapshot waits for its server to adopt it.
+    let mut idle = nbdsh(&uri, 150, IDLE);
+    wait_line(&mut idle, "connected");
+    let ms = snap_create(&c, "vm@before");
+    eprintln!("snapshot of a served volume took {ms} ms");
+    let ls = c.ok(&["vol", "snap", "ls", "vm", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&ls).expect("json");
+    assert_eq!(v["snapshots"][0]["name"], "before", "{v}");
+    assert_eq!(v["snapshots"][0]["state"], "ready", "{v}");
+
+    // The volume changes (an OSD killed -9 and restarted meanwhile) while the snapshot is
+    // read and compared.
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| fio_verify(&c, &uri, "rewrite", "4k", "64M", "16"));
+        compare(&c, &snap_uri, &p(&at_snap));
+        c.kill9("osd.1");
+        compare(&c, &snap_uri, &p(&at_snap));
+        c.start_osd(1);
+        writer.join().expect("fio rewrite");
+    });
+    compare(&c, &snap_uri, &p(&at_snap));
+    let now = dir.join("now.raw");
+    tool_ok(&c, 120, "nbdcopy", &[&uri, &p(&now)]);
+    assert_ne!(
+        std::fs::read(&now).expect("read"),
+        std::fs::read(&at_snap).expect("read"),
+        "the volume did not change"
+    );
+    let clones = objects_with(&c, &format!("vclone.{id}."));
+    assert_eq!(clones.len(), 16, "one clone per data object: {clones:?}");
+
+    // Snapshots cannot be written.
+    let o = tool(
+        30,
+        "nbdsh",
+        &["-u", &snap_uri, "-c", "h.pwrite(b'x' * 512, 0)"],
+    );
+    assert!(!o.status.success(), "a snapshot export took a write");
+    assert!(
+        text(&o.stderr).contains("does not support write"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // Rollback is refused while the volume is open, then restores the snapshot's data.
+    let o = c.cairn(&["vol", "snap", "rollback", "vm@before"]);
+    assert!(!o.status.success(), "rollback of an open volume");
+    assert!(text(&o.stderr).contains("is open"), "{}", text(&o.stderr));
+    stop(idle);
+    wait_until(&c, "lease not released", || {
+        objects_with(&c, &format!("vopen.{id}.")).is_empty()
+    });
+    c.ok(&["vol", "snap", "rollback", "vm@before"]);
+    compare(&c, &uri, &p(&at_snap));
+    compare(&c, &snap_uri, &p(&at_snap));
+
+    // A protected snapshot stays; removal takes the clones; then the volume can go.
+    c.ok(&["vol", "snap", "protect", "vm@before"]);
+    let o = c.cairn(&["vol", "snap", "rm", "vm@before"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("protected"));
+    let o = c.cairn(&["vol", "rm", "vm"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("snapshot"));
+    c.ok(&["vol", "snap", "unprotect", "vm@before"]);
+    c.ok(&["vol", "snap", "rm", "vm@before"]);
+    assert!(objects_with(&c, &format!("vclone.{id}.")).is_empty());
+    compare(&c, &uri, &p(&at_snap));
+    let o = tool(30, "nbdinfo", &[&snap_uri]);
+    assert!(!o.status.success(), "a removed snapshot is still exported");
+    c.ok(&["vol", "rm", "vm"]);
+    assert!(
+        objects_with(&c, &id).is_empty(),
+        "{:?}",
+        objects_with(&c, &id)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The value of each slot (0: never written), checking each block is one repeated value.
+fn slots(image: &[u8]) -> Vec<u64> {
+    (0..SLOTS as usize)
+        .map(|i| {
+            let block = &image[i * SLOT..i * SLOT + 4096];
+            let v = u64::from_le_bytes(block[..8].try_into().expect("8 bytes"));
+            assert!(
+                block.chunks(8).all(|w| w == &block[..8]),
+                "slot {i} holds a torn block"
+            );
+            v
+        })
+        .collect()
+}
+
+/// Checks `got` is the state after exactly the first N writes of [`SEQUENTIAL`], for the N
+/// its newest slot shows; returns N.
+fn assert_prefix(got: &[u64]) -> u64 {
+    let n = got.iter().copied().max().unwrap_or(0);
+    for (i, &v) in got.iter().enumerate() {
+        let i = i as u64;
+        // The last write to slot i among writes 0..n (write k writes k+1 to slot k % SLOTS).
+        let want = if n > i {
+            ((n - 1 - i) / SLOTS) * SLOTS + i + 1
+        } else {
+            0
+        };
+        assert_eq!(
+            v, want,
+            "slot {i}: the snapshot is not the state after {n} writes"
+        );
+    }
+    n
+}
+
+#[test]
+fn a_snapshot_taken_under_writes_holds_exactly_a_prefix_of_them() {
+    let c = Cluster::up_with_nbd("snap-prefix", 3);
+    c.ok(&["vol", "create", "db", "--size", "64M"]);
+    let uri = c.nbd_uri("db");
+    let mut writer = nbdsh(&uri, 150, SEQUENTIAL);
+    wait_line(&mut writer, "writing");
+    let ms = snap_create(&c, "db@mid");
+    eprintln!("snapshot under writes took {ms} ms");
+    // More writes land after the snapshot, then the writer stops.
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(writer);
+    let dir = scratch("snap-prefix");
+    let (snap, head) = (dir.join("snap.raw"), dir.join("head.raw"));
+    tool_ok(&c, 120, "nbdcopy", &[&c.nbd_uri("db@mid"), &p(&snap)]);
+    tool_ok(&c, 120, "nbdcopy", &[&uri, &p(&head)]);
+    let at_snap = assert_prefix(&slots(&std::fs::read(&snap).expect("read")));
+    let at_end = assert_prefix(&slots(&std::fs::read(&head).expect("read")));
+    assert!(
+        at_snap >= 50,
+        "the snapshot missed writes acknowledged before it: {at_snap}"
+    );
+    assert!(
+        at_end > at_snap,
+        "no write after the snapshot ({at_snap}, {at_end})"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
