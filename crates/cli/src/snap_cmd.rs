@@ -2,7 +2,7 @@
 
 use crate::size::human;
 use crate::vol_cmd::PoolArg;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use cairn_client::Client;
 use cairn_volume::SnapEvent;
 use clap::Subcommand;
@@ -122,6 +122,100 @@ pub async fn run(client: &Client, cmd: SnapCmd) -> Result<()> {
             r?;
         }
     }
+    Ok(())
+}
+
+/// `vol diff VOL@A [VOL@B]`.
+pub async fn diff(
+    client: &Client,
+    pool: &str,
+    from: &str,
+    to: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    let (vol, a) = split(from)?;
+    let b = match to {
+        Some(spec) => {
+            let (v, b) = split(spec)?;
+            if v != vol {
+                bail!("{from} and {spec} are snapshots of different volumes");
+            }
+            Some(b)
+        }
+        None => None,
+    };
+    let mut progress = crate::progress::Progress::new("comparing changed data objects");
+    let changed =
+        cairn_volume::diff(client, pool, vol, a, b, &mut |d, t| progress.show(d, t)).await;
+    progress.finish();
+    let changed = changed?;
+    let bytes: u64 = changed.iter().map(|c| c.len).sum();
+    if json {
+        let extents: Vec<serde_json::Value> = changed
+            .iter()
+            .map(|c| serde_json::json!({ "offset": c.offset, "length": c.len }))
+            .collect();
+        let v = serde_json::json!({
+            "volume": vol,
+            "from": a,
+            "to": b,
+            "block": cairn_volume::DIFF_BLOCK,
+            "changed_bytes": bytes,
+            "extents": extents,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    for c in &changed {
+        println!("{:>16} {:>12}", c.offset, c.len);
+    }
+    eprintln!(
+        "{} changed in {} extent(s) from {from} to {}",
+        human(bytes),
+        changed.len(),
+        to.unwrap_or("now")
+    );
+    Ok(())
+}
+
+/// `vol du VOL`.
+pub async fn du(client: &Client, pool: &str, name: &str, json: bool) -> Result<()> {
+    let u = cairn_volume::usage(client, pool, name).await?;
+    if json {
+        let snaps: Vec<serde_json::Value> = u
+            .snaps
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name, "id": s.id,
+                    "clone_bytes": s.clone_bytes, "exclusive_bytes": s.exclusive_bytes,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "volume": name,
+            "head_bytes": u.head_bytes,
+            "clone_bytes": u.clone_bytes,
+            "snapshots": snaps,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("{:<32} {:>12} {:>12}", "name", "clones", "exclusive");
+    for s in &u.snaps {
+        println!(
+            "{:<32} {:>12} {:>12}",
+            format!("{name}@{}", s.name),
+            human(s.clone_bytes),
+            human(s.exclusive_bytes)
+        );
+    }
+    println!("{:<32} {:>12}", name, human(u.head_bytes));
+    println!(
+        "{:<32} {:>12}",
+        "<total>",
+        human(u.head_bytes + u.clone_bytes)
+    );
     Ok(())
 }
 

@@ -69,6 +69,29 @@ pub enum VolCmd {
     /// read-only over NBD as export VOL@SNAP.
     #[command(subcommand)]
     Snap(crate::snap_cmd::SnapCmd),
+    /// List the byte ranges that changed between snapshot VOL@A and snapshot VOL@B (or the
+    /// volume now), exact to 4 KiB: what an incremental backup must copy.
+    Diff {
+        /// VOL@A: the older snapshot.
+        from: String,
+        /// VOL@B: the newer snapshot (default: the volume as it is now).
+        to: Option<String>,
+        #[command(flatten)]
+        pool: PoolArg,
+        /// Print JSON: {"volume", "from", "to", "block", "changed_bytes", "extents": [{"offset", "length"}]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the space a volume and each of its snapshots use (before replication): what a
+    /// snapshot reads from clones, and what removing it would give back.
+    Du {
+        name: String,
+        #[command(flatten)]
+        pool: PoolArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Find the data objects of volumes that no longer exist (left by an interrupted or
     /// forced removal) and remove them.
     Gc {
@@ -133,6 +156,15 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
             }
             VolCmd::Gc { pool, dry_run } => gc(&client, &pool.pool, dry_run).await?,
             VolCmd::Snap(cmd) => crate::snap_cmd::run(&client, cmd).await?,
+            VolCmd::Diff {
+                from,
+                to,
+                pool,
+                json,
+            } => crate::snap_cmd::diff(&client, &pool.pool, &from, to.as_deref(), json).await?,
+            VolCmd::Du { name, pool, json } => {
+                crate::snap_cmd::du(&client, &pool.pool, &name, json).await?
+            }
         }
         Ok(())
     })?

@@ -271,3 +271,102 @@ fn a_snapshot_taken_under_writes_holds_exactly_a_prefix_of_them() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Writes `N` random 4 KiB blocks at distinct random block offsets of a 64 MiB volume and
+/// prints the offsets, one per line.
+const RANDOM_BLOCKS: &str = r#"
+import nbd, os, random
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+for b in random.sample(range(16384), int(os.environ["N"])):
+    h.pwrite(os.urandom(4096), b * 4096)
+    print(b * 4096)
+h.flush()
+"#;
+
+fn write_random_blocks(c: &Cluster, uri: &str, n: usize) -> Vec<u64> {
+    let o = Command::new("timeout")
+        .args(["-k", "5", "120", "nbdsh", "-c", RANDOM_BLOCKS])
+        .env("URI", uri)
+        .env("N", n.to_string())
+        .env("PATH", system_path())
+        .output()
+        .expect("run nbdsh");
+    assert!(o.status.success(), "{}\n{}", text(&o.stderr), c.logs());
+    text(&o.stdout)
+        .lines()
+        .map(|l| l.trim().parse().expect("offset"))
+        .collect()
+}
+
+/// Blocks of 4 KiB at `offsets`, merged into (offset, length) extents.
+fn extents_of(offsets: &[u64]) -> Vec<(u64, u64)> {
+    let mut sorted = offsets.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for o in sorted {
+        match out.last_mut() {
+            Some((at, len)) if *at + *len == o => *len += 4096,
+            _ => out.push((o, 4096)),
+        }
+    }
+    out
+}
+
+fn vol_diff(c: &Cluster, args: &[&str]) -> Vec<(u64, u64)> {
+    let mut all = vec!["vol", "diff"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let v: serde_json::Value = serde_json::from_str(&c.ok(&all)).expect("json");
+    v["extents"]
+        .as_array()
+        .expect("extents")
+        .iter()
+        .map(|e| {
+            let n = |k: &str| e[k].as_u64().expect("number");
+            (n("offset"), n("length"))
+        })
+        .collect()
+}
+
+#[test]
+fn vol_diff_lists_exactly_the_blocks_written_between_snapshots_and_du_counts_them() {
+    let c = Cluster::up_with_nbd("snap-diff", 3);
+    c.ok(&["vol", "create", "d", "--size", "64M"]);
+    let uri = c.nbd_uri("d");
+    fio_verify(&c, &uri, "fill", "1m", "64M", "4");
+    snap_create(&c, "d@a");
+    let first = write_random_blocks(&c, &uri, 40);
+    snap_create(&c, "d@b");
+    let second = write_random_blocks(&c, &uri, 30);
+
+    assert_eq!(vol_diff(&c, &["d@a", "d@b"]), extents_of(&first));
+    assert_eq!(vol_diff(&c, &["d@b"]), extents_of(&second));
+    let both: Vec<u64> = first.iter().chain(&second).copied().collect();
+    assert_eq!(vol_diff(&c, &["d@a"]), extents_of(&both));
+    let o = c.cairn(&["vol", "diff", "d@b", "d@a"]);
+    assert!(!o.status.success(), "a diff backwards was accepted");
+
+    // Space: every written object was cloned once per snapshot it changed under; removing
+    // `a` gives back exactly what only `a` reads.
+    let du: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "du", "d", "--json"])).expect("json");
+    let snap = |i: usize, k: &str| du["snapshots"][i][k].as_u64().expect("number");
+    assert_eq!(du["head_bytes"], 64 << 20, "{du}");
+    assert!(
+        snap(0, "clone_bytes") > 0 && snap(1, "clone_bytes") > 0,
+        "{du}"
+    );
+    let exclusive_a = snap(0, "exclusive_bytes");
+    assert!(exclusive_a > 0, "{du}");
+    let before = du["clone_bytes"].as_u64().expect("clone_bytes");
+    c.ok(&["vol", "snap", "rm", "d@a"]);
+    let du: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "du", "d", "--json"])).expect("json");
+    assert_eq!(
+        du["clone_bytes"].as_u64().expect("clone_bytes"),
+        before - exclusive_a,
+        "{du}"
+    );
+    assert_eq!(vol_diff(&c, &["d@b"]), extents_of(&second));
+}

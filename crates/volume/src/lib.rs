@@ -10,6 +10,7 @@
 
 mod admin;
 mod cow;
+mod diff;
 mod error;
 pub mod header;
 mod holder;
@@ -23,6 +24,7 @@ mod snapshot;
 mod volume;
 
 pub use admin::{create, info, list, resize, VolumeEntry, VolumeInfo};
+pub use diff::{diff, usage, Changed, SnapUsage, Usage, DIFF_BLOCK};
 pub use error::VolumeError;
 pub use header::{Header, DEFAULT_OBJECT_SIZE};
 pub use remove::{
