@@ -52,6 +52,7 @@ mod osd_create;
 mod osd_tree;
 mod pg_cmd;
 mod progress;
+mod qos_cmd;
 mod size;
 mod snap_cmd;
 mod store_cmd;

@@ -69,6 +69,9 @@ pub enum VolCmd {
     /// read-only over NBD as export VOL@SNAP.
     #[command(subcommand)]
     Snap(crate::snap_cmd::SnapCmd),
+    /// I/O limits per volume: set, clear (shown by `vol info`).
+    #[command(subcommand)]
+    Qos(crate::qos_cmd::QosCmd),
     /// List the byte ranges that changed between snapshot VOL@A and snapshot VOL@B (or the
     /// volume now), exact to 4 KiB: what an incremental backup must copy.
     Diff {
@@ -156,6 +159,7 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
             }
             VolCmd::Gc { pool, dry_run } => gc(&client, &pool.pool, dry_run).await?,
             VolCmd::Snap(cmd) => crate::snap_cmd::run(&client, cmd).await?,
+            VolCmd::Qos(cmd) => crate::qos_cmd::run(&client, cmd).await?,
             VolCmd::Diff {
                 from,
                 to,
@@ -330,6 +334,15 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
         v["allocated_bytes_max"] = allocated.into();
         v["snapshots"] = i.snapshots.into();
         v["clone_objects"] = i.clone_objects.into();
+        v["qos"] = serde_json::json!({
+            "iops": i.qos.iops, "bps": i.qos.bps,
+            "iops_burst": i.qos.iops_burst, "bps_burst": i.qos.bps_burst,
+        });
+        v["open_by"] = i.holders.into();
+        v["rates"] = serde_json::json!({
+            "read_ops": i.rates.read_ops, "write_ops": i.rates.write_ops,
+            "read_bytes": i.rates.read_bytes, "write_bytes": i.rates.write_bytes,
+        });
         println!("{v}");
         return;
     }
@@ -346,6 +359,16 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
     println!(
         "snapshots:   {} ({} clone objects)",
         i.snapshots, i.clone_objects
+    );
+    println!("qos:         {}", crate::qos_cmd::describe(&i.qos));
+    let r = &i.rates;
+    println!(
+        "now:         open by {} process(es): {} read/s ({}/s), {} write/s ({}/s)",
+        i.holders,
+        r.read_ops,
+        human(r.read_bytes),
+        r.write_ops,
+        human(r.write_bytes)
     );
     println!("id:          {:016x}", h.id);
     println!("created:     {}", crate::size::iso8601(h.created));

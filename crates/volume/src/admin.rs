@@ -29,6 +29,12 @@ pub struct VolumeInfo {
     pub snapshots: usize,
     /// Clone objects kept for snapshots.
     pub clone_objects: u64,
+    /// QoS limits.
+    pub qos: crate::snaps::Qos,
+    /// Processes that have the volume open (live leases).
+    pub holders: usize,
+    /// Their I/O rates over their last renewal period, summed.
+    pub rates: crate::lease::IoRates,
 }
 
 /// Creates a volume of `size` bytes with data objects of `object_size` bytes.
@@ -104,14 +110,26 @@ pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<Volume
     header::check_name(name)?;
     let pool = client.pool_id(pool_name)?;
     let h = read_header(client, pool, pool_name, name).await?;
-    let objects = volume_objects(client, pool, h.id).await?;
+    let listing = client.list(pool).await?;
+    let objects = VolumeObjects::of(h.id, &listing);
     let snaps = crate::holder::read_snaps(client, pool, name, h.id).await?;
+    let live = crate::remove::live_leases(client, pool, h.id, &listing).await?;
+    let mut rates = crate::lease::IoRates::default();
+    for (_, r) in &live {
+        rates.read_ops += r.rates.read_ops;
+        rates.write_ops += r.rates.write_ops;
+        rates.read_bytes += r.rates.read_bytes;
+        rates.write_bytes += r.rates.write_bytes;
+    }
     Ok(VolumeInfo {
         name: name.to_string(),
         header: h,
         allocated_objects: objects.heads.len() as u64,
         snapshots: snaps.snaps.len(),
         clone_objects: objects.clones.values().map(|v| v.len() as u64).sum(),
+        qos: snaps.qos,
+        holders: live.len(),
+        rates,
     })
 }
 

@@ -9,6 +9,7 @@
 
 use crate::error::VolumeError;
 use crate::header::Header;
+use crate::lease::IoRates;
 use crate::lease::{
     lease_object, now_ms, LeaseRecord, LAPSE_PATIENCE, LEASE_FOR, RENEW_EVERY, SELF_FENCE_AFTER,
 };
@@ -16,6 +17,7 @@ use crate::snaps::{snaps_object, SnapTable, MAX_SNAPS_LEN};
 use crate::volume::read_header;
 use cairn_client::{Client, ClientError};
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify, RwLock, RwLockReadGuard};
@@ -48,6 +50,10 @@ struct Shared {
     snaps: Mutex<Arc<SnapView>>,
     /// The snapshot id this holder reads, if it serves a snapshot (closes once it is removed).
     reading: Option<u64>,
+    /// Reads, writes, bytes read, bytes written since open.
+    counts: [AtomicU64; 4],
+    /// The counts at the last renewal, and when: rates are over one renewal period.
+    sampled: Mutex<(Instant, [u64; 4])>,
 }
 
 /// How often a holder looks for a new snapshot table generation.
@@ -138,6 +144,7 @@ impl HeldLease {
             pid: std::process::id(),
             desc: desc.to_string(),
             acked_gen: 0,
+            rates: Default::default(),
         };
         let shared = Arc::new(Shared {
             client: client.clone(),
@@ -151,6 +158,8 @@ impl HeldLease {
             stop: Notify::new(),
             snaps: Mutex::new(Arc::default()),
             reading,
+            counts: Default::default(),
+            sampled: Mutex::new((Instant::now(), [0; 4])),
         });
         let started = Instant::now();
         shared.write_record().await?;
@@ -217,6 +226,13 @@ impl HeldLease {
         self.released.clone()
     }
 
+    /// Counts one finished read (or write) of `bytes`, for the rates in the lease record.
+    pub fn count(&self, write: bool, bytes: u64) {
+        let at = usize::from(write);
+        self.shared.counts[at].fetch_add(1, Ordering::Relaxed);
+        self.shared.counts[2 + at].fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// The snapshot table adopted last: stable while an [`IoPermit`] is held.
     pub fn snaps(&self) -> Arc<SnapView> {
         self.shared.snap_view()
@@ -257,6 +273,22 @@ impl Shared {
     fn object(&self) -> Vec<u8> {
         let holder = self.record.lock().unwrap_or_else(|p| p.into_inner()).holder;
         lease_object(self.id, holder)
+    }
+
+    /// I/O rates since the last sample.
+    fn sample_rates(&self) -> IoRates {
+        let now: [u64; 4] = std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed));
+        let mut s = self.sampled.lock().unwrap_or_else(|p| p.into_inner());
+        let secs = s.0.elapsed().as_secs_f64().max(0.001);
+        let rate = |i: usize| (now[i].saturating_sub(s.1[i]) as f64 / secs) as u64;
+        let r = IoRates {
+            read_ops: rate(0),
+            write_ops: rate(1),
+            read_bytes: rate(2),
+            write_bytes: rate(3),
+        };
+        *s = (Instant::now(), now);
+        r
     }
 
     async fn write_record(&self) -> Result<(), VolumeError> {
@@ -447,6 +479,8 @@ async fn renew(s: Arc<Shared>) {
             }
         }
         let started = Instant::now();
+        let rates = s.sample_rates();
+        s.record.lock().unwrap_or_else(|p| p.into_inner()).rates = rates;
         if let Err(e) = s.write_record().await {
             tracing::warn!(volume = %s.name, error = %e, "could not renew the volume's open lease");
             continue;

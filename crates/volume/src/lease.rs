@@ -14,9 +14,10 @@ pub const LEASE_VERSION: u16 = 2;
 /// Longest holder description kept in a record.
 pub const MAX_HOLDER_DESC: usize = 256;
 /// Bytes before the description in version 1: magic, version, reserved, holder, expiry, pid,
-/// length. Version 2 adds the acknowledged snapshot table generation before the length.
+/// length. Version 2 adds the acknowledged snapshot table generation and the I/O rates before
+/// the length.
 const FIXED_LEN_V1: usize = 8 + 2 + 2 + 8 + 8 + 4 + 2;
-const FIXED_LEN: usize = FIXED_LEN_V1 + 8;
+const FIXED_LEN: usize = FIXED_LEN_V1 + 8 + 4 * 8;
 /// Largest encoded record (readers ask for no more).
 pub const MAX_LEASE_LEN: usize = FIXED_LEN + MAX_HOLDER_DESC + 4;
 
@@ -49,6 +50,17 @@ pub struct LeaseRecord {
     /// The snapshot table generation the holder has adopted (`snaps.rs`): `vol snap` commands
     /// wait for it.
     pub acked_gen: u64,
+    /// The holder's I/O on the volume over its last renewal period.
+    pub rates: IoRates,
+}
+
+/// I/O rates of one holder, per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoRates {
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
 }
 
 impl LeaseRecord {
@@ -70,6 +82,10 @@ impl LeaseRecord {
         b.extend_from_slice(&self.expires_at_ms.to_le_bytes());
         b.extend_from_slice(&self.pid.to_le_bytes());
         b.extend_from_slice(&self.acked_gen.to_le_bytes());
+        let r = &self.rates;
+        for v in [r.read_ops, r.write_ops, r.read_bytes, r.write_bytes] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
         // Cut above to MAX_HOLDER_DESC (256), so it fits.
         b.extend_from_slice(&(desc.len() as u16).to_le_bytes());
         b.extend_from_slice(desc.as_bytes());
@@ -95,9 +111,17 @@ impl LeaseRecord {
             return Err("checksum mismatch".into());
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
-        let (fixed, acked_gen) = match version {
-            1 => (FIXED_LEN_V1, 0),
-            2 if b.len() >= FIXED_LEN + 4 => (FIXED_LEN, u64_at(b, 32)),
+        let (fixed, acked_gen, rates) = match version {
+            1 => (FIXED_LEN_V1, 0, IoRates::default()),
+            2 if b.len() >= FIXED_LEN + 4 => {
+                let rates = IoRates {
+                    read_ops: u64_at(b, 40),
+                    write_ops: u64_at(b, 48),
+                    read_bytes: u64_at(b, 56),
+                    write_bytes: u64_at(b, 64),
+                };
+                (FIXED_LEN, u64_at(b, 32), rates)
+            }
             2 => return Err(format!("{} bytes, too short for version 2", b.len())),
             _ => {
                 return Err(format!(
@@ -122,6 +146,7 @@ impl LeaseRecord {
             pid: u32::from_le_bytes([b[28], b[29], b[30], b[31]]),
             desc: desc.to_string(),
             acked_gen,
+            rates,
         })
     }
 
@@ -175,6 +200,12 @@ mod tests {
             pid: 4242,
             desc: "cairn nbd serve on host h (nbd://127.0.0.1:10809)".into(),
             acked_gen: 3,
+            rates: IoRates {
+                read_ops: 1,
+                write_ops: 2,
+                read_bytes: 3,
+                write_bytes: 4,
+            },
         }
     }
 
@@ -182,13 +213,18 @@ mod tests {
     fn reads_version_1() {
         let r = sample();
         let mut v1 = r.encode();
-        v1.drain(32..40);
+        v1.drain(32..72);
         v1[8] = 1;
         let end = v1.len() - 4;
         let crc = crc32c::crc32c(&v1[..end]);
         v1[end..].copy_from_slice(&crc.to_le_bytes());
         let back = LeaseRecord::decode(&v1).unwrap();
-        assert_eq!(back, LeaseRecord { acked_gen: 0, ..r });
+        let want = LeaseRecord {
+            acked_gen: 0,
+            rates: IoRates::default(),
+            ..r
+        };
+        assert_eq!(back, want);
     }
 
     #[test]

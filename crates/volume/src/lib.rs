@@ -18,6 +18,7 @@ mod join;
 mod layout;
 pub mod lease;
 mod objmap;
+mod qos;
 mod remove;
 pub mod snaps;
 mod snapshot;
@@ -32,7 +33,7 @@ pub use remove::{
     Orphans, RemoveEvent,
 };
 pub use snapshot::{
-    create_snap, list_snaps, protect_snap, remove_snap, rollback_snap, trim, SnapEvent, SnapList,
-    ACK_WAIT,
+    create_snap, list_snaps, protect_snap, remove_snap, rollback_snap, set_qos, trim, SnapEvent,
+    SnapList, ACK_WAIT,
 };
 pub use volume::{read_header, Allocation, Volume};

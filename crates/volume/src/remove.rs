@@ -285,6 +285,7 @@ pub(crate) async fn read_lease(
                 pid: 0,
                 desc: format!("damaged lease ({why})"),
                 acked_gen: 0,
+                rates: Default::default(),
             }
         }))),
         Err(ClientError::NoSuchObject { .. }) => Ok(None),

@@ -1,6 +1,8 @@
 //! A volume's snapshot table: object `vsnaps.<id>`, versioned and checksummed
 //! (docs/format/volume.md, "Snapshots"), and the names of the clone objects that keep a data
-//! object's bytes as a snapshot saw them.
+//! object's bytes as a snapshot saw them. The table also carries the volume's QoS limits:
+//! every process serving the volume already polls and acknowledges it, so a change applies
+//! live and `vol qos set` knows when it has.
 //!
 //! Every change of the table raises its `generation`; the processes that have the volume open
 //! adopt each generation and say so in their open lease (`acked_gen`), which is what `vol snap`
@@ -19,9 +21,11 @@ pub const MAX_RETIRED: usize = 1024;
 const FIXED_LEN: usize = 8 + 2 + 2 + 8 + 8 + 2 + 2;
 /// Bytes of an entry before its name: id, created, size, flags, name length.
 const ENTRY_FIXED: usize = 8 + 8 + 8 + 2 + 1;
+/// Bytes of the QoS limits after the retired ids.
+const QOS_LEN: usize = 4 * 8;
 /// Largest encoded table (readers ask for no more).
 pub const MAX_SNAPS_LEN: usize =
-    FIXED_LEN + MAX_SNAPS * (ENTRY_FIXED + crate::header::MAX_NAME) + MAX_RETIRED * 8 + 4;
+    FIXED_LEN + MAX_SNAPS * (ENTRY_FIXED + crate::header::MAX_NAME) + MAX_RETIRED * 8 + QOS_LEN + 4;
 
 /// Entry flag: `vol snap protect`; the snapshot cannot be removed.
 const FLAG_PROTECTED: u16 = 1;
@@ -61,6 +65,28 @@ pub struct SnapTable {
     pub snaps: Vec<Snap>,
     /// Ids of removed snapshots whose clone objects may still hold data older snapshots read.
     pub retired: Vec<u64>,
+    /// I/O limits where the volume is served.
+    pub qos: Qos,
+}
+
+/// A volume's I/O limits, enforced by each process serving it (0: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Qos {
+    /// Requests (reads, writes, zeroes, trims) per second.
+    pub iops: u64,
+    /// Bytes read and written per second.
+    pub bps: u64,
+    /// Requests that may run at once above the rate after a quiet spell (0: one second's).
+    pub iops_burst: u64,
+    /// Bytes likewise (0: one second's).
+    pub bps_burst: u64,
+}
+
+impl Qos {
+    /// Whether any limit is set.
+    pub fn is_limited(&self) -> bool {
+        self.iops > 0 || self.bps > 0
+    }
 }
 
 impl SnapTable {
@@ -112,6 +138,14 @@ impl SnapTable {
         }
         for r in &self.retired {
             b.extend_from_slice(&r.to_le_bytes());
+        }
+        for v in [
+            self.qos.iops,
+            self.qos.bps,
+            self.qos.iops_burst,
+            self.qos.bps_burst,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -175,6 +209,12 @@ impl SnapTable {
             }
             retired.push(id);
         }
+        let qos = Qos {
+            iops: r.u64()?,
+            bps: r.u64()?,
+            iops_burst: r.u64()?,
+            bps_burst: r.u64()?,
+        };
         if r.at != body.len() {
             return Err(format!("{} bytes after the table", body.len() - r.at));
         }
@@ -183,6 +223,7 @@ impl SnapTable {
             seq,
             snaps,
             retired,
+            qos,
         })
     }
 }
@@ -312,6 +353,12 @@ mod tests {
                 },
             ],
             retired: vec![1, 4],
+            qos: Qos {
+                iops: 2000,
+                bps: 100 << 20,
+                iops_burst: 0,
+                bps_burst: 1 << 30,
+            },
         }
     }
 
@@ -361,6 +408,12 @@ mod tests {
                 })
                 .collect(),
             retired: (1000..1000 + MAX_RETIRED as u64).collect(),
+            qos: Qos {
+                iops: u64::MAX,
+                bps: u64::MAX,
+                iops_burst: u64::MAX,
+                bps_burst: u64::MAX,
+            },
         };
         let b = t.encode();
         assert_eq!(b.len(), MAX_SNAPS_LEN);

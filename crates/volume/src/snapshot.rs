@@ -277,6 +277,28 @@ pub async fn rollback_snap(
     Ok(())
 }
 
+/// Sets volume `name`'s QoS limits; returns once every process serving it applies them.
+pub async fn set_qos(
+    client: &Client,
+    pool_name: &str,
+    name: &str,
+    qos: crate::snaps::Qos,
+    events: &mut dyn FnMut(SnapEvent<'_>),
+) -> Result<(), VolumeError> {
+    check_name(name)?;
+    let pool = client.pool_id(pool_name)?;
+    let header = read_header(client, pool, pool_name, name).await?;
+    let mut table = read_snaps(client, pool, name, header.id).await?;
+    table.qos = qos;
+    let ctx = Ctx {
+        client,
+        pool,
+        name,
+        id: header.id,
+    };
+    ctx.change(&mut table, events).await
+}
+
 /// One volume's snapshot table, changed.
 struct Ctx<'a> {
     client: &'a Client,

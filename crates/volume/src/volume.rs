@@ -40,6 +40,8 @@ pub struct Volume {
     pub(crate) snap: Option<Snap>,
     /// Of a snapshot view: the clone each data object's reads use, once found (`cow.rs`).
     pub(crate) resolved: Mutex<HashMap<u64, u64>>,
+    /// The volume's QoS limits, as this process enforces them (`qos.rs`).
+    limiter: crate::qos::Limiter,
 }
 
 impl Volume {
@@ -108,6 +110,7 @@ impl Volume {
             lease,
             snap,
             resolved: Mutex::default(),
+            limiter: crate::qos::Limiter::default(),
         })
     }
 
@@ -218,7 +221,19 @@ impl Volume {
 
     /// Reads `len` bytes at `offset`; never-written ranges read as zeros.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
-        self.gated(|| self.read_ungated(offset, len)).await
+        self.throttle(len).await;
+        let data = self.gated(|| self.read_ungated(offset, len)).await?;
+        self.lease.count(false, len);
+        Ok(data)
+    }
+
+    /// Waits as the volume's QoS limits ask for a request of `bytes`.
+    async fn throttle(&self, bytes: u64) {
+        let view = self.lease.snaps();
+        let wait = self.limiter.admit(&view.table.qos, bytes);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
     }
 
     async fn read_ungated(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
@@ -267,7 +282,10 @@ impl Volume {
 
     /// Writes `data` at `offset`. Durable at the pool's durability level when it returns.
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<(), VolumeError> {
-        self.gated(|| self.write_ungated(offset, data)).await
+        self.throttle(data.len() as u64).await;
+        self.gated(|| self.write_ungated(offset, data)).await?;
+        self.lease.count(true, data.len() as u64);
+        Ok(())
     }
 
     async fn write_ungated(&self, offset: u64, data: &[u8]) -> Result<(), VolumeError> {
@@ -297,7 +315,10 @@ impl Volume {
     /// Makes a range read as zeros. With `punch`, whole data objects in it are removed (the
     /// space is freed); without, every object in the range is kept or created (allocated).
     pub async fn zero(&self, offset: u64, len: u64, punch: bool) -> Result<(), VolumeError> {
-        self.gated(|| self.zero_ungated(offset, len, punch)).await
+        self.throttle(0).await;
+        self.gated(|| self.zero_ungated(offset, len, punch)).await?;
+        self.lease.count(true, 0);
+        Ok(())
     }
 
     async fn zero_ungated(&self, offset: u64, len: u64, punch: bool) -> Result<(), VolumeError> {
