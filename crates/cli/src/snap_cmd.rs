@@ -69,7 +69,7 @@ pub enum SnapCmd {
 }
 
 /// Splits `VOL@SNAP`.
-fn split(spec: &str) -> Result<(&str, &str)> {
+pub fn split(spec: &str) -> Result<(&str, &str)> {
     spec.split_once('@')
         .filter(|(v, s)| !v.is_empty() && !s.is_empty())
         .ok_or_else(|| anyhow!("{spec:?}: expected VOLUME@SNAPSHOT"))

@@ -69,6 +69,23 @@ pub enum VolCmd {
     /// read-only over NBD as export VOL@SNAP.
     #[command(subcommand)]
     Snap(crate::snap_cmd::SnapCmd),
+    /// Create volume NEW as a clone of protected snapshot VOL@SNAP: instant; its data is read
+    /// from the snapshot until written (each data object is copied on its first change).
+    Clone {
+        /// VOL@SNAP: the parent snapshot (`vol snap protect` it first).
+        from: String,
+        /// Name of the new volume.
+        name: String,
+        #[command(flatten)]
+        pool: PoolArg,
+    },
+    /// Copy every data object a clone still reads from its parent (progress on stderr), then
+    /// detach it. Safe while the clone is served and written.
+    Flatten {
+        name: String,
+        #[command(flatten)]
+        pool: PoolArg,
+    },
     /// I/O limits per volume: set, clear (shown by `vol info`).
     #[command(subcommand)]
     Qos(crate::qos_cmd::QosCmd),
@@ -160,6 +177,24 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
             VolCmd::Gc { pool, dry_run } => gc(&client, &pool.pool, dry_run).await?,
             VolCmd::Snap(cmd) => crate::snap_cmd::run(&client, cmd).await?,
             VolCmd::Qos(cmd) => crate::qos_cmd::run(&client, cmd).await?,
+            VolCmd::Clone { from, name, pool } => {
+                let (vol, snap) = crate::snap_cmd::split(&from)?;
+                let h = cairn_volume::clone_volume(&client, &pool.pool, vol, snap, &name).await?;
+                eprintln!(
+                    "created volume {name} ({}) as a clone of {from}",
+                    human(h.size)
+                );
+            }
+            VolCmd::Flatten { name, pool } => {
+                let mut progress = crate::progress::Progress::new("copying from the parent");
+                let r = cairn_volume::flatten(&client, &pool.pool, &name, &mut |d, t| {
+                    progress.show(d, t)
+                })
+                .await;
+                progress.finish();
+                r?;
+                eprintln!("flattened volume {name}: it no longer reads its parent");
+            }
             VolCmd::Diff {
                 from,
                 to,
@@ -339,6 +374,10 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
             "iops_burst": i.qos.iops_burst, "bps_burst": i.qos.bps_burst,
         });
         v["open_by"] = i.holders.into();
+        v["parent"] = match &i.parent {
+            Some(p) => format!("{}@{}", p.volume, p.snap).into(),
+            None => serde_json::Value::Null,
+        };
         v["rates"] = serde_json::json!({
             "read_ops": i.rates.read_ops, "write_ops": i.rates.write_ops,
             "read_bytes": i.rates.read_bytes, "write_bytes": i.rates.write_bytes,
@@ -360,6 +399,12 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
         "snapshots:   {} ({} clone objects)",
         i.snapshots, i.clone_objects
     );
+    if let Some(p) = &i.parent {
+        println!(
+            "parent:      {}@{} (clone; `cairn vol flatten {}` detaches it)",
+            p.volume, p.snap, i.name
+        );
+    }
     println!("qos:         {}", crate::qos_cmd::describe(&i.qos));
     let r = &i.rates;
     println!(

@@ -6,8 +6,10 @@
 mod common;
 
 use common::cluster::{run_as, text, Cluster};
-use common::tools::{fio_verify, image, p, scratch, system_path, tool, tool_ok};
-use rand::{Rng, RngCore, SeedableRng};
+use common::tools::{
+    file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, p, scratch, system_path, tool,
+    tool_ok, verify_tree,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -108,126 +110,13 @@ fn qemu_img_nbdcopy_and_nbdinfo_against_a_volume() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Unmounts what the ext4 test mounted, even when it fails half-way.
-struct Mounts {
-    loop_mnt: PathBuf,
-    fuse_mnt: PathBuf,
-    nbdfuse: Option<Child>,
-}
-
-impl Mounts {
-    fn umount_loop(&self) -> bool {
-        Command::new("umount")
-            .arg(&self.loop_mnt)
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-}
-
-impl Drop for Mounts {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.loop_mnt).status();
-        let fuse_unmounted = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.fuse_mnt)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !fuse_unmounted {
-            // No fusermount3 (or it failed): a lazy unmount, so no dead FUSE mount is left.
-            let _ = Command::new("umount")
-                .arg("-l")
-                .arg(&self.fuse_mnt)
-                .status();
-        }
-        if let Some(mut ch) = self.nbdfuse.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = ch.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = ch.kill();
-            let _ = ch.wait();
-        }
-    }
-}
-
-fn mount_loop(c: &Cluster, file: &Path, at: &Path) {
-    let o = Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(file)
-        .arg(at)
-        .output()
-        .expect("run mount");
-    assert!(
-        o.status.success(),
-        "mount -o loop failed (the test needs root and loop devices): {}\n{}",
-        text(&o.stderr),
-        c.logs()
-    );
-}
-
-/// A tree of files with random contents: (relative path, contents).
-fn file_tree(seed: u64) -> Vec<(String, Vec<u8>)> {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-    (0..120)
-        .map(|i| {
-            let len = match i % 4 {
-                0 => rng.gen_range(0..100),
-                1 => rng.gen_range(1..64 << 10),
-                2 => rng.gen_range(64 << 10..1 << 20),
-                _ => 4096,
-            };
-            let mut data = vec![0u8; len];
-            rng.fill_bytes(&mut data);
-            (format!("d{}/s{}/f{i}", i % 5, i % 3), data)
-        })
-        .collect()
-}
-
-fn verify_tree(root: &Path, tree: &[(String, Vec<u8>)]) {
-    for (rel, data) in tree {
-        let got = std::fs::read(root.join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"));
-        assert!(got == *data, "{rel}: contents differ after remount");
-    }
-}
-
 #[test]
 fn ext4_on_nbdfuse_survives_unmount_fsck_and_remount() {
     let c = Cluster::up_with_nbd("nbd-ext4", 3);
     let dir = scratch("ext4");
     c.ok(&["vol", "create", "fs", "--size", "512M"]);
-    let fuse_mnt = dir.join("fuse");
-    let loop_mnt = dir.join("mnt");
-    std::fs::create_dir_all(&fuse_mnt).expect("mkdir");
-    std::fs::create_dir_all(&loop_mnt).expect("mkdir");
-    let pidfile = dir.join("nbdfuse.pid");
-    let child = Command::new("nbdfuse")
-        .arg("-P")
-        .arg(&pidfile)
-        .arg(fuse_mnt.join("disk"))
-        .arg(c.nbd_uri("fs"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run nbdfuse ({e}): apt-get install nbdfuse"));
-    let mut m = Mounts {
-        loop_mnt: loop_mnt.clone(),
-        fuse_mnt: fuse_mnt.clone(),
-        nbdfuse: Some(child),
-    };
-    let start = Instant::now();
-    while !pidfile.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "nbdfuse did not become ready\n{}",
-            c.logs()
-        );
-        if let Some(Ok(Some(st))) = m.nbdfuse.as_mut().map(|ch| ch.try_wait()) {
-            panic!("nbdfuse exited: {st}\n{}", c.logs());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let disk = fuse_mnt.join("disk");
+    let (m, disk) = fuse_disk(&c, &c.nbd_uri("fs"), &dir);
+    let loop_mnt = m.loop_mnt.clone();
     tool_ok(&c, 120, "mkfs.ext4", &["-q", "-F", &p(&disk)]);
     mount_loop(&c, &disk, &loop_mnt);
     let tree = file_tree(7);
@@ -237,13 +126,7 @@ fn ext4_on_nbdfuse_survives_unmount_fsck_and_remount() {
         std::fs::write(&path, data).expect("write in ext4");
     }
     assert!(m.umount_loop(), "umount failed\n{}", c.logs());
-    let fsck = tool(120, "fsck.ext4", &["-n", "-f", &p(&disk)]);
-    assert!(
-        fsck.status.success(),
-        "fsck.ext4 -n found problems:\n{}{}",
-        text(&fsck.stdout),
-        text(&fsck.stderr)
-    );
+    fsck_clean(&disk);
     mount_loop(&c, &disk, &loop_mnt);
     verify_tree(&loop_mnt, &tree);
     assert!(m.umount_loop(), "second umount failed");

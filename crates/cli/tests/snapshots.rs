@@ -6,7 +6,10 @@
 mod common;
 
 use common::cluster::{text, Cluster};
-use common::tools::{fio_verify, p, scratch, system_path, tool, tool_ok};
+use common::tools::{
+    file_tree, fio_verify, fsck_clean, fuse_disk, mount_loop, p, scratch, system_path, tool,
+    tool_ok, verify_tree,
+};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -369,4 +372,81 @@ fn vol_diff_lists_exactly_the_blocks_written_between_snapshots_and_du_counts_the
         "{du}"
     );
     assert_eq!(vol_diff(&c, &["d@b"]), extents_of(&second));
+}
+
+/// Writes `tree` under `root`.
+fn write_tree(root: &std::path::Path, tree: &[(String, Vec<u8>)]) {
+    for (rel, data) in tree {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir in ext4");
+        std::fs::write(&path, data).expect("write in ext4");
+    }
+}
+
+#[test]
+fn ext4_on_a_clone_of_a_snapshot_then_flatten_under_writes_and_the_parent_removed() {
+    let c = Cluster::up_with_nbd("snap-clone", 3);
+    let dir = scratch("snap-clone");
+    c.ok(&["vol", "create", "golden", "--size", "256M"]);
+    let base = file_tree(7);
+    {
+        let (m, disk) = fuse_disk(&c, &c.nbd_uri("golden"), &dir.join("g"));
+        tool_ok(&c, 120, "mkfs.ext4", &["-q", "-F", &p(&disk)]);
+        mount_loop(&c, &disk, &m.loop_mnt);
+        write_tree(&m.loop_mnt, &base);
+        assert!(m.umount_loop(), "umount failed");
+    }
+    let golden = dir.join("golden.raw");
+    tool_ok(&c, 120, "nbdcopy", &[&c.nbd_uri("golden"), &p(&golden)]);
+    snap_create(&c, "golden@base");
+    let o = c.cairn(&["vol", "clone", "golden@base", "vm1"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("not protected"));
+    c.ok(&["vol", "snap", "protect", "golden@base"]);
+    let start = Instant::now();
+    c.ok(&["vol", "clone", "golden@base", "vm1"]);
+    eprintln!(
+        "clone took {} ms (with the CLI's start)",
+        start.elapsed().as_millis()
+    );
+    compare(&c, &c.nbd_uri("vm1"), &p(&golden));
+
+    // ext4 on the clone: clean, the parent's files there, new files of its own.
+    let (m, disk) = fuse_disk(&c, &c.nbd_uri("vm1"), &dir.join("c"));
+    fsck_clean(&disk);
+    mount_loop(&c, &disk, &m.loop_mnt);
+    verify_tree(&m.loop_mnt, &base);
+    let own = file_tree(8);
+    write_tree(&m.loop_mnt.join("own"), &own);
+    assert!(m.umount_loop(), "umount failed");
+    fsck_clean(&disk);
+    compare(&c, &c.nbd_uri("golden"), &p(&golden));
+    compare(&c, &c.nbd_uri("golden@base"), &p(&golden));
+    let o = c.cairn(&["vol", "snap", "unprotect", "golden@base"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("vm1"));
+
+    // Flatten while files are written into the clone's ext4.
+    mount_loop(&c, &disk, &m.loop_mnt);
+    let during = file_tree(9);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| write_tree(&m.loop_mnt.join("during"), &during));
+        c.ok(&["vol", "flatten", "vm1"]);
+        writer.join().expect("writer");
+    });
+    assert!(m.umount_loop(), "umount failed");
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", "vm1", "--json"])).expect("json");
+    assert!(info["parent"].is_null(), "{info}");
+
+    // The parent goes; the clone stands alone.
+    c.ok(&["vol", "snap", "unprotect", "golden@base"]);
+    c.ok(&["vol", "snap", "rm", "golden@base"]);
+    c.ok(&["vol", "rm", "golden"]);
+    fsck_clean(&disk);
+    mount_loop(&c, &disk, &m.loop_mnt);
+    verify_tree(&m.loop_mnt, &base);
+    verify_tree(&m.loop_mnt.join("own"), &own);
+    verify_tree(&m.loop_mnt.join("during"), &during);
+    assert!(m.umount_loop(), "umount failed");
+    drop(m);
+    let _ = std::fs::remove_dir_all(&dir);
 }

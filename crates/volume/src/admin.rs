@@ -35,6 +35,8 @@ pub struct VolumeInfo {
     pub holders: usize,
     /// Their I/O rates over their last renewal period, summed.
     pub rates: crate::lease::IoRates,
+    /// Of a clone not yet flattened: its parent snapshot.
+    pub parent: Option<crate::snaps::ParentLink>,
 }
 
 /// Creates a volume of `size` bytes with data objects of `object_size` bytes.
@@ -130,6 +132,7 @@ pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<Volume
         qos: snaps.qos,
         holders: live.len(),
         rates,
+        parent: snaps.parent,
     })
 }
 

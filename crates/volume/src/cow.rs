@@ -40,17 +40,9 @@ impl Volume {
                 Err(e) => return Err(self.object_error("look for the clone of", objno, e)),
             }
         }
-        // Absent objects are cloned too (empty): the snapshot must read zeros there later.
-        let head = data_object(id, objno);
-        let bytes = match self
-            .client
-            .read(self.pool, &head, 0, self.object_size())
-            .await
-        {
-            Ok(b) => b,
-            Err(ClientError::NoSuchObject { .. }) => Vec::new(),
-            Err(e) => return Err(self.object_error("read for a snapshot", objno, e)),
-        };
+        // Absent objects are cloned too (empty): the snapshot must read zeros there later (or,
+        // in a clone, what its parent held).
+        let bytes = self.current_object(objno).await?;
         let clone = clone_object(id, objno, latest);
         match self.client.create(self.pool, &clone, &bytes).await {
             // Exists: another writer (or an earlier attempt) kept the same bytes first.

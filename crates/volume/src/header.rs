@@ -26,6 +26,9 @@ pub const DATA_PREFIX: &str = "vdata.";
 pub const FLAG_REMOVING: u16 = 1;
 /// Header flag: `vol rm --force`: servers that have the volume open close it.
 pub const FLAG_CLOSE: u16 = 2;
+/// Feature bit: the volume is a clone whose snapshot table names a parent snapshot its
+/// unwritten data comes from; a reader that does not know clones must not open it.
+pub const FEATURE_PARENT: u64 = 1;
 
 /// A volume's identity and geometry, as stored in its header object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +40,7 @@ pub struct Header {
     pub size: u64,
     /// Data object size in bytes (power of two).
     pub object_size: u32,
-    /// Feature bits; none are defined in version 1 (must be 0).
+    /// Feature bits: [`FEATURE_PARENT`].
     pub features: u64,
     /// Creation time, seconds since the Unix epoch.
     pub created: u64,
@@ -97,7 +100,7 @@ impl Header {
             removing: flags & FLAG_REMOVING != 0,
             close: flags & FLAG_CLOSE != 0,
         };
-        if h.features != 0 {
+        if h.features & !FEATURE_PARENT != 0 {
             return Err(format!("unknown feature bits {:#x}", h.features));
         }
         check_object_size(h.object_size).map_err(|e| e.to_string())?;

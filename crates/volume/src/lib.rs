@@ -9,6 +9,7 @@
 //! A volume knows no protocol: `cairn-gateway` serves volumes over NBD.
 
 mod admin;
+mod clone;
 mod cow;
 mod diff;
 mod error;
@@ -25,6 +26,7 @@ mod snapshot;
 mod volume;
 
 pub use admin::{create, info, list, resize, VolumeEntry, VolumeInfo};
+pub use clone::{clone_volume, flatten};
 pub use diff::{diff, usage, Changed, SnapUsage, Usage, DIFF_BLOCK};
 pub use error::VolumeError;
 pub use header::{Header, DEFAULT_OBJECT_SIZE};

@@ -23,9 +23,15 @@ const FIXED_LEN: usize = 8 + 2 + 2 + 8 + 8 + 2 + 2;
 const ENTRY_FIXED: usize = 8 + 8 + 8 + 2 + 1;
 /// Bytes of the QoS limits after the retired ids.
 const QOS_LEN: usize = 4 * 8;
+/// Largest parent link after the QoS limits: present flag, ids, overlap, two names.
+const PARENT_MAX: usize = 1 + 3 * 8 + 2 * (1 + crate::header::MAX_NAME);
 /// Largest encoded table (readers ask for no more).
-pub const MAX_SNAPS_LEN: usize =
-    FIXED_LEN + MAX_SNAPS * (ENTRY_FIXED + crate::header::MAX_NAME) + MAX_RETIRED * 8 + QOS_LEN + 4;
+pub const MAX_SNAPS_LEN: usize = FIXED_LEN
+    + MAX_SNAPS * (ENTRY_FIXED + crate::header::MAX_NAME)
+    + MAX_RETIRED * 8
+    + QOS_LEN
+    + PARENT_MAX
+    + 4;
 
 /// Entry flag: `vol snap protect`; the snapshot cannot be removed.
 const FLAG_PROTECTED: u16 = 1;
@@ -67,6 +73,24 @@ pub struct SnapTable {
     pub retired: Vec<u64>,
     /// I/O limits where the volume is served.
     pub qos: Qos,
+    /// Of a clone (`vol clone`): the snapshot its unwritten data objects are read from, until
+    /// `vol flatten` copies them.
+    pub parent: Option<ParentLink>,
+}
+
+/// Where a clone's data comes from until it is flattened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentLink {
+    /// The parent volume's id (a volume removed and re-created under its name is another).
+    pub volume_id: u64,
+    /// The parent snapshot's id.
+    pub snap_id: u64,
+    /// Bytes of the parent snapshot the clone reads (its size at cloning).
+    pub overlap: u64,
+    /// The parent volume's name (same pool), to open it.
+    pub volume: String,
+    /// The parent snapshot's name.
+    pub snap: String,
 }
 
 /// A volume's I/O limits, enforced by each process serving it (0: no limit).
@@ -147,6 +171,20 @@ impl SnapTable {
         ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
+        match &self.parent {
+            None => b.push(0),
+            Some(p) => {
+                b.push(1);
+                b.extend_from_slice(&p.volume_id.to_le_bytes());
+                b.extend_from_slice(&p.snap_id.to_le_bytes());
+                b.extend_from_slice(&p.overlap.to_le_bytes());
+                // Names pass `check_name` (at most 128 bytes).
+                for n in [&p.volume, &p.snap] {
+                    b.push(n.len() as u8);
+                    b.extend_from_slice(n.as_bytes());
+                }
+            }
+        }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
@@ -215,6 +253,11 @@ impl SnapTable {
             iops_burst: r.u64()?,
             bps_burst: r.u64()?,
         };
+        let parent = match r.u8()? {
+            0 => None,
+            1 => Some(read_parent(&mut r)?),
+            f => return Err(format!("parent flag {f}")),
+        };
         if r.at != body.len() {
             return Err(format!("{} bytes after the table", body.len() - r.at));
         }
@@ -224,8 +267,33 @@ impl SnapTable {
             snaps,
             retired,
             qos,
+            parent,
         })
     }
+}
+
+fn read_parent(r: &mut Reader<'_>) -> Result<ParentLink, String> {
+    let volume_id = r.u64()?;
+    let snap_id = r.u64()?;
+    let overlap = r.u64()?;
+    let mut name = || -> Result<String, String> {
+        let len = usize::from(r.u8()?);
+        let n = std::str::from_utf8(r.take(len)?).map_err(|_| "parent name is not UTF-8")?;
+        check_name(n).map_err(|e| format!("parent: {e}"))?;
+        Ok(n.to_string())
+    };
+    let (volume, snap) = (name()?, name()?);
+    crate::header::check_size(overlap).map_err(|e| format!("parent overlap: {e}"))?;
+    if snap_id == 0 {
+        return Err("parent snapshot id 0".into());
+    }
+    Ok(ParentLink {
+        volume_id,
+        snap_id,
+        overlap,
+        volume,
+        snap,
+    })
 }
 
 fn read_snap(r: &mut Reader<'_>) -> Result<Snap, String> {
@@ -359,6 +427,13 @@ mod tests {
                 iops_burst: 0,
                 bps_burst: 1 << 30,
             },
+            parent: Some(ParentLink {
+                volume_id: 0xabcd,
+                snap_id: 3,
+                overlap: 10 << 30,
+                volume: "golden".into(),
+                snap: "v1".into(),
+            }),
         }
     }
 
@@ -414,6 +489,13 @@ mod tests {
                 iops_burst: u64::MAX,
                 bps_burst: u64::MAX,
             },
+            parent: Some(ParentLink {
+                volume_id: u64::MAX,
+                snap_id: u64::MAX,
+                overlap: 1 << 50,
+                volume: "v".repeat(128),
+                snap: "s".repeat(128),
+            }),
         };
         let b = t.encode();
         assert_eq!(b.len(), MAX_SNAPS_LEN);

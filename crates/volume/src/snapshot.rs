@@ -155,7 +155,20 @@ pub async fn protect_snap(
     let pool = client.pool_id(pool_name)?;
     let header = read_header(client, pool, pool_name, name).await?;
     let mut table = read_snaps(client, pool, name, header.id).await?;
-    find(&table, name, snap)?;
+    let id = find(&table, name, snap)?.id;
+    if !protected {
+        let clones = crate::clone::children(client, pool, pool_name, header.id, id).await?;
+        if !clones.is_empty() {
+            return Err(snap_error(
+                name,
+                snap,
+                &format!(
+                    "has clones ({}): `cairn vol flatten` or remove them first",
+                    clones.join(", ")
+                ),
+            ));
+        }
+    }
     for s in table.snaps.iter_mut().filter(|s| s.name == snap) {
         s.protected = protected;
     }
@@ -297,6 +310,23 @@ pub async fn set_qos(
         id: header.id,
     };
     ctx.change(&mut table, events).await
+}
+
+/// Writes volume `id`'s `table` as its next generation and waits for every holder to adopt it.
+pub(crate) async fn change_table(
+    client: &Client,
+    pool: u32,
+    name: &str,
+    id: u64,
+    table: &mut SnapTable,
+) -> Result<(), VolumeError> {
+    let ctx = Ctx {
+        client,
+        pool,
+        name,
+        id,
+    };
+    ctx.change(table, &mut |_| {}).await
 }
 
 /// One volume's snapshot table, changed.

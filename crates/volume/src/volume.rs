@@ -42,7 +42,15 @@ pub struct Volume {
     pub(crate) resolved: Mutex<HashMap<u64, u64>>,
     /// The volume's QoS limits, as this process enforces them (`qos.rs`).
     limiter: crate::qos::Limiter,
+    /// Of a clone: the parent snapshot, open read-only (`clone.rs`).
+    pub(crate) parent: Option<Box<Volume>>,
+    /// Whether a data object absent from the object map is known absent. Not in a clone: its
+    /// flattening (another process) creates objects this one never sees.
+    trust_map: bool,
 }
+
+/// Most levels of clones of clones a volume may be opened through.
+const MAX_CLONE_DEPTH: usize = 16;
 
 impl Volume {
     /// Opens a volume: reads its header, takes an open lease (docs/format/volume.md) that
@@ -54,7 +62,7 @@ impl Volume {
         name: &str,
         holder: &str,
     ) -> Result<Volume, VolumeError> {
-        Self::open_view(client, pool_name, name, None, holder).await
+        Self::open_view(client, pool_name, name, None, holder, 0).await
     }
 
     /// Opens snapshot `snap` of a volume, read-only: reads see the volume as it was when the
@@ -66,7 +74,7 @@ impl Volume {
         snap: &str,
         holder: &str,
     ) -> Result<Volume, VolumeError> {
-        Self::open_view(client, pool_name, name, Some(snap), holder).await
+        Self::open_view(client, pool_name, name, Some(snap), holder, 0).await
     }
 
     async fn open_view(
@@ -75,6 +83,7 @@ impl Volume {
         name: &str,
         snap_name: Option<&str>,
         holder: &str,
+        depth: usize,
     ) -> Result<Volume, VolumeError> {
         header::check_name(name)?;
         let pool = client.pool_id(pool_name)?;
@@ -99,6 +108,35 @@ impl Volume {
             None => objects.heads,
         };
         let size = snap.as_ref().map_or(header.size, |s| s.size);
+        let link = lease.snaps().table.parent.clone();
+        let parent = match link {
+            Some(_) if depth >= MAX_CLONE_DEPTH => {
+                return Err(VolumeError::BadHeader {
+                    name: name.to_string(),
+                    why: format!("more than {MAX_CLONE_DEPTH} levels of clones"),
+                })
+            }
+            Some(l) => {
+                let c = client.clone();
+                let v = Box::pin(Self::open_view(
+                    c,
+                    pool_name,
+                    &l.volume,
+                    Some(&l.snap),
+                    holder,
+                    depth + 1,
+                ))
+                .await?;
+                if v.header.id != l.volume_id {
+                    return Err(VolumeError::BadHeader {
+                        name: name.to_string(),
+                        why: format!("its parent volume {:?} was replaced", l.volume),
+                    });
+                }
+                Some(Box::new(v))
+            }
+            None => None,
+        };
         Ok(Volume {
             client,
             pool,
@@ -111,6 +149,8 @@ impl Volume {
             snap,
             resolved: Mutex::default(),
             limiter: crate::qos::Limiter::default(),
+            trust_map: parent.is_none(),
+            parent,
         })
     }
 
@@ -123,6 +163,9 @@ impl Volume {
     /// (Dropping the volume does the same in the background.)
     pub async fn close(&self) {
         self.lease.close().await;
+        if let Some(p) = &self.parent {
+            Box::pin(p.close()).await;
+        }
     }
 
     /// Turns true once the volume is closed and its lease released, also when that happens
@@ -258,7 +301,7 @@ impl Volume {
 
     /// The piece's bytes as stored (short where the object is), or `None` for a hole.
     async fn read_piece(&self, p: Piece) -> Result<Option<Vec<u8>>, VolumeError> {
-        if !self.map.may_exist(p.objno) {
+        if self.trust_map && !self.map.may_exist(p.objno) {
             return Ok(None);
         }
         if let Some(snap) = &self.snap {
@@ -275,7 +318,7 @@ impl Volume {
                 d.truncate(p.len as usize);
                 Ok(Some(d))
             }
-            Err(ClientError::NoSuchObject { .. }) => Ok(None),
+            Err(ClientError::NoSuchObject { .. }) => self.read_parent(p).await,
             Err(e) => Err(self.object_error("read", p.objno, e)),
         }
     }
@@ -294,6 +337,7 @@ impl Volume {
         let ps = pieces(self.object_size(), offset, data.len() as u64);
         let write = |p: Piece| async move {
             self.preserve(p.objno).await?;
+            self.copy_up(p.objno).await?;
             self.map.writing(p.objno);
             let name = data_object(self.header.id, p.objno);
             let slice = &data[p.at as usize..(p.at + p.len) as usize];
@@ -334,7 +378,25 @@ impl Volume {
 
     async fn zero_piece(&self, p: Piece, punch: bool) -> Result<(), VolumeError> {
         let name = data_object(self.header.id, p.objno);
-        if punch && p.is_whole_object(self.object_size(), self.size()) {
+        let whole = punch && p.is_whole_object(self.object_size(), self.size());
+        if self.parent_covers(p.objno) {
+            self.preserve(p.objno).await?;
+            // A clone's missing object reads its parent's: punched, it must be kept, empty.
+            let r = if whole {
+                self.client
+                    .write_full(self.pool, &name, &[])
+                    .await
+                    .map(|_| ())
+            } else {
+                self.copy_up(p.objno).await?;
+                self.client.zero(self.pool, &name, p.offset, p.len).await
+            };
+            self.map.writing(p.objno);
+            return r
+                .map(|_| ())
+                .map_err(|e| self.object_error("zero", p.objno, e));
+        }
+        if whole {
             if !self.map.may_exist(p.objno) {
                 return Ok(());
             }

@@ -4,9 +4,10 @@
 #![allow(dead_code)]
 
 use super::cluster::{text, Cluster};
-use rand::{RngCore, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
 /// PATH with the system's directories first: nbdsh needs the system python3 (with libnbd's
 /// bindings, Debian package python3-libnbd), not one a version manager put first.
@@ -113,5 +114,135 @@ pub fn fio_verify(c: &Cluster, uri: &str, name: &str, bs: &str, size: &str, iode
     assert!(
         written > 0 && verified == written,
         "{name}: wrote {written}, verified {verified}"
+    );
+}
+
+/// Unmounts what the ext4 test mounted, even when it fails half-way.
+pub struct Mounts {
+    pub loop_mnt: PathBuf,
+    pub fuse_mnt: PathBuf,
+    pub nbdfuse: Option<Child>,
+}
+
+impl Mounts {
+    pub fn umount_loop(&self) -> bool {
+        Command::new("umount")
+            .arg(&self.loop_mnt)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.loop_mnt).status();
+        let fuse_unmounted = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.fuse_mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !fuse_unmounted {
+            // No fusermount3 (or it failed): a lazy unmount, so no dead FUSE mount is left.
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.fuse_mnt)
+                .status();
+        }
+        if let Some(mut ch) = self.nbdfuse.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = ch.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = ch.kill();
+            let _ = ch.wait();
+        }
+    }
+}
+
+pub fn mount_loop(c: &Cluster, file: &Path, at: &Path) {
+    let o = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(file)
+        .arg(at)
+        .output()
+        .expect("run mount");
+    assert!(
+        o.status.success(),
+        "mount -o loop failed (the test needs root and loop devices): {}\n{}",
+        text(&o.stderr),
+        c.logs()
+    );
+}
+
+/// A tree of files with random contents: (relative path, contents).
+pub fn file_tree(seed: u64) -> Vec<(String, Vec<u8>)> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..120)
+        .map(|i| {
+            let len = match i % 4 {
+                0 => rng.gen_range(0..100),
+                1 => rng.gen_range(1..64 << 10),
+                2 => rng.gen_range(64 << 10..1 << 20),
+                _ => 4096,
+            };
+            let mut data = vec![0u8; len];
+            rng.fill_bytes(&mut data);
+            (format!("d{}/s{}/f{i}", i % 5, i % 3), data)
+        })
+        .collect()
+}
+
+pub fn verify_tree(root: &Path, tree: &[(String, Vec<u8>)]) {
+    for (rel, data) in tree {
+        let got = std::fs::read(root.join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"));
+        assert!(got == *data, "{rel}: contents differ after remount");
+    }
+}
+
+/// Serves `uri` as the file `disk` through nbdfuse under `dir`; the mounts go when dropped.
+pub fn fuse_disk(c: &Cluster, uri: &str, dir: &Path) -> (Mounts, PathBuf) {
+    let fuse_mnt = dir.join("fuse");
+    let loop_mnt = dir.join("mnt");
+    std::fs::create_dir_all(&fuse_mnt).expect("mkdir");
+    std::fs::create_dir_all(&loop_mnt).expect("mkdir");
+    let pidfile = dir.join("nbdfuse.pid");
+    let child = Command::new("nbdfuse")
+        .arg("-P")
+        .arg(&pidfile)
+        .arg(fuse_mnt.join("disk"))
+        .arg(uri)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run nbdfuse ({e}): apt-get install nbdfuse"));
+    let mut m = Mounts {
+        loop_mnt,
+        fuse_mnt: fuse_mnt.clone(),
+        nbdfuse: Some(child),
+    };
+    let start = Instant::now();
+    while !pidfile.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nbdfuse did not become ready\n{}",
+            c.logs()
+        );
+        if let Some(Ok(Some(st))) = m.nbdfuse.as_mut().map(|ch| ch.try_wait()) {
+            panic!("nbdfuse exited: {st}\n{}", c.logs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (m, fuse_mnt.join("disk"))
+}
+
+/// `fsck.ext4 -n -f` of `disk` must find nothing.
+pub fn fsck_clean(disk: &Path) {
+    let fsck = tool(120, "fsck.ext4", &["-n", "-f", &p(disk)]);
+    assert!(
+        fsck.status.success(),
+        "fsck.ext4 -n found problems:\n{}{}",
+        text(&fsck.stdout),
+        text(&fsck.stderr)
     );
 }
