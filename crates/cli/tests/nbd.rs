@@ -1149,3 +1149,68 @@ fn bench_nbd_measures_tls_against_the_same_path_in_the_clear() {
         "{out}"
     );
 }
+
+/// Reads block 0 of `uri`: its first byte.
+const FIRST_BYTE: &str = r#"
+import nbd, os
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+print(h.pread(4096, 0)[0])
+"#;
+
+#[test]
+fn a_second_server_of_a_written_volume_is_refused_until_the_first_is_gone() {
+    let c = Cluster::up_with_nbd("nbd-excl", 3);
+    c.ok(&["vol", "create", "ex", "--size", "64M"]);
+    let id = volume_id(&c, "default", "ex");
+    // The dev cluster's server has it open for writing (a client wrote 0x42 and stays).
+    let holder = nbd_client(&c.nbd_uri("ex"), 90, HOLDER);
+    wait_object(&c, "default", &format!("vopen.{id}."));
+    let second = NbdServer::start(&c, "default");
+    let o = tool(30, "nbdinfo", &[&second.uri("ex")]);
+    assert!(
+        !o.status.success(),
+        "a second server opened a written volume"
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", "ex", "--json"])).expect("json");
+    assert_eq!(info["open_by"], 1, "{info}");
+    // Snapshots are not written: the second server serves them beside the first.
+    c.ok(&["vol", "snap", "create", "ex@s"]);
+    tool_ok(&c, 30, "nbdinfo", &[&second.uri("ex@s")]);
+
+    // The first dies (kill -9): its lease expires, then the second takes over.
+    c.kill9("nbd");
+    drop(holder);
+    let start = Instant::now();
+    loop {
+        let o = tool(
+            30,
+            "nbdsh",
+            &[
+                "-u",
+                &second.uri("ex"),
+                "-c",
+                "h.pwrite(b'\\x07' * 4096, 0)",
+            ],
+        );
+        if o.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "the second server never took over: {}\n{}",
+            text(&o.stderr),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("took over {} ms after kill -9", start.elapsed().as_millis());
+    std::thread::sleep(Duration::from_secs(2));
+    let out = Command::new("nbdsh")
+        .args(["-c", FIRST_BYTE])
+        .env("URI", second.uri("ex"))
+        .env("PATH", system_path())
+        .output()
+        .expect("nbdsh");
+    assert_eq!(text(&out.stdout).trim(), "7", "{}", text(&out.stderr));
+}

@@ -160,6 +160,10 @@ impl Exports for VolumeExports {
                         | VolumeError::Removing { .. }
                         | VolumeError::NoSuchSnap { .. },
                     ) => return Ok(None),
+                    Err(e @ VolumeError::Locked { .. }) => {
+                        tracing::warn!(volume = name, error = %e, "refusing a second writer");
+                        return Err(ExportError::Denied(e.to_string()));
+                    }
                     Err(e) => return Err(export_error(e)),
                 };
                 open.insert(name.to_string(), Arc::downgrade(&v));

@@ -170,7 +170,7 @@ pub async fn flatten(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(), VolumeError> {
     let desc = format!("cairn vol flatten (pid {})", std::process::id());
-    let vol = Volume::open(client.clone(), pool_name, name, &desc).await?;
+    let vol = Volume::open_shared(client.clone(), pool_name, name, &desc).await?;
     let Some(link) = vol.link() else {
         vol.close().await;
         return Err(VolumeError::BadArgument {

@@ -45,7 +45,7 @@ pub async fn diff(
     let a = Volume::open_snapshot(client.clone(), pool_name, name, from, &desc).await?;
     let b = match to {
         Some(s) => Volume::open_snapshot(client.clone(), pool_name, name, s, &desc).await?,
-        None => Volume::open(client.clone(), pool_name, name, &desc).await?,
+        None => Volume::open_shared(client.clone(), pool_name, name, &desc).await?,
     };
     let a_id = a.snapshot().map_or(0, |s| s.id);
     let b_id = b.snapshot().map_or(u64::MAX, |s| s.id);

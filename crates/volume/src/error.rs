@@ -46,6 +46,8 @@ pub enum VolumeError {
         snap: String,
         why: String,
     },
+    #[error("volume {name:?} is open for writing by {holders}; one writer at a time: stop that server (a dead one's lease expires within 15 s)")]
+    Locked { name: String, holders: String },
     #[error("volume {name:?} is read-only here: {why}")]
     ReadOnly { name: String, why: String },
     #[error("{0}")]

@@ -56,6 +56,18 @@ struct Shared {
     sampled: Mutex<(Instant, [u64; 4])>,
 }
 
+/// How a process holds a volume open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// It writes: one writer at a time (the lease is exclusive among writers).
+    Writer,
+    /// It only reads, or only copies what is missing (`vol flatten`): any number, beside a
+    /// writer.
+    Shared,
+    /// It reads this snapshot (shared; closes once the snapshot is removed).
+    Snapshot(u64),
+}
+
 /// How often a holder looks for a new snapshot table generation.
 pub const SNAP_POLL: Duration = Duration::from_millis(200);
 
@@ -136,8 +148,12 @@ impl HeldLease {
         name: &str,
         header: Header,
         desc: &str,
-        reading: Option<u64>,
+        mode: Mode,
     ) -> Result<HeldLease, VolumeError> {
+        let reading = match mode {
+            Mode::Snapshot(id) => Some(id),
+            Mode::Writer | Mode::Shared => None,
+        };
         let record = LeaseRecord {
             holder: rand::random(),
             expires_at_ms: 0,
@@ -145,6 +161,7 @@ impl HeldLease {
             desc: desc.to_string(),
             acked_gen: 0,
             rates: Default::default(),
+            writer: mode == Mode::Writer,
         };
         let shared = Arc::new(Shared {
             client: client.clone(),
@@ -170,7 +187,10 @@ impl HeldLease {
                 pool: pool_name.to_string(),
                 name: name.to_string(),
             }),
-            Ok(_) => shared.first_snaps().await.err(),
+            Ok(_) => match shared.first_snaps().await {
+                Ok(()) if mode == Mode::Writer => shared.other_writers().await.err(),
+                r => r.err(),
+            },
             Err(e) => Some(e),
         };
         if let Some(e) = refused {
@@ -322,6 +342,27 @@ impl Shared {
             });
         }
         Ok(h)
+    }
+
+    /// Refuses if another process has the volume open for writing: checked after this
+    /// lease is written, so of two writers opening at once at least one sees the other.
+    async fn other_writers(&self) -> Result<(), VolumeError> {
+        let listing = self.client.list(self.pool).await?;
+        let me = self.object();
+        let others: Vec<LeaseRecord> =
+            crate::remove::live_leases(&self.client, self.pool, self.id, &listing)
+                .await?
+                .into_iter()
+                .filter(|(o, r)| *o != me && r.writer)
+                .map(|(_, r)| r)
+                .collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        Err(VolumeError::Locked {
+            name: self.name.clone(),
+            holders: crate::remove::describe_holders(&others),
+        })
     }
 
     fn snap_view(&self) -> Arc<SnapView> {

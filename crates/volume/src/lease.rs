@@ -52,7 +52,13 @@ pub struct LeaseRecord {
     pub acked_gen: u64,
     /// The holder's I/O on the volume over its last renewal period.
     pub rates: IoRates,
+    /// Whether the holder writes the volume: a writer's lease is exclusive (one writer at a
+    /// time); snapshot readers, `vol diff` and `vol flatten` hold shared ones.
+    pub writer: bool,
 }
+
+/// Lease flag (version 2, the bytes that were reserved in version 1): the holder writes.
+const FLAG_WRITER: u16 = 1;
 
 /// I/O rates of one holder, per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,7 +83,8 @@ impl LeaseRecord {
         let mut b = Vec::with_capacity(FIXED_LEN + desc.len() + 4);
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&LEASE_VERSION.to_le_bytes());
-        b.extend_from_slice(&0u16.to_le_bytes());
+        let flags = if self.writer { FLAG_WRITER } else { 0 };
+        b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.holder.to_le_bytes());
         b.extend_from_slice(&self.expires_at_ms.to_le_bytes());
         b.extend_from_slice(&self.pid.to_le_bytes());
@@ -129,8 +136,10 @@ impl LeaseRecord {
             ))
             }
         };
-        if b[10..12] != [0, 0] {
-            return Err("reserved bytes are not zero".into());
+        let flags = u16::from_le_bytes([b[10], b[11]]);
+        let known = if version == 1 { 0 } else { FLAG_WRITER };
+        if flags & !known != 0 {
+            return Err(format!("unknown flags {flags:#x}"));
         }
         let desc_len = usize::from(u16::from_le_bytes([b[fixed - 2], b[fixed - 1]]));
         if desc_len > MAX_HOLDER_DESC || fixed + desc_len + 4 != b.len() {
@@ -147,6 +156,8 @@ impl LeaseRecord {
             desc: desc.to_string(),
             acked_gen,
             rates,
+            // A version 1 holder wrote whatever it opened.
+            writer: version == 1 || flags & FLAG_WRITER != 0,
         })
     }
 
@@ -206,6 +217,7 @@ mod tests {
                 read_bytes: 3,
                 write_bytes: 4,
             },
+            writer: true,
         }
     }
 
@@ -215,6 +227,7 @@ mod tests {
         let mut v1 = r.encode();
         v1.drain(32..72);
         v1[8] = 1;
+        v1[10] = 0; // no flags in version 1
         let end = v1.len() - 4;
         let crc = crc32c::crc32c(&v1[..end]);
         v1[end..].copy_from_slice(&crc.to_le_bytes());
@@ -225,6 +238,11 @@ mod tests {
             ..r
         };
         assert_eq!(back, want);
+        // Flags were reserved in version 1: set, the record is refused.
+        v1[10] = 1;
+        let crc = crc32c::crc32c(&v1[..end]);
+        v1[end..].copy_from_slice(&crc.to_le_bytes());
+        assert!(LeaseRecord::decode(&v1).is_err());
     }
 
     #[test]

@@ -286,6 +286,7 @@ pub(crate) async fn read_lease(
                 desc: format!("damaged lease ({why})"),
                 acked_gen: 0,
                 rates: Default::default(),
+                writer: false,
             }
         }))),
         Err(ClientError::NoSuchObject { .. }) => Ok(None),

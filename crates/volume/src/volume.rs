@@ -2,7 +2,7 @@
 
 use crate::error::VolumeError;
 use crate::header::{self, data_object, Header, HEADER_LEN};
-use crate::holder::HeldLease;
+use crate::holder::{HeldLease, Mode};
 use crate::join::join_all;
 use crate::layout::{pieces, Piece};
 use crate::lease::LAPSE_PATIENCE;
@@ -62,7 +62,18 @@ impl Volume {
         name: &str,
         holder: &str,
     ) -> Result<Volume, VolumeError> {
-        Self::open_view(client, pool_name, name, None, holder, 0).await
+        Self::open_view(client, pool_name, name, None, holder, Mode::Writer, 0).await
+    }
+
+    /// Opens a volume beside its writer, if any (no exclusive lease): for reading it, or for
+    /// copying into it only what is missing (`vol flatten`).
+    pub async fn open_shared(
+        client: Client,
+        pool_name: &str,
+        name: &str,
+        holder: &str,
+    ) -> Result<Volume, VolumeError> {
+        Self::open_view(client, pool_name, name, None, holder, Mode::Shared, 0).await
     }
 
     /// Opens snapshot `snap` of a volume, read-only: reads see the volume as it was when the
@@ -74,7 +85,7 @@ impl Volume {
         snap: &str,
         holder: &str,
     ) -> Result<Volume, VolumeError> {
-        Self::open_view(client, pool_name, name, Some(snap), holder, 0).await
+        Self::open_view(client, pool_name, name, Some(snap), holder, Mode::Shared, 0).await
     }
 
     async fn open_view(
@@ -83,6 +94,7 @@ impl Volume {
         name: &str,
         snap_name: Option<&str>,
         holder: &str,
+        mode: Mode,
         depth: usize,
     ) -> Result<Volume, VolumeError> {
         header::check_name(name)?;
@@ -98,9 +110,12 @@ impl Volume {
             Some(s) => Some(crate::snapshot::find_active(&client, pool, name, &header, s).await?),
             None => None,
         };
-        let reading = snap.as_ref().map(|s| s.id);
+        let mode = match &snap {
+            Some(s) => Mode::Snapshot(s.id),
+            None => mode,
+        };
         let lease =
-            HeldLease::acquire(&client, pool, pool_name, name, header, holder, reading).await?;
+            HeldLease::acquire(&client, pool, pool_name, name, header, holder, mode).await?;
         let objects = crate::admin::volume_objects(&client, pool, header.id).await?;
         let existing = match &snap {
             // A snapshot's data is in the head objects or in clones.
@@ -124,6 +139,7 @@ impl Volume {
                     &l.volume,
                     Some(&l.snap),
                     holder,
+                    Mode::Shared,
                     depth + 1,
                 ))
                 .await?;
