@@ -7,7 +7,7 @@ mod common;
 
 use common::cluster::{text, Cluster};
 use common::tools::{
-    file_tree, fio_verify, fsck_clean, fuse_disk, mount_loop, p, scratch, system_path, tool,
+    file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, p, scratch, system_path, tool,
     tool_ok, verify_tree,
 };
 use std::io::{BufRead, BufReader};
@@ -448,5 +448,87 @@ fn ext4_on_a_clone_of_a_snapshot_then_flatten_under_writes_and_the_parent_remove
     verify_tree(&m.loop_mnt.join("during"), &during);
     assert!(m.umount_loop(), "umount failed");
     drop(m);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_pool_filled_under_a_snapshot_says_enospc_loses_nothing_and_snapshot_rm_brings_writes_back() {
+    // Three 256 MiB OSDs, 3 copies: about 170 MiB fit. A 96 MiB volume fits once, not twice
+    // (its snapshot's copies on top of a full rewrite).
+    let c = Cluster::up_with_nbd_sized("snap-full", 3, "256M");
+    c.ok(&["vol", "create", "v", "--size", "96M"]);
+    let uri = c.nbd_uri("v");
+    let dir = scratch("snap-full");
+    let (a, b) = (dir.join("a.raw"), dir.join("b.raw"));
+    let (img_a, img_b) = (image(96 << 20, &[], 1), image(96 << 20, &[], 2));
+    std::fs::write(&a, &img_a).expect("write a");
+    std::fs::write(&b, &img_b).expect("write b");
+    tool_ok(&c, 120, "nbdcopy", &[&p(&a), &uri]);
+    snap_create(&c, "v@old");
+
+    let o = tool(300, "nbdcopy", &[&p(&b), &uri]);
+    let err = text(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "a rewrite under a snapshot fitted a full pool"
+    );
+    assert!(err.contains("No space left"), "{err}");
+    // Small objects may use the store's last 5%: fill that too. The volume's data can still be
+    // read (served read-only while there is no room even for its open lease).
+    let mut puts = Vec::new();
+    for size in [60 << 10, 4096] {
+        let small = dir.join("small");
+        std::fs::write(&small, vec![0x5au8; size]).expect("write");
+        loop {
+            let name = format!("filler-{}", puts.len());
+            let o = c.cairn(&["obj", "put", "default", &name, &p(&small)]);
+            if !o.status.success() {
+                assert!(text(&o.stderr).contains("no space"), "{}", text(&o.stderr));
+                break;
+            }
+            puts.push(name);
+            assert!(puts.len() < 2000, "the reserve never filled");
+        }
+    }
+    // Nothing lost: the snapshot reads what it held; every 4 KiB of the volume is old or new
+    // (nbdcopy's requests failed or landed whole).
+    compare(&c, &c.nbd_uri("v@old"), &p(&a));
+    let now = dir.join("now.raw");
+    tool_ok(&c, 120, "nbdcopy", &[&uri, &p(&now)]);
+    let now = std::fs::read(&now).expect("read");
+    let (mut old, mut new) = (0, 0);
+    for (i, chunk) in now.chunks(4096).enumerate() {
+        let at = i * 4096;
+        if chunk == &img_a[at..at + chunk.len()] {
+            old += 1;
+        } else if chunk == &img_b[at..at + chunk.len()] {
+            new += 1;
+        } else {
+            panic!("block {i} of the volume is neither the old data nor the new");
+        }
+    }
+    assert!(new > 0 && old > 0, "old {old} new {new}");
+
+    for name in &puts {
+        c.ok(&["obj", "rm", "default", name]);
+    }
+
+    // Removing the snapshot gives its copies back: the rewrite now fits.
+    c.ok(&["vol", "snap", "rm", "v@old"]);
+    let start = Instant::now();
+    loop {
+        let o = tool(300, "nbdcopy", &[&p(&b), &uri]);
+        if o.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "writes did not come back after the snapshot was removed: {}\n{}",
+            text(&o.stderr),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    compare(&c, &uri, &p(&b));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -150,7 +150,15 @@ impl Exports for VolumeExports {
             _ => {
                 let (c, p, h) = (self.client.clone(), &self.pool, &self.holder);
                 let opened = match snap {
-                    None => Volume::open(c, p, vol_name, h).await,
+                    None => match Volume::open(c.clone(), p, vol_name, h).await {
+                        // No room even for its open lease: its data can still be read.
+                        Err(e) if e.is_no_space() => {
+                            tracing::warn!(volume = name, error = %e,
+                                "the pool is full: serving the volume read-only");
+                            Volume::open_shared(c, p, vol_name, h).await
+                        }
+                        r => r,
+                    },
                     Some(s) => Volume::open_snapshot(c, p, vol_name, s, h).await,
                 };
                 let v = match opened {
@@ -166,7 +174,10 @@ impl Exports for VolumeExports {
                     }
                     Err(e) => return Err(export_error(e)),
                 };
-                open.insert(name.to_string(), Arc::downgrade(&v));
+                // A read-only fallback is not shared: the next connection tries to write again.
+                if v.writable() || snap.is_some() {
+                    open.insert(name.to_string(), Arc::downgrade(&v));
+                }
                 let mut releases = self.lock_releases();
                 releases.retain(|r| !*r.borrow());
                 releases.push(v.released());
@@ -175,8 +186,8 @@ impl Exports for VolumeExports {
         };
         let size = volume.size();
         Ok(Some(Opened {
+            read_only: !writable || !volume.writable(),
             export: Arc::new(VolumeExport { volume, size }),
-            read_only: !writable,
         }))
     }
 }

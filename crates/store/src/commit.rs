@@ -536,6 +536,21 @@ pub(crate) fn available_blocks(sh: &Shared, st: &State) -> u64 {
     writable_blocks(sh, st).saturating_sub(used_blocks(st))
 }
 
+/// Blocks kept for small metadata writes ([`Transaction::use_reserve`]).
+fn client_reserve_blocks(sh: &Shared, st: &State) -> u64 {
+    (writable_blocks(sh, st) * crate::CLIENT_RESERVE_PERCENT / 100).max(16)
+}
+
+/// What ordinary writes may fill: [`writable_blocks`] less the metadata reserve.
+pub(crate) fn client_writable_blocks(sh: &Shared, st: &State) -> u64 {
+    writable_blocks(sh, st).saturating_sub(client_reserve_blocks(sh, st))
+}
+
+/// Space left for ordinary writes: [`available_blocks`] less the metadata reserve.
+pub(crate) fn available_to_clients(sh: &Shared, st: &State) -> u64 {
+    available_blocks(sh, st).saturating_sub(client_reserve_blocks(sh, st))
+}
+
 fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State>, u64)> {
     let placed = direct::place(sh, txn)?;
     let r = submit_placed(sh, txn, &placed);
@@ -556,7 +571,7 @@ fn submit_placed<'a>(
     // other transactions may change what this one depends on (a removed collection).
     loop {
         let (new_blocks, est) = validate(&st.index, txn, placed)?;
-        check_limits(sh, &st, new_blocks, est)?;
+        check_limits(sh, &st, new_blocks, est, txn.use_reserve)?;
         // Wait while too much data waits for the flusher, and for WAL room (a wrap can cost
         // up to one more batch, hence the factor two).
         let wal_full = sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size;
@@ -595,7 +610,13 @@ fn submit_placed<'a>(
 }
 
 /// Size limits and free space for a validated transaction.
-fn check_limits(sh: &Shared, st: &State, new_blocks: u64, est: u64) -> Result<()> {
+fn check_limits(
+    sh: &Shared,
+    st: &State,
+    new_blocks: u64,
+    est: u64,
+    use_reserve: bool,
+) -> Result<()> {
     if est > sh.max_record() {
         return Err(StoreError::TooLarge {
             what: "transaction",
@@ -610,7 +631,11 @@ fn check_limits(sh: &Shared, st: &State, new_blocks: u64, est: u64) -> Result<()
             limit: sh.pending_limit_blocks() * B,
         });
     }
-    let avail = available_blocks(sh, st);
+    let avail = if use_reserve {
+        available_blocks(sh, st)
+    } else {
+        available_to_clients(sh, st)
+    };
     if new_blocks > avail {
         return Err(StoreError::NoSpace {
             needed: new_blocks * B,

@@ -128,6 +128,14 @@ pub(crate) fn place(sh: &Shared, txn: &Transaction) -> Result<Placements> {
 /// short but dead blocks waiting for the cleaner); `NoSpace` when the store has no room for
 /// it at all.
 fn alloc_runs(sh: &Shared, st: &mut State, blocks: u64) -> Result<Option<Vec<(u64, u32)>>> {
+    // Large writes are data, never metadata: they leave the reserve alone.
+    let avail = crate::commit::available_to_clients(sh, st);
+    if avail < blocks {
+        return Err(crate::StoreError::NoSpace {
+            needed: blocks * B,
+            available: avail * B,
+        });
+    }
     match alloc(sh, st, blocks as u32, Use::Direct) {
         Ok(runs) => {
             st.segs.in_flight(&runs, true);

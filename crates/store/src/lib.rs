@@ -52,3 +52,8 @@ pub mod decode {
     pub use crate::checkpoint::{decode as checkpoint, Root as CheckpointRoot};
     pub use crate::effect::decode as effects;
 }
+
+/// Percent of the writable space ordinary writes leave free, for transactions that may use it
+/// ([`Transaction::use_reserve`]): a full store still takes small metadata writes, so that
+/// space can be freed (a snapshot removed) without first freeing space.
+pub const CLIENT_RESERVE_PERCENT: u64 = 5;

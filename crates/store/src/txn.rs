@@ -110,6 +110,11 @@ impl Op {
 pub struct Transaction {
     /// The operations, applied in order.
     pub ops: Vec<Op>,
+    /// May use the last [`crate::CLIENT_RESERVE_PERCENT`] of the space, which ordinary
+    /// writes leave free: small metadata (a volume's header, lease or snapshot table) must
+    /// still be writable when the data has filled the store, or nothing could be removed.
+    /// Not stored: a hint for this submission only.
+    pub use_reserve: bool,
 }
 
 impl Transaction {
@@ -225,6 +230,11 @@ impl Transaction {
             start: start.to_vec(),
             end: end.to_vec(),
         });
+        self
+    }
+    /// Lets the transaction use the reserve (see [`Transaction::use_reserve`]).
+    pub fn use_reserve(&mut self) -> &mut Self {
+        self.use_reserve = true;
         self
     }
     /// Whether the transaction has no operations.

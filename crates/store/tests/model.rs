@@ -255,6 +255,7 @@ impl MOp {
 fn to_txn(ops: &[MOp]) -> Transaction {
     Transaction {
         ops: ops.iter().map(MOp::to_op).collect(),
+        ..Transaction::default()
     }
 }
 

@@ -53,3 +53,22 @@ pub enum VolumeError {
     #[error("{0}")]
     Client(#[from] ClientError),
 }
+
+impl VolumeError {
+    /// Whether an OSD refused for lack of space (the pool is full).
+    pub fn is_no_space(&self) -> bool {
+        let full = |e: &ClientError| {
+            matches!(
+                e,
+                ClientError::Failed {
+                    code: cairn_client::FailCode::NoSpace,
+                    ..
+                }
+            )
+        };
+        match self {
+            VolumeError::Client(e) | VolumeError::Object { source: e, .. } => full(e),
+            _ => false,
+        }
+    }
+}

@@ -179,7 +179,25 @@ impl HeldLease {
             sampled: Mutex::new((Instant::now(), [0; 4])),
         });
         let started = Instant::now();
-        shared.write_record().await?;
+        match shared.write_record().await {
+            Ok(()) => {}
+            // A write that failed may still have landed on some copies: no stale lease left.
+            Err(e) if mode == Mode::Writer => {
+                shared.remove_record().await;
+                return Err(e);
+            }
+            // A full pool still lets its data be read: a reader goes on without a lease
+            // record (it cannot write anything anyway); a writer cannot.
+            Err(e) if is_full(&e) => {
+                shared.remove_record().await;
+                tracing::warn!(volume = name, error = %e,
+                    "the pool is full: opening read-only without an open lease record");
+            }
+            Err(e) => {
+                shared.remove_record().await;
+                return Err(e);
+            }
+        }
         // The table is read after the lease is written: a `vol snap` command that changes it
         // either sees this lease (and waits for it) or this sees the change.
         let refused = match shared.current_header().await {
@@ -206,7 +224,11 @@ impl HeldLease {
             renew(renewing).await;
             let _ = done.send(true);
         });
-        tokio::spawn(watchdog(shared.clone()));
+        // Only a writer must stop its I/O when its lease lapses (no write after others may
+        // take over); readers and copiers of missing objects change nothing others wrote.
+        if mode == Mode::Writer {
+            tokio::spawn(watchdog(shared.clone()));
+        }
         Ok(HeldLease { shared, released })
     }
 
@@ -383,9 +405,16 @@ impl Shared {
             preserved: Mutex::default(),
         });
         if generation > 0 {
-            self.ack(generation).await?;
+            match self.ack(generation).await {
+                Err(e) if !(is_full(&e) && !self.is_writer()) => return Err(e),
+                _ => {}
+            }
         }
         Ok(())
+    }
+
+    fn is_writer(&self) -> bool {
+        self.record.lock().unwrap_or_else(|p| p.into_inner()).writer
     }
 
     /// Adopts a newer snapshot table while no I/O runs, then acknowledges it. Returns why the
@@ -439,6 +468,11 @@ impl Shared {
         }
         self.remove_record().await;
     }
+}
+
+/// Whether `e` says the pool is full.
+fn is_full(e: &VolumeError) -> bool {
+    e.is_no_space()
 }
 
 /// Returns once `released` turns true (or its task is gone).

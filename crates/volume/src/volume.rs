@@ -47,6 +47,8 @@ pub struct Volume {
     /// Whether a data object absent from the object map is known absent. Not in a clone: its
     /// flattening (another process) creates objects this one never sees.
     trust_map: bool,
+    /// How this process holds the volume.
+    mode: Mode,
 }
 
 /// Most levels of clones of clones a volume may be opened through.
@@ -166,6 +168,7 @@ impl Volume {
             resolved: Mutex::default(),
             limiter: crate::qos::Limiter::default(),
             trust_map: parent.is_none(),
+            mode,
             parent,
         })
     }
@@ -238,13 +241,20 @@ impl Volume {
     }
 
     fn check_writable(&self) -> Result<(), VolumeError> {
-        match &self.snap {
-            None => Ok(()),
-            Some(s) => Err(VolumeError::ReadOnly {
-                name: self.name.clone(),
-                why: format!("this is snapshot {:?}", s.name),
-            }),
-        }
+        let why = match (&self.snap, self.mode) {
+            (Some(s), _) => format!("this is snapshot {:?}", s.name),
+            (None, Mode::Writer) => return Ok(()),
+            (None, _) => "it was opened beside its writer, to read".into(),
+        };
+        Err(VolumeError::ReadOnly {
+            name: self.name.clone(),
+            why,
+        })
+    }
+
+    /// Whether this process may write the volume (it holds the writer's lease).
+    pub fn writable(&self) -> bool {
+        self.check_writable().is_ok()
     }
 
     pub(crate) fn object_size(&self) -> u64 {

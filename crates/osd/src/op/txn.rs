@@ -7,6 +7,9 @@ use cairn_map::PgId;
 use cairn_proto::msg::osd::{OpKind, OpReply};
 use cairn_store::{limits, SharedBytes, Transaction};
 
+/// Largest whole-object write that may use the store's reserve.
+const SMALL_OBJECT: usize = 64 << 10;
+
 /// Builds the transaction applying `kind` to `object` as PG version `version`, assigned by a
 /// primary at map `epoch`, with its PG log entry.
 pub fn build(
@@ -31,6 +34,11 @@ pub fn build(
         // A create reaches the store only once the primary found the object absent.
         OpKind::WriteFull | OpKind::Create => {
             check_range(0, data.len() as u64)?;
+            // Small whole objects are metadata (a volume's header, lease, snapshot table):
+            // writable in a full store, so that space can be freed.
+            if data.len() <= SMALL_OBJECT {
+                t.use_reserve();
+            }
             t.touch(coll, object);
             t.truncate(coll, object, 0);
             t.write_shared(coll, object, 0, data.clone());

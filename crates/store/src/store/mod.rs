@@ -40,8 +40,9 @@ pub struct StoreStats {
     pub segments_free: u32,
     /// Bytes of the segment area.
     pub capacity_bytes: u64,
-    /// Bytes data and checkpoints may fill before writes fail with `NoSpace` (the segment
-    /// area less the reserve for the cleaner, the flusher and checkpoints).
+    /// Bytes data and checkpoints may fill before ordinary writes fail with `NoSpace` (the
+    /// segment area less the reserve for the cleaner, the flusher and checkpoints, and less
+    /// the part kept for small metadata writes, `CLIENT_RESERVE_PERCENT`).
     pub writable_bytes: u64,
     /// Bytes of that in use (live and pending data, checkpoints): at `writable_bytes`, full.
     pub used_bytes: u64,
@@ -129,7 +130,7 @@ impl Store {
             checkpoints: st.checkpoints,
             segments_total: st.segs.count(),
             capacity_bytes: self.sh.data_blocks * BLOCK_SIZE as u64,
-            writable_bytes: crate::commit::writable_blocks(&self.sh, &st) * BLOCK,
+            writable_bytes: crate::commit::client_writable_blocks(&self.sh, &st) * BLOCK,
             used_bytes: crate::commit::used_blocks(&st) * BLOCK,
             read_cache: self
                 .sh
