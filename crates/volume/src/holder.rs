@@ -406,7 +406,7 @@ impl Shared {
         });
         if generation > 0 {
             match self.ack(generation).await {
-                Err(e) if !(is_full(&e) && !self.is_writer()) => return Err(e),
+                Err(e) if !is_full(&e) || self.is_writer() => return Err(e),
                 _ => {}
             }
         }
