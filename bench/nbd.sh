@@ -5,7 +5,9 @@
 # the cluster. Needs fio and nbdkit (apt-get install fio
 # nbdkit). The volume is 4G (filled before the workloads run: a working set of GiBs, as users
 # have) unless --volume-size is given, and each workload is measured for 20 s after a 5 s ramp
-# (the issue's method) unless --seconds is given. Extra arguments go to the bench, e.g.
+# (the issue's method) unless --seconds is given. --snapshots and --volumes add the volume
+# features' measurements (snapshots; QoS beside a noisy neighbour, opening a 1 TiB volume).
+# Extra arguments go to the bench, e.g.
 #   ./bench/nbd.sh --seconds 3 --ramp 1 --only randwrite --volume-size 1G
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -10,6 +10,7 @@ mod connect;
 mod echo;
 pub mod measure;
 pub mod nbd;
+mod nbd_qos;
 mod nbd_snap;
 pub mod objects;
 mod ops;

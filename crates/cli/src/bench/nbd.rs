@@ -47,7 +47,11 @@ with --tls \"tls\": {\"iops\", \"mb_per_s\", \"lat_us\", \"plain_iops\", \"plain
 \"create_ms_served\", \"first_write_after_snapshot_us\" (one 4 KiB write into each data object,
 QD1, right after a snapshot: each copies its object first), \"randwrite_4k_qd1_with_snapshot\",
 \"randwrite_4k_qd1_without\" (same run, before the snapshot), \"qd1_p50_ratio_with_to_without\",
-\"remove_two_snapshots_ms\"}.";
+\"remove_two_snapshots_ms\"}; with --volumes \"volumes\": {\"victim_randwrite_4k_qd1_alone\",
+\"victim_beside_unlimited_neighbour\", \"victim_beside_limited_neighbour\" (each {iops, p50, p99,
+p999}), \"neighbour_iops_unlimited\", \"neighbour_limit_iops\", \"neighbour_iops_limited\",
+\"neighbour_off_limit_ratio\", \"open_1t_volume_ms\" (with \"open_volume_objects\" objects in a
+pool of \"open_pool_volumes\" volumes)}.";
 
 #[derive(Args)]
 pub struct BenchNbdArgs {
@@ -78,6 +82,21 @@ pub struct BenchNbdArgs {
     /// 4 KiB random writes at QD1 with a snapshot against without (`nbd_snap.rs`).
     #[arg(long)]
     pub snapshots: bool,
+    /// Also measure volumes side by side (`nbd_qos.rs`): the bench volume's 4 KiB QD1
+    /// writes alone and beside a neighbour volume under QD32 writes, unlimited and limited to
+    /// --qos-iops; then the time to open a 1 TiB volume with --open-objects data objects in
+    /// a pool of --open-volumes volumes.
+    #[arg(long)]
+    pub volumes: bool,
+    /// The neighbour's IOPS limit in --volumes.
+    #[arg(long, default_value_t = 2000)]
+    pub qos_iops: u64,
+    /// Data objects of the volume opened in --volumes.
+    #[arg(long, default_value_t = 10_000)]
+    pub open_objects: u64,
+    /// Volumes in the pool in --volumes.
+    #[arg(long, default_value_t = 100)]
+    pub open_volumes: u64,
 }
 
 struct Spec {
@@ -279,13 +298,17 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     require("nbdkit", "nbdkit")?;
     let t = Target::connect(conf)?;
     let pool = format!("bench-nbd-{}", std::process::id());
-    let (entries, snaps) = t.with_pool(&pool, a.size, Durability::Wal, || {
+    let (entries, snaps, vols) = t.with_pool(&pool, a.size, Durability::Wal, || {
         t.block_on(prepare(&t.client, &pool, a.volume_size))?;
         bench(&a, &t, &pool)
     })?;
     let out = Obj::new().put_arr("workloads", &entries);
     let out = match snaps {
         Some(s) => out.put_obj("snapshots", s),
+        None => out,
+    };
+    let out = match vols {
+        Some(v) => out.put_obj("volumes", v),
         None => out,
     };
     println!("{}", out.render());
@@ -310,7 +333,9 @@ async fn prepare(client: &Client, pool: &str, size: u64) -> Result<()> {
 }
 
 /// The workloads, and with `--snapshots` the snapshot measurements.
-fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<(Vec<Obj>, Option<Obj>)> {
+type Results = (Vec<Obj>, Option<Obj>, Option<Obj>);
+
+fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
     let (conf, pids) = (t.conf.as_path(), t.pids.as_slice());
     let (merge_srv, merge_port, cairn_uri) = start_cairn_nbd(conf, pool, &[])?;
     let (plain_srv, _, plain_uri) = start_cairn_nbd(conf, pool, &["--merge-threshold", "0"])?;
@@ -409,7 +434,25 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<(Vec<Obj>, Option<O
         ),
         false => None,
     };
-    Ok((out, snaps))
+    let vols = match a.volumes {
+        true => Some(
+            super::nbd_qos::VolumeBench {
+                t,
+                pool,
+                uri: &cairn_uri,
+                victim_size: a.volume_size,
+                ramp: a.ramp,
+                seconds: a.seconds,
+                qos_iops: a.qos_iops,
+                open_objects: a.open_objects,
+                open_volumes: a.open_volumes,
+                json: a.json,
+            }
+            .run()?,
+        ),
+        false => None,
+    };
+    Ok((out, snaps, vols))
 }
 
 /// fio through an nbdkit nbd-plugin proxy, to a TLS-requiring server and (the baseline) to
