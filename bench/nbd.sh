@@ -6,7 +6,8 @@
 # nbdkit). The volume is 4G (filled before the workloads run: a working set of GiBs, as users
 # have) unless --volume-size is given, and each workload is measured for 20 s after a 5 s ramp
 # (the issue's method) unless --seconds is given. --snapshots and --volumes add the volume
-# features' measurements (snapshots; QoS beside a noisy neighbour, opening a 1 TiB volume).
+# features' measurements (snapshots; QoS beside a noisy neighbour, opening a 1 TiB volume);
+# --snapshots copies the whole volume once, so give it OSD_SIZE=12G.
 # Extra arguments go to the bench, e.g.
 #   ./bench/nbd.sh --seconds 3 --ramp 1 --only randwrite --volume-size 1G
 set -euo pipefail

@@ -12,8 +12,15 @@ pub enum QosCmd {
     /// Limit a volume's requests and bytes per second (reads and writes together), with
     /// bursts after a quiet spell. The servers of the volume apply it within a fraction of a
     /// second; the command waits for them. Limits not given are removed (0: no limit).
+    /// With --pool-default instead of a volume name: the limits of every volume of the pool
+    /// that has none of its own (servers apply them within 2 s).
     Set {
-        name: String,
+        /// Volume name (or --pool-default).
+        #[arg(required_unless_present = "pool_default")]
+        name: Option<String>,
+        /// Set the pool's default limits instead of one volume's.
+        #[arg(long, conflicts_with = "name")]
+        pool_default: bool,
         /// Requests per second (reads, writes, zeroes and trims).
         #[arg(long, default_value_t = 0)]
         iops: u64,
@@ -29,9 +36,13 @@ pub enum QosCmd {
         #[command(flatten)]
         pool: PoolArg,
     },
-    /// Remove a volume's limits.
+    /// Remove a volume's limits (it is then held to its pool's defaults, if any), or with
+    /// --pool-default the pool's defaults.
     Clear {
-        name: String,
+        #[arg(required_unless_present = "pool_default")]
+        name: Option<String>,
+        #[arg(long, conflicts_with = "name")]
+        pool_default: bool,
         #[command(flatten)]
         pool: PoolArg,
     },
@@ -41,6 +52,7 @@ pub async fn run(client: &Client, cmd: QosCmd) -> Result<()> {
     let (name, pool, qos) = match cmd {
         QosCmd::Set {
             name,
+            pool_default: _,
             iops,
             bps,
             iops_burst,
@@ -55,10 +67,22 @@ pub async fn run(client: &Client, cmd: QosCmd) -> Result<()> {
             };
             (name, pool, q)
         }
-        QosCmd::Clear { name, pool } => (name, pool, Qos::default()),
+        QosCmd::Clear { name, pool, .. } => (name, pool, Qos::default()),
     };
-    cairn_volume::set_qos(client, &pool.pool, &name, qos, &mut |_| {}).await?;
-    eprintln!("volume {name}: {}", describe(&qos));
+    match name {
+        Some(name) => {
+            cairn_volume::set_qos(client, &pool.pool, &name, qos, &mut |_| {}).await?;
+            eprintln!("volume {name}: {}", describe(&qos));
+        }
+        None => {
+            cairn_volume::pool_qos::set(client, &pool.pool, &qos).await?;
+            eprintln!(
+                "pool {}: volumes without limits of their own are {}",
+                pool.pool,
+                describe(&qos)
+            );
+        }
+    }
     Ok(())
 }
 

@@ -369,10 +369,14 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
         v["allocated_bytes_max"] = allocated.into();
         v["snapshots"] = i.snapshots.into();
         v["clone_objects"] = i.clone_objects.into();
-        v["qos"] = serde_json::json!({
-            "iops": i.qos.iops, "bps": i.qos.bps,
-            "iops_burst": i.qos.iops_burst, "bps_burst": i.qos.bps_burst,
-        });
+        let q = |q: &cairn_volume::snaps::Qos| {
+            serde_json::json!({
+                "iops": q.iops, "bps": q.bps,
+                "iops_burst": q.iops_burst, "bps_burst": q.bps_burst,
+            })
+        };
+        v["qos"] = q(&i.qos);
+        v["pool_qos"] = q(&i.pool_qos);
         v["open_by"] = i.holders.into();
         v["parent"] = match &i.parent {
             Some(p) => format!("{}@{}", p.volume, p.snap).into(),
@@ -405,7 +409,12 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
             p.volume, p.snap, i.name
         );
     }
-    println!("qos:         {}", crate::qos_cmd::describe(&i.qos));
+    if !i.qos.is_limited() && i.pool_qos.is_limited() {
+        let pool_default = crate::qos_cmd::describe(&i.pool_qos);
+        println!("qos:         {pool_default} (the pool's default)");
+    } else {
+        println!("qos:         {}", crate::qos_cmd::describe(&i.qos));
+    }
     let r = &i.rates;
     println!(
         "now:         open by {} process(es): {} read/s ({}/s), {} write/s ({}/s)",

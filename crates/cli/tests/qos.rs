@@ -113,7 +113,7 @@ fn a_limited_volume_runs_at_its_limit_and_limits_change_live() {
 
     // While a client runs: the rates show in `vol info`, a new limit applies at once.
     c.ok(&["vol", "qos", "set", "q", "--iops", "1500"]);
-    let mut bg = background_reader(&uri, 20);
+    let mut bg = background_reader(&uri, 32);
     std::thread::sleep(Duration::from_secs(6));
     let (holders, rate) = read_rate(&c, "q");
     assert_eq!(holders, 1, "vol info does not see the server");
@@ -122,8 +122,20 @@ fn a_limited_volume_runs_at_its_limit_and_limits_change_live() {
     std::thread::sleep(Duration::from_secs(5));
     let (_, rate) = read_rate(&c, "q");
     assert_near("reported read rate at 600", rate as f64, 600.0, 0.15);
+    // Without limits of its own, the pool's defaults hold it (applied at the next renewal).
+    c.ok(&["vol", "qos", "set", "--pool-default", "--iops", "900"]);
     c.ok(&["vol", "qos", "clear", "q"]);
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(6));
+    let (_, rate) = read_rate(&c, "q");
+    assert_near(
+        "reported read rate at the pool's 900",
+        rate as f64,
+        900.0,
+        0.15,
+    );
+    assert!(c.ok(&["vol", "info", "q"]).contains("(the pool's default)"));
+    c.ok(&["vol", "qos", "clear", "--pool-default"]);
+    std::thread::sleep(Duration::from_secs(6));
     let (_, rate) = read_rate(&c, "q");
     assert!(rate > 2000, "cleared limits still hold the rate at {rate}");
     // `timeout` passes SIGTERM on to fio.

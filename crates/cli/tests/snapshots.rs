@@ -143,6 +143,8 @@ fn snapshot_export_keeps_its_data_while_the_volume_changes_and_rollback_restores
     let v: serde_json::Value = serde_json::from_str(&ls).expect("json");
     assert_eq!(v["snapshots"][0]["name"], "before", "{v}");
     assert_eq!(v["snapshots"][0]["state"], "ready", "{v}");
+    let listed = tool_ok(&c, 30, "nbdinfo", &["--list", &c.nbd_uri("")]);
+    assert!(listed.contains("vm@before"), "{listed}");
 
     // The volume changes (an OSD killed -9 and restarted meanwhile) while the snapshot is
     // read and compared.

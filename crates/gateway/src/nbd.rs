@@ -91,17 +91,29 @@ impl Exports for VolumeExports {
         let vols = cairn_volume::list(&self.client, &self.pool)
             .await
             .map_err(export_error)?;
-        Ok(vols
-            .into_iter()
-            .filter(|v| self.access(&v.name, client).is_ok())
-            .map(|v| {
-                let desc = match v.header {
-                    Ok(h) => format!("{} bytes", h.size),
-                    Err(why) => format!("damaged header: {why}"),
-                };
-                (v.name, desc)
-            })
-            .collect())
+        let mut out = Vec::new();
+        for v in vols {
+            if self.access(&v.name, client).is_err() {
+                continue;
+            }
+            let h = match v.header {
+                Ok(h) => h,
+                Err(why) => {
+                    out.push((v.name, format!("damaged header: {why}")));
+                    continue;
+                }
+            };
+            out.push((v.name.clone(), format!("{} bytes", h.size)));
+            // Its snapshots, read-only exports of their own.
+            let snaps = cairn_volume::list_snaps(&self.client, &self.pool, &v.name).await;
+            for s in snaps.map(|l| l.table.snaps).unwrap_or_default() {
+                if s.active {
+                    let desc = format!("snapshot of {}, {} bytes, read-only", v.name, s.size);
+                    out.push((format!("{}@{}", v.name, s.name), desc));
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn open(

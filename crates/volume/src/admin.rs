@@ -29,8 +29,10 @@ pub struct VolumeInfo {
     pub snapshots: usize,
     /// Clone objects kept for snapshots.
     pub clone_objects: u64,
-    /// QoS limits.
+    /// QoS limits of its own.
     pub qos: crate::snaps::Qos,
+    /// The pool's default limits (they apply when it has none of its own).
+    pub pool_qos: crate::snaps::Qos,
     /// Processes that have the volume open (live leases).
     pub holders: usize,
     /// Their I/O rates over their last renewal period, summed.
@@ -130,6 +132,7 @@ pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<Volume
         snapshots: snaps.snaps.len(),
         clone_objects: objects.clones.values().map(|v| v.len() as u64).sum(),
         qos: snaps.qos,
+        pool_qos: crate::pool_qos::read(client, pool).await?,
         holders: live.len(),
         rates,
         parent: snaps.parent,

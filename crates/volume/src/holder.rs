@@ -54,6 +54,8 @@ struct Shared {
     counts: [AtomicU64; 4],
     /// The counts at the last renewal, and when: rates are over one renewal period.
     sampled: Mutex<(Instant, [u64; 4])>,
+    /// The pool's default QoS limits, re-read at every renewal.
+    pool_qos: Mutex<crate::snaps::Qos>,
 }
 
 /// How a process holds a volume open.
@@ -177,6 +179,7 @@ impl HeldLease {
             reading,
             counts: Default::default(),
             sampled: Mutex::new((Instant::now(), [0; 4])),
+            pool_qos: Mutex::default(),
         });
         let started = Instant::now();
         match shared.write_record().await {
@@ -215,6 +218,7 @@ impl HeldLease {
             shared.remove_record().await;
             return Err(e);
         }
+        shared.refresh_pool_qos().await;
         shared.set(State::Valid {
             until: started + SELF_FENCE_AFTER,
         });
@@ -273,6 +277,19 @@ impl HeldLease {
         let at = usize::from(write);
         self.shared.counts[at].fetch_add(1, Ordering::Relaxed);
         self.shared.counts[2 + at].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The QoS limits this volume is held to: its own, else its pool's defaults.
+    pub fn qos(&self) -> crate::snaps::Qos {
+        let own = self.shared.snap_view().table.qos;
+        if own.is_limited() {
+            return own;
+        }
+        *self
+            .shared
+            .pool_qos
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The snapshot table adopted last: stable while an [`IoPermit`] is held.
@@ -385,6 +402,15 @@ impl Shared {
             name: self.name.clone(),
             holders: crate::remove::describe_holders(&others),
         })
+    }
+
+    /// Re-reads the pool's default QoS limits (kept as they were if that fails).
+    async fn refresh_pool_qos(&self) {
+        match crate::pool_qos::read(&self.client, self.pool).await {
+            Ok(q) => *self.pool_qos.lock().unwrap_or_else(|p| p.into_inner()) = q,
+            Err(e) => tracing::warn!(volume = %self.name, error = %e,
+                "could not read the pool's default QoS limits"),
+        }
     }
 
     fn snap_view(&self) -> Arc<SnapView> {
@@ -554,6 +580,7 @@ async fn renew(s: Arc<Shared>) {
             }
         }
         let started = Instant::now();
+        s.refresh_pool_qos().await;
         let rates = s.sample_rates();
         s.record.lock().unwrap_or_else(|p| p.into_inner()).rates = rates;
         if let Err(e) = s.write_record().await {

@@ -19,6 +19,7 @@ mod join;
 mod layout;
 pub mod lease;
 mod objmap;
+pub mod pool_qos;
 mod qos;
 mod remove;
 pub mod snaps;

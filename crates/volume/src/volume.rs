@@ -298,8 +298,7 @@ impl Volume {
 
     /// Waits as the volume's QoS limits ask for a request of `bytes`.
     async fn throttle(&self, bytes: u64) {
-        let view = self.lease.snaps();
-        let wait = self.limiter.admit(&view.table.qos, bytes);
+        let wait = self.limiter.admit(&self.lease.qos(), bytes);
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
