@@ -7,8 +7,8 @@ mod common;
 
 use common::cluster::{run_as, text, Cluster};
 use common::tools::{
-    file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, p, scratch, system_path, tool,
-    tool_ok, verify_tree,
+    file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, nbdsh_spawn, p, scratch,
+    system_path, tool, tool_ok, verify_tree,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -403,18 +403,6 @@ impl Drop for NbdServer {
     }
 }
 
-/// An NBD client (nbdsh) running `script` with `URI` set, for at most `secs` seconds.
-fn nbd_client(uri: &str, secs: u32, script: &str) -> Child {
-    Command::new("timeout")
-        .args(["-k", "5", &secs.to_string(), "nbdsh", "-c", script])
-        .env("URI", uri)
-        .env("PATH", system_path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run nbdsh (apt-get install libnbd-bin python3-libnbd)")
-}
-
 /// Writes 64 KiB blocks over the first 64 MiB (16 data objects) until an error or 60 s.
 const WRITER: &str = r#"
 import nbd, os, time
@@ -471,7 +459,7 @@ fn served_volumes_are_not_removed_under_their_writers() {
     let c = Cluster::up_with_nbd("nbd-rm", 3);
     c.ok(&["vol", "create", "busy", "--size", "256M"]);
     let id = volume_id(&c, "default", "busy");
-    let writer = nbd_client(&c.nbd_uri("busy"), 90, WRITER);
+    let writer = nbdsh_spawn(&c.nbd_uri("busy"), 90, WRITER);
     wait_object(&c, "default", &format!("vopen.{id}."));
     wait_object(&c, "default", &format!("vdata.{id}."));
 
@@ -512,7 +500,7 @@ fn served_volumes_are_not_removed_under_their_writers() {
 
     // gc: objects of a volume id no header has are found and removed; disk0's are not.
     let disk0 = volume_id(&c, "default", "disk0");
-    let holder = nbd_client(&c.nbd_uri("disk0"), 90, HOLDER);
+    let holder = nbdsh_spawn(&c.nbd_uri("disk0"), 90, HOLDER);
     wait_object(&c, "default", &format!("vdata.{disk0}."));
     let junk = std::env::temp_dir().join(format!("cairn-gc-{}", std::process::id()));
     std::fs::write(&junk, b"left behind").unwrap();
@@ -576,7 +564,7 @@ fn pool_rm_and_dead_servers() {
     c.pool_create("p2", 3, 2, 8);
     c.ok(&["vol", "create", "v2", "-p", "p2", "--size", "64M"]);
     let mut server = NbdServer::start(&c, "p2");
-    let holder = nbd_client(&server.uri("v2"), 90, HOLDER);
+    let holder = nbdsh_spawn(&server.uri("v2"), 90, HOLDER);
     let v2 = volume_id(&c, "p2", "v2");
     wait_object(&c, "p2", &format!("vopen.{v2}."));
 
@@ -613,7 +601,7 @@ fn pool_rm_and_dead_servers() {
     // pool rm --force makes a live server close the pool's volumes first.
     c.ok(&["vol", "create", "v3", "-p", "p2", "--size", "64M"]);
     let server = NbdServer::start(&c, "p2");
-    let holder = nbd_client(&server.uri("v3"), 90, HOLDER);
+    let holder = nbdsh_spawn(&server.uri("v3"), 90, HOLDER);
     wait_object(&c, "p2", "vopen.");
     let o = c.cairn(&["pool", "rm", "p2", "--yes-i-really-mean-it", "--force"]);
     let e = text(&o.stderr);
@@ -644,7 +632,7 @@ print("resumed after %.1f s" % (time.time() - t), flush=True)
 fn io_stalls_while_the_open_lease_cannot_be_renewed_then_resumes() {
     use std::io::BufRead;
     let c = Cluster::up_with_nbd("nbd-lapse", 3);
-    let mut client = nbd_client(&c.nbd_uri("disk0"), 120, STALLED);
+    let mut client = nbdsh_spawn(&c.nbd_uri("disk0"), 120, STALLED);
     let mut lines = std::io::BufReader::new(client.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
     // Every OSD stopped for longer than the server may go without renewing its lease (10 s):
@@ -735,7 +723,7 @@ fn fua_and_flush_on_a_memory_pool_and_its_writes_survive_kill9_of_every_osd() {
     c.ok(&["pool", "set", "default", "durability", "memory"]);
     c.ok(&["vol", "create", "m", "--size", "64M"]);
     let uri = c.nbd_uri("m");
-    let o = nbd_client(&uri, 60, MEMORY_WRITES)
+    let o = nbdsh_spawn(&uri, 60, MEMORY_WRITES)
         .wait_with_output()
         .expect("nbdsh");
     assert!(
@@ -750,7 +738,7 @@ fn fua_and_flush_on_a_memory_pool_and_its_writes_survive_kill9_of_every_osd() {
     for i in 0..3 {
         c.start_osd(i);
     }
-    let o = nbd_client(&uri, 90, MEMORY_READBACK)
+    let o = nbdsh_spawn(&uri, 90, MEMORY_READBACK)
         .wait_with_output()
         .expect("nbdsh");
     assert!(
@@ -1163,7 +1151,7 @@ fn a_second_server_of_a_written_volume_is_refused_until_the_first_is_gone() {
     c.ok(&["vol", "create", "ex", "--size", "64M"]);
     let id = volume_id(&c, "default", "ex");
     // The dev cluster's server has it open for writing (a client wrote 0x42 and stays).
-    let holder = nbd_client(&c.nbd_uri("ex"), 90, HOLDER);
+    let holder = nbdsh_spawn(&c.nbd_uri("ex"), 90, HOLDER);
     wait_object(&c, "default", &format!("vopen.{id}."));
     let second = NbdServer::start(&c, "default");
     let o = tool(30, "nbdinfo", &[&second.uri("ex")]);

@@ -7,24 +7,12 @@ mod common;
 
 use common::cluster::{text, Cluster};
 use common::tools::{
-    file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, p, scratch, system_path, tool,
-    tool_ok, verify_tree,
+    file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, nbdsh_spawn, p, scratch,
+    system_path, tool, tool_ok, verify_tree,
 };
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-/// Runs an nbdsh script against `uri` under a hang guard, its stdout piped.
-fn nbdsh(uri: &str, secs: u32, script: &str) -> Child {
-    Command::new("timeout")
-        .args(["-k", "5", &secs.to_string(), "nbdsh", "-c", script])
-        .env("URI", uri)
-        .env("PATH", system_path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run nbdsh (apt-get install libnbd-bin python3-libnbd)")
-}
 
 /// Connects, reads one block, and keeps the connection open (idle) until killed.
 const IDLE: &str = r#"
@@ -135,7 +123,7 @@ fn snapshot_export_keeps_its_data_while_the_volume_changes_and_rollback_restores
     tool_ok(&c, 120, "nbdcopy", &[&uri, &p(&at_snap)]);
 
     // A client keeps the volume open: the snapshot waits for its server to adopt it.
-    let mut idle = nbdsh(&uri, 150, IDLE);
+    let mut idle = nbdsh_spawn(&uri, 150, IDLE);
     wait_line(&mut idle, "connected");
     let ms = snap_create(&c, "vm@before");
     eprintln!("snapshot of a served volume took {ms} ms");
@@ -253,7 +241,7 @@ fn a_snapshot_taken_under_writes_holds_exactly_a_prefix_of_them() {
     let c = Cluster::up_with_nbd("snap-prefix", 3);
     c.ok(&["vol", "create", "db", "--size", "64M"]);
     let uri = c.nbd_uri("db");
-    let mut writer = nbdsh(&uri, 150, SEQUENTIAL);
+    let mut writer = nbdsh_spawn(&uri, 150, SEQUENTIAL);
     wait_line(&mut writer, "writing");
     let ms = snap_create(&c, "db@mid");
     eprintln!("snapshot under writes took {ms} ms");

@@ -202,18 +202,30 @@ pub(crate) async fn remove_objects(
     objnos: &[u64],
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(), VolumeError> {
-    let total = objnos.len() as u64;
+    let names: Vec<Vec<u8>> = objnos.iter().map(|&n| data_object(id, n)).collect();
+    remove_named(client, pool, name, &names, progress).await
+}
+
+/// Removes objects `names` of volume `name` (absent ones are fine), [`REMOVE_PARALLEL`] at
+/// once, reporting `(done, total)`.
+pub(crate) async fn remove_named(
+    client: &Client,
+    pool: u32,
+    name: &str,
+    names: &[Vec<u8>],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(), VolumeError> {
+    let total = names.len() as u64;
     let mut done = 0;
     progress(done, total);
-    for chunk in objnos.chunks(REMOVE_PARALLEL) {
-        let removes = chunk.iter().map(|&n| async move {
-            let obj = data_object(id, n);
-            match client.remove(pool, &obj).await {
+    for chunk in names.chunks(REMOVE_PARALLEL) {
+        let removes = chunk.iter().map(|obj| async move {
+            match client.remove(pool, obj).await {
                 Ok(()) | Err(ClientError::NoSuchObject { .. }) => Ok(()),
                 Err(source) => Err(VolumeError::Object {
                     name: name.to_string(),
                     op: "remove",
-                    object: String::from_utf8_lossy(&obj).into_owned(),
+                    object: String::from_utf8_lossy(obj).into_owned(),
                     source,
                 }),
             }

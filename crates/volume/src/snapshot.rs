@@ -8,7 +8,7 @@
 //! writer adopted the activation: a point in time inside the command, so it is
 //! crash-consistent.
 
-use crate::admin::{volume_objects, REMOVE_PARALLEL};
+use crate::admin::{remove_named, volume_objects};
 use crate::error::VolumeError;
 use crate::header::{self, check_name, Header};
 use crate::holder::read_snaps;
@@ -16,7 +16,7 @@ use crate::join::join_all;
 use crate::lease::{LeaseRecord, LEASE_FOR};
 use crate::snaps::{clone_object, snaps_object, unneeded_clones, Snap, SnapTable, MAX_SNAPS};
 use crate::volume::{read_header, Volume};
-use cairn_client::{Client, ClientError};
+use cairn_client::Client;
 use std::time::{Duration, Instant};
 
 /// How long a step waits for the volume's holders to acknowledge it: a live holder does
@@ -50,9 +50,7 @@ pub async fn list_snaps(
     name: &str,
 ) -> Result<SnapList, VolumeError> {
     check_name(name)?;
-    let pool = client.pool_id(pool_name)?;
-    let header = read_header(client, pool, pool_name, name).await?;
-    let table = read_snaps(client, pool, name, header.id).await?;
+    let (_, header, table) = Ctx::load(client, pool_name, name).await?;
     Ok(SnapList { header, table })
 }
 
@@ -101,15 +99,13 @@ pub async fn create_snap(
 ) -> Result<Snap, VolumeError> {
     check_name(name)?;
     check_name(snap)?;
-    let pool = client.pool_id(pool_name)?;
-    let header = read_header(client, pool, pool_name, name).await?;
+    let (ctx, header, mut table) = Ctx::load(client, pool_name, name).await?;
     if header.removing {
         return Err(VolumeError::Removing {
             pool: pool_name.to_string(),
             name: name.to_string(),
         });
     }
-    let mut table = read_snaps(client, pool, name, header.id).await?;
     if table.find(snap).is_some() {
         return Err(snap_error(name, snap, "exists already"));
     }
@@ -130,12 +126,6 @@ pub async fn create_snap(
         protected: false,
         active: false,
     });
-    let ctx = Ctx {
-        client,
-        pool,
-        name,
-        id: header.id,
-    };
     ctx.change(&mut table, events).await?;
     if let Some(s) = table.snaps.iter_mut().find(|s| s.id == id) {
         s.active = true;
@@ -152,12 +142,10 @@ pub async fn protect_snap(
     snap: &str,
     protected: bool,
 ) -> Result<Snap, VolumeError> {
-    let pool = client.pool_id(pool_name)?;
-    let header = read_header(client, pool, pool_name, name).await?;
-    let mut table = read_snaps(client, pool, name, header.id).await?;
+    let (ctx, header, mut table) = Ctx::load(client, pool_name, name).await?;
     let id = find(&table, name, snap)?.id;
     if !protected {
-        let clones = crate::clone::children(client, pool, pool_name, header.id, id).await?;
+        let clones = crate::clone::children(client, ctx.pool, pool_name, header.id, id).await?;
         if !clones.is_empty() {
             return Err(snap_error(
                 name,
@@ -173,7 +161,7 @@ pub async fn protect_snap(
         s.protected = protected;
     }
     table.generation += 1;
-    write_table(client, pool, header.id, &table).await?;
+    write_table(client, ctx.pool, header.id, &table).await?;
     find(&table, name, snap).cloned()
 }
 
@@ -187,9 +175,7 @@ pub async fn remove_snap(
     snap: &str,
     events: &mut dyn FnMut(SnapEvent<'_>),
 ) -> Result<(), VolumeError> {
-    let pool = client.pool_id(pool_name)?;
-    let header = read_header(client, pool, pool_name, name).await?;
-    let mut table = read_snaps(client, pool, name, header.id).await?;
+    let (ctx, _, mut table) = Ctx::load(client, pool_name, name).await?;
     let s = find(&table, name, snap)?.clone();
     if s.protected {
         return Err(snap_error(
@@ -210,12 +196,6 @@ pub async fn remove_snap(
     if let Err(at) = table.retired.binary_search(&s.id) {
         table.retired.insert(at, s.id);
     }
-    let ctx = Ctx {
-        client,
-        pool,
-        name,
-        id: header.id,
-    };
     ctx.change(&mut table, events).await?;
     ctx.trim(&mut table, events).await
 }
@@ -227,15 +207,7 @@ pub async fn trim(
     name: &str,
     events: &mut dyn FnMut(SnapEvent<'_>),
 ) -> Result<(), VolumeError> {
-    let pool = client.pool_id(pool_name)?;
-    let header = read_header(client, pool, pool_name, name).await?;
-    let mut table = read_snaps(client, pool, name, header.id).await?;
-    let ctx = Ctx {
-        client,
-        pool,
-        name,
-        id: header.id,
-    };
+    let (ctx, _, mut table) = Ctx::load(client, pool_name, name).await?;
     ctx.trim(&mut table, events).await
 }
 
@@ -299,16 +271,8 @@ pub async fn set_qos(
     events: &mut dyn FnMut(SnapEvent<'_>),
 ) -> Result<(), VolumeError> {
     check_name(name)?;
-    let pool = client.pool_id(pool_name)?;
-    let header = read_header(client, pool, pool_name, name).await?;
-    let mut table = read_snaps(client, pool, name, header.id).await?;
+    let (ctx, _, mut table) = Ctx::load(client, pool_name, name).await?;
     table.qos = qos;
-    let ctx = Ctx {
-        client,
-        pool,
-        name,
-        id: header.id,
-    };
     ctx.change(&mut table, events).await
 }
 
@@ -337,7 +301,25 @@ struct Ctx<'a> {
     id: u64,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// Volume `name`'s context, header and snapshot table.
+    async fn load(
+        client: &'a Client,
+        pool_name: &str,
+        name: &'a str,
+    ) -> Result<(Ctx<'a>, Header, SnapTable), VolumeError> {
+        let pool = client.pool_id(pool_name)?;
+        let header = read_header(client, pool, pool_name, name).await?;
+        let table = read_snaps(client, pool, name, header.id).await?;
+        let ctx = Ctx {
+            client,
+            pool,
+            name,
+            id: header.id,
+        };
+        Ok((ctx, header, table))
+    }
+
     /// Writes `table` as its next generation and waits until every holder adopted it.
     async fn change(
         &self,
@@ -405,28 +387,8 @@ impl Ctx<'_> {
             kept_ids.extend(ids.iter().filter(|c| !gone.contains(c)));
             doomed.extend(gone.into_iter().map(|c| clone_object(self.id, objno, c)));
         }
-        let total = doomed.len() as u64;
-        let mut done = 0;
-        events(SnapEvent::Trimmed { done, total });
-        for chunk in doomed.chunks(REMOVE_PARALLEL) {
-            let removes = chunk.iter().map(|o| async move {
-                match self.client.remove(self.pool, o).await {
-                    Ok(()) | Err(ClientError::NoSuchObject { .. }) => Ok(()),
-                    Err(source) => Err(VolumeError::Object {
-                        name: self.name.to_string(),
-                        op: "remove",
-                        object: String::from_utf8_lossy(o).into_owned(),
-                        source,
-                    }),
-                }
-            });
-            join_all(removes.collect())
-                .await
-                .into_iter()
-                .collect::<Result<(), _>>()?;
-            done += chunk.len() as u64;
-            events(SnapEvent::Trimmed { done, total });
-        }
+        let mut progress = |done, total| events(SnapEvent::Trimmed { done, total });
+        remove_named(self.client, self.pool, self.name, &doomed, &mut progress).await?;
         let before = table.retired.len();
         table.retired.retain(|r| kept_ids.contains(r));
         if table.retired.len() != before {

@@ -223,6 +223,15 @@ fn timed_fio(uri: &str, s: &Spec, a: &BenchNbdArgs) -> Result<Fio> {
     )
 }
 
+/// A fio result's IOPS and latency percentiles (us), as JSON.
+pub fn lat_obj(f: &Fio) -> Obj {
+    Obj::new()
+        .put("iops", round(f.iops, 1))
+        .put("p50", f.p50_us)
+        .put("p99", f.p99_us)
+        .put("p999", f.p999_us)
+}
+
 /// One fio job; `timed` = (seconds of ramp not measured, seconds measured), or None to run
 /// through `size` once.
 pub fn fio(

@@ -6,7 +6,7 @@
 //! stays to its limit. Then a 1 TiB thin volume with `--open-objects` data objects (4 KiB
 //! each) in a pool holding `--open-volumes` volumes is opened as the NBD server opens it.
 
-use super::nbd::{fio, Fio};
+use super::nbd::{fio, lat_obj, Fio};
 use super::report::{round, Obj};
 use super::target::Target;
 use anyhow::{Context, Result};
@@ -30,14 +30,6 @@ pub struct VolumeBench<'a> {
 const NEIGHBOUR: &str = "noisy";
 const NEIGHBOUR_SIZE: u64 = 1 << 30;
 const BIG: &str = "big";
-
-fn lat(f: &Fio) -> Obj {
-    Obj::new()
-        .put("iops", round(f.iops, 1))
-        .put("p50", f.p50_us)
-        .put("p99", f.p99_us)
-        .put("p999", f.p999_us)
-}
 
 impl VolumeBench<'_> {
     fn say(&self, m: &str) {
@@ -113,9 +105,12 @@ impl VolumeBench<'_> {
         ));
         let open_ms = self.open_big()?;
         Ok(Obj::new()
-            .put_obj("victim_randwrite_4k_qd1_alone", lat(&alone))
-            .put_obj("victim_beside_unlimited_neighbour", lat(&with_unlimited))
-            .put_obj("victim_beside_limited_neighbour", lat(&with_limited))
+            .put_obj("victim_randwrite_4k_qd1_alone", lat_obj(&alone))
+            .put_obj(
+                "victim_beside_unlimited_neighbour",
+                lat_obj(&with_unlimited),
+            )
+            .put_obj("victim_beside_limited_neighbour", lat_obj(&with_limited))
             .put("neighbour_iops_unlimited", round(noisy_free.iops, 1))
             .put("neighbour_limit_iops", self.qos_iops)
             .put("neighbour_iops_limited", round(noisy_limited.iops, 1))

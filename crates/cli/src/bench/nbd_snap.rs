@@ -3,7 +3,7 @@
 //! data object after a snapshot (it copies the object first), and 4 KiB random writes at QD1
 //! once every object was copied, against the same workload without a snapshot in the same run.
 
-use super::nbd::{fio, fio_with, Fio};
+use super::nbd::{fio, fio_with, lat_obj, Fio};
 use super::report::{round, Obj};
 use super::target::Target;
 use anyhow::{Context, Result};
@@ -20,14 +20,6 @@ pub struct SnapBench<'a> {
     pub ramp: f64,
     pub seconds: f64,
     pub json: bool,
-}
-
-fn lat(f: &Fio) -> Obj {
-    Obj::new()
-        .put("iops", round(f.iops, 1))
-        .put("p50", f.p50_us)
-        .put("p99", f.p99_us)
-        .put("p999", f.p999_us)
 }
 
 impl SnapBench<'_> {
@@ -122,9 +114,9 @@ impl SnapBench<'_> {
         Ok(Obj::new()
             .put("create_ms_no_client", round(idle_ms, 1))
             .put("create_ms_served", round(served_ms, 1))
-            .put_obj("first_write_after_snapshot_us", lat(&first))
-            .put_obj("randwrite_4k_qd1_with_snapshot", lat(&with))
-            .put_obj("randwrite_4k_qd1_without", lat(&without))
+            .put_obj("first_write_after_snapshot_us", lat_obj(&first))
+            .put_obj("randwrite_4k_qd1_with_snapshot", lat_obj(&with))
+            .put_obj("randwrite_4k_qd1_without", lat_obj(&without))
             .put("qd1_p50_ratio_with_to_without", round(ratio, 3))
             .put("remove_two_snapshots_ms", round(rm_ms, 1)))
     }

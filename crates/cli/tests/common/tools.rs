@@ -246,3 +246,15 @@ pub fn fsck_clean(disk: &Path) {
         text(&fsck.stderr)
     );
 }
+
+/// Runs an nbdsh script against `uri` under a hang guard, its stdout piped.
+pub fn nbdsh_spawn(uri: &str, secs: u32, script: &str) -> Child {
+    Command::new("timeout")
+        .args(["-k", "5", &secs.to_string(), "nbdsh", "-c", script])
+        .env("URI", uri)
+        .env("PATH", system_path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nbdsh (apt-get install libnbd-bin python3-libnbd)")
+}
