@@ -133,6 +133,8 @@ fn snapshot_export_keeps_its_data_while_the_volume_changes_and_rollback_restores
     assert_eq!(v["snapshots"][0]["state"], "ready", "{v}");
     let listed = tool_ok(&c, 30, "nbdinfo", &["--list", &c.nbd_uri("")]);
     assert!(listed.contains("vm@before"), "{listed}");
+    let o = c.cairn(&["vol", "resize", "vm", "--size", "32M", "--allow-shrink"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("has snapshots"));
 
     // The volume changes (an OSD killed -9 and restarted meanwhile) while the snapshot is
     // read and compared.
@@ -413,6 +415,8 @@ fn ext4_on_a_clone_of_a_snapshot_then_flatten_under_writes_and_the_parent_remove
     compare(&c, &c.nbd_uri("golden@base"), &p(&golden));
     let o = c.cairn(&["vol", "snap", "unprotect", "golden@base"]);
     assert!(!o.status.success() && text(&o.stderr).contains("vm1"));
+    let o = c.cairn(&["vol", "resize", "vm1", "--size", "128M", "--allow-shrink"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("is a clone"));
 
     // Flatten while files are written into the clone's ext4.
     mount_loop(&c, &disk, &m.loop_mnt);

@@ -153,18 +153,22 @@ pub async fn resize(
     header::check_size(new_size)?;
     let pool = client.pool_id(pool_name)?;
     let mut h = read_header(client, pool, pool_name, name).await?;
-    if new_size < h.size
-        && !crate::holder::read_snaps(client, pool, name, h.id)
-            .await?
-            .snaps
-            .is_empty()
-    {
-        return Err(VolumeError::BadArgument {
-            what: "size",
-            why: format!(
-                "volume {name:?} has snapshots, whose data a shrink would take; remove them                  first (or grow it instead)"
-            ),
-        });
+    if new_size < h.size {
+        let t = crate::holder::read_snaps(client, pool, name, h.id).await?;
+        let why = if !t.snaps.is_empty() {
+            Some("has snapshots, whose data a shrink would take; remove them first")
+        } else if t.parent.is_some() {
+            // The removed objects would read the parent's data again after a grow.
+            Some("is a clone: `cairn vol flatten` it first")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(VolumeError::BadArgument {
+                what: "size",
+                why: format!("volume {name:?} {why} (or grow it instead)"),
+            });
+        }
     }
     if new_size < h.size {
         let os = u64::from(h.object_size);
