@@ -364,6 +364,18 @@ fn vol_diff_lists_exactly_the_blocks_written_between_snapshots_and_du_counts_the
         "{du}"
     );
     assert_eq!(vol_diff(&c, &["d@b"]), extents_of(&second));
+
+    // A damaged snapshot table is a clear error, not a panic or a guess.
+    let junk = scratch("snap-diff-junk").join("junk");
+    std::fs::write(&junk, b"CAIRNSNP not a table").expect("write");
+    let table = format!("vsnaps.{}", volume_id(&c, "d"));
+    c.ok(&["obj", "put", "default", &table, &p(&junk)]);
+    let o = c.cairn(&["vol", "snap", "ls", "d"]);
+    let err = text(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("snapshot table is damaged"),
+        "{err}"
+    );
 }
 
 /// Writes `tree` under `root`.
