@@ -16,12 +16,13 @@ want_build() {
 want_test() {
     # The real NBD clients the tests drive (crates/nbd/tests, crates/cli/tests/nbd.rs),
     # nftables for the network partition tests (crates/cli/tests/partition.rs, hosts.rs), and
-    # iproute2 for the multi-host tests' network namespaces (crates/cli/tests/hosts.rs), and
-    # openssl(1) to make the X.509 certificates of the NBD TLS tests.
+    # iproute2 for the multi-host tests' network namespaces (crates/cli/tests/hosts.rs),
+    # openssl(1) to make the X.509 certificates of the NBD TLS tests, and faketime for the
+    # fencing test's server with a clock ahead (crates/cli/tests/nbd.rs).
     local pair
     for pair in fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin nbdsh:libnbd-bin nbdkit:nbdkit \
         nbdfuse:nbdfuse qemu-img:qemu-utils mkfs.ext4:e2fsprogs fusermount3:fuse3 nft:nftables \
-        ip:iproute2 openssl:openssl; do
+        ip:iproute2 openssl:openssl faketime:faketime; do
         command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
     done
     # nbdsh needs libnbd's Python bindings.

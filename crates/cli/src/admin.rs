@@ -795,6 +795,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             "health": health,
             "problems": problems,
             "epoch": map.epoch,
+            "fenced_clients": map.blocklist.len(),
             "fsid": crate::conf::hex16(&map.fsid),
             "mons": mons.as_ref().ok().map(|s| serde_json::json!({
                 "members": s.members.len(), "leader": s.leader, "term": s.term,
@@ -845,6 +846,12 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             map.epoch, s.history_oldest
         ),
         Err(_) => println!("  map:    epoch {}", map.epoch),
+    }
+    if !map.blocklist.is_empty() {
+        println!(
+            "  fenced: {} client instances (`cairn osd blocklist ls`)",
+            map.blocklist.len()
+        );
     }
     println!("  mon:    {mon_line}");
     if let Ok(s) = &mons {

@@ -34,6 +34,7 @@ fn tune_allocator() {
 mod admin;
 mod auth_cmd;
 mod bench;
+mod blocklist_cmd;
 mod bootstrap;
 mod capacity;
 mod conf;

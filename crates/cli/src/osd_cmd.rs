@@ -54,6 +54,9 @@ pub enum OsdCmd {
         #[arg(long)]
         yes_i_really_mean_it: bool,
     },
+    /// Fenced client instances (a volume's new writer fences the previous one): ls, add, rm.
+    #[command(subcommand)]
+    Blocklist(crate::blocklist_cmd::BlocklistCmd),
 }
 
 /// An OSD's devices (`osd run`, `osd create`).
@@ -185,6 +188,7 @@ pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
         OsdCmd::Wait { up, timeout } => wait_up(conf, up, timeout),
         OsdCmd::Ls(j) => crate::admin::osd_ls(conf, j.json),
         OsdCmd::Tree(j) => crate::osd_tree::run(conf, j.json),
+        OsdCmd::Blocklist(c) => crate::blocklist_cmd::run(c, conf),
         OsdCmd::Out { id } => change(conf, MapChange::OsdOut { id }, &format!("osd.{id} out")),
         OsdCmd::In { id } => change(conf, MapChange::OsdIn { id }, &format!("osd.{id} in")),
         OsdCmd::Lost {

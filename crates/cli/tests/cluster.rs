@@ -694,6 +694,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
                 pg: pgnum,
                 object: name.clone(),
                 kind: OpKind::Write { offset: 0 },
+                instance: 1,
             };
             let control = cairn_proto::msg::encode(&req);
             write_frame(&mut s, OP, 1, &control, b"data")
@@ -717,6 +718,7 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
                 pg: map.object_pg(pool, object).expect("pg").pg,
                 object: object.to_vec(),
                 kind: OpKind::Write { offset: 0 },
+                instance: 1,
             },
         };
         let mut s = tokio::net::TcpStream::connect(addr(primary))
@@ -1270,4 +1272,71 @@ fn a_dead_monitor_is_replaced_without_downtime() {
     assert!(ok && out.contains("kept by the new monitors"), "{out}");
     let _ = mon3.kill();
     let _ = mon3.wait();
+}
+
+/// A watch (`Client::watch`) returns at once when the object differs from what the watcher
+/// knows, at the next write otherwise, and after its wait when nothing changes; it survives
+/// its primary being killed.
+#[test]
+fn a_watch_wakes_at_the_next_write_and_not_before() {
+    let c = Cluster::up("watch", 1, 3);
+    c.pool_create("w", 3, 2, 8);
+    let rt = runtime();
+    rt.block_on(async {
+        let watcher = c.client().await;
+        let writer = c.client().await;
+        let pool = watcher.pool_id("w").expect("pool");
+        let obj = b"watched".as_slice();
+        let long = Duration::from_secs(10);
+        // Absent: its CRC is 0; another CRC is answered at once.
+        let t = Instant::now();
+        watcher.watch(pool, obj, 1, long).await.expect("watch");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        // Nothing changes: it waits its time out (asked 1 s).
+        let t = Instant::now();
+        watcher
+            .watch(pool, obj, 0, Duration::from_secs(1))
+            .await
+            .expect("watch");
+        assert!(
+            t.elapsed() >= Duration::from_millis(900),
+            "{:?}",
+            t.elapsed()
+        );
+        for (round, body) in [b"one".as_slice(), b"two"].into_iter().enumerate() {
+            let known = match watcher.read(pool, obj, 0, 64).await {
+                Ok(b) => crc32c::crc32c(&b),
+                Err(_) => 0,
+            };
+            let w = watcher.clone();
+            let waiting =
+                tokio::spawn(
+                    async move { (w.watch(pool, obj, known, long).await, Instant::now()) },
+                );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                !waiting.is_finished(),
+                "round {round}: woke without a write"
+            );
+            if round == 1 {
+                // The primary dies while the watch waits: it is sent again to the next one.
+                let pg = writer.map().object_pg(pool, obj).expect("pg");
+                let primary = writer.map().pg_placement(pg).primary().expect("primary");
+                c.kill9(&format!("osd.{primary}"));
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let wrote = Instant::now();
+            writer.write_full(pool, obj, body).await.expect("write");
+            let done = Instant::now();
+            let (r, woke) = waiting.await.expect("join");
+            r.expect("watch");
+            assert!(woke >= wrote, "round {round}: woke before the write");
+            assert!(
+                woke.saturating_duration_since(done) < Duration::from_secs(2),
+                "round {round}: woke {:?} after the write was done",
+                woke.saturating_duration_since(done)
+            );
+            assert_eq!(watcher.read(pool, obj, 0, 64).await.expect("read"), body);
+        }
+    });
 }

@@ -137,6 +137,7 @@ fn an_osd_stays_bounded_under_idle_connections_unread_replies_and_scrub_floods()
                 offset: 0,
                 len: 1 << 20,
             },
+            instance: 1,
         };
         let body = cairn_proto::msg::encode(&read);
         let flood = tokio::spawn(async move {
@@ -233,6 +234,7 @@ fn a_connection_cannot_pile_up_requests_behind_a_hung_replica() {
                     kind: OpKind::Write {
                         offset: (i % 64) * (64 << 10),
                     },
+                    instance: 1,
                 };
                 let body = cairn_proto::msg::encode(&w);
                 if write_frame(&mut flooder, OP, i, &body, &data)

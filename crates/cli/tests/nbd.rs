@@ -346,12 +346,17 @@ impl NbdServer {
     }
 
     fn start_with(c: &Cluster, pool: &str, extra: &[&str]) -> NbdServer {
+        NbdServer::start_env(c, pool, extra, &[])
+    }
+
+    fn start_env(c: &Cluster, pool: &str, extra: &[&str], env: &[(&str, &str)]) -> NbdServer {
         use std::io::BufRead;
         let conf = c.conf.display().to_string();
         let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .args(["-c", &conf, "nbd", "serve", "--pool", pool])
             .args(["--listen", "127.0.0.1:0"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -1201,4 +1206,151 @@ fn a_second_server_of_a_written_volume_is_refused_until_the_first_is_gone() {
         .output()
         .expect("nbdsh");
     assert_eq!(text(&out.stdout).trim(), "7", "{}", text(&out.stderr));
+}
+
+/// Writes 0xAA over the first block again and again (10 ms apart) until an error or 60 s;
+/// says when it started and how it ended.
+const REWRITER: &str = r#"
+import nbd, os, time
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+h.pwrite(b"\xaa" * 4096, 0)
+print("writing", flush=True)
+end = time.time() + 60
+n = 1
+try:
+    while time.time() < end:
+        h.pwrite(b"\xaa" * 4096, 0); n += 1
+        time.sleep(0.01)
+    print("done", n, flush=True)
+except nbd.Error as e:
+    print("error after", n, "writes:", e, flush=True)
+"#;
+
+/// libfaketime (Debian package faketime): runs a process with its wall clock shifted.
+fn libfaketime() -> String {
+    let found = std::fs::read_dir("/usr/lib")
+        .expect("/usr/lib")
+        .filter_map(Result::ok)
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .chain([PathBuf::from("/usr/lib/faketime/libfaketime.so.1")])
+        .find(|p| p.exists());
+    found
+        .unwrap_or_else(|| {
+            panic!("libfaketime.so.1 not found: install faketime (scripts/deps.sh test)")
+        })
+        .display()
+        .to_string()
+}
+
+#[test]
+fn a_writer_whose_lease_looks_expired_is_fenced_and_none_of_its_writes_land_afterwards() {
+    use std::io::BufRead;
+    let c = Cluster::up_with_nbd("nbd-fence", 3);
+    c.ok(&["vol", "create", "fz", "--size", "64M"]);
+    let id = volume_id(&c, "default", "fz");
+    // The dev cluster's server writes the volume without pause, alive and renewing its lease.
+    let mut first = nbdsh_spawn(&c.nbd_uri("fz"), 90, REWRITER);
+    let mut lines = std::io::BufReader::new(first.stdout.take().expect("stdout")).lines();
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("writing")
+    );
+    wait_object(&c, "default", &format!("vopen.{id}."));
+    // A second server whose clock runs 60 s ahead sees that lease as long expired (what a
+    // skewed clock, or a first server paused past its lease, looks like): it takes over. Time
+    // alone cannot stop the first, which is well and still writing: the OSDs must.
+    let lib = libfaketime();
+    let second = NbdServer::start_env(
+        &c,
+        "default",
+        &[],
+        &[
+            ("LD_PRELOAD", lib.as_str()),
+            ("FAKETIME", "+60s"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    let o = tool(
+        30,
+        "nbdsh",
+        &[
+            "-u",
+            &second.uri("fz"),
+            "-c",
+            "h.pwrite(b'\\xbb' * 4096, 0)",
+        ],
+    );
+    assert!(
+        o.status.success(),
+        "the second server did not take over: {}\n{}",
+        text(&o.stderr),
+        c.logs()
+    );
+    // The first server's writes fail from the takeover on, and none lands after it.
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let _ = first.wait();
+    assert!(
+        rest.iter().any(|l| l.starts_with("error after")),
+        "the first server's client kept writing: {rest:?}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let out = Command::new("nbdsh")
+        .args(["-c", FIRST_BYTE])
+        .env("URI", second.uri("fz"))
+        .env("PATH", system_path())
+        .output()
+        .expect("nbdsh");
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "187",
+        "a write of the fenced server landed after the takeover: {}",
+        text(&out.stderr)
+    );
+    let log = std::fs::read_to_string(c.dir.join("log/nbd.log")).expect("nbd log");
+    assert!(log.contains("this client was fenced"), "{log}");
+    let fenced = c.ok(&["osd", "blocklist", "ls", "--json"]);
+    let fenced: serde_json::Value = serde_json::from_str(&fenced).expect("json");
+    assert_eq!(fenced.as_array().map(Vec::len), Some(1), "{fenced}");
+    eprintln!("{rest:?}");
+
+    // Fencing is allowed to whoever may write the pool it protects, and lifting it to
+    // operators (`mon w`) only.
+    let ring = c.dir.join("fencer.keyring");
+    c.ok(&[
+        "auth",
+        "add",
+        "client.fencer",
+        "--mon",
+        "r",
+        "--osd",
+        "rw pool=default",
+    ]);
+    c.ok(&["auth", "get", "client.fencer", "-o", &p(&ring)]);
+    let conf = c.conf_for("client.fencer", &ring);
+    let (ok, out) = run_as(
+        &conf,
+        &[
+            "osd",
+            "blocklist",
+            "add",
+            "00000000000000ab",
+            "--pool",
+            "default",
+        ],
+    );
+    assert!(ok, "{out}");
+    c.pool_create("other", 3, 2, 8);
+    let (ok, out) = run_as(&conf, &["osd", "blocklist", "add", "cd", "--pool", "other"]);
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    let (ok, out) = run_as(&conf, &["osd", "blocklist", "rm", "ab"]);
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    assert!(c
+        .ok(&["osd", "blocklist", "ls"])
+        .contains("00000000000000ab"));
+    c.ok(&["osd", "blocklist", "rm", "ab"]);
+    let (ok, out) = run_as(
+        &conf,
+        &["osd", "blocklist", "add", "0", "--pool", "default"],
+    );
+    assert!(!ok && out.contains("not a client instance"), "{out}");
 }

@@ -31,4 +31,8 @@ pub enum ClientError {
     Denied(String),
     #[error("monitors: {0}")]
     Mon(String),
+    /// This client instance was fenced (blocklisted): another holder took its volume over.
+    /// Nothing it sends is served any more; do not retry.
+    #[error("this client was fenced: another process took the volume over (its ops are refused; reopen to take it back)")]
+    Fenced,
 }

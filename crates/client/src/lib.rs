@@ -14,5 +14,7 @@ mod stats;
 
 pub use cairn_proto::msg::osd::{FailCode, OsdStats};
 pub use error::ClientError;
-pub use ops::{Client, ClientConfig, MergeStats, ObjectInfo, DEFAULT_MERGE_THRESHOLD};
+pub use ops::{
+    new_instance, Client, ClientConfig, MergeStats, ObjectInfo, DEFAULT_MERGE_THRESHOLD,
+};
 pub use stats::{osd_stats, pg_status, scrub_pg};

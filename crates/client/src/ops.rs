@@ -58,6 +58,18 @@ pub struct ObjectInfo {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// The instance its ops carry (`OpRequest::instance`): what a fence names.
+    instance: u64,
+}
+
+/// A random, nonzero client instance.
+pub fn new_instance() -> u64 {
+    loop {
+        let i: u64 = rand::random();
+        if i != 0 {
+            return i;
+        }
+    }
 }
 
 /// A task stopped when its handle is dropped.
@@ -130,7 +142,53 @@ impl Client {
                 cfg,
                 merged: Arc::default(),
             }),
+            instance: new_instance(),
         })
+    }
+
+    /// This client's instance: what its ops carry and what fencing it names.
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// The same client (connections, map) sending its ops as `instance` (nonzero): one
+    /// instance per open of a volume, so that fencing one open leaves the others alone.
+    pub fn with_instance(&self, instance: u64) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            instance,
+        }
+    }
+
+    /// Fences client `instance` (as `MapChange::BlocklistAdd`, allowed with `w` on `pool`):
+    /// returns once this client's map holds the fence. From then on every op this client
+    /// sends carries a map epoch at which the instance is fenced, so each OSD it reaches
+    /// refuses the fenced instance's ops before it serves this client's: nothing the fenced
+    /// instance sends lands after what this client writes.
+    pub async fn fence(&self, pool: &str, instance: u64) -> Result<u64, ClientError> {
+        let change = cairn_map::MapChange::BlocklistAdd {
+            instance,
+            pool: pool.to_string(),
+            until: 0,
+        };
+        let epoch = match self.inner.mon.command(change).await {
+            Ok(cairn_map::ChangeOutcome::Changed { epoch, .. }) => epoch,
+            Ok(cairn_map::ChangeOutcome::Unchanged) => {
+                self.inner.mon.get_map().await.map_err(mon)?.epoch
+            }
+            Err(e) => return Err(mon(e)),
+        };
+        self.wait_epoch(epoch, self.inner.cfg.op_timeout).await;
+        match self.map().epoch >= epoch {
+            true => Ok(epoch),
+            false => Err(ClientError::Timeout {
+                what: "fence",
+                after: self.inner.cfg.op_timeout,
+                last: format!(
+                    "the map did not reach epoch {epoch}, which fences instance {instance:016x}"
+                ),
+            }),
+        }
     }
 
     /// How many merged messages (and ops in them) this client has sent.
@@ -408,6 +466,7 @@ impl Client {
                     Target::Pg(_) => Vec::new(),
                 },
                 kind: kind.clone(),
+                instance: self.instance,
             };
             let why = match self.attempt(route, &req, data, deadline).await {
                 Attempt::Done((r, d)) => return Ok((r, d, attempts)),
@@ -562,6 +621,30 @@ impl Client {
         self.final_version(r, pool, name).map(|_| data)
     }
 
+    /// Waits until object `name` may have changed: returns at once when its contents'
+    /// CRC-32C (0 for an absent object) is not `known_crc`, else at the next write to it, or
+    /// after about `max_wait` (at most 30 s, and less than the op timeout). A return only
+    /// means "read it again": it can come without a change.
+    pub async fn watch(
+        &self,
+        pool: u32,
+        name: &[u8],
+        known_crc: u32,
+        max_wait: Duration,
+    ) -> Result<(), ClientError> {
+        let most = (self.inner.cfg.op_timeout / 2).min(Duration::from_millis(
+            cairn_proto::msg::osd::MAX_WATCH_WAIT_MS.into(),
+        ));
+        let kind = OpKind::Watch {
+            known_crc,
+            max_wait_ms: max_wait.min(most).as_millis() as u32,
+        };
+        let r = self
+            .submit("watch", pool, Target::Object(name), kind, &[])
+            .await?;
+        self.final_version(r, pool, name).map(|_| ())
+    }
+
     /// Removes an object.
     pub async fn remove(&self, pool: u32, name: &[u8]) -> Result<(), ClientError> {
         let (r, _, attempts) = self
@@ -626,10 +709,15 @@ enum Target<'a> {
     Pg(u32),
 }
 
+fn mon(e: impl std::fmt::Display) -> ClientError {
+    ClientError::Mon(e.to_string())
+}
+
 fn unexpected(r: OpReply) -> ClientError {
     match r {
         OpReply::Invalid(s) => ClientError::Invalid(s),
         OpReply::Denied(s) => ClientError::Denied(s),
+        OpReply::Fenced => ClientError::Fenced,
         OpReply::Failed { code, why } => ClientError::Failed { code, why },
         other => ClientError::Failed {
             code: cairn_proto::msg::osd::FailCode::Other,

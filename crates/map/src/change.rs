@@ -89,6 +89,26 @@ pub enum MapChange {
         rack: String,
         zone: String,
     },
+    /// Fences a client instance (one open of a volume, one process: the `instance` it sends
+    /// with every op) until `until` (Unix seconds): every OSD refuses its ops once its map
+    /// holds the entry. What a new writer of a volume does to the previous one before taking
+    /// it over. `pool` names the pool whose data the fence protects (the caps check: `w` on
+    /// it); the fence itself covers every pool. The monitors set `until` (a client's value
+    /// is replaced by the monitors' clock plus the blocklist duration).
+    BlocklistAdd {
+        instance: u64,
+        pool: String,
+        until: u64,
+    },
+    /// Lifts a fence early (`cairn osd blocklist rm`).
+    BlocklistRemove {
+        instance: u64,
+    },
+    /// Monitors only (refused from clients): drops the fences that ended at or before `now`
+    /// (Unix seconds).
+    BlocklistExpire {
+        now: u64,
+    },
 }
 
 /// What applying a change did.
@@ -141,6 +161,10 @@ pub enum MapError {
     NoSuchHost(String),
     #[error("pool {pool:?} has {have} PGs: a PG count only grows (PGs split, never merge)")]
     PgCountDown { pool: String, have: u32 },
+    #[error("client instance 0 cannot be blocklisted (no client uses it)")]
+    BadInstance,
+    #[error("the blocklist holds {} fences, the most the map keeps: wait for some to expire or remove them (`cairn osd blocklist rm`)", crate::MAX_BLOCKLIST)]
+    BlocklistFull,
 }
 
 /// Largest OSD weight (4096.0).
@@ -244,6 +268,40 @@ impl ClusterMap {
                 *id
             }
             MapChange::TrimHistory { .. } => return Ok(ChangeOutcome::Unchanged),
+            MapChange::BlocklistAdd {
+                instance,
+                pool,
+                until,
+            } => {
+                self.pool_id(pool)?;
+                if *instance == 0 {
+                    return Err(MapError::BadInstance);
+                }
+                if self.blocklist.get(instance) == Some(until) {
+                    return Ok(ChangeOutcome::Unchanged);
+                }
+                if !self.blocklist.contains_key(instance)
+                    && self.blocklist.len() >= crate::MAX_BLOCKLIST
+                {
+                    return Err(MapError::BlocklistFull);
+                }
+                self.blocklist.insert(*instance, *until);
+                0
+            }
+            MapChange::BlocklistRemove { instance } => {
+                if self.blocklist.remove(instance).is_none() {
+                    return Ok(ChangeOutcome::Unchanged);
+                }
+                0
+            }
+            MapChange::BlocklistExpire { now } => {
+                let before = self.blocklist.len();
+                self.blocklist.retain(|_, until| *until > *now);
+                if self.blocklist.len() == before {
+                    return Ok(ChangeOutcome::Unchanged);
+                }
+                0
+            }
             MapChange::PoolSet { name, setting } => {
                 let id = self.pool_id(name)?;
                 match self.pool_set(id, setting)? {

@@ -75,7 +75,14 @@ pub struct ClusterMap {
     pub next_osd_id: u32,
     /// Rack and zone labels of hosts, by host name (a host without labels has no entry).
     pub hosts: BTreeMap<String, HostLocation>,
+    /// Fenced client instances, each until a time (Unix seconds): OSDs refuse their ops
+    /// (`MapChange::BlocklistAdd`). Entries leave once expired (`BlocklistExpire`).
+    pub blocklist: BTreeMap<u64, u64>,
 }
+
+/// Most fences the map holds at once (each is 16 bytes in every map sent; a takeover adds one
+/// and they expire after an hour).
+pub const MAX_BLOCKLIST: usize = 10_000;
 
 /// Where a host sits, for failure domains: its zone and rack ("" = unlabelled). Ordered
 /// zone first, as the tree prints.
@@ -132,7 +139,13 @@ impl ClusterMap {
             next_pool_id: 1,
             next_osd_id: 0,
             hosts: BTreeMap::new(),
+            blocklist: BTreeMap::new(),
         }
+    }
+
+    /// Whether OSDs must refuse the ops of client `instance` (it was fenced).
+    pub fn is_blocklisted(&self, instance: u64) -> bool {
+        !self.blocklist.is_empty() && self.blocklist.contains_key(&instance)
     }
 
     /// The labels of `host` (none when unlabelled).

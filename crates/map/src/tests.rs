@@ -336,3 +336,53 @@ fn a_created_osd_keeps_its_id_and_goes_in_at_first_boot() {
     boot(&mut m, 9, "b");
     assert!(!m.osds[&id].in_);
 }
+
+#[test]
+fn fences_are_added_lifted_and_expire_with_the_epoch_moving_only_on_change() {
+    let mut m = ClusterMap::new([1; 16]);
+    pool(&mut m, "rbd", 1);
+    let add = |instance, until| MapChange::BlocklistAdd {
+        instance,
+        pool: "rbd".into(),
+        until,
+    };
+    let e = m.epoch;
+    assert!(matches!(
+        m.apply(&add(7, 100)),
+        Ok(ChangeOutcome::Changed { .. })
+    ));
+    assert!(m.is_blocklisted(7) && !m.is_blocklisted(8));
+    assert_eq!(m.apply(&add(7, 100)), Ok(ChangeOutcome::Unchanged));
+    // A fence asked for again later lasts longer.
+    m.apply(&add(7, 200)).expect("extend");
+    m.apply(&add(9, 150)).expect("second");
+    assert_eq!(m.epoch, e + 3);
+    // Refused: instance 0, a pool that does not exist.
+    assert_eq!(m.apply(&add(0, 100)), Err(MapError::BadInstance));
+    let other = MapChange::BlocklistAdd {
+        instance: 5,
+        pool: "nope".into(),
+        until: 1,
+    };
+    assert!(matches!(m.apply(&other), Err(MapError::NoSuchPool(_))));
+    // Expiry drops what ended at or before `now`, nothing else.
+    let expire = |now| MapChange::BlocklistExpire { now };
+    assert_eq!(m.apply(&expire(149)), Ok(ChangeOutcome::Unchanged));
+    m.apply(&expire(150)).expect("expire");
+    assert!(m.is_blocklisted(7) && !m.is_blocklisted(9));
+    m.apply(&MapChange::BlocklistRemove { instance: 7 })
+        .expect("lift");
+    assert!(m.blocklist.is_empty());
+    assert_eq!(
+        m.apply(&MapChange::BlocklistRemove { instance: 7 }),
+        Ok(ChangeOutcome::Unchanged)
+    );
+    // The map keeps at most MAX_BLOCKLIST fences.
+    for i in 1..=MAX_BLOCKLIST as u64 {
+        m.blocklist.insert(i, 1000);
+    }
+    assert_eq!(
+        m.apply(&add(MAX_BLOCKLIST as u64 + 1, 1000)),
+        Err(MapError::BlocklistFull)
+    );
+}

@@ -345,6 +345,13 @@ pub(crate) fn check(peer: &Peer, need: Need<'_>, view: &MapView) -> Result<(), S
             }
         }
         Need::Change(_) if !daemon && peer.caps.mon_perms().covers(Perms::W) => Ok(()),
+        // A writer of a pool may fence the previous writer of its data (a volume takeover),
+        // as RBD clients may blocklist: it could overwrite that data anyway.
+        Need::Change(MapChange::BlocklistAdd { pool, .. })
+            if !daemon && peer.caps.pool_perms(pool).covers(Perms::W) =>
+        {
+            Ok(())
+        }
         Need::Change(_) => Err(denied(peer, "lacks w on the monitors")),
     }
 }

@@ -26,6 +26,7 @@ mod log_store;
 mod members_cmd;
 mod migrate;
 mod migrate_v4;
+mod migrate_v5;
 mod node;
 mod pg_starts;
 pub mod raft_net;

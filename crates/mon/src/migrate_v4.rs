@@ -1,4 +1,5 @@
-//! Format 3 -> 4, at open: pools gained a placement rule and the map gained host labels.
+//! Format 3 -> 4 (and on to the current format), at open: pools gained a placement rule and
+//! the map gained host labels.
 //!
 //! Every existing pool gets `PlacementRule::FlatV1`, the placement it always had, so no data
 //! moves on upgrade (`cairn pool set NAME domain D` moves a pool to placement version 2 when
@@ -88,6 +89,7 @@ pub(crate) fn map_v4(m: ClusterMapV3) -> ClusterMap {
         next_pool_id: m.next_pool_id,
         next_osd_id: m.next_osd_id,
         hosts: BTreeMap::new(),
+        blocklist: BTreeMap::new(),
     }
 }
 
@@ -100,48 +102,67 @@ fn sm_v4(v: SmDataV3) -> SmData {
     }
 }
 
-/// Rewrites a format-3 database as format 4 in one transaction.
+/// Rewrites a format-3 database in the current format in one transaction.
 pub(crate) fn from_v3(db: &Database) -> Result<(), StoreError> {
-    let txn = db.begin_write()?;
-    {
-        let mut meta = txn.open_table(META)?;
-        let sm = match meta.get(key::STATE_MACHINE)? {
-            Some(v) => Some(sm_v4(dec::<SmDataV3>("format 3 state", v.value())?)),
-            None => None,
-        };
-        if let Some(sm) = &sm {
-            meta.insert(key::STATE_MACHINE, enc(sm).as_slice())?;
-        }
-        let snap = match meta.get(key::SNAPSHOT)? {
-            Some(v) => Some(dec::<StoredSnapshot>("format 3 snapshot", v.value())?),
-            None => None,
-        };
-        if let Some(s) = snap {
-            let old: SnapshotDataV3 = dec("format 3 snapshot state", &s.data)?;
-            let data = SnapshotData {
+    rewrite(
+        db,
+        &|b| Ok(sm_v4(dec::<SmDataV3>("format 3 state", b)?)),
+        &|b| {
+            let old: SnapshotDataV3 = dec("format 3 snapshot state", b)?;
+            Ok(SnapshotData {
                 sm: sm_v4(old.sm),
                 history: crate::history::History {
                     base: map_v4(old.history.base),
                     incs: old.history.incs,
                 },
-            };
+            })
+        },
+        &|b| Ok(map_v4(dec::<ClusterMapV3>("format 3 history base", b)?)),
+    )
+}
+
+/// Decodes one stored value of an older format into the current one.
+pub(crate) type Upgrade<'a, T> = &'a dyn Fn(&[u8]) -> Result<T, StoreError>;
+
+/// Rewrites the three stored values that hold a map (the applied state, the last snapshot's
+/// state and the history's base map) with the upgrades given, and marks the database as the
+/// current format, in one transaction. The Raft log and the history's incrementals are kept:
+/// map changes only ever gain variants.
+pub(crate) fn rewrite(
+    db: &Database,
+    sm: Upgrade<'_, SmData>,
+    snapshot: Upgrade<'_, SnapshotData>,
+    base: Upgrade<'_, ClusterMap>,
+) -> Result<(), StoreError> {
+    let txn = db.begin_write()?;
+    {
+        let mut meta = txn.open_table(META)?;
+        let state = match meta.get(key::STATE_MACHINE)? {
+            Some(v) => Some(sm(v.value())?),
+            None => None,
+        };
+        if let Some(state) = &state {
+            meta.insert(key::STATE_MACHINE, enc(state).as_slice())?;
+        }
+        let snap = match meta.get(key::SNAPSHOT)? {
+            Some(v) => Some(dec::<StoredSnapshot>("stored snapshot", v.value())?),
+            None => None,
+        };
+        if let Some(s) = snap {
             let stored = StoredSnapshot {
                 meta: s.meta,
-                data: enc(&data),
+                data: enc(&snapshot(&s.data)?),
             };
             meta.insert(key::SNAPSHOT, enc(&stored).as_slice())?;
         }
-        let base = match meta.get(crate::history::BASE_KEY)? {
-            Some(v) => Some(map_v4(dec::<ClusterMapV3>(
-                "format 3 history base",
-                v.value(),
-            )?)),
+        let map = match meta.get(crate::history::BASE_KEY)? {
+            Some(v) => Some(base(v.value())?),
             None => None,
         };
-        if let Some(base) = base {
-            meta.insert(crate::history::BASE_KEY, enc(&base).as_slice())?;
+        if let Some(map) = map {
+            meta.insert(crate::history::BASE_KEY, enc(&map).as_slice())?;
         }
-        meta.insert(key::FORMAT, enc(&4u32).as_slice())?;
+        meta.insert(key::FORMAT, enc(&crate::store::FORMAT).as_slice())?;
     }
     txn.commit()?;
     Ok(())
@@ -210,7 +231,7 @@ mod tests {
         drop(db);
         let db = crate::store::open(&dir, 1, [7; 16]).unwrap();
         let format: u32 = crate::store::get_meta(&db, key::FORMAT).unwrap().unwrap();
-        assert_eq!(format, 4);
+        assert_eq!(format, crate::store::FORMAT);
         let snap: StoredSnapshot = crate::store::get_meta(&db, key::SNAPSHOT).unwrap().unwrap();
         let data: SnapshotData = dec("snapshot", &snap.data).unwrap();
         assert_eq!(data.sm.map.pools[&1].rule, PlacementRule::FlatV1);

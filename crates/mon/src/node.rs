@@ -243,7 +243,41 @@ async fn history_ticker(ctx: Arc<Ctx>) {
                 .await;
             tracing::debug!(below, ?reply, "map history trim proposal");
         }
+        expire_fences(&ctx).await;
     }
+}
+
+/// How long a fence lasts (`MapChange::BlocklistAdd`): as Ceph's blocklist, an hour, far
+/// longer than any op of the fenced client can stay queued or in flight.
+pub(crate) const BLOCKLIST_FOR: Duration = Duration::from_secs(3600);
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// When a fence asked for now ends, by this monitor's clock.
+pub(crate) fn blocklist_until() -> u64 {
+    unix_now() + BLOCKLIST_FOR.as_secs()
+}
+
+/// While leading, drops the fences that ended.
+async fn expire_fences(ctx: &Ctx) {
+    if ctx.leading_term().is_none() {
+        return;
+    }
+    let now = unix_now();
+    if !ctx
+        .view
+        .with_map(|m| m.blocklist.values().any(|until| *until <= now))
+    {
+        return;
+    }
+    let reply = ctx
+        .command(cairn_map::MapChange::BlocklistExpire { now })
+        .await;
+    tracing::debug!(now, ?reply, "blocklist expiry proposal");
 }
 
 /// How often a monitor checks whether it must seed the key database.

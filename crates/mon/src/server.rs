@@ -235,12 +235,18 @@ async fn dispatch(
             return Ok(());
         }
         COMMAND => {
-            let change: MapChange = decode("command", &f.control).map_err(malformed)?;
+            let mut change: MapChange = decode("command", &f.control).map_err(malformed)?;
+            if let MapChange::BlocklistAdd { until, .. } = &mut change {
+                *until = crate::node::blocklist_until();
+            }
             if let Err(e) = allowed(Need::Change(&change)) {
                 let reply = CommandReply::Refused(cairn_map::MapError::Denied(e.message));
                 return send(tx, frame(COMMAND_REPLY, rid, &reply)).await;
             }
-            if matches!(change, MapChange::TrimHistory { .. }) {
+            if matches!(
+                change,
+                MapChange::TrimHistory { .. } | MapChange::BlocklistExpire { .. }
+            ) {
                 let reply = CommandReply::Refused(cairn_map::MapError::MonitorsOnly);
                 return send(tx, frame(COMMAND_REPLY, rid, &reply)).await;
             }

@@ -32,9 +32,10 @@ pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_l
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 /// On-disk format written by this build (2: OSDs' `lost_at`, map history; 3: the key
-/// database, log entries as `Proposal`s; 4: pools' placement rule, hosts' labels; older
-/// formats are upgraded in place at open, `crate::migrate` and `crate::migrate_v4`).
-pub const FORMAT: u32 = 4;
+/// database, log entries as `Proposal`s; 4: pools' placement rule, hosts' labels; 5: the
+/// client blocklist; older formats are upgraded in place at open, `crate::migrate`,
+/// `crate::migrate_v4` and `crate::migrate_v5`).
+pub const FORMAT: u32 = 5;
 
 /// Names of the `meta` entries.
 pub(crate) mod key {
@@ -217,6 +218,9 @@ pub(crate) fn open(dir: &Path, id: u64, fsid: [u8; 16]) -> Result<Arc<Database>,
     if matches!(format, Some(1..=3)) {
         tracing::info!(path = %path.display(), "upgrading the monitor database from format 3 to 4 (pools keep placement v1)");
         crate::migrate_v4::from_v3(&db).map_err(e)?;
+    } else if format == Some(4) {
+        tracing::info!(path = %path.display(), "upgrading the monitor database from format 4 to 5 (an empty client blocklist)");
+        crate::migrate_v5::from_v4(&db).map_err(e)?;
     } else if let Some(found) = format {
         if found != FORMAT {
             return Err(MonError::Format {

@@ -36,6 +36,16 @@ pub struct ParkedRead {
     pub req: OpRequest,
 }
 
+/// A watch (`OpKind::Watch`) waiting for a write to its object, until `until`.
+pub struct Watcher {
+    pub reply: FrameSender,
+    pub req_id: u64,
+    pub until: std::time::Instant,
+}
+
+/// Most watches one PG keeps waiting (each is a reply handle): more are refused.
+pub const MAX_WATCHERS_PER_PG: usize = 4096;
+
 /// A client op waiting for its PG to finish peering.
 pub struct WaitingOp {
     pub reply: FrameSender,
@@ -69,6 +79,8 @@ pub struct PgState {
     /// Last write per object still possibly in flight.
     pub writes: HashMap<Vec<u8>, Arc<InflightWrite>>,
     pub parked: Vec<ParkedRead>,
+    /// Watches waiting for a write, by object (`op::read::watch`).
+    pub watchers: HashMap<Vec<u8>, Vec<Watcher>>,
     /// The interval (acting members and their lives) this OSD, as primary, last peered.
     pub peered: Option<crate::peering::Interval>,
     /// The map epoch at which `peered` was last found current (saves the check per op).
@@ -136,6 +148,7 @@ impl PgState {
             last_version,
             writes: HashMap::new(),
             parked: Vec::new(),
+            watchers: HashMap::new(),
             peered: None,
             active_epoch: 0,
             peering: None,
@@ -163,11 +176,42 @@ impl PgState {
         Some(w.clone())
     }
 
-    /// Remembers the newest write to `object`.
+    /// Remembers the newest write to `object`, and wakes the watches of it: their owners
+    /// read it again (that read waits for this write).
     pub fn note_write(&mut self, object: &[u8], w: Arc<InflightWrite>) {
         if self.writes.len() >= SWEEP_AT {
             self.writes.retain(|_, w| !w.is_done());
         }
         self.writes.insert(object.to_vec(), w);
+        if let Some(waiting) = self.watchers.remove(object) {
+            for w in waiting {
+                crate::op::read::watch_answer(&w.reply, w.req_id);
+            }
+        }
+    }
+
+    /// Answers the watches whose time has come.
+    pub fn expire_watchers(&mut self) {
+        let now = std::time::Instant::now();
+        self.watchers.retain(|_, list| {
+            list.retain(|w| {
+                let live = w.until > now;
+                if !live {
+                    crate::op::read::watch_answer(&w.reply, w.req_id);
+                }
+                live
+            });
+            !list.is_empty()
+        });
+    }
+
+    /// Parks a watch of `object` (the caller arranges a `WatchDue` at its time). Gives the
+    /// watch back when the PG holds too many.
+    pub fn add_watcher(&mut self, object: &[u8], w: Watcher) -> Result<(), Watcher> {
+        if self.watchers.values().map(Vec::len).sum::<usize>() >= MAX_WATCHERS_PER_PG {
+            return Err(w);
+        }
+        self.watchers.entry(object.to_vec()).or_default().push(w);
+        Ok(())
     }
 }

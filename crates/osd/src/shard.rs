@@ -33,6 +33,8 @@ pub enum ShardMsg {
     },
     /// A write with parked reads completed in this PG.
     WriteDone(PgId),
+    /// A watch of this PG may have reached its time: answer the ones that did.
+    WatchDue(PgId),
     /// This shard's connection to OSD `.0` is up, or opening it failed: writes waiting for
     /// it run again.
     PeerLinked(u32),
@@ -172,6 +174,11 @@ impl Shard {
                 data,
             } => op::write::handle_rep(self, reply, req_id, op, data),
             ShardMsg::WriteDone(pg) => self.retry_parked(pg),
+            ShardMsg::WatchDue(pg) => {
+                if let Some(st) = self.pgs.get_mut(&pg) {
+                    st.expire_watchers();
+                }
+            }
             ShardMsg::PeerLinked(peer) => {
                 tracing::debug!(
                     peer,

@@ -52,6 +52,7 @@ fn an_op_round_trips_and_trailing_bytes_are_refused() {
         pg: 3,
         object: b"vol.0001".to_vec(),
         kind: osd::OpKind::Write { offset: 8192 },
+        instance: 1,
     };
     let mut b = encode(&op);
     assert_eq!(decode::<osd::OpRequest>("op", &b), Ok(op));
@@ -79,6 +80,7 @@ fn an_op_batch_must_account_for_its_data() {
             pg: 0,
             object: b"o".to_vec(),
             kind: osd::OpKind::Write { offset: 0 },
+            instance: 1,
         },
     };
     let b = osd::OpBatch {

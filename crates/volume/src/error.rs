@@ -55,6 +55,18 @@ pub enum VolumeError {
 }
 
 impl VolumeError {
+    /// Whether this process was fenced: another holder took the volume over.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self,
+            VolumeError::Client(ClientError::Fenced)
+                | VolumeError::Object {
+                    source: ClientError::Fenced,
+                    ..
+                }
+        )
+    }
+
     /// Whether an OSD refused for lack of space (the pool is full).
     pub fn is_no_space(&self) -> bool {
         let full = |e: &ClientError| {

@@ -3,9 +3,10 @@
 //! flag `close`) or a removed volume closes the volume here within [`RENEW_EVERY`]: in-flight
 //! I/O finishes, new I/O fails, and the lease object goes, which is what `vol rm` waits for.
 //!
-//! Between renewals it polls the volume's snapshot table every [`SNAP_POLL`]: a new generation
-//! is adopted while no I/O runs (writes then preserve data for the newest active snapshot) and
-//! acknowledged in the lease record, which `vol snap` commands wait for.
+//! Between renewals it watches the volume's snapshot table (an OSD watch: answered at the next
+//! write to it) and re-reads it when woken: a new generation is adopted while no I/O runs
+//! (writes then preserve data for the newest active snapshot) and acknowledged in the lease
+//! record, which `vol snap` commands wait for.
 
 use crate::error::VolumeError;
 use crate::header::Header;
@@ -56,6 +57,8 @@ struct Shared {
     sampled: Mutex<(Instant, [u64; 4])>,
     /// The pool's default QoS limits, re-read at every renewal.
     pool_qos: Mutex<crate::snaps::Qos>,
+    /// CRC-32C of the snapshot table's bytes as last read (what the watch of it compares).
+    table_crc: std::sync::atomic::AtomicU32,
 }
 
 /// How a process holds a volume open.
@@ -70,7 +73,7 @@ pub enum Mode {
     Snapshot(u64),
 }
 
-/// How often a holder looks for a new snapshot table generation.
+/// How long a holder waits before reading the snapshot table again when watching it failed.
 pub const SNAP_POLL: Duration = Duration::from_millis(200);
 
 /// A snapshot table as a holder adopted it, with the data objects already preserved for its
@@ -100,15 +103,28 @@ pub(crate) async fn read_snaps(
     name: &str,
     id: u64,
 ) -> Result<SnapTable, VolumeError> {
+    read_snaps_crc(client, pool, name, id).await.map(|(t, _)| t)
+}
+
+/// The table and the CRC-32C of its stored bytes (0 when absent: what a watch compares).
+async fn read_snaps_crc(
+    client: &Client,
+    pool: u32,
+    name: &str,
+    id: u64,
+) -> Result<(SnapTable, u32), VolumeError> {
     match client
         .read(pool, &snaps_object(id), 0, MAX_SNAPS_LEN as u64 + 1)
         .await
     {
-        Ok(b) => SnapTable::decode(&b).map_err(|why| VolumeError::BadSnaps {
-            name: name.to_string(),
-            why,
-        }),
-        Err(ClientError::NoSuchObject { .. }) => Ok(SnapTable::default()),
+        Ok(b) => match SnapTable::decode(&b) {
+            Ok(t) => Ok((t, crc32c::crc32c(&b))),
+            Err(why) => Err(VolumeError::BadSnaps {
+                name: name.to_string(),
+                why,
+            }),
+        },
+        Err(ClientError::NoSuchObject { .. }) => Ok((SnapTable::default(), 0)),
         Err(e) => Err(e.into()),
     }
 }
@@ -157,7 +173,7 @@ impl HeldLease {
             Mode::Writer | Mode::Shared => None,
         };
         let record = LeaseRecord {
-            holder: rand::random(),
+            holder: client.instance(),
             expires_at_ms: 0,
             pid: std::process::id(),
             desc: desc.to_string(),
@@ -180,6 +196,7 @@ impl HeldLease {
             counts: Default::default(),
             sampled: Mutex::new((Instant::now(), [0; 4])),
             pool_qos: Mutex::default(),
+            table_crc: Default::default(),
         });
         let started = Instant::now();
         match shared.write_record().await {
@@ -385,23 +402,50 @@ impl Shared {
 
     /// Refuses if another process has the volume open for writing: checked after this
     /// lease is written, so of two writers opening at once at least one sees the other.
+    /// A writer whose lease expired is fenced first (its ops refused by every OSD this
+    /// client reaches from now on), so nothing it still sends lands after this one's writes.
     async fn other_writers(&self) -> Result<(), VolumeError> {
         let listing = self.client.list(self.pool).await?;
         let me = self.object();
-        let others: Vec<LeaseRecord> =
-            crate::remove::live_leases(&self.client, self.pool, self.id, &listing)
-                .await?
-                .into_iter()
-                .filter(|(o, r)| *o != me && r.writer)
-                .map(|(_, r)| r)
-                .collect();
-        if others.is_empty() {
+        let mut live = Vec::new();
+        for (object, r) in crate::remove::all_leases(&self.client, self.pool, self.id, &listing)
+            .await?
+            .into_iter()
+            .filter(|(o, _)| *o != me)
+        {
+            if r.remaining_ms() > 0 {
+                if r.writer {
+                    live.push(r);
+                }
+                continue;
+            }
+            // A damaged record (holder 0) may have been a writer's: fenced too.
+            if r.writer || r.holder == 0 {
+                self.take_over(&object, &r).await?;
+            }
+        }
+        if live.is_empty() {
             return Ok(());
         }
         Err(VolumeError::Locked {
             name: self.name.clone(),
-            holders: crate::remove::describe_holders(&others),
+            holders: crate::remove::describe_holders(&live),
         })
+    }
+
+    /// Fences the writer of the expired lease `object` and removes the lease.
+    async fn take_over(&self, object: &[u8], r: &LeaseRecord) -> Result<(), VolumeError> {
+        let Some((_, holder)) = crate::lease::lease_of(object) else {
+            return Ok(());
+        };
+        let epoch = self.client.fence(&self.pool_name, holder).await?;
+        tracing::warn!(volume = %self.name, holder = format_args!("{holder:016x}"), pid = r.pid,
+            desc = %r.desc, epoch,
+            "took the volume over from a writer whose lease expired: that writer is fenced");
+        match self.client.remove(self.pool, object).await {
+            Ok(()) | Err(ClientError::NoSuchObject { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Re-reads the pool's default QoS limits (kept as they were if that fails).
@@ -419,7 +463,8 @@ impl Shared {
 
     /// Reads and adopts the table at open; a snapshot being read must exist and be active.
     async fn first_snaps(&self) -> Result<(), VolumeError> {
-        let t = read_snaps(&self.client, self.pool, &self.name, self.id).await?;
+        let (t, crc) = read_snaps_crc(&self.client, self.pool, &self.name, self.id).await?;
+        self.table_crc.store(crc, Ordering::Relaxed);
         if let Some(id) = self.reading {
             if !t.snaps.iter().any(|s| s.id == id && s.active) {
                 return Err(self.closed(format!("snapshot {id} was removed")));
@@ -545,25 +590,38 @@ enum Stop {
     Must(String),
 }
 
-/// Polls the snapshot table until the next renewal is due; `Err` once the holder stops.
+/// Watches the snapshot table until the next renewal is due, adopting each new generation;
+/// `Err` once the holder stops.
 async fn poll_snaps(s: &Shared, until: Instant) -> Result<(), Stop> {
+    let object = snaps_object(s.id);
     loop {
-        let next = (Instant::now() + SNAP_POLL).min(until);
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        let known = s.table_crc.load(Ordering::Relaxed);
+        let woken = async {
+            if let Err(e) = s.client.watch(s.pool, &object, known, left).await {
+                tracing::debug!(volume = %s.name, error = %e, "watching the snapshot table failed; polling");
+                tokio::time::sleep(SNAP_POLL.min(left)).await;
+            }
+        };
         tokio::select! {
-            () = tokio::time::sleep_until(next) => {}
+            () = woken => {}
             () = s.stop.notified() => return Err(Stop::Server),
         }
-        match read_snaps(&s.client, s.pool, &s.name, s.id).await {
-            Ok(t) => {
+        match read_snaps_crc(&s.client, s.pool, &s.name, s.id).await {
+            Ok((t, crc)) => {
                 if let Some(why) = s.adopt(t).await {
                     return Err(Stop::Must(why));
                 }
+                s.table_crc.store(crc, Ordering::Relaxed);
             }
-            Err(e) => tracing::warn!(volume = %s.name, error = %e,
-                "could not read the volume's snapshot table"),
-        }
-        if next >= until {
-            return Ok(());
+            Err(e) => {
+                tracing::warn!(volume = %s.name, error = %e,
+                    "could not read the volume's snapshot table");
+                tokio::time::sleep(SNAP_POLL.min(left)).await;
+            }
         }
     }
 }
@@ -584,6 +642,13 @@ async fn renew(s: Arc<Shared>) {
         let rates = s.sample_rates();
         s.record.lock().unwrap_or_else(|p| p.into_inner()).rates = rates;
         if let Err(e) = s.write_record().await {
+            if e.is_fenced() {
+                let why = "another server took it over after this one's lease expired (this \
+                           process is fenced: the OSDs refuse its I/O; reopen the volume to take \
+                           it back)";
+                tracing::error!(volume = %s.name, why, "closing the volume");
+                return s.close(why.into()).await;
+            }
             tracing::warn!(volume = %s.name, error = %e, "could not renew the volume's open lease");
             continue;
         }

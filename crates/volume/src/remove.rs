@@ -254,18 +254,28 @@ pub(crate) async fn live_leases(
     id: u64,
     objects: &[Vec<u8>],
 ) -> Result<Leases, VolumeError> {
-    let mut live = Vec::new();
+    let mut live = all_leases(client, pool, id, objects).await?;
+    live.retain(|(_, r)| r.remaining_ms() > 0);
+    Ok(live)
+}
+
+/// Every lease record of volume `id` among `objects`, expired ones too.
+pub(crate) async fn all_leases(
+    client: &Client,
+    pool: u32,
+    id: u64,
+    objects: &[Vec<u8>],
+) -> Result<Leases, VolumeError> {
+    let mut found = Vec::new();
     for o in objects {
         if lease_of(o).is_none_or(|(of, _)| of != id) {
             continue;
         }
         if let Some(r) = read_lease(client, pool, o).await? {
-            if r.remaining_ms() > 0 {
-                live.push((o.clone(), r));
-            }
+            found.push((o.clone(), r));
         }
     }
-    Ok(live)
+    Ok(found)
 }
 
 /// A lease record; `None` once removed. A damaged record counts as expired (its holder
@@ -370,9 +380,10 @@ pub fn describe_holders(records: &[LeaseRecord]) -> String {
         .iter()
         .map(|r| {
             format!(
-                "{} (pid {}, lease valid {} s more)",
+                "{} (pid {}, instance {:016x}, lease valid {} s more)",
                 r.desc,
                 r.pid,
+                r.holder,
                 r.remaining_ms().div_ceil(1000)
             )
         })

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// How long a step waits for the volume's holders to acknowledge it: a live holder does
 /// within its next poll, a dead one's lease expires within [`LEASE_FOR`].
 pub const ACK_WAIT: Duration = Duration::from_secs(LEASE_FOR.as_secs() + 10);
-const ACK_POLL: Duration = Duration::from_millis(20);
+const ACK_POLL: Duration = Duration::from_millis(5);
 /// Objects rolled back at once.
 const ROLLBACK_PARALLEL: usize = 16;
 

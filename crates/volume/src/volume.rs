@@ -100,6 +100,9 @@ impl Volume {
         depth: usize,
     ) -> Result<Volume, VolumeError> {
         header::check_name(name)?;
+        // Each open is its own client instance (its lease's holder id): a takeover fences
+        // this open, not the other volumes its process serves.
+        let client = client.with_instance(cairn_client::new_instance());
         let pool = client.pool_id(pool_name)?;
         let header = read_header(&client, pool, pool_name, name).await?;
         if header.removing {

@@ -111,6 +111,10 @@ fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<()
         // The client knows a newer map: this OSD may no longer be primary.
         return Err(OpReply::NotPrimary { epoch: map.epoch });
     }
+    if map.is_blocklisted(req.instance) {
+        // A newer holder took the data over: nothing of this client may land after it.
+        return Err(OpReply::Fenced);
+    }
     let Some(pool) = map.pools.get(&req.pool) else {
         return Err(OpReply::NoSuchPool);
     };

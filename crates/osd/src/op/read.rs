@@ -2,10 +2,12 @@
 //! with a write in flight waits for that write: a read returns only acknowledged values.
 
 use super::reply;
-use crate::pgstate::{coll_of, ParkedRead};
+use crate::pgstate::{coll_of, ParkedRead, Watcher};
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, MAX_LIST};
+use cairn_proto::msg::osd::{
+    OpKind, OpReply, OpRequest, MAX_LIST, MAX_WATCH_OBJECT, MAX_WATCH_WAIT_MS,
+};
 use cairn_store::StoreError;
 use cairn_transport::FrameSender;
 
@@ -50,11 +52,80 @@ pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, r
             list(store, coll_exists, coll, after.as_deref(), max),
             Vec::new(),
         )),
+        OpKind::Watch {
+            known_crc,
+            max_wait_ms,
+        } => match contents_crc(store, coll_exists, coll, &req.object) {
+            Ok(crc) if crc != known_crc => Ok((
+                OpReply::Ok {
+                    version: 0,
+                    size: 0,
+                },
+                Vec::new(),
+            )),
+            Ok(_) => {
+                let wait =
+                    std::time::Duration::from_millis(max_wait_ms.min(MAX_WATCH_WAIT_MS).into());
+                let w = Watcher {
+                    reply: to,
+                    req_id,
+                    until: std::time::Instant::now() + wait,
+                };
+                match shard.pg(map, pg).add_watcher(&req.object, w) {
+                    Ok(()) => {
+                        let osd = shard.osd.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            osd.queue(pg, crate::shard::ShardMsg::WatchDue(pg));
+                        });
+                        return;
+                    }
+                    Err(w) => {
+                        let r = OpReply::Invalid(format!(
+                            "pg {pg} has {} watches waiting, the most it keeps: poll instead",
+                            crate::pgstate::MAX_WATCHERS_PER_PG
+                        ));
+                        return reply(&w.reply, w.req_id, &r, &[]);
+                    }
+                }
+            }
+            Err(r) => Err(r),
+        },
         _ => Err(OpReply::Invalid("not a read".into())),
     };
     match result {
         Ok((r, data)) => reply(&to, req_id, &r, &data),
         Err(r) => reply(&to, req_id, &r, &[]),
+    }
+}
+
+/// Answers a watch: read the object again.
+pub fn watch_answer(to: &FrameSender, req_id: u64) {
+    reply(
+        to,
+        req_id,
+        &OpReply::Ok {
+            version: 0,
+            size: 0,
+        },
+        &[],
+    );
+}
+
+/// CRC-32C of an object's contents (0 when absent): what a watch compares.
+fn contents_crc(
+    store: &cairn_store::Store,
+    coll_exists: bool,
+    coll: u64,
+    obj: &[u8],
+) -> Result<u32, OpReply> {
+    match read_range(store, coll_exists, coll, obj, 0, MAX_WATCH_OBJECT + 1) {
+        Ok((_, data)) if data.len() as u64 > MAX_WATCH_OBJECT => Err(OpReply::Invalid(format!(
+            "a watched object must be at most {MAX_WATCH_OBJECT} bytes"
+        ))),
+        Ok((_, data)) => Ok(crc32c::crc32c(&data)),
+        Err(OpReply::NoSuchObject) => Ok(0),
+        Err(r) => Err(r),
     }
 }
 

@@ -54,7 +54,7 @@ pub fn build(
         OpKind::Remove => {
             t.remove(coll, object);
         }
-        OpKind::Read { .. } | OpKind::Stat | OpKind::List { .. } => {
+        OpKind::Read { .. } | OpKind::Stat | OpKind::List { .. } | OpKind::Watch { .. } => {
             return Err(OpReply::Invalid("not a write".into()))
         }
     }

@@ -178,6 +178,7 @@ fn op(object: &str, kind: cairn_proto::msg::osd::OpKind) -> cairn_proto::msg::os
         pg: 0,
         object: object.as_bytes().to_vec(),
         kind,
+        instance: 1,
     }
 }
 

@@ -50,6 +50,10 @@ pub struct OpRequest {
     pub pg: u32,
     pub object: Vec<u8>,
     pub kind: OpKind,
+    /// The sending client instance (random; one per client, or per open of a volume): an
+    /// OSD whose map blocklists it refuses the op with [`OpReply::Fenced`]. A claim, not an
+    /// identity: fencing stops a stale writer, not an attacker (caps do that).
+    pub instance: u64,
 }
 
 /// What an op does.
@@ -87,7 +91,21 @@ pub enum OpKind {
     /// [`OpReply::Exists`], unless it holds exactly these bytes already (what a resend of
     /// this same create finds after its first answer was lost): then `Ok`.
     Create,
+    /// Waits for the object to change: answered `Ok` at once when its contents' CRC-32C
+    /// (0 for an absent or empty object) is not `known_crc`, else when a write to it comes,
+    /// or after `max_wait_ms` (<= [`MAX_WATCH_WAIT_MS`]). An answer only says "read it
+    /// again": it may come without a change (a timeout, a primary change). Objects of at
+    /// most [`MAX_WATCH_OBJECT`] bytes.
+    Watch {
+        known_crc: u32,
+        max_wait_ms: u32,
+    },
 }
+
+/// Longest a [`OpKind::Watch`] waits at the OSD.
+pub const MAX_WATCH_WAIT_MS: u32 = 30_000;
+/// Largest object a [`OpKind::Watch`] may watch (the OSD reads it whole to compare).
+pub const MAX_WATCH_OBJECT: u64 = 1 << 20;
 
 impl OpKind {
     /// Whether the op changes the object (is replicated).
@@ -151,6 +169,9 @@ pub enum OpReply {
     Denied(String),
     /// A [`OpKind::Create`] found the object already there, with other contents.
     Exists,
+    /// The sending instance is fenced (blocklisted in the map, `OpRequest::instance`): a
+    /// newer holder took its volume over. Do not retry.
+    Fenced,
 }
 
 /// Most ops one [`OpBatch`] may carry (clients send at most 8).
