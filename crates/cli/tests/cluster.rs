@@ -1305,7 +1305,7 @@ fn a_watch_wakes_at_the_next_write_and_not_before() {
         );
         for (round, body) in [b"one".as_slice(), b"two"].into_iter().enumerate() {
             let known = match watcher.read(pool, obj, 0, 64).await {
-                Ok(b) => crc32c::crc32c(&b),
+                Ok(b) => cairn_client::contents_tag(&b),
                 Err(_) => 0,
             };
             let w = watcher.clone();
@@ -1338,5 +1338,69 @@ fn a_watch_wakes_at_the_next_write_and_not_before() {
             );
             assert_eq!(watcher.read(pool, obj, 0, 64).await.expect("read"), body);
         }
+    });
+}
+
+/// Compare-and-swap (`Client::write_full_if`): counters incremented by many clients at once
+/// lose no increment, a stale expectation changes nothing, and a conditional remove of
+/// changed contents is refused.
+#[test]
+fn conditional_writes_lose_no_update_among_racing_clients() {
+    let c = Cluster::up("cas", 1, 3);
+    c.pool_create("cas", 3, 2, 8);
+    let rt = runtime();
+    rt.block_on(async {
+        let obj = b"counter".as_slice();
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let client = c.client().await;
+            let pool = client.pool_id("cas").expect("pool");
+            tasks.push(tokio::spawn(async move {
+                let (mut done, mut conflicts) = (0u64, 0u64);
+                while done < 25 {
+                    let (n, crc) = match client.read(pool, obj, 0, 8).await {
+                        Ok(b) => (
+                            u64::from_le_bytes(b.as_slice().try_into().expect("8 bytes")),
+                            cairn_client::contents_tag(&b),
+                        ),
+                        Err(cairn_client::ClientError::NoSuchObject { .. }) => (0, 0),
+                        Err(e) => panic!("read: {e}"),
+                    };
+                    let next = (n + 1).to_le_bytes();
+                    match client.write_full_if(pool, obj, crc, &next).await {
+                        Ok(()) => done += 1,
+                        Err(cairn_client::ClientError::Conflict { .. }) => conflicts += 1,
+                        Err(e) => panic!("conditional write: {e}"),
+                    }
+                }
+                conflicts
+            }));
+        }
+        let mut conflicts = 0;
+        for t in tasks {
+            conflicts += t.await.expect("join");
+        }
+        let client = c.client().await;
+        let pool = client.pool_id("cas").expect("pool");
+        let b = client.read(pool, obj, 0, 8).await.expect("read");
+        assert_eq!(u64::from_le_bytes(b.clone().try_into().expect("8")), 100);
+        eprintln!("100 increments, {conflicts} conflicts");
+        // A stale expectation changes nothing; nor does a conditional remove.
+        let stale = client.write_full_if(pool, obj, 12345, b"x").await;
+        assert!(
+            matches!(stale, Err(cairn_client::ClientError::Conflict { .. })),
+            "{stale:?}"
+        );
+        let r = client.remove_if(pool, obj, 12345).await;
+        assert!(
+            matches!(r, Err(cairn_client::ClientError::Conflict { .. })),
+            "{r:?}"
+        );
+        assert_eq!(client.read(pool, obj, 0, 8).await.expect("read"), b);
+        client
+            .remove_if(pool, obj, cairn_client::contents_tag(&b))
+            .await
+            .expect("remove if unchanged");
+        assert!(client.stat(pool, obj).await.is_err());
     });
 }

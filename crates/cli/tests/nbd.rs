@@ -1226,6 +1226,17 @@ except nbd.Error as e:
     print("error after", n, "writes:", e, flush=True)
 "#;
 
+/// Files removed when dropped.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
 /// libfaketime (Debian package faketime): runs a process with its wall clock shifted.
 fn libfaketime() -> String {
     let found = std::fs::read_dir("/usr/lib")
@@ -1270,6 +1281,13 @@ fn a_writer_whose_lease_looks_expired_is_fenced_and_none_of_its_writes_land_afte
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
         ],
     );
+    // libfaketime keeps a segment and a semaphore in /dev/shm per process, removed at a
+    // clean exit only: removed here, whatever ends the server.
+    let pid = second.child.id();
+    let _shm = Cleanup(vec![
+        PathBuf::from(format!("/dev/shm/faketime_shm_{pid}")),
+        PathBuf::from(format!("/dev/shm/sem.faketime_sem_{pid}")),
+    ]);
     let o = tool(
         30,
         "nbdsh",

@@ -365,6 +365,37 @@ fn vol_diff_lists_exactly_the_blocks_written_between_snapshots_and_du_counts_the
     );
     assert_eq!(vol_diff(&c, &["d@b"]), extents_of(&second));
 
+    // Commands changing one volume's table at once: each either lands or stops with a
+    // clear error; none is lost (the table is written compare-and-swap).
+    let racing: Vec<Child> = (0..4)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_cairn"))
+                .args(["-c", &c.conf.display().to_string()])
+                .args(["vol", "snap", "create", &format!("d@race{i}")])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let outcomes: Vec<_> = racing
+        .into_iter()
+        .map(|ch| ch.wait_with_output().expect("wait"))
+        .collect();
+    let ls = c.ok(&["vol", "snap", "ls", "d"]);
+    for (i, o) in outcomes.iter().enumerate() {
+        let listed = ls.contains(&format!("race{i}"));
+        if o.status.success() {
+            assert!(listed, "race{i} succeeded but is not in the table:\n{ls}");
+        } else {
+            let e = text(&o.stderr);
+            assert!(e.contains("at the same time"), "race{i}: {e}");
+        }
+    }
+    let landed = outcomes.iter().filter(|o| o.status.success()).count();
+    eprintln!("{landed} of 4 racing snapshot creates landed");
+    assert!(landed >= 1, "no racing create landed");
+
     // A damaged snapshot table is a clear error, not a panic or a guess.
     let junk = scratch("snap-diff-junk").join("junk");
     std::fs::write(&junk, b"CAIRNSNP not a table").expect("write");
@@ -489,7 +520,8 @@ fn a_pool_filled_under_a_snapshot_says_enospc_loses_nothing_and_snapshot_rm_brin
             let name = format!("filler-{}", puts.len());
             let o = c.cairn(&["obj", "put", "default", &name, &p(&small)]);
             if !o.status.success() {
-                assert!(text(&o.stderr).contains("no space"), "{}", text(&o.stderr));
+                let e = text(&o.stderr);
+                assert!(e.contains("no space"), "{e}\n{}", c.logs());
                 break;
             }
             puts.push(name);

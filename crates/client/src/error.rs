@@ -16,6 +16,9 @@ pub enum ClientError {
     /// An exclusive create found the object there already (with other contents).
     #[error("object {object:?} already exists in pool {pool}")]
     Exists { pool: String, object: String },
+    /// A conditional write or remove found other contents than expected: nothing changed.
+    #[error("object {object:?} in pool {pool} was changed by someone else meanwhile")]
+    Conflict { pool: String, object: String },
     /// An OSD failed the op; match on `code` (e.g. [`FailCode::NoSpace`]), show `why`.
     #[error("the OSD failed the op: {why}")]
     Failed { code: FailCode, why: String },

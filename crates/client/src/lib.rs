@@ -12,7 +12,7 @@ mod ops;
 mod route;
 mod stats;
 
-pub use cairn_proto::msg::osd::{FailCode, OsdStats};
+pub use cairn_proto::msg::osd::{contents_tag, FailCode, OsdStats};
 pub use error::ClientError;
 pub use ops::{
     new_instance, Client, ClientConfig, MergeStats, ObjectInfo, DEFAULT_MERGE_THRESHOLD,

@@ -566,6 +566,58 @@ impl Client {
         self.final_version(r, pool, name).map(|_| ())
     }
 
+    /// Compare-and-swap: replaces object `name` with `data` only if the tag of its
+    /// contents (`cairn_proto::msg::osd::contents_tag`, 0 when absent) is `expected_tag`, else [`ClientError::Conflict`] and nothing
+    /// is written. For small objects (at most 1 MiB) that several processes rewrite whole.
+    pub async fn write_full_if(
+        &self,
+        pool: u32,
+        name: &[u8],
+        expected_tag: u64,
+        data: &[u8],
+    ) -> Result<(), ClientError> {
+        let kind = OpKind::WriteFullIf { expected_tag };
+        let (r, _, attempts) = self
+            .submit_data("conditional write", pool, Target::Object(name), kind, data)
+            .await?;
+        if r == OpReply::Conflict && attempts > 1 {
+            // Sent more than once: the first may have landed and lost its answer.
+            let now = self.read(pool, name, 0, data.len() as u64 + 1).await;
+            if now.is_ok_and(|b| b == data) {
+                return Ok(());
+            }
+        }
+        self.conditional(r, pool, name)
+    }
+
+    /// Removes object `name` only if the tag of its contents is `expected_tag`, else
+    /// [`ClientError::Conflict`]; [`ClientError::NoSuchObject`] when it is absent.
+    pub async fn remove_if(
+        &self,
+        pool: u32,
+        name: &[u8],
+        expected_tag: u64,
+    ) -> Result<(), ClientError> {
+        let kind = OpKind::RemoveIf { expected_tag };
+        let (r, _, attempts) = self
+            .submit_data("conditional remove", pool, Target::Object(name), kind, &[])
+            .await?;
+        if r == OpReply::NoSuchObject && attempts > 1 {
+            return Ok(()); // an earlier attempt removed it and lost its answer
+        }
+        self.conditional(r, pool, name)
+    }
+
+    fn conditional(&self, r: OpReply, pool: u32, name: &[u8]) -> Result<(), ClientError> {
+        if r == OpReply::Conflict {
+            return Err(ClientError::Conflict {
+                pool: self.pool_label(pool),
+                object: String::from_utf8_lossy(name).into_owned(),
+            });
+        }
+        self.final_version(r, pool, name).map(|_| ())
+    }
+
     /// Zeroes `len` bytes at `offset` of an object (whole blocks are freed). Does nothing to a
     /// missing object or beyond its end: the object's size never changes.
     pub async fn zero(
@@ -622,21 +674,21 @@ impl Client {
     }
 
     /// Waits until object `name` may have changed: returns at once when its contents'
-    /// CRC-32C (0 for an absent object) is not `known_crc`, else at the next write to it, or
+    /// tag (`contents_tag`, 0 for an absent object) is not `known_tag`, else at the next write to it, or
     /// after about `max_wait` (at most 30 s, and less than the op timeout). A return only
     /// means "read it again": it can come without a change.
     pub async fn watch(
         &self,
         pool: u32,
         name: &[u8],
-        known_crc: u32,
+        known_tag: u64,
         max_wait: Duration,
     ) -> Result<(), ClientError> {
         let most = (self.inner.cfg.op_timeout / 2).min(Duration::from_millis(
             cairn_proto::msg::osd::MAX_WATCH_WAIT_MS.into(),
         ));
         let kind = OpKind::Watch {
-            known_crc,
+            known_tag,
             max_wait_ms: max_wait.min(most).as_millis() as u32,
         };
         let r = self

@@ -197,9 +197,9 @@ pub async fn flatten(
     let pool = vol.pool;
     vol.close().await;
     let h = read_header(client, pool, pool_name, name).await?;
-    let mut table = read_snaps(client, pool, name, h.id).await?;
+    let (mut table, tag) = crate::holder::read_snaps_tag(client, pool, name, h.id).await?;
     table.parent = None;
-    crate::snapshot::change_table(client, pool, name, h.id, &mut table).await?;
+    crate::snapshot::change_table(client, pool, name, (h.id, tag), &mut table).await?;
     let h = Header {
         features: h.features & !FEATURE_PARENT,
         ..h

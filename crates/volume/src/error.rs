@@ -48,6 +48,8 @@ pub enum VolumeError {
     },
     #[error("volume {name:?} is open for writing by {holders}; one writer at a time: stop that server (a dead one's lease expires within 15 s)")]
     Locked { name: String, holders: String },
+    #[error("volume {name:?}: another command changed its snapshot table at the same time, so this one stopped; run it again (`cairn vol snap ls` shows where things stand)")]
+    Conflict { name: String },
     #[error("volume {name:?} is read-only here: {why}")]
     ReadOnly { name: String, why: String },
     #[error("{0}")]

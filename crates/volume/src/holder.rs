@@ -16,6 +16,7 @@ use crate::lease::{
 };
 use crate::snaps::{snaps_object, SnapTable, MAX_SNAPS_LEN};
 use crate::volume::read_header;
+use cairn_client::contents_tag;
 use cairn_client::{Client, ClientError};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,8 +58,8 @@ struct Shared {
     sampled: Mutex<(Instant, [u64; 4])>,
     /// The pool's default QoS limits, re-read at every renewal.
     pool_qos: Mutex<crate::snaps::Qos>,
-    /// CRC-32C of the snapshot table's bytes as last read (what the watch of it compares).
-    table_crc: std::sync::atomic::AtomicU32,
+    /// Contents tag of the snapshot table's bytes as last read (what the watch of it compares).
+    table_tag: AtomicU64,
 }
 
 /// How a process holds a volume open.
@@ -103,22 +104,23 @@ pub(crate) async fn read_snaps(
     name: &str,
     id: u64,
 ) -> Result<SnapTable, VolumeError> {
-    read_snaps_crc(client, pool, name, id).await.map(|(t, _)| t)
+    read_snaps_tag(client, pool, name, id).await.map(|(t, _)| t)
 }
 
-/// The table and the CRC-32C of its stored bytes (0 when absent: what a watch compares).
-async fn read_snaps_crc(
+/// The table and the contents tag of its stored bytes (0 when absent: what a watch and a
+/// conditional write compare).
+pub(crate) async fn read_snaps_tag(
     client: &Client,
     pool: u32,
     name: &str,
     id: u64,
-) -> Result<(SnapTable, u32), VolumeError> {
+) -> Result<(SnapTable, u64), VolumeError> {
     match client
         .read(pool, &snaps_object(id), 0, MAX_SNAPS_LEN as u64 + 1)
         .await
     {
         Ok(b) => match SnapTable::decode(&b) {
-            Ok(t) => Ok((t, crc32c::crc32c(&b))),
+            Ok(t) => Ok((t, contents_tag(&b))),
             Err(why) => Err(VolumeError::BadSnaps {
                 name: name.to_string(),
                 why,
@@ -196,7 +198,7 @@ impl HeldLease {
             counts: Default::default(),
             sampled: Mutex::new((Instant::now(), [0; 4])),
             pool_qos: Mutex::default(),
-            table_crc: Default::default(),
+            table_tag: Default::default(),
         });
         let started = Instant::now();
         match shared.write_record().await {
@@ -463,8 +465,8 @@ impl Shared {
 
     /// Reads and adopts the table at open; a snapshot being read must exist and be active.
     async fn first_snaps(&self) -> Result<(), VolumeError> {
-        let (t, crc) = read_snaps_crc(&self.client, self.pool, &self.name, self.id).await?;
-        self.table_crc.store(crc, Ordering::Relaxed);
+        let (t, tag) = read_snaps_tag(&self.client, self.pool, &self.name, self.id).await?;
+        self.table_tag.store(tag, Ordering::Relaxed);
         if let Some(id) = self.reading {
             if !t.snaps.iter().any(|s| s.id == id && s.active) {
                 return Err(self.closed(format!("snapshot {id} was removed")));
@@ -599,7 +601,7 @@ async fn poll_snaps(s: &Shared, until: Instant) -> Result<(), Stop> {
         if left.is_zero() {
             return Ok(());
         }
-        let known = s.table_crc.load(Ordering::Relaxed);
+        let known = s.table_tag.load(Ordering::Relaxed);
         let woken = async {
             if let Err(e) = s.client.watch(s.pool, &object, known, left).await {
                 tracing::debug!(volume = %s.name, error = %e, "watching the snapshot table failed; polling");
@@ -610,12 +612,12 @@ async fn poll_snaps(s: &Shared, until: Instant) -> Result<(), Stop> {
             () = woken => {}
             () = s.stop.notified() => return Err(Stop::Server),
         }
-        match read_snaps_crc(&s.client, s.pool, &s.name, s.id).await {
-            Ok((t, crc)) => {
+        match read_snaps_tag(&s.client, s.pool, &s.name, s.id).await {
+            Ok((t, tag)) => {
                 if let Some(why) = s.adopt(t).await {
                     return Err(Stop::Must(why));
                 }
-                s.table_crc.store(crc, Ordering::Relaxed);
+                s.table_tag.store(tag, Ordering::Relaxed);
             }
             Err(e) => {
                 tracing::warn!(volume = %s.name, error = %e,

@@ -11,12 +11,14 @@
 use crate::admin::{remove_named, volume_objects};
 use crate::error::VolumeError;
 use crate::header::{self, check_name, Header};
-use crate::holder::read_snaps;
+use crate::holder::{read_snaps, read_snaps_tag};
 use crate::join::join_all;
 use crate::lease::{LeaseRecord, LEASE_FOR};
 use crate::snaps::{clone_object, snaps_object, unneeded_clones, Snap, SnapTable, MAX_SNAPS};
 use crate::volume::{read_header, Volume};
-use cairn_client::Client;
+use cairn_client::contents_tag;
+use cairn_client::{Client, ClientError};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a step waits for the volume's holders to acknowledge it: a live holder does
@@ -161,7 +163,7 @@ pub async fn protect_snap(
         s.protected = protected;
     }
     table.generation += 1;
-    write_table(client, ctx.pool, header.id, &table).await?;
+    ctx.write(&table).await?;
     find(&table, name, snap).cloned()
 }
 
@@ -276,12 +278,13 @@ pub async fn set_qos(
     ctx.change(&mut table, events).await
 }
 
-/// Writes volume `id`'s `table` as its next generation and waits for every holder to adopt it.
+/// Writes volume `id`'s `table`, read with contents tag `tag` (`holder::read_snaps_tag`), as its next
+/// generation and waits for every holder to adopt it.
 pub(crate) async fn change_table(
     client: &Client,
     pool: u32,
     name: &str,
-    id: u64,
+    (id, tag): (u64, u64),
     table: &mut SnapTable,
 ) -> Result<(), VolumeError> {
     let ctx = Ctx {
@@ -289,6 +292,7 @@ pub(crate) async fn change_table(
         pool,
         name,
         id,
+        tag: AtomicU64::new(tag),
     };
     ctx.change(table, &mut |_| {}).await
 }
@@ -299,6 +303,10 @@ struct Ctx<'a> {
     pool: u32,
     name: &'a str,
     id: u64,
+    /// Contents tag of the table as this command last read or wrote it: each write is
+    /// conditional on it, so two commands changing one volume's table at once cannot lose
+    /// each other's change (the second is refused).
+    tag: AtomicU64,
 }
 
 impl<'a> Ctx<'a> {
@@ -310,14 +318,35 @@ impl<'a> Ctx<'a> {
     ) -> Result<(Ctx<'a>, Header, SnapTable), VolumeError> {
         let pool = client.pool_id(pool_name)?;
         let header = read_header(client, pool, pool_name, name).await?;
-        let table = read_snaps(client, pool, name, header.id).await?;
+        let (table, tag) = read_snaps_tag(client, pool, name, header.id).await?;
         let ctx = Ctx {
             client,
             pool,
             name,
             id: header.id,
+            tag: AtomicU64::new(tag),
         };
         Ok((ctx, header, table))
+    }
+
+    /// Writes `table` if no one else changed it since this command read it.
+    async fn write(&self, table: &SnapTable) -> Result<(), VolumeError> {
+        let bytes = table.encode();
+        let expected = self.tag.load(Ordering::Relaxed);
+        match self
+            .client
+            .write_full_if(self.pool, &snaps_object(self.id), expected, &bytes)
+            .await
+        {
+            Ok(()) => {
+                self.tag.store(contents_tag(&bytes), Ordering::Relaxed);
+                Ok(())
+            }
+            Err(ClientError::Conflict { .. }) => Err(VolumeError::Conflict {
+                name: self.name.to_string(),
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes `table` as its next generation and waits until every holder adopted it.
@@ -327,7 +356,7 @@ impl<'a> Ctx<'a> {
         events: &mut dyn FnMut(SnapEvent<'_>),
     ) -> Result<(), VolumeError> {
         table.generation += 1;
-        write_table(self.client, self.pool, self.id, table).await?;
+        self.write(table).await?;
         self.wait_acked(table.generation, events).await
     }
 
@@ -393,20 +422,8 @@ impl<'a> Ctx<'a> {
         table.retired.retain(|r| kept_ids.contains(r));
         if table.retired.len() != before {
             table.generation += 1;
-            write_table(self.client, self.pool, self.id, table).await?;
+            self.write(table).await?;
         }
         Ok(())
     }
-}
-
-async fn write_table(
-    client: &Client,
-    pool: u32,
-    id: u64,
-    table: &SnapTable,
-) -> Result<(), VolumeError> {
-    client
-        .write_full(pool, &snaps_object(id), &table.encode())
-        .await?;
-    Ok(())
 }

@@ -6,7 +6,8 @@ use crate::pgstate::{coll_of, ParkedRead, Watcher};
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{
-    OpKind, OpReply, OpRequest, MAX_LIST, MAX_WATCH_OBJECT, MAX_WATCH_WAIT_MS,
+    contents_tag as contents_tag_of, OpKind, OpReply, OpRequest, MAX_LIST, MAX_WATCH_OBJECT,
+    MAX_WATCH_WAIT_MS,
 };
 use cairn_store::StoreError;
 use cairn_transport::FrameSender;
@@ -53,10 +54,10 @@ pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, r
             Vec::new(),
         )),
         OpKind::Watch {
-            known_crc,
+            known_tag,
             max_wait_ms,
-        } => match contents_crc(store, coll_exists, coll, &req.object) {
-            Ok(crc) if crc != known_crc => Ok((
+        } => match contents_tag(store, coll_exists, coll, &req.object) {
+            Ok((_, tag)) if tag != known_tag => Ok((
                 OpReply::Ok {
                     version: 0,
                     size: 0,
@@ -112,19 +113,20 @@ pub fn watch_answer(to: &FrameSender, req_id: u64) {
     );
 }
 
-/// CRC-32C of an object's contents (0 when absent): what a watch compares.
-fn contents_crc(
+/// Whether an object exists, and the tag of its contents (0 when absent): what a watch
+/// and a conditional write compare. Objects of at most [`MAX_WATCH_OBJECT`] bytes.
+pub fn contents_tag(
     store: &cairn_store::Store,
     coll_exists: bool,
     coll: u64,
     obj: &[u8],
-) -> Result<u32, OpReply> {
+) -> Result<(bool, u64), OpReply> {
     match read_range(store, coll_exists, coll, obj, 0, MAX_WATCH_OBJECT + 1) {
         Ok((_, data)) if data.len() as u64 > MAX_WATCH_OBJECT => Err(OpReply::Invalid(format!(
-            "a watched object must be at most {MAX_WATCH_OBJECT} bytes"
+            "a watched or conditionally written object must be at most {MAX_WATCH_OBJECT} bytes"
         ))),
-        Ok((_, data)) => Ok(crc32c::crc32c(&data)),
-        Err(OpReply::NoSuchObject) => Ok(0),
+        Ok((_, data)) => Ok((true, contents_tag_of(&data))),
+        Err(OpReply::NoSuchObject) => Ok((false, 0)),
         Err(r) => Err(r),
     }
 }

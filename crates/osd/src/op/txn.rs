@@ -32,7 +32,7 @@ pub fn build(
             t.write_shared(coll, object, offset, data.clone());
         }
         // A create reaches the store only once the primary found the object absent.
-        OpKind::WriteFull | OpKind::Create => {
+        OpKind::WriteFull | OpKind::Create | OpKind::WriteFullIf { .. } => {
             check_range(0, data.len() as u64)?;
             // Small whole objects are metadata (a volume's header, lease, snapshot table):
             // writable in a full store, so that space can be freed.
@@ -51,7 +51,7 @@ pub fn build(
             check_range(size, 0)?;
             t.truncate(coll, object, size);
         }
-        OpKind::Remove => {
+        OpKind::Remove | OpKind::RemoveIf { .. } => {
             t.remove(coll, object);
         }
         OpKind::Read { .. } | OpKind::Stat | OpKind::List { .. } | OpKind::Watch { .. } => {
@@ -61,7 +61,7 @@ pub fn build(
     t.kv_set(coll, VERSION_KEY, &version.to_le_bytes());
     // Ranges let recovery copy only the bytes a write changed (4 KiB of a 4 MiB object).
     let op = match *kind {
-        OpKind::Remove => LogOp::Remove,
+        OpKind::Remove | OpKind::RemoveIf { .. } => LogOp::Remove,
         OpKind::Write { offset } => LogOp::Range {
             offset,
             len: data.len() as u64,

@@ -56,6 +56,9 @@ pub fn primary_write(
             return reply(&to, req_id, &r, &[]);
         }
     }
+    if let Some(r) = compare(&osd.store, st.coll_exists, pg, &req) {
+        return reply(&to, req_id, &r, &[]);
+    }
     let mut links = Vec::with_capacity(acting.len());
     for &member in &acting[1..] {
         match osd.peers.link(&osd.inflight, here, map, member) {
@@ -173,6 +176,34 @@ fn create_conflict(
     } else {
         OpReply::Exists
     })
+}
+
+/// What a conditional op must answer instead of writing, if its condition fails. Ops on one
+/// PG run in order on its shard and a write is in the store's index once submitted, so the
+/// contents compared are those every earlier write left.
+fn compare(
+    store: &cairn_store::Store,
+    coll_exists: bool,
+    pg: PgId,
+    req: &OpRequest,
+) -> Option<OpReply> {
+    let (expected, removing) = match req.kind {
+        OpKind::WriteFullIf { expected_tag } => (expected_tag, false),
+        OpKind::RemoveIf { expected_tag } => (expected_tag, true),
+        _ => return None,
+    };
+    let coll = crate::pgstate::coll_of(pg);
+    let (exists, tag) = match super::read::contents_tag(store, coll_exists, coll, &req.object) {
+        Ok(c) => c,
+        Err(r) => return Some(r),
+    };
+    if removing && !exists {
+        return Some(OpReply::NoSuchObject);
+    }
+    if tag == expected {
+        return None;
+    }
+    Some(OpReply::Conflict)
 }
 
 pub fn rep_reply(to: &FrameSender, req_id: u64, r: &RepReply) {

@@ -322,7 +322,11 @@ fn waits_for_missing(
     };
     // A write need not wait for the object's old copy, except one that depends on whether it
     // exists (a remove, an exclusive create).
-    if !*wanted && req.kind.is_write() && !matches!(req.kind, OpKind::Remove | OpKind::Create) {
+    let conditional = matches!(
+        req.kind,
+        OpKind::Remove | OpKind::Create | OpKind::WriteFullIf { .. } | OpKind::RemoveIf { .. }
+    );
+    if !*wanted && req.kind.is_write() && !conditional {
         return false;
     }
     if !*wanted {

@@ -91,15 +91,38 @@ pub enum OpKind {
     /// [`OpReply::Exists`], unless it holds exactly these bytes already (what a resend of
     /// this same create finds after its first answer was lost): then `Ok`.
     Create,
-    /// Waits for the object to change: answered `Ok` at once when its contents' CRC-32C
-    /// (0 for an absent or empty object) is not `known_crc`, else when a write to it comes,
+    /// Waits for the object to change: answered `Ok` at once when its contents' tag
+    /// ([`contents_tag`], 0 for an absent object) is not `known_tag`, else when a write to it comes,
     /// or after `max_wait_ms` (<= [`MAX_WATCH_WAIT_MS`]). An answer only says "read it
     /// again": it may come without a change (a timeout, a primary change). Objects of at
     /// most [`MAX_WATCH_OBJECT`] bytes.
     Watch {
-        known_crc: u32,
+        known_tag: u64,
         max_wait_ms: u32,
     },
+    /// Compare-and-swap: replaces the whole object with the frame's data only if the tag
+    /// of its contents ([`contents_tag`], 0 when absent) is `expected_tag`; else answered
+    /// [`OpReply::Conflict`]. (A client that sent it again after a lost answer and gets
+    /// `Conflict` reads the object: holding exactly its bytes, its first attempt landed.)
+    WriteFullIf {
+        expected_tag: u64,
+    },
+    /// Removes the object only if the tag of its contents is `expected_tag`; else
+    /// [`OpReply::Conflict`] ([`OpReply::NoSuchObject`] when absent).
+    RemoveIf {
+        expected_tag: u64,
+    },
+}
+
+/// What a watch and a conditional op compare: the first 8 bytes of the SHA-256 of an
+/// object's contents (little-endian), never 0, which stands for an absent object. Not a CRC:
+/// objects that end with their own CRC-32C (tables, records) all have the same CRC-32C.
+pub fn contents_tag(data: &[u8]) -> u64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(data);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first).max(1)
 }
 
 /// Longest a [`OpKind::Watch`] waits at the OSD.
@@ -118,6 +141,8 @@ impl OpKind {
                 | OpKind::Truncate { .. }
                 | OpKind::Remove
                 | OpKind::Create
+                | OpKind::WriteFullIf { .. }
+                | OpKind::RemoveIf { .. }
         )
     }
 }
@@ -172,6 +197,9 @@ pub enum OpReply {
     /// The sending instance is fenced (blocklisted in the map, `OpRequest::instance`): a
     /// newer holder took its volume over. Do not retry.
     Fenced,
+    /// A conditional op ([`OpKind::WriteFullIf`], [`OpKind::RemoveIf`]) found other
+    /// contents: nothing was written. Read the object again.
+    Conflict,
 }
 
 /// Most ops one [`OpBatch`] may carry (clients send at most 8).
