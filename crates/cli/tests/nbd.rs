@@ -8,7 +8,7 @@ mod common;
 use common::cluster::{run_as, text, Cluster};
 use common::tools::{
     file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, nbdsh_spawn, p, scratch,
-    system_path, tool, tool_ok, verify_tree,
+    system_path, tool, tool_ok, verify_tree, wait_line,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -1371,4 +1371,81 @@ fn a_writer_whose_lease_looks_expired_is_fenced_and_none_of_its_writes_land_afte
         &["osd", "blocklist", "add", "0", "--pool", "default"],
     );
     assert!(!ok && out.contains("not a client instance"), "{out}");
+}
+
+/// Prints the first byte at each offset of env OFFS (comma separated).
+const BYTES_AT: &str = r#"
+import nbd, os
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+print(",".join(str(h.pread(4096, int(o))[0]) for o in os.environ["OFFS"].split(",")))
+"#;
+
+fn bytes_at(uri: &str, offs: &[u64]) -> String {
+    let offs: Vec<String> = offs.iter().map(u64::to_string).collect();
+    let out = Command::new("nbdsh")
+        .args(["-c", BYTES_AT])
+        .env("URI", uri)
+        .env("OFFS", offs.join(","))
+        .env("PATH", system_path())
+        .output()
+        .expect("nbdsh");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).trim().to_string()
+}
+
+/// Starts a server of pool default, retrying while a killed one's lease has not expired.
+fn server_when_free(c: &Cluster, volume: &str) -> NbdServer {
+    let start = Instant::now();
+    loop {
+        let s = NbdServer::start(c, "default");
+        if tool(30, "nbdinfo", &[&s.uri(volume)]).status.success() {
+            return s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(40), "{}", c.logs());
+        drop(s);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn the_allocation_map_is_persisted_and_an_open_reads_it_instead_of_listing() {
+    let c = Cluster::up_with_nbd("nbd-alloc", 3);
+    c.ok(&["vol", "create", "am", "--size", "256M"]);
+    let id = volume_id(&c, "default", "am");
+    const OBJ: u64 = 4 << 20;
+    let mut s = NbdServer::start(&c, "default");
+    // A client keeps the volume open, so the kill below finds it open.
+    let mut holder = nbdsh_spawn(&s.uri("am"), 90, HOLDER);
+    wait_line(&mut holder, "connected");
+    let write = "h.pwrite(b'\\x11' * 4096, 0); h.pwrite(b'\\x33' * 4096, 3 * 4194304 + 8192); \
+                 h.pwrite(b'\\x44' * 4096, 40 * 4194304)";
+    tool_ok(&c, 30, "nbdsh", &["-u", &s.uri("am"), "-c", write]);
+    // A crash: every object written is marked in the map before its data was sent.
+    s.signal(libc::SIGKILL);
+    s.wait_exit();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let shard = format!("valloc.{id}.00000000");
+    assert_eq!(objects_with(&c, "default", &shard), vec![shard.clone()]);
+    // An object put behind the map's back is not seen by the next open: it reads the map,
+    // it does not list the pool.
+    let planted = scratch("nbd-alloc").join("planted");
+    std::fs::write(&planted, vec![0x55u8; 4096]).expect("write");
+    let data20 = format!("vdata.{id}.{:016x}", 20);
+    c.ok(&["obj", "put", "default", &data20, &p(&planted)]);
+    let s2 = server_when_free(&c, "am");
+    let offs = [0, 3 * OBJ + 8192, 40 * OBJ, 20 * OBJ];
+    assert_eq!(bytes_at(&s2.uri("am"), &offs), "17,51,68,0");
+    // Without a map (a volume from before it, or a damaged one) the pool is listed once and
+    // the map written from it: now the planted object is seen.
+    s2.signal(libc::SIGTERM);
+    let mut s2 = s2;
+    s2.wait_exit();
+    c.ok(&["obj", "rm", "default", &shard]);
+    let s3 = server_when_free(&c, "am");
+    assert_eq!(bytes_at(&s3.uri("am"), &offs), "17,51,68,85");
+    assert_eq!(objects_with(&c, "default", &shard), vec![shard.clone()]);
+    drop(s3);
+    c.ok(&["vol", "rm", "am", "--force"]);
+    assert_eq!(objects_with(&c, "default", &id), Vec::<String>::new());
 }

@@ -8,9 +8,8 @@ mod common;
 use common::cluster::{text, Cluster};
 use common::tools::{
     file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, nbdsh_spawn, p, scratch,
-    system_path, tool, tool_ok, verify_tree,
+    system_path, tool, tool_ok, verify_tree, wait_line,
 };
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -50,13 +49,6 @@ fn stop(mut child: Child) {
 }
 
 /// Waits for the first line of `child`'s stdout, which must be `want`.
-fn wait_line(child: &mut Child, want: &str) {
-    let out = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line).expect("read");
-    assert_eq!(line.trim(), want, "nbdsh said {line:?}");
-}
-
 fn objects_with(c: &Cluster, part: &str) -> Vec<String> {
     c.ok(&["obj", "ls", "default"])
         .lines()

@@ -145,7 +145,7 @@ impl Volume {
                 r => r,
             }
         } else {
-            self.map.writing(objno);
+            self.note_writing(objno).await?;
             self.client
                 .write_full(self.pool, &head, &bytes)
                 .await

@@ -9,6 +9,7 @@
 //! A volume knows no protocol: `cairn-gateway` serves volumes over NBD.
 
 mod admin;
+pub mod allocmap;
 mod clone;
 mod cow;
 mod diff;

@@ -17,6 +17,9 @@ pub struct ObjectMap {
 #[derive(Debug, Default)]
 struct Inner {
     exists: BTreeSet<u64>,
+    /// What the persisted allocation map marks (`allocmap.rs`), as far as this process knows
+    /// it for sure: a superset of `exists` for every object being written.
+    persisted: BTreeSet<u64>,
     /// Remove in flight per object, by token; a write to the object cancels it so a remove
     /// that completes after a newer write never marks the object absent.
     removing: HashMap<u64, u64>,
@@ -50,11 +53,71 @@ impl ObjectMap {
         self.lock().exists.contains(&objno)
     }
 
-    /// Called before a write to the object is sent.
-    pub fn writing(&self, objno: u64) {
+    /// A map holding these objects, all of them marked in the persisted allocation map.
+    pub fn persisted(existing: BTreeSet<u64>) -> ObjectMap {
+        ObjectMap {
+            inner: Mutex::new(Inner {
+                persisted: existing.clone(),
+                exists: existing,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Called before a write to the object is sent. Returns whether the persisted allocation
+    /// map may lack it (then it must be marked there before the write is sent).
+    pub fn writing(&self, objno: u64) -> bool {
         let mut m = self.lock();
         m.exists.insert(objno);
         m.removing.remove(&objno);
+        !m.persisted.contains(&objno)
+    }
+
+    /// Whether the persisted allocation map surely marks the object.
+    pub fn is_persisted(&self, objno: u64) -> bool {
+        self.lock().persisted.contains(&objno)
+    }
+
+    /// The objects of allocation-map shard `shard` to write now. Until that write is done,
+    /// only what both the old and the new shard mark counts as persisted: an object cleared
+    /// by this write is marked again (by the next write) before its data is written.
+    pub fn shard_to_persist(&self, shard: u64) -> BTreeSet<u64> {
+        let (first, end) = shard_range(shard);
+        let mut m = self.lock();
+        let members: BTreeSet<u64> = m.exists.range(first..end).copied().collect();
+        let dropped: Vec<u64> = m
+            .persisted
+            .range(first..end)
+            .filter(|o| !members.contains(o))
+            .copied()
+            .collect();
+        for o in dropped {
+            m.persisted.remove(&o);
+        }
+        members
+    }
+
+    /// Records that shard `shard` now holds exactly `members`.
+    pub fn shard_persisted(&self, shard: u64, members: &BTreeSet<u64>) {
+        let (first, end) = shard_range(shard);
+        let mut m = self.lock();
+        let old: Vec<u64> = m.persisted.range(first..end).copied().collect();
+        for o in old {
+            m.persisted.remove(&o);
+        }
+        m.persisted.extend(members.iter().copied());
+    }
+
+    /// Shards that mark objects that are gone (to clear at close).
+    pub fn stale_shards(&self) -> Vec<u64> {
+        let m = self.lock();
+        let mut shards: Vec<u64> = m
+            .persisted
+            .difference(&m.exists)
+            .map(|&o| crate::allocmap::shard_of(o))
+            .collect();
+        shards.dedup();
+        shards
     }
 
     /// Called before a remove of the object is sent.
@@ -94,9 +157,34 @@ impl ObjectMap {
     }
 }
 
+fn shard_range(shard: u64) -> (u64, u64) {
+    let first = shard * crate::allocmap::SHARD_OBJECTS;
+    (first, first + crate::allocmap::SHARD_OBJECTS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shard_write_counts_only_what_both_versions_mark() {
+        let m = ObjectMap::persisted([1, 2].into_iter().collect());
+        assert!(!m.writing(1), "marked already");
+        let t = m.removing(2);
+        m.removed(t);
+        assert_eq!(m.stale_shards(), vec![0]);
+        // A rewrite of shard 0 starts: 2 is no longer counted as marked...
+        let members = m.shard_to_persist(0);
+        assert_eq!(members, [1].into_iter().collect());
+        // ...so a write of 2 meanwhile must mark it again.
+        assert!(m.writing(2));
+        m.shard_persisted(0, &members);
+        assert!(!m.is_persisted(2) && m.is_persisted(1));
+        let again = m.shard_to_persist(0);
+        m.shard_persisted(0, &again);
+        assert!(m.is_persisted(2));
+        assert!(m.stale_shards().is_empty());
+    }
 
     #[test]
     fn write_then_remove() {

@@ -97,6 +97,7 @@ pub async fn remove(
         .filter(|o| {
             lease_of(o).is_some_and(|(id, _)| id == h.id)
                 || crate::snaps::clone_of(o).is_some_and(|(id, _, _)| id == h.id)
+                || crate::allocmap::volume_of(o) == Some(h.id)
         })
         .collect();
     rest.push(crate::snaps::snaps_object(h.id));
@@ -179,7 +180,10 @@ pub async fn find_orphans(client: &Client, pool_name: &str) -> Result<Orphans, V
     let pool = client.pool_id(pool_name)?;
     let mut found = Orphans::default();
     for o in client.list(pool).await? {
-        if let Some(id) = data_id(&o).or_else(|| lease_of(&o).map(|(id, _)| id)) {
+        let id = data_id(&o)
+            .or_else(|| lease_of(&o).map(|(id, _)| id))
+            .or_else(|| crate::allocmap::volume_of(&o));
+        if let Some(id) = id {
             found.by_id.entry(id).or_default().push(o);
         }
     }

@@ -9,9 +9,9 @@ use crate::lease::LAPSE_PATIENCE;
 use crate::objmap::ObjectMap;
 use crate::snaps::Snap;
 use cairn_client::{Client, ClientError};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Objects zeroed or removed at once by one request.
 const ZERO_PARALLEL: usize = 32;
@@ -47,6 +47,12 @@ pub struct Volume {
     /// Whether a data object absent from the object map is known absent. Not in a clone: its
     /// flattening (another process) creates objects this one never sees.
     trust_map: bool,
+    /// Whether this process keeps the persisted allocation map (`allocmap.rs`): the writer
+    /// of a volume that is not a clone.
+    alloc: bool,
+    /// One write of each allocation-map shard at a time (writers of new objects in one shard
+    /// wait for it, and find their bit written by it).
+    alloc_locks: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     /// How this process holds the volume.
     mode: Mode,
 }
@@ -121,14 +127,21 @@ impl Volume {
         };
         let lease =
             HeldLease::acquire(&client, pool, pool_name, name, header, holder, mode).await?;
-        let objects = crate::admin::volume_objects(&client, pool, header.id).await?;
-        let existing = match &snap {
-            // A snapshot's data is in the head objects or in clones.
-            Some(_) => objects.all_objnos(),
-            None => objects.heads,
-        };
         let size = snap.as_ref().map_or(header.size, |s| s.size);
         let link = lease.snaps().table.parent.clone();
+        // The writer of a volume that is not a clone keeps the persisted allocation map (a
+        // clone's flatten, another process, creates objects this one never sees).
+        let alloc = mode == Mode::Writer && link.is_none();
+        let map = if alloc {
+            Self::load_alloc(&client, pool, &header).await?
+        } else {
+            let objects = crate::admin::volume_objects(&client, pool, header.id).await?;
+            ObjectMap::new(match &snap {
+                // A snapshot's data is in the head objects or in clones.
+                Some(_) => objects.all_objnos(),
+                None => objects.heads,
+            })
+        };
         let parent = match link {
             Some(_) if depth >= MAX_CLONE_DEPTH => {
                 return Err(VolumeError::BadHeader {
@@ -165,7 +178,9 @@ impl Volume {
             name: name.to_string(),
             header,
             size: AtomicU64::new(size),
-            map: ObjectMap::new(existing),
+            map,
+            alloc,
+            alloc_locks: Mutex::default(),
             lease,
             snap,
             resolved: Mutex::default(),
@@ -176,6 +191,78 @@ impl Volume {
         })
     }
 
+    /// The persisted allocation map of volume `header`, or, for a volume without one (made
+    /// before it, or damaged), the pool listed once and the map written from it.
+    async fn load_alloc(
+        client: &Client,
+        pool: u32,
+        header: &Header,
+    ) -> Result<ObjectMap, VolumeError> {
+        let objects = header.size.div_ceil(u64::from(header.object_size));
+        if let Some(set) = crate::allocmap::load(client, pool, header.id, objects).await? {
+            return Ok(ObjectMap::persisted(set));
+        }
+        let listed = crate::admin::volume_objects(client, pool, header.id).await?;
+        let set: BTreeSet<u64> = listed.heads.into_iter().collect();
+        crate::allocmap::store_all(client, pool, header.id, objects, &set).await?;
+        Ok(ObjectMap::persisted(set))
+    }
+
+    /// Called before a write that may create data object `objno` is sent: with a persisted
+    /// allocation map, the object is marked there first (durably), so an open after a crash
+    /// finds every object that exists.
+    pub(crate) async fn note_writing(&self, objno: u64) -> Result<(), VolumeError> {
+        if !self.map.writing(objno) || !self.alloc {
+            return Ok(());
+        }
+        let shard = crate::allocmap::shard_of(objno);
+        let lock = self
+            .alloc_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(shard)
+            .or_default()
+            .clone();
+        let _one_writer = lock.lock().await;
+        if self.map.is_persisted(objno) {
+            return Ok(()); // a write of the shard while this one waited marked it
+        }
+        self.persist_shard(shard)
+            .await
+            .map_err(|e| self.object_error("mark in the allocation map", objno, e))
+    }
+
+    /// Writes allocation-map shard `shard` from this process's map (the caller holds the
+    /// shard's lock).
+    async fn persist_shard(&self, shard: u64) -> Result<(), ClientError> {
+        let members = self.map.shard_to_persist(shard);
+        crate::allocmap::store(&self.client, self.pool, self.header.id, shard, &members).await?;
+        self.map.shard_persisted(shard, &members);
+        Ok(())
+    }
+
+    /// Clears the bits of removed objects from the persisted allocation map (at close; a
+    /// crash before leaves bits that only cost a read answered "no such object").
+    async fn tidy_alloc(&self) {
+        if !self.alloc {
+            return;
+        }
+        for shard in self.map.stale_shards() {
+            let lock = self
+                .alloc_locks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(shard)
+                .or_default()
+                .clone();
+            let _one_writer = lock.lock().await;
+            if let Err(e) = self.persist_shard(shard).await {
+                tracing::warn!(volume = %self.name, shard, error = %e,
+                    "could not clear removed objects from the allocation map");
+            }
+        }
+    }
+
     /// The snapshot this is a view of, if it is one.
     pub fn snapshot(&self) -> Option<&Snap> {
         self.snap.as_ref()
@@ -184,6 +271,7 @@ impl Volume {
     /// Closes the volume: waits for in-flight I/O, then releases the lease; later I/O fails.
     /// (Dropping the volume does the same in the background.)
     pub async fn close(&self) {
+        self.tidy_alloc().await;
         self.lease.close().await;
         if let Some(p) = &self.parent {
             Box::pin(p.close()).await;
@@ -366,7 +454,7 @@ impl Volume {
         let write = |p: Piece| async move {
             self.preserve(p.objno).await?;
             self.copy_up(p.objno).await?;
-            self.map.writing(p.objno);
+            self.note_writing(p.objno).await?;
             let name = data_object(self.header.id, p.objno);
             let slice = &data[p.at as usize..(p.at + p.len) as usize];
             self.client
@@ -410,6 +498,7 @@ impl Volume {
         if self.parent_covers(p.objno) {
             self.preserve(p.objno).await?;
             // A clone's missing object reads its parent's: punched, it must be kept, empty.
+            self.note_writing(p.objno).await?;
             let r = if whole {
                 self.client
                     .write_full(self.pool, &name, &[])
@@ -419,7 +508,6 @@ impl Volume {
                 self.copy_up(p.objno).await?;
                 self.client.zero(self.pool, &name, p.offset, p.len).await
             };
-            self.map.writing(p.objno);
             return r
                 .map(|_| ())
                 .map_err(|e| self.object_error("zero", p.objno, e));
@@ -456,7 +544,7 @@ impl Volume {
         // object, sparse, reading as zeros up to there (no buffer of the range's size; a
         // truncate instead could race a concurrent write to another part of the object).
         self.preserve(p.objno).await?;
-        self.map.writing(p.objno);
+        self.note_writing(p.objno).await?;
         self.client
             .write(self.pool, &name, p.offset + p.len - 1, &[0])
             .await

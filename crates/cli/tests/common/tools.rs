@@ -258,3 +258,14 @@ pub fn nbdsh_spawn(uri: &str, secs: u32, script: &str) -> Child {
         .spawn()
         .expect("run nbdsh (apt-get install libnbd-bin python3-libnbd)")
 }
+
+/// Reads the first line a spawned child prints (its stdout, taken) and checks it.
+pub fn wait_line(child: &mut Child, want: &str) {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), want, "the child said {line:?}");
+}
