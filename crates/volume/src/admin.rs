@@ -117,7 +117,7 @@ pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<Volume
     let listing = client.list(pool).await?;
     let objects = VolumeObjects::of(h.id, &listing);
     let snaps = crate::holder::read_snaps(client, pool, name, h.id).await?;
-    let live = crate::remove::live_leases(client, pool, h.id, &listing).await?;
+    let live = crate::remove::live_leases(client, pool, h.id).await?;
     let mut rates = crate::lease::IoRates::default();
     for (_, r) in &live {
         rates.read_ops += r.rates.read_ops;

@@ -201,6 +201,18 @@ impl HeldLease {
             table_tag: Default::default(),
         });
         let started = Instant::now();
+        // Registered before the lease is written: whoever reads the registry after this finds
+        // the lease, or this holder about to write it.
+        let writer = mode == Mode::Writer;
+        let holder = client.instance();
+        match crate::registry::register(client, pool, name, header.id, holder, writer).await {
+            Ok(()) => {}
+            // A full pool still serves reads (below); a writer cannot go on.
+            Err(e) if is_full(&e) && !writer => {
+                tracing::warn!(volume = name, error = %e, "the pool is full: not registered")
+            }
+            Err(e) => return Err(e),
+        }
         match shared.write_record().await {
             Ok(()) => {}
             // A write that failed may still have landed on some copies: no stale lease left.
@@ -382,11 +394,18 @@ impl Shared {
             .map_err(VolumeError::from)
     }
 
+    /// Removes the lease, then the registry's entry (`registry.rs`).
     async fn remove_record(&self) {
         match self.client.remove(self.pool, &self.object()).await {
             Ok(()) | Err(ClientError::NoSuchObject { .. }) => {}
             Err(e) => tracing::warn!(volume = %self.name, error = %e,
                 "could not remove the volume's open lease; it expires by itself"),
+        }
+        let holder = [self.record.lock().unwrap_or_else(|p| p.into_inner()).holder];
+        let r = crate::registry::unregister(&self.client, self.pool, &self.name, self.id, &holder);
+        if let Err(e) = r.await {
+            tracing::warn!(volume = %self.name, error = %e,
+                "could not leave the volume's holder registry; the next opener drops the entry");
         }
     }
 
@@ -407,10 +426,9 @@ impl Shared {
     /// A writer whose lease expired is fenced first (its ops refused by every OSD this
     /// client reaches from now on), so nothing it still sends lands after this one's writes.
     async fn other_writers(&self) -> Result<(), VolumeError> {
-        let listing = self.client.list(self.pool).await?;
         let me = self.object();
         let mut live = Vec::new();
-        for (object, r) in crate::remove::all_leases(&self.client, self.pool, self.id, &listing)
+        for (object, r) in crate::remove::all_leases(&self.client, self.pool, self.id)
             .await?
             .into_iter()
             .filter(|(o, _)| *o != me)
@@ -445,9 +463,10 @@ impl Shared {
             desc = %r.desc, epoch,
             "took the volume over from a writer whose lease expired: that writer is fenced");
         match self.client.remove(self.pool, object).await {
-            Ok(()) | Err(ClientError::NoSuchObject { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+            Ok(()) | Err(ClientError::NoSuchObject { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
+        crate::registry::unregister(&self.client, self.pool, &self.name, self.id, &[holder]).await
     }
 
     /// Re-reads the pool's default QoS limits (kept as they were if that fails).

@@ -22,6 +22,7 @@ pub mod lease;
 mod objmap;
 pub mod pool_qos;
 mod qos;
+pub mod registry;
 mod remove;
 pub mod snaps;
 mod snapshot;

@@ -67,8 +67,7 @@ pub async fn remove(
         // lease first and reads the header after, so one of the two sees the other.
         write_header(client, pool, name, &flagged).await?;
     }
-    let objects = client.list(pool).await?;
-    let mut live = live_leases(client, pool, h.id, &objects).await?;
+    let mut live = live_leases(client, pool, h.id).await?;
     if !live.is_empty() && !force {
         // A client that has just disconnected: its server releases the lease at once.
         live = wait_released(client, pool, live, RELEASE_GRACE, &mut |_| {}).await?;
@@ -98,6 +97,7 @@ pub async fn remove(
             lease_of(o).is_some_and(|(id, _)| id == h.id)
                 || crate::snaps::clone_of(o).is_some_and(|(id, _, _)| id == h.id)
                 || crate::allocmap::volume_of(o) == Some(h.id)
+                || crate::registry::volume_of(o) == Some(h.id)
         })
         .collect();
     rest.push(crate::snaps::snaps_object(h.id));
@@ -127,7 +127,7 @@ pub async fn open_volumes(
         if !ids.contains(&h.id) {
             continue;
         }
-        let live = live_leases(client, pool, h.id, &objects).await?;
+        let live = live_leases(client, pool, h.id).await?;
         if !live.is_empty() {
             out.push((name, live.into_iter().map(|(_, r)| r).collect()));
         }
@@ -153,8 +153,7 @@ pub async fn close_for_removal(
     if flagged != h {
         write_header(client, pool, name, &flagged).await?;
     }
-    let objects = client.list(pool).await?;
-    let live = live_leases(client, pool, h.id, &objects).await?;
+    let live = live_leases(client, pool, h.id).await?;
     close_wait(client, pool, name, live, events).await
 }
 
@@ -182,7 +181,8 @@ pub async fn find_orphans(client: &Client, pool_name: &str) -> Result<Orphans, V
     for o in client.list(pool).await? {
         let id = data_id(&o)
             .or_else(|| lease_of(&o).map(|(id, _)| id))
-            .or_else(|| crate::allocmap::volume_of(&o));
+            .or_else(|| crate::allocmap::volume_of(&o))
+            .or_else(|| crate::registry::volume_of(&o));
         if let Some(id) = id {
             found.by_id.entry(id).or_default().push(o);
         }
@@ -251,35 +251,20 @@ async fn headers(
     Ok(out)
 }
 
-/// The unexpired leases of volume `id` among `objects` (a pool listing).
+/// The unexpired leases of volume `id` (its holder registry, `registry.rs`).
 pub(crate) async fn live_leases(
     client: &Client,
     pool: u32,
     id: u64,
-    objects: &[Vec<u8>],
 ) -> Result<Leases, VolumeError> {
-    let mut live = all_leases(client, pool, id, objects).await?;
+    let mut live = all_leases(client, pool, id).await?;
     live.retain(|(_, r)| r.remaining_ms() > 0);
     Ok(live)
 }
 
-/// Every lease record of volume `id` among `objects`, expired ones too.
-pub(crate) async fn all_leases(
-    client: &Client,
-    pool: u32,
-    id: u64,
-    objects: &[Vec<u8>],
-) -> Result<Leases, VolumeError> {
-    let mut found = Vec::new();
-    for o in objects {
-        if lease_of(o).is_none_or(|(of, _)| of != id) {
-            continue;
-        }
-        if let Some(r) = read_lease(client, pool, o).await? {
-            found.push((o.clone(), r));
-        }
-    }
-    Ok(found)
+/// Every lease of volume `id`, expired ones too.
+pub(crate) async fn all_leases(client: &Client, pool: u32, id: u64) -> Result<Leases, VolumeError> {
+    crate::registry::leases(client, pool, &format!("(id {id:016x})"), id).await
 }
 
 /// A lease record; `None` once removed. A damaged record counts as expired (its holder

@@ -226,7 +226,7 @@ pub async fn rollback_snap(
     let header = read_header(client, pool, pool_name, name).await?;
     let s = find_active(client, pool, name, &header, snap).await?;
     let listing = client.list(pool).await?;
-    let live = crate::remove::live_leases(client, pool, header.id, &listing).await?;
+    let live = crate::remove::live_leases(client, pool, header.id).await?;
     if !live.is_empty() {
         let records: Vec<LeaseRecord> = live.into_iter().map(|(_, r)| r).collect();
         return Err(VolumeError::Open {
@@ -365,8 +365,7 @@ impl<'a> Ctx<'a> {
         generation: u64,
         events: &mut dyn FnMut(SnapEvent<'_>),
     ) -> Result<(), VolumeError> {
-        let listing = self.client.list(self.pool).await?;
-        let mut behind = crate::remove::live_leases(self.client, self.pool, self.id, &listing)
+        let mut behind = crate::remove::live_leases(self.client, self.pool, self.id)
             .await?
             .into_iter()
             .filter(|(_, r)| r.acked_gen < generation)
