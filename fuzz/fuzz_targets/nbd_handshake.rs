@@ -131,6 +131,13 @@ fuzz_target!(|data: &[u8]| {
                     looked_up = Some(found.clone());
                     n.on_export(found)
                 }
+                Outcome::NeedContexts { .. } => {
+                    assert!(step.replies.is_empty());
+                    let available = (0..input.byte() % 4)
+                        .map(|i| format!("qemu:dirty-bitmap:s{i}"))
+                        .collect();
+                    n.on_contexts(available)
+                }
                 _ => break,
             };
         }
@@ -140,7 +147,7 @@ fuzz_target!(|data: &[u8]| {
                     panic!("Go without an export")
                 };
                 assert_eq!(session.size, info.size);
-                assert!(session.meta_context.is_none() || session.structured);
+                assert!(session.contexts.is_empty() || session.structured);
                 assert_eq!(session.flags & FLAG_SEND_DF != 0, session.structured);
                 assert_eq!(session.flags & FLAG_READ_ONLY != 0, info.read_only);
                 if opt == OPT_EXPORT_NAME {
@@ -157,7 +164,9 @@ fuzz_target!(|data: &[u8]| {
                 n.tls_started();
             }
             Outcome::Abort | Outcome::Close(_) => return,
-            Outcome::NeedList | Outcome::NeedExport { .. } => unreachable!(),
+            Outcome::NeedList | Outcome::NeedExport { .. } | Outcome::NeedContexts { .. } => {
+                unreachable!()
+            }
         }
     }
 });

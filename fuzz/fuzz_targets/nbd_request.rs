@@ -15,7 +15,14 @@ fn session(b: u8) -> Session {
         size: [0, 1, 4096, 1 << 20, u64::MAX >> 1, u64::MAX][usize::from(b >> 2) % 6],
         flags: FLAG_HAS_FLAGS,
         structured: b & 1 != 0,
-        meta_context: (b & 2 != 0).then_some(1),
+        contexts: if b & 2 != 0 {
+            vec![cairn_nbd::MetaContext {
+                id: 1,
+                name: BASE_ALLOCATION.into(),
+            }]
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -37,7 +44,7 @@ fn check(req: &Request, s: &Session) {
                 .is_some_and(|e| e <= s.size));
         }
         Ok(Op::BlockStatus { len, .. }) => {
-            assert!(len > 0 && s.structured && s.meta_context.is_some())
+            assert!(len > 0 && s.structured && !s.contexts.is_empty())
         }
         Ok(Op::Disconnect | Op::Flush) => {}
         Err(Rejection::Fail { discard, .. }) => {
@@ -80,7 +87,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(!d.is_empty() && (!req_one || d.len() == 1));
     assert!(d.iter().all(|&(n, _)| n > 0));
     assert!(d.iter().map(|&(n, _)| u64::from(n)).sum::<u64>() <= u64::from(len));
-    let chunk = block_status_chunk(1, 1, &d);
+    let chunk = block_status_chunk(1, 1, &d, true);
     assert_eq!(chunk.len(), 24 + 8 * d.len());
 
     let message = String::from_utf8_lossy(tail);

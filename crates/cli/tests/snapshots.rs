@@ -334,6 +334,31 @@ fn vol_diff_lists_exactly_the_blocks_written_between_snapshots_and_du_counts_the
     let o = c.cairn(&["vol", "diff", "d@b", "d@a"]);
     assert!(!o.status.success(), "a diff backwards was accepted");
 
+    // The same over NBD: export d@b offers qemu:dirty-bitmap:a, and nbdinfo's map of it
+    // marks exactly the blocks written between a and b (what a backup tool copies).
+    let out = tool_ok(
+        &c,
+        60,
+        "nbdinfo",
+        &["--map=qemu:dirty-bitmap:a", "--json", &c.nbd_uri("d@b")],
+    );
+    let map: serde_json::Value = serde_json::from_str(&out).expect("nbdinfo json");
+    let dirty: Vec<(u64, u64)> = map
+        .as_array()
+        .expect("extents")
+        .iter()
+        .filter(|e| e["type"] == 1)
+        .map(|e| {
+            (
+                e["offset"].as_u64().expect("offset"),
+                e["length"].as_u64().expect("length"),
+            )
+        })
+        .collect();
+    assert_eq!(dirty, extents_of(&first));
+    let listed = tool_ok(&c, 30, "nbdinfo", &["--list", &c.nbd_uri("")]);
+    assert!(listed.contains("qemu:dirty-bitmap:a"), "{listed}");
+
     // Space: every written object was cloned once per snapshot it changed under; removing
     // `a` gives back exactly what only `a` reads.
     let du: serde_json::Value =

@@ -2,7 +2,7 @@
 
 use crate::users::NbdUsers;
 use cairn_client::{Client, ClientError, FailCode};
-use cairn_nbd::{ClientId, Export, ExportError, Exports, Extent, Opened};
+use cairn_nbd::{ClientId, Dirty, Export, ExportError, Exports, Extent, Opened};
 use cairn_volume::{read_header, Volume, VolumeError};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -82,6 +82,87 @@ impl VolumeExports {
 pub struct VolumeExport {
     volume: Arc<Volume>,
     size: u64,
+    /// Of a snapshot export `VOL@B`: what its dirty bitmaps compare.
+    bitmaps: Option<Bitmaps>,
+}
+
+/// The dirty bitmaps of a snapshot export `VOL@B`: bitmap `A` (context
+/// `qemu:dirty-bitmap:A`) marks the blocks that changed between snapshot A and B, computed
+/// once per connection (`cairn_volume::diff`, exact to 4 KiB).
+struct Bitmaps {
+    client: Client,
+    pool: String,
+    volume: String,
+    snap: String,
+    computed: tokio::sync::Mutex<HashMap<String, Arc<Vec<cairn_volume::Changed>>>>,
+}
+
+/// The context names of the dirty bitmaps export `VOL@B` offers: one per older snapshot.
+fn bitmap_contexts(table: &cairn_volume::snaps::SnapTable, snap: &str) -> Vec<String> {
+    let Some(b) = table.snaps.iter().find(|s| s.name == snap && s.active) else {
+        return Vec::new();
+    };
+    table
+        .snaps
+        .iter()
+        .filter(|a| a.active && a.id < b.id)
+        .map(|a| format!("{}{}", cairn_nbd::proto::DIRTY_BITMAP_PREFIX, a.name))
+        .collect()
+}
+
+impl Bitmaps {
+    async fn changed(&self, from: &str) -> Result<Arc<Vec<cairn_volume::Changed>>, ExportError> {
+        let mut computed = self.computed.lock().await;
+        if let Some(c) = computed.get(from) {
+            return Ok(c.clone());
+        }
+        let (c, p, v) = (&self.client, &self.pool, &self.volume);
+        let found = cairn_volume::diff(c, p, v, from, Some(&self.snap), &mut |_, _| {})
+            .await
+            .map_err(|e| match e {
+                VolumeError::NoSuchSnap { .. } | VolumeError::Snap { .. } => {
+                    ExportError::Invalid(e.to_string())
+                }
+                e => export_error(e),
+            })?;
+        let found = Arc::new(found);
+        computed.insert(from.to_string(), found.clone());
+        Ok(found)
+    }
+}
+
+/// Dirty runs over `offset..offset+len` from sorted, disjoint changed extents.
+fn dirty_runs(changed: &[cairn_volume::Changed], offset: u64, len: u64) -> Vec<Dirty> {
+    let end = offset + len;
+    let mut out = Vec::new();
+    let mut at = offset;
+    let first = changed.partition_point(|c| c.offset + c.len <= offset);
+    for c in &changed[first..] {
+        if c.offset >= end {
+            break;
+        }
+        let (s, e) = (c.offset.max(at), (c.offset + c.len).min(end));
+        if s > at {
+            out.push(Dirty {
+                len: (s - at) as u32,
+                dirty: false,
+            });
+        }
+        if e > s {
+            out.push(Dirty {
+                len: (e - s) as u32,
+                dirty: true,
+            });
+            at = e;
+        }
+    }
+    if at < end {
+        out.push(Dirty {
+            len: (end - at) as u32,
+            dirty: false,
+        });
+    }
+    out
 }
 
 impl Exports for VolumeExports {
@@ -197,10 +278,39 @@ impl Exports for VolumeExports {
             }
         };
         let size = volume.size();
+        let bitmaps = snap.map(|s| Bitmaps {
+            client: self.client.clone(),
+            pool: self.pool.clone(),
+            volume: vol_name.to_string(),
+            snap: s.to_string(),
+            computed: Default::default(),
+        });
         Ok(Some(Opened {
             read_only: !writable || !volume.writable(),
-            export: Arc::new(VolumeExport { volume, size }),
+            export: Arc::new(VolumeExport {
+                volume,
+                size,
+                bitmaps,
+            }),
         }))
+    }
+
+    /// A snapshot export `VOL@B` offers `qemu:dirty-bitmap:A` for each older snapshot A (what
+    /// changed from A to B: an incremental backup copies only that).
+    async fn meta_contexts(&self, name: &str, client: &ClientId) -> Vec<String> {
+        let Some((vol, snap)) = name.split_once('@') else {
+            return Vec::new();
+        };
+        if self.access(vol, client).is_err() {
+            return Vec::new();
+        }
+        match cairn_volume::list_snaps(&self.client, &self.pool, vol).await {
+            Ok(l) => bitmap_contexts(&l.table, snap),
+            Err(e) => {
+                tracing::warn!(export = name, error = %e, "cannot list the snapshots for dirty bitmaps");
+                Vec::new()
+            }
+        }
     }
 }
 
@@ -284,6 +394,21 @@ impl Export for VolumeExport {
         self.fua(fua).await
     }
 
+    async fn dirty_status(
+        &self,
+        name: &str,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<Dirty>, ExportError> {
+        self.check(offset, len.into())?;
+        let Some(b) = &self.bitmaps else {
+            return Err(ExportError::Invalid(
+                "only snapshot exports have dirty bitmaps".into(),
+            ));
+        };
+        Ok(dirty_runs(&b.changed(name).await?, offset, len.into()))
+    }
+
     async fn block_status(&self, offset: u64, len: u32) -> Result<Vec<Extent>, ExportError> {
         self.check(offset, len.into())?;
         Ok(self
@@ -324,5 +449,36 @@ fn export_error(e: VolumeError) -> ExportError {
             ExportError::NoSpace(e.to_string())
         }
         _ => ExportError::Io(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_volume::Changed;
+
+    #[test]
+    fn dirty_runs_cover_the_range_exactly() {
+        let c = |offset, len| Changed { offset, len };
+        let changed = [c(4096, 4096), c(16384, 8192), c(65536, 4096)];
+        let runs = |o, l| -> Vec<(u32, bool)> {
+            dirty_runs(&changed, o, l)
+                .into_iter()
+                .map(|d| (d.len, d.dirty))
+                .collect()
+        };
+        assert_eq!(
+            runs(0, 32768),
+            vec![
+                (4096, false),
+                (4096, true),
+                (8192, false),
+                (8192, true),
+                (8192, false)
+            ]
+        );
+        assert_eq!(runs(20480, 1024), vec![(1024, true)]);
+        assert_eq!(runs(30000, 4096), vec![(4096, false)]);
+        assert_eq!(runs(65536 + 4095, 10), vec![(1, true), (9, false)]);
     }
 }

@@ -22,8 +22,9 @@ pub struct Session {
     pub flags: u16,
     /// Structured replies were negotiated.
     pub structured: bool,
-    /// The id of base:allocation, when the client selected it for this export.
-    pub meta_context: Option<u32>,
+    /// The metadata contexts the client selected for this export (base:allocation, dirty
+    /// bitmaps), in id order.
+    pub contexts: Vec<crate::handshake::MetaContext>,
 }
 
 /// A validated command, ready to run against the export.
@@ -84,10 +85,8 @@ pub enum Op {
         offset: u64,
         /// Byte count (> 0).
         len: u32,
-        /// NBD_CMD_FLAG_REQ_ONE: a single descriptor.
+        /// NBD_CMD_FLAG_REQ_ONE: a single descriptor (per context).
         req_one: bool,
-        /// Context id to put in the reply.
-        context: u32,
     },
 }
 
@@ -202,9 +201,9 @@ fn check_block_status(req: &Request, s: &Session) -> Result<Op, Rejection> {
             reason,
         })
     };
-    let Some(context) = s.meta_context.filter(|_| s.structured) else {
+    if s.contexts.is_empty() || !s.structured {
         return fail("block status without a negotiated metadata context");
-    };
+    }
     if req.len == 0 {
         return fail("block status of zero bytes");
     }
@@ -212,7 +211,6 @@ fn check_block_status(req: &Request, s: &Session) -> Result<Op, Rejection> {
         offset: req.offset,
         len: req.len,
         req_one: req.flags & CMD_FLAG_REQ_ONE != 0,
-        context,
     })
 }
 
@@ -222,22 +220,46 @@ fn check_block_status(req: &Request, s: &Session) -> Result<Op, Rejection> {
 /// [`MAX_DESCRIPTORS`]. An export that returns nothing usable gets one descriptor of status 0
 /// ("allocated, contents unknown") over the whole range, which is always a truthful answer.
 pub fn block_descriptors(extents: &[Extent], len: u32, req_one: bool) -> Vec<(u32, u32)> {
-    let mut out: Vec<(u32, u32)> = Vec::new();
-    let mut left = len;
-    for e in extents {
-        if left == 0 {
-            break;
-        }
-        let n = e.len.min(left);
-        if n == 0 {
-            continue;
-        }
+    let runs = extents.iter().map(|e| {
         let mut flags = 0;
         if e.hole {
             flags |= STATE_HOLE;
         }
         if e.zero {
             flags |= STATE_ZERO;
+        }
+        (e.len, flags)
+    });
+    clip_descriptors(runs, len, req_one)
+}
+
+/// Dirty-bitmap descriptors (`qemu:dirty-bitmap:NAME`: flag 1 = changed) for a request of
+/// `len` bytes, clipped and merged like [`block_descriptors`].
+pub fn dirty_descriptors(
+    runs: &[crate::export::Dirty],
+    len: u32,
+    req_one: bool,
+) -> Vec<(u32, u32)> {
+    let runs = runs
+        .iter()
+        .map(|d| (d.len, u32::from(d.dirty) * STATE_DIRTY));
+    clip_descriptors(runs, len, req_one)
+}
+
+fn clip_descriptors(
+    runs: impl Iterator<Item = (u32, u32)>,
+    len: u32,
+    req_one: bool,
+) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut left = len;
+    for (run, flags) in runs {
+        if left == 0 {
+            break;
+        }
+        let n = run.min(left);
+        if n == 0 {
+            continue;
         }
         left -= n;
         let full = out.len() >= MAX_DESCRIPTORS;
@@ -267,7 +289,10 @@ mod tests {
             size: 1 << 20,
             flags: FLAG_HAS_FLAGS,
             structured: true,
-            meta_context: Some(1),
+            contexts: vec![crate::handshake::MetaContext {
+                id: 1,
+                name: BASE_ALLOCATION.into(),
+            }],
         }
     }
 
@@ -348,7 +373,6 @@ mod tests {
                 offset: 0,
                 len: 1 << 20,
                 req_one: true,
-                context: 1
             })
         );
         assert_eq!(
@@ -439,7 +463,7 @@ mod tests {
     #[test]
     fn block_status_needs_context_and_length() {
         let none = Session {
-            meta_context: None,
+            contexts: Vec::new(),
             ..session()
         };
         assert_eq!(

@@ -139,7 +139,7 @@ where
         Negotiated::Abort => Ok(End::Abort),
         Negotiated::Go(session, export) => {
             debug!(peer = %peer, export = %session.export, size = session.size,
-                structured = session.structured, meta = ?session.meta_context, "nbd: transmission");
+                structured = session.structured, contexts = session.contexts.len(), "nbd: transmission");
             transmission::run(io.rd, io.wr, session, export, peer, shutdown).await
         }
     }
@@ -183,6 +183,9 @@ async fn negotiate<E: Exports>(
                     client.identity = Some(identity);
                     nego.tls_started();
                     break;
+                }
+                Outcome::NeedContexts { export } => {
+                    nego.on_contexts(exports.meta_contexts(&export, &client).await)
                 }
                 Outcome::NeedList => {
                     nego.on_list(exports.list(&client).await.map_err(|e| e.to_string()))

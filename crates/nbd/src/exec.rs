@@ -1,7 +1,8 @@
 //! Running one validated command against the export, and encoding its reply.
 
-use crate::command::{block_descriptors, Op};
+use crate::command::{block_descriptors, dirty_descriptors, Op};
 use crate::export::{Export, ExportError};
+use crate::handshake::MetaContext;
 use crate::proto::*;
 
 /// One reply, ready for the writer: a header (and small payload) then optional bulk data.
@@ -21,11 +22,8 @@ pub(crate) enum Done {
     EmptyRead,
     /// Read data starting at `offset` (at least one byte).
     Data { offset: u64, data: Vec<u8> },
-    /// Block status descriptors for one context.
-    Status {
-        context: u32,
-        descriptors: Vec<(u32, u32)>,
-    },
+    /// Block status descriptors, per selected context (context id, descriptors).
+    Status(Vec<(u32, Vec<(u32, u32)>)>),
 }
 
 /// A failed command: the error to send and a message for the log and structured replies.
@@ -49,10 +47,17 @@ impl Reply {
                 head: simple_reply(cookie, 0).to_vec(),
                 data,
             },
-            Done::Status {
-                context,
-                descriptors,
-            } => Reply::head(block_status_chunk(cookie, context, &descriptors)),
+            Done::Status(chunks) => {
+                let last = chunks.len().saturating_sub(1);
+                let head = chunks
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, (context, d))| {
+                        block_status_chunk(cookie, *context, d, i == last)
+                    })
+                    .collect();
+                Reply::head(head)
+            }
         }
     }
 
@@ -84,6 +89,7 @@ pub(crate) async fn execute<X: Export>(
     export: &X,
     op: Op,
     payload: Vec<u8>,
+    contexts: &[MetaContext],
 ) -> Result<Done, Failure> {
     let fail = |e: ExportError| (errno(&e, &op), e.to_string());
     match op {
@@ -132,13 +138,25 @@ pub(crate) async fn execute<X: Export>(
             offset,
             len,
             req_one,
-            context,
         } => {
-            let extents = export.block_status(offset, len).await.map_err(fail)?;
-            Ok(Done::Status {
-                context,
-                descriptors: block_descriptors(&extents, len, req_one),
-            })
+            let mut chunks = Vec::with_capacity(contexts.len());
+            for c in contexts {
+                let descriptors = match c.name.strip_prefix(DIRTY_BITMAP_PREFIX) {
+                    Some(bitmap) => {
+                        let runs = export
+                            .dirty_status(bitmap, offset, len)
+                            .await
+                            .map_err(fail)?;
+                        dirty_descriptors(&runs, len, req_one)
+                    }
+                    None => {
+                        let extents = export.block_status(offset, len).await.map_err(fail)?;
+                        block_descriptors(&extents, len, req_one)
+                    }
+                };
+                chunks.push((c.id, descriptors));
+            }
+            Ok(Done::Status(chunks))
         }
         // Handled by the reader, which stops reading; never spawned.
         Op::Disconnect => Ok(Done::Empty),

@@ -54,6 +54,15 @@ pub struct Extent {
     pub zero: bool,
 }
 
+/// One run of a dirty bitmap (`qemu:dirty-bitmap:NAME`), for NBD_CMD_BLOCK_STATUS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dirty {
+    /// Length in bytes (> 0).
+    pub len: u32,
+    /// The range changed since the bitmap's point.
+    pub dirty: bool,
+}
+
 /// One block device served by name.
 ///
 /// Every method may be called concurrently from many connections; an implementation is safe for
@@ -107,6 +116,23 @@ pub trait Export: Send + Sync + 'static {
         offset: u64,
         len: u32,
     ) -> impl Future<Output = Result<Vec<Extent>, ExportError>> + Send;
+
+    /// The dirty map of bitmap `name` (the leaf of a `qemu:dirty-bitmap:NAME` context the
+    /// export set offered, [`Exports::meta_contexts`]) over `offset..offset+len`: runs in
+    /// order, starting at `offset`, covering at least one byte and at most `len` bytes.
+    fn dirty_status(
+        &self,
+        name: &str,
+        offset: u64,
+        len: u32,
+    ) -> impl Future<Output = Result<Vec<Dirty>, ExportError>> + Send {
+        let _ = (name, offset, len);
+        async {
+            Err(ExportError::Invalid(
+                "this export has no dirty bitmaps".into(),
+            ))
+        }
+    }
 }
 
 /// The set of exports a server offers, looked up by name at each connection's handshake.
@@ -129,4 +155,15 @@ pub trait Exports: Send + Sync + 'static {
         name: &str,
         client: &ClientId,
     ) -> impl Future<Output = Result<Option<Opened<Self::Export>>, ExportError>> + Send;
+
+    /// Metadata contexts export `name` offers besides base:allocation (full names, e.g.
+    /// `qemu:dirty-bitmap:monday`), for NBD_OPT_LIST/SET_META_CONTEXT; none by default.
+    fn meta_contexts(
+        &self,
+        name: &str,
+        client: &ClientId,
+    ) -> impl Future<Output = Vec<String>> + Send {
+        let _ = (name, client);
+        async { Vec::new() }
+    }
 }

@@ -19,6 +19,19 @@ pub const MAX_DISCARD_LEN: u32 = 16 << 20;
 pub const MAX_OPTIONS: u32 = 1000;
 /// Id of base:allocation in NBD_OPT_SET_META_CONTEXT replies and block status chunks.
 pub const BASE_ALLOCATION_ID: u32 = 1;
+/// The namespace of the contexts other than base:allocation (QEMU's `qemu:dirty-bitmap:`).
+pub const QEMU_NAMESPACE: &str = "qemu:";
+/// Most contexts besides base:allocation one export may offer.
+pub const MAX_CONTEXTS: usize = 256;
+
+/// A metadata context selected for a connection: its id in block status replies and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaContext {
+    /// The id block status chunks carry (base:allocation is 1).
+    pub id: u32,
+    /// Its full name (`base:allocation`, `qemu:dirty-bitmap:NAME`).
+    pub name: String,
+}
 /// Advertised block size constraints: any alignment works, 4 KiB is efficient, and READ/WRITE
 /// payloads are capped at [`MAX_PAYLOAD`].
 pub const BLOCK_SIZE_MIN: u32 = 1;
@@ -69,6 +82,12 @@ pub enum Outcome {
     Close(HandshakeError),
     /// Call [`Exports::list`](crate::Exports::list), then [`Negotiation::on_list`].
     NeedList,
+    /// Call [`Exports::meta_contexts`](crate::Exports::meta_contexts) for `export`, then
+    /// [`Negotiation::on_contexts`].
+    NeedContexts {
+        /// Export name.
+        export: String,
+    },
     /// Open the export, then call [`Negotiation::on_export`]; `description` says whether its
     /// description (from the export list) is wanted.
     NeedExport {
@@ -145,6 +164,10 @@ pub enum Admit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Pending {
     List,
+    Meta {
+        opt: u32,
+        req: crate::option_data::MetaRequest,
+    },
     Export {
         opt: u32,
         name: String,
@@ -158,8 +181,9 @@ enum Pending {
 pub struct Negotiation {
     no_zeroes: bool,
     structured: bool,
-    /// Export for which base:allocation was selected by the last NBD_OPT_SET_META_CONTEXT.
+    /// Export for which the last NBD_OPT_SET_META_CONTEXT selected contexts, and those.
     meta_export: Option<String>,
+    selected: Vec<MetaContext>,
     options: u32,
     pending: Option<Pending>,
     tls: Tls,
@@ -228,6 +252,7 @@ impl Negotiation {
             no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
             structured: false,
             meta_export: None,
+            selected: Vec::new(),
             options: 0,
             pending: None,
             tls: Tls::Off,
@@ -249,6 +274,7 @@ impl Negotiation {
     pub fn tls_started(&mut self) {
         self.structured = false;
         self.meta_export = None;
+        self.selected.clear();
         self.pending = None;
         self.tls = Tls::Started;
     }
@@ -442,26 +468,29 @@ impl Negotiation {
     }
 
     fn session(&self, export: String, info: &ExportInfo) -> Session {
-        let meta_context = (self.structured
-            && self.meta_export.as_deref() == Some(export.as_str()))
-        .then_some(BASE_ALLOCATION_ID);
+        let contexts = if self.structured && self.meta_export.as_deref() == Some(export.as_str()) {
+            self.selected.clone()
+        } else {
+            Vec::new()
+        };
         Session {
             flags: transmission_flags(self.structured, info.multi_conn, info.read_only),
             size: info.size,
             structured: self.structured,
-            meta_context,
+            contexts,
             export,
         }
     }
 
-    /// NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT. Only base:allocation exists, for
-    /// every export, so the export name is not looked up: a selection for another name than
-    /// the one finally opened simply selects nothing.
+    /// NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT. base:allocation exists for
+    /// every export; other contexts (`qemu:dirty-bitmap:NAME`) come from the export set
+    /// ([`Outcome::NeedContexts`]), asked only when a query names the `qemu:` namespace or a
+    /// LIST asks for everything.
     fn meta_context(&mut self, opt: u32, data: &[u8]) -> Step {
-        let set = opt == OPT_SET_META_CONTEXT;
-        if set {
+        if opt == OPT_SET_META_CONTEXT {
             // A SET replaces the previous selection even when it fails.
             self.meta_export = None;
+            self.selected.clear();
         }
         if !self.structured {
             return Step::error(opt, REP_ERR_INVALID, "negotiate structured replies first");
@@ -470,26 +499,59 @@ impl Negotiation {
             Ok(r) => r,
             Err(e) => return Step::error(opt, REP_ERR_INVALID, &e.to_string()),
         };
-        let selected = if set {
-            // "base:" is a wildcard for listing only; SET must name the context.
-            req.queries.iter().any(|q| q == BASE_ALLOCATION)
-        } else {
-            req.queries.is_empty()
-                || req
-                    .queries
-                    .iter()
-                    .any(|q| q == "base:" || q == BASE_ALLOCATION)
+        let list_all = opt == OPT_LIST_META_CONTEXT && req.queries.is_empty();
+        if list_all || req.queries.iter().any(|q| q.starts_with(QEMU_NAMESPACE)) {
+            let export = req.export.clone();
+            self.pending = Some(Pending::Meta { opt, req });
+            return Step::new(Vec::new(), Outcome::NeedContexts { export });
+        }
+        self.meta_reply(opt, req, &[])
+    }
+
+    /// Continues a metadata-context option with the contexts the export offers besides
+    /// base:allocation (none when it cannot be looked up: the client still gets those).
+    pub fn on_contexts(&mut self, available: Vec<String>) -> Step {
+        let Some(Pending::Meta { opt, req }) = self.pending.take() else {
+            return Step::close(HandshakeError::OutOfOrder("contexts not asked for"));
         };
+        self.meta_reply(opt, req, &available)
+    }
+
+    fn meta_reply(
+        &mut self,
+        opt: u32,
+        req: crate::option_data::MetaRequest,
+        available: &[String],
+    ) -> Step {
+        let set = opt == OPT_SET_META_CONTEXT;
+        // Ids: base:allocation is 1, the export's other contexts follow in its order.
+        let all: Vec<MetaContext> = std::iter::once(BASE_ALLOCATION.to_string())
+            .chain(available.iter().take(MAX_CONTEXTS).cloned())
+            .enumerate()
+            .map(|(i, name)| MetaContext {
+                id: BASE_ALLOCATION_ID + i as u32,
+                name,
+            })
+            .collect();
+        let wanted = |c: &MetaContext| {
+            req.queries.iter().any(|q| {
+                q == &c.name
+                    // Namespace and leaf-prefix wildcards are for listing only.
+                    || (!set && q.ends_with(':') && c.name.starts_with(q.as_str()))
+            }) || (!set && req.queries.is_empty())
+        };
+        let chosen: Vec<MetaContext> = all.into_iter().filter(wanted).collect();
         let mut replies = Vec::new();
-        if selected {
+        for c in &chosen {
             // LIST replies carry a reserved id of 0.
-            let id = if set { BASE_ALLOCATION_ID } else { 0 };
+            let id = if set { c.id } else { 0 };
             let mut d = id.to_be_bytes().to_vec();
-            d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+            d.extend_from_slice(c.name.as_bytes());
             put_option_reply(&mut replies, opt, REP_META_CONTEXT, &d);
-            if set {
-                self.meta_export = Some(req.export);
-            }
+        }
+        if set && !chosen.is_empty() {
+            self.meta_export = Some(req.export);
+            self.selected = chosen;
         }
         put_option_reply(&mut replies, opt, REP_ACK, &[]);
         Step::new(replies, Outcome::Continue)

@@ -21,7 +21,8 @@ pub mod option_data;
 pub mod proto;
 
 pub use conn::{ConnError, HANDSHAKE_TIMEOUT};
-pub use export::{ClientId, Export, ExportError, Exports, Extent, Opened};
+pub use export::{ClientId, Dirty, Export, ExportError, Exports, Extent, Opened};
+pub use handshake::MetaContext;
 pub use server::{serve, serve_connection, MAX_CONNECTIONS, SHUTDOWN_GRACE};
 pub use tls::{CertFiles, PskKeys, TlsError, TlsServer, MAX_IDENTITY_LEN, MAX_PSK_LEN};
 pub use transmission::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

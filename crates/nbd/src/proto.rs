@@ -150,6 +150,10 @@ pub const STATE_ZERO: u32 = 1 << 1;
 
 /// The only metadata context this server offers.
 pub const BASE_ALLOCATION: &str = "base:allocation";
+/// qemu:dirty-bitmap:NAME: the range changed (since the bitmap's point).
+pub const STATE_DIRTY: u32 = 1;
+/// The context namespace and leaf prefix of dirty bitmaps.
+pub const DIRTY_BITMAP_PREFIX: &str = "qemu:dirty-bitmap:";
 
 /// Length of a transmission request header.
 pub const REQUEST_LEN: usize = 28;
@@ -358,12 +362,18 @@ pub fn error_chunk(cookie: u64, error: u32, message: &str) -> Vec<u8> {
     b
 }
 
-/// A final NBD_REPLY_TYPE_BLOCK_STATUS chunk for one context: (length, flags) descriptors.
-pub fn block_status_chunk(cookie: u64, context: u32, descriptors: &[(u32, u32)]) -> Vec<u8> {
+/// An NBD_REPLY_TYPE_BLOCK_STATUS chunk for one context: (length, flags) descriptors; `done`
+/// on the last chunk of the reply (one per selected context).
+pub fn block_status_chunk(
+    cookie: u64,
+    context: u32,
+    descriptors: &[(u32, u32)],
+    done: bool,
+) -> Vec<u8> {
     let payload = 4 + 8 * descriptors.len();
     let mut b = Vec::with_capacity(20 + payload);
     b.extend_from_slice(&chunk_header(
-        REPLY_FLAG_DONE,
+        if done { REPLY_FLAG_DONE } else { 0 },
         REPLY_TYPE_BLOCK_STATUS,
         cookie,
         len_u32(payload),
@@ -496,7 +506,7 @@ mod tests {
         assert_eq!(&e[24..26], &4u16.to_be_bytes());
         assert_eq!(&e[26..], b"boom");
 
-        let b = block_status_chunk(7, 1, &[(4096, 0), (8192, STATE_HOLE | STATE_ZERO)]);
+        let b = block_status_chunk(7, 1, &[(4096, 0), (8192, STATE_HOLE | STATE_ZERO)], true);
         assert_eq!(b.len(), 20 + 4 + 16);
         assert_eq!(&b[16..20], &20u32.to_be_bytes());
         assert_eq!(&b[28..32], &0u32.to_be_bytes());

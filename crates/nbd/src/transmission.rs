@@ -39,6 +39,7 @@ struct Permits {
 /// What the reader and the command tasks share.
 struct Ctx<X> {
     session: Session,
+    contexts: Arc<[crate::handshake::MetaContext]>,
     export: Arc<X>,
     peer: Arc<str>,
     tx: mpsc::UnboundedSender<Outgoing>,
@@ -64,6 +65,7 @@ where
 {
     let (tx, rx) = mpsc::unbounded_channel();
     let ctx = Ctx {
+        contexts: session.contexts.clone().into(),
         session,
         export,
         peer,
@@ -173,11 +175,16 @@ where
     let export = Arc::clone(&ctx.export);
     let peer = Arc::clone(&ctx.peer);
     let tx = ctx.tx.clone();
+    let contexts = Arc::clone(&ctx.contexts);
     let (cookie, structured) = (req.cookie, ctx.session.structured);
     tokio::spawn(async move {
         // A nested task so that a panicking export becomes an EIO reply instead of a request
         // the client waits for forever.
-        let result = match tokio::spawn(async move { execute(&*export, op, payload).await }).await {
+        let result = match tokio::spawn(
+            async move { execute(&*export, op, payload, &contexts).await },
+        )
+        .await
+        {
             Ok(r) => r,
             Err(e) => Err((Errno::Io, format!("command task failed: {e}"))),
         };

@@ -13,7 +13,14 @@ fn session() -> impl Strategy<Value = Session> {
         size: size >> (size % 64),
         flags: FLAG_HAS_FLAGS,
         structured,
-        meta_context: meta.then_some(1),
+        contexts: if meta {
+            vec![cairn_nbd::MetaContext {
+                id: 1,
+                name: BASE_ALLOCATION.into(),
+            }]
+        } else {
+            Vec::new()
+        },
     })
 }
 
@@ -43,7 +50,7 @@ proptest! {
                 prop_assert!(offset + u64::from(len) <= s.size);
             }
             Ok(Op::BlockStatus { offset, len, .. }) => {
-                prop_assert!(s.structured && s.meta_context.is_some() && len > 0);
+                prop_assert!(s.structured && !s.contexts.is_empty() && len > 0);
                 prop_assert!(offset + u64::from(len) <= s.size);
             }
             // Only a write's payload is ever skipped, and only up to the maximum.

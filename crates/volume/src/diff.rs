@@ -29,7 +29,7 @@ pub struct Changed {
 }
 
 /// Progress of a diff: data objects compared so far of those that may differ.
-pub type DiffProgress<'a> = &'a mut dyn FnMut(u64, u64);
+pub type DiffProgress<'a> = &'a mut (dyn FnMut(u64, u64) + Send);
 
 /// The blocks of volume `name` that differ between snapshot `from` and snapshot `to` (or the
 /// volume as it is now, with `to` = `None`), merged into ascending extents.

@@ -100,7 +100,13 @@ fn go_with_structured_replies_and_meta_context() {
         panic!("expected Go, got {:?}", step.outcome)
     };
     assert!(s.structured);
-    assert_eq!(s.meta_context, Some(BASE_ALLOCATION_ID));
+    assert_eq!(
+        s.contexts,
+        vec![MetaContext {
+            id: BASE_ALLOCATION_ID,
+            name: BASE_ALLOCATION.into()
+        }]
+    );
     assert_eq!(s.flags, transmission_flags(true, true, false));
     assert_ne!(s.flags & FLAG_SEND_DF, 0);
     assert_ne!(s.flags & FLAG_CAN_MULTI_CONN, 0);
@@ -118,7 +124,53 @@ fn meta_context_for_another_export_selects_nothing() {
     let Outcome::Go(s) = n.on_export(Lookup::Found(disk())).outcome else {
         panic!()
     };
-    assert_eq!(s.meta_context, None);
+    assert_eq!(s.contexts, vec![]);
+}
+
+#[test]
+fn dirty_bitmaps_come_from_the_export_set_and_get_their_own_ids() {
+    let mut n = Negotiation::new(1).unwrap();
+    n.on_option(OPT_STRUCTURED_REPLY, &[]);
+    let available = vec![
+        "qemu:dirty-bitmap:mon".to_string(),
+        "qemu:dirty-bitmap:tue".to_string(),
+    ];
+    // LIST of the namespace asks the export set, then lists both with id 0.
+    let step = n.on_option(
+        OPT_LIST_META_CONTEXT,
+        &meta_data("disk", &["qemu:dirty-bitmap:"]),
+    );
+    assert_eq!(
+        step.outcome,
+        Outcome::NeedContexts {
+            export: "disk".into()
+        }
+    );
+    let r = replies(&n.on_contexts(available.clone()).replies);
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert_eq!(&r[0].2[..4], &0u32.to_be_bytes());
+    assert_eq!(&r[1].2[4..], b"qemu:dirty-bitmap:tue");
+    // SET of one bitmap and base:allocation: ids 1 and 3, in id order.
+    n.on_option(
+        OPT_SET_META_CONTEXT,
+        &meta_data(
+            "disk",
+            &["qemu:dirty-bitmap:tue", "base:allocation", "qemu:nope"],
+        ),
+    );
+    let r = replies(&n.on_contexts(available).replies);
+    assert_eq!(r.len(), 3, "{r:?}");
+    n.on_option(OPT_GO, &info_data("disk", &[]));
+    let Outcome::Go(s) = n.on_export(Lookup::Found(disk())).outcome else {
+        panic!()
+    };
+    let ids: Vec<(u32, &str)> = s.contexts.iter().map(|c| (c.id, c.name.as_str())).collect();
+    assert_eq!(
+        ids,
+        vec![(1, "base:allocation"), (3, "qemu:dirty-bitmap:tue")]
+    );
+    // A lookup answer nobody asked for closes the connection.
+    assert!(matches!(n.on_contexts(vec![]).outcome, Outcome::Close(_)));
 }
 
 #[test]
@@ -145,7 +197,10 @@ fn list_meta_context_queries() {
         (vec!["base:allocation"], true),
         (vec!["base:other", "qemu:dirty-bitmap:x"], false),
     ] {
-        let step = n.on_option(OPT_LIST_META_CONTEXT, &meta_data("disk", &queries));
+        let mut step = n.on_option(OPT_LIST_META_CONTEXT, &meta_data("disk", &queries));
+        if matches!(step.outcome, Outcome::NeedContexts { .. }) {
+            step = n.on_contexts(Vec::new()); // an export without dirty bitmaps
+        }
         let want = if found {
             vec![REP_META_CONTEXT, REP_ACK]
         } else {
