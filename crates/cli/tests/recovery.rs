@@ -5,6 +5,7 @@
 mod common;
 
 use common::cluster::{runtime, wait_osd, Cluster};
+use common::tools::find_block;
 use std::time::{Duration, Instant};
 
 fn value(object: u32, generation: u32) -> Vec<u8> {
@@ -472,26 +473,6 @@ fn scrub_block(o: u32, b: u32) -> Vec<u8> {
         .into_bytes();
     v.truncate(4096);
     v
-}
-
-/// Offsets (4 KiB aligned) in the file at `path` whose block equals `block`.
-fn find_block(path: &std::path::Path, block: &[u8]) -> Vec<u64> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).expect("open data file");
-    let mut buf = vec![0u8; 1 << 20];
-    let (mut at, mut found) = (0u64, Vec::new());
-    loop {
-        let n = f.read(&mut buf).expect("read data file");
-        if n == 0 {
-            return found;
-        }
-        for (i, chunk) in buf[..n].chunks_exact(4096).enumerate() {
-            if chunk == block {
-                found.push(at + (i * 4096) as u64);
-            }
-        }
-        at += n as u64;
-    }
 }
 
 /// Writes the scrub test's objects `0..n` (16 distinct blocks each).

@@ -1,5 +1,6 @@
 //! `cairn bench nbd --snapshots`: what a snapshot costs a served volume. Snapshot creation
-//! time (no client connected, and while fio runs against the volume), the first write to each
+//! time (no client connected, and while fio runs against the volume), a clone of a snapshot,
+//! the first write to each
 //! data object after a snapshot (it copies the object first), and 4 KiB random writes at QD1
 //! once every object was copied, against the same workload without a snapshot in the same run.
 
@@ -35,6 +36,28 @@ impl SnapBench<'_> {
             ))
             .with_context(|| format!("cannot take snapshot {name}"))?;
         Ok(start.elapsed().as_secs_f64() * 1000.0)
+    }
+
+    /// Times a clone of snapshot `snap` (protected first), then removes the clone and
+    /// unprotects the snapshot.
+    fn clone_of(&self, snap: &str) -> Result<f64> {
+        let (c, pool, vol) = (&self.t.client, self.pool, self.volume);
+        let clone = "bench-clone";
+        self.t
+            .block_on(cairn_volume::protect_snap(c, pool, vol, snap, true))
+            .context("cannot protect the snapshot to clone")?;
+        let start = Instant::now();
+        self.t
+            .block_on(cairn_volume::clone_volume(c, pool, vol, snap, clone))
+            .context("cannot clone the snapshot")?;
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        self.t
+            .block_on(cairn_volume::remove(c, pool, clone, false, &mut |_| {}))
+            .context("cannot remove the bench clone")?;
+        self.t
+            .block_on(cairn_volume::protect_snap(c, pool, vol, snap, false))
+            .context("cannot unprotect the snapshot")?;
+        Ok(ms)
     }
 
     fn qd1(&self) -> Result<Fio> {
@@ -87,6 +110,7 @@ impl SnapBench<'_> {
         let _ = reader.kill();
         let _ = reader.wait();
         let served_ms = served_ms?;
+        let clone_ms = self.clone_of("bench-idle")?;
         say("snapshots: first write to each object after a snapshot...");
         let first = self.one_write_per_object()?;
         let with = self.qd1()?;
@@ -107,13 +131,15 @@ impl SnapBench<'_> {
             0.0
         };
         say(&format!(
-            "snapshots: create {idle_ms:.1} ms (idle), {served_ms:.1} ms (served); first write \
-             p50 {} us; QD1 p50 {} us with, {} us without ({ratio:.3}x)",
+            "snapshots: create {idle_ms:.1} ms (idle), {served_ms:.1} ms (served); clone \
+             {clone_ms:.1} ms; first write p50 {} us; QD1 p50 {} us with, {} us without \
+             ({ratio:.3}x)",
             first.p50_us, with.p50_us, without.p50_us
         ));
         Ok(Obj::new()
             .put("create_ms_no_client", round(idle_ms, 1))
             .put("create_ms_served", round(served_ms, 1))
+            .put("clone_ms", round(clone_ms, 1))
             .put_obj("first_write_after_snapshot_us", lat_obj(&first))
             .put_obj("randwrite_4k_qd1_with_snapshot", lat_obj(&with))
             .put_obj("randwrite_4k_qd1_without", lat_obj(&without))

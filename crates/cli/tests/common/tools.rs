@@ -269,3 +269,23 @@ pub fn wait_line(child: &mut Child, want: &str) {
         .expect("read");
     assert_eq!(line.trim(), want, "the child said {line:?}");
 }
+
+/// Offsets (4 KiB aligned) in the file at `path` whose block equals `block`.
+pub fn find_block(path: &std::path::Path, block: &[u8]) -> Vec<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).expect("open data file");
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut at, mut found) = (0u64, Vec::new());
+    loop {
+        let n = f.read(&mut buf).expect("read data file");
+        if n == 0 {
+            return found;
+        }
+        for (i, chunk) in buf[..n].chunks_exact(4096).enumerate() {
+            if chunk == block {
+                found.push(at + (i * 4096) as u64);
+            }
+        }
+        at += n as u64;
+    }
+}
