@@ -177,9 +177,16 @@ fn start_cairn_nbd(conf: &Path, pool: &str, extra: &[&str]) -> Result<(Child, u1
         .args(["nbd", "serve", "--pool", pool, "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .args(extra);
+    // Its log beside the cluster's configuration: a failed bench can be read afterwards.
+    let log_path = conf
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(format!("nbd-serve-{port}.log"));
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
     let mut child = cmd
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .context("cannot start cairn nbd serve")?;
     wait_port(port, "cairn nbd serve", &mut child)?;
