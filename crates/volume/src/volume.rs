@@ -216,13 +216,7 @@ impl Volume {
             return Ok(());
         }
         let shard = crate::allocmap::shard_of(objno);
-        let lock = self
-            .alloc_locks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(shard)
-            .or_default()
-            .clone();
+        let lock = self.alloc_lock(shard);
         let _one_writer = lock.lock().await;
         if self.map.is_persisted(objno) {
             return Ok(()); // a write of the shard while this one waited marked it
@@ -230,6 +224,16 @@ impl Volume {
         self.persist_shard(shard)
             .await
             .map_err(|e| self.object_error("mark in the allocation map", objno, e))
+    }
+
+    /// The lock that keeps writes of allocation-map shard `shard` one at a time.
+    fn alloc_lock(&self, shard: u64) -> Arc<tokio::sync::Mutex<()>> {
+        self.alloc_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(shard)
+            .or_default()
+            .clone()
     }
 
     /// Writes allocation-map shard `shard` from this process's map (the caller holds the
@@ -248,13 +252,7 @@ impl Volume {
             return;
         }
         for shard in self.map.stale_shards() {
-            let lock = self
-                .alloc_locks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(shard)
-                .or_default()
-                .clone();
+            let lock = self.alloc_lock(shard);
             let _one_writer = lock.lock().await;
             if let Err(e) = self.persist_shard(shard).await {
                 tracing::warn!(volume = %self.name, shard, error = %e,
