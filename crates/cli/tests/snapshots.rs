@@ -413,8 +413,22 @@ fn vol_diff_lists_exactly_the_blocks_written_between_snapshots_and_du_counts_the
     eprintln!("{landed} of 4 racing snapshot creates landed");
     assert!(landed >= 1, "no racing create landed");
 
-    // A damaged snapshot table is a clear error, not a panic or a guess.
+    // A damaged holder registry is a clear error too, naming the object to remove.
     let junk = scratch("snap-diff-junk").join("junk");
+    std::fs::write(&junk, b"CAIRNHLD not a registry").expect("write");
+    let registry = format!("vholders.{}", volume_id(&c, "d"));
+    c.ok(&["obj", "put", "default", &registry, &p(&junk)]);
+    let o = c.cairn(&["vol", "info", "d"]);
+    let err = text(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("holder registry is damaged")
+            && err.contains(&registry),
+        "{err}"
+    );
+    c.ok(&["obj", "rm", "default", &registry]);
+
+    // A damaged snapshot table is a clear error, not a panic or a guess.
     std::fs::write(&junk, b"CAIRNSNP not a table").expect("write");
     let table = format!("vsnaps.{}", volume_id(&c, "d"));
     c.ok(&["obj", "put", "default", &table, &p(&junk)]);

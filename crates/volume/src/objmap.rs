@@ -1,8 +1,10 @@
 //! Which data objects of an open volume exist, so reads of never-written ranges return zeros
 //! without asking an OSD and block status can report holes.
 //!
-//! Built by listing the pool when the volume is opened, then kept current by this process's own
-//! writes and removes. It is exact only while this process is the volume's one writer (one
+//! Loaded at open from the persisted allocation map (`allocmap.rs`; the writer of a volume
+//! that is not a clone) or by listing the pool (other views, or a volume without a map), then
+//! kept current by this process's own writes and removes; for the writer it also tracks what
+//! the persisted map surely marks. It is exact only while this process is the volume's one writer (one
 //! `cairn nbd serve` per volume; any number of connections to it).
 
 use std::collections::{BTreeSet, HashMap};
