@@ -27,6 +27,25 @@ want_test() {
     done
     # nbdsh needs libnbd's Python bindings.
     /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || need+=(python3-libnbd)
+    # Prometheus's own linter checks the daemons' metrics pages (crates/cli/tests/metrics.rs).
+    command -v promtool >/dev/null 2>&1 || want_promtool=1
+}
+want_promtool=0
+
+# promtool alone, taken out of Debian's `prometheus` package: installing the package would
+# also start a Prometheus server listening on every interface.
+install_promtool() {
+    local tmp
+    tmp=$(mktemp -d)
+    chmod 755 "$tmp"
+    echo "::: installing promtool (from Debian's prometheus package)"
+    (cd "$tmp" && $sudo_cmd apt-get download -qq prometheus 2>/dev/null) || {
+        $sudo_cmd apt-get update -qq
+        (cd "$tmp" && $sudo_cmd apt-get download -qq prometheus)
+    }
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
+    $sudo_cmd install -m 755 "$tmp/x/usr/bin/promtool" /usr/local/bin/promtool
+    rm -rf "$tmp"
 }
 
 for what in "$@"; do
@@ -36,17 +55,21 @@ for what in "$@"; do
         *) echo "usage: $0 build|test..." >&2; exit 2 ;;
     esac
 done
-[ ${#need[@]} -eq 0 ] && exit 0
+[ ${#need[@]} -eq 0 ] && [ "$want_promtool" -eq 0 ] && exit 0
 
 pkgs=$(printf '%s\n' "${need[@]}" | sort -u | tr '\n' ' ')
 sudo_cmd=""
 if [ "$(id -u)" -ne 0 ]; then
     if ! command -v sudo >/dev/null 2>&1; then
-        echo "missing Debian packages: $pkgs- install them as root: apt-get install $pkgs" >&2
+        echo "missing Debian packages: $pkgs(and promtool) - install them as root" >&2
         exit 1
     fi
     sudo_cmd="sudo"
 fi
+if [ "$want_promtool" -eq 1 ]; then
+    install_promtool
+fi
+[ ${#need[@]} -eq 0 ] && exit 0
 echo "::: installing $pkgs"
 DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get update -qq
 # shellcheck disable=SC2086 # one word per package

@@ -168,9 +168,38 @@ struct DevState {
     /// The OSDs' host name (`--host`; absent: the machine's).
     #[serde(default)]
     host: Option<String>,
+    /// Each daemon's metrics address (`mon.0`, `osd.1`, `nbd` -> 127.0.0.1:port), given
+    /// ports as daemons are added.
+    #[serde(default)]
+    metrics: std::collections::BTreeMap<String, String>,
 }
 
 impl DevState {
+    /// Gives every daemon a metrics address on loopback (the page is not authenticated);
+    /// whether any was added.
+    fn assign_metrics(&mut self) -> Result<bool> {
+        let names = (0..self.mons.len())
+            .map(|i| format!("mon.{i}"))
+            .chain((0..self.osds).map(|i| format!("osd.{i}")))
+            .chain(std::iter::once("nbd".to_string()));
+        let mut added = false;
+        for name in names {
+            if let std::collections::btree_map::Entry::Vacant(e) = self.metrics.entry(name) {
+                e.insert(format!("127.0.0.1:{}", free_port()?));
+                added = true;
+            }
+        }
+        Ok(added)
+    }
+
+    /// `--metrics-addr ADDR` for daemon `name`, if it has one.
+    fn metrics_args(&self, name: &str) -> Vec<String> {
+        match self.metrics.get(name) {
+            Some(a) => vec!["--metrics-addr".into(), a.clone()],
+            None => Vec::new(),
+        }
+    }
+
     /// The address daemons listen on.
     fn bind(&self) -> &str {
         self.bind.as_deref().unwrap_or("127.0.0.1")
@@ -288,6 +317,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         frames: a.frames.map(|f| f.to_string()),
         bind: a.bind.map(|ip| ip.to_string()),
         host: a.host.clone(),
+        metrics: Default::default(),
     })
 }
 
@@ -590,6 +620,12 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
             s
         }
     };
+    let mut state = state;
+    if state.assign_metrics()? {
+        std::fs::write(dir.join("dev.toml"), toml::to_string(&state)?)
+            .context("cannot write dev.toml")?;
+    }
+    write_prometheus_config(&dir, &state)?;
     let conf_path = dir.join("cairn.toml");
     let keyring = if state.no_auth {
         None
@@ -669,6 +705,11 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     );
     println!("  config: {}", conf_abs.display());
     println!("  logs:   {}", dir.join("log").display());
+    println!(
+        "  metrics: {} daemons on 127.0.0.1 (Prometheus scrape config: {})",
+        state.metrics.len(),
+        dir.join("prometheus.yml").display()
+    );
     // The hints name this very executable: `cairn` may not be on the PATH.
     let exe = std::env::current_exe()
         .ok()
@@ -691,6 +732,36 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     }
     println!("  {exe} dev down --dir {}", dir.display());
     Ok(())
+}
+
+/// Writes `prometheus.yml` beside the cluster's configuration: a scrape job per kind of
+/// daemon, so `prometheus --config.file=DIR/prometheus.yml` watches this cluster.
+fn write_prometheus_config(dir: &Path, s: &DevState) -> Result<()> {
+    let mut out = String::from(
+        "# Written by `cairn dev up`: scrapes every daemon of this dev cluster.\n\
+         global:\n  scrape_interval: 5s\nscrape_configs:\n",
+    );
+    for (job, prefix) in [
+        ("cairn-mon", "mon."),
+        ("cairn-osd", "osd."),
+        ("cairn-nbd", "nbd"),
+    ] {
+        let targets: Vec<String> = s
+            .metrics
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(name, addr)| {
+                format!("      - targets: ['{addr}']\n        labels: {{daemon: '{name}'}}\n")
+            })
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("  - job_name: {job}\n    static_configs:\n"));
+        out.extend(targets);
+    }
+    let path = dir.join("prometheus.yml");
+    std::fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The default volume's size: 10 GiB, or what the `default` pool can hold when less (whole
@@ -749,7 +820,7 @@ fn start_nbd(
         );
     }
     let conf = dir.join("cairn.toml").display().to_string();
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         "-c",
         &conf,
         "nbd",
@@ -764,6 +835,7 @@ fn start_nbd(
     .iter()
     .map(|x| x.to_string())
     .collect();
+    args.extend(s.metrics_args("nbd"));
     spawn(dir, "nbd", &args)?;
     wait_for(dir, &format!("the NBD server on {addr}"), timeout, || {
         Ok(std::net::TcpStream::connect(addr).ok().map(|_| ()))
@@ -802,6 +874,7 @@ fn start_mons(dir: &Path, s: &DevState) -> Result<()> {
             args.extend(["--auth".into(), "none".into()]);
         }
         args.extend(["--frames".into(), s.frames().to_string()]);
+        args.extend(s.metrics_args(&format!("mon.{i}")));
         spawn(dir, &format!("mon.{i}"), &args)?;
     }
     Ok(())
@@ -873,6 +946,7 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
             args.extend(["--auth".into(), "none".into()]);
         }
         args.extend(["--frames".into(), s.frames().to_string()]);
+        args.extend(s.metrics_args(&format!("osd.{i}")));
         let known = block_on(mon.get_map())??.osds.len() as u32;
         spawn(dir, &format!("osd.{i}"), &args)?;
         if known <= i {

@@ -86,6 +86,11 @@ pub struct MonArgs {
     /// --member defaults to this monitor alone).
     #[arg(long)]
     pub join: bool,
+    /// Serve Prometheus metrics over HTTP on this address (`GET /metrics`), e.g.
+    /// 127.0.0.1:9290 (port 0: any free port, printed at start). Off by default. The page is
+    /// not authenticated: keep it on loopback or a management network.
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Runs a `cairn mon` command.
@@ -269,6 +274,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     cfg.frames = args.auth.frames;
     cfg.conn_limits = args.conns.limits()?;
     cfg.join = args.join;
+    cfg.metrics_listen = args.metrics_addr;
     cfg.validate()?;
     Ok(cfg)
 }

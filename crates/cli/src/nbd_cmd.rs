@@ -91,6 +91,12 @@ pub struct ServeArgs {
     /// (<= 16 KiB) issued together are sent as one message (at most 8). 0 turns it off.
     #[arg(long, default_value_t = cairn_client::DEFAULT_MERGE_THRESHOLD)]
     merge_threshold: usize,
+    /// Serve Prometheus metrics over HTTP on this address (`GET /metrics`: requests, bytes,
+    /// errors and latency per export, QoS throttling), e.g. 127.0.0.1:9310 (port 0: any free
+    /// port, printed at start). Off by default. Not authenticated: keep it on loopback or a
+    /// management network.
+    #[arg(long)]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
@@ -120,6 +126,13 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(&a.listen)
             .await
             .with_context(|| format!("cannot listen on {}", a.listen))?;
+        let metrics_endpoint = match a.metrics_addr {
+            Some(m) => Some(
+                cairn_metrics::Endpoint::bind(m)
+                    .with_context(|| format!("cannot serve metrics on {m}"))?,
+            ),
+            None => None,
+        };
         let mut cfg = crate::conf::client_config(mons);
         cfg.merge_threshold = a.merge_threshold;
         let client = Client::connect(cfg).await?;
@@ -148,7 +161,23 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
             tls = Some(Arc::new(server));
             exports = exports.with_users(users);
         }
+        let mut metrics_exporter = None;
+        if let Some(endpoint) = metrics_endpoint {
+            let (m, e) = cairn_gateway::metrics::NbdMetrics::new();
+            exports = exports.with_metrics(m);
+            metrics_exporter = Some((endpoint, e));
+        }
         let exports = Arc::new(exports);
+        if let Some((endpoint, e)) = metrics_exporter {
+            let weak = Arc::downgrade(&exports);
+            e.on_scrape(move || {
+                if let Some(x) = weak.upgrade() {
+                    x.refresh_metrics();
+                }
+            });
+            eprintln!("metrics on http://{}/metrics", endpoint.addr);
+            tokio::spawn(cairn_metrics::serve(endpoint, Arc::new(e)));
+        }
         tracing::info!(listen = %addr, pool = %a.pool, "serving volumes over NBD");
         eprintln!("serving the volumes of pool {} on nbd://{addr}", a.pool);
         cairn_nbd::serve(listener, exports.clone(), tls, stop_signal()).await;

@@ -1,5 +1,6 @@
 //! Volumes as NBD exports: the `cairn-nbd` traits over [`Volume`].
 
+use crate::metrics::NbdMetrics;
 use crate::users::NbdUsers;
 use cairn_client::{Client, ClientError, FailCode};
 use cairn_nbd::{ClientId, Dirty, Export, ExportError, Exports, Extent, Opened};
@@ -21,6 +22,8 @@ pub struct VolumeExports {
     releases: std::sync::Mutex<Vec<tokio::sync::watch::Receiver<bool>>>,
     /// With TLS: who may open which volume. Without, every client may open every volume.
     users: Option<Arc<NbdUsers>>,
+    /// Requests counted and timed per export (`--metrics-addr`).
+    metrics: Option<Arc<NbdMetrics>>,
 }
 
 impl VolumeExports {
@@ -35,6 +38,27 @@ impl VolumeExports {
             open: tokio::sync::Mutex::new(HashMap::new()),
             releases: std::sync::Mutex::new(Vec::new()),
             users: None,
+            metrics: None,
+        }
+    }
+
+    /// Counts and times every request in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<NbdMetrics>) -> VolumeExports {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Reads the QoS totals of every open volume into the metrics (when scraped; skipped
+    /// while a volume is being opened).
+    pub fn refresh_metrics(&self) {
+        let (Some(m), Ok(open)) = (&self.metrics, self.open.try_lock()) else {
+            return;
+        };
+        for (name, v) in open.iter() {
+            if let Some(v) = v.upgrade() {
+                let (waits, waited) = v.throttled();
+                m.throttled(name, Arc::as_ptr(&v) as usize, waits, waited);
+            }
         }
     }
 
@@ -84,6 +108,16 @@ pub struct VolumeExport {
     size: u64,
     /// Of a snapshot export `VOL@B`: what its dirty bitmaps compare.
     bitmaps: Option<Bitmaps>,
+    /// Where this connection's requests are counted, and the export's name there.
+    metrics: Option<(Arc<NbdMetrics>, String)>,
+}
+
+impl Drop for VolumeExport {
+    fn drop(&mut self) {
+        if let Some((m, name)) = &self.metrics {
+            m.connection(name, -1);
+        }
+    }
 }
 
 /// The dirty bitmaps of a snapshot export `VOL@B`: bitmap `A` (context
@@ -291,6 +325,10 @@ impl Exports for VolumeExports {
                 volume,
                 size,
                 bitmaps,
+                metrics: self.metrics.as_ref().map(|m| {
+                    m.connection(name, 1);
+                    (m.clone(), name.to_string())
+                }),
             }),
         }))
     }
@@ -315,6 +353,21 @@ impl Exports for VolumeExports {
 }
 
 impl VolumeExport {
+    /// Runs request `op` (`bytes_in` written, `out` tells the bytes read), counted and timed
+    /// when the server keeps metrics.
+    async fn counted<T>(
+        &self,
+        op: &'static str,
+        bytes_in: u64,
+        fut: impl std::future::Future<Output = Result<T, ExportError>>,
+        out: impl Fn(&T) -> u64,
+    ) -> Result<T, ExportError> {
+        match &self.metrics {
+            Some((m, name)) => m.timed(name, op, bytes_in, fut, out).await,
+            None => fut.await,
+        }
+    }
+
     /// Forced unit access: the write just acknowledged must survive a power loss too, which in
     /// a pool with `memory` durability takes a flush (nothing in a `wal` pool).
     async fn fua(&self, fua: bool) -> Result<(), ExportError> {
@@ -349,31 +402,38 @@ impl Export for VolumeExport {
 
     async fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>, ExportError> {
         self.check(offset, len.into())?;
-        self.volume
-            .read(offset, len.into())
-            .await
-            .map_err(export_error)
+        let read = async {
+            let r = self.volume.read(offset, len.into()).await;
+            r.map_err(export_error)
+        };
+        self.counted("read", 0, read, |d| d.len() as u64).await
     }
 
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<(), ExportError> {
         self.check(offset, data.len() as u64)?;
-        self.volume
-            .write(offset, &data)
-            .await
-            .map_err(export_error)?;
-        self.fua(fua).await
+        let bytes = data.len() as u64;
+        let write = async {
+            self.volume
+                .write(offset, &data)
+                .await
+                .map_err(export_error)?;
+            self.fua(fua).await
+        };
+        self.counted("write", bytes, write, |_| 0).await
     }
 
     async fn flush(&self) -> Result<(), ExportError> {
-        self.volume.flush().await.map_err(export_error)
+        let flush = async { self.volume.flush().await.map_err(export_error) };
+        self.counted("flush", 0, flush, |_| 0).await
     }
 
     async fn trim(&self, offset: u64, len: u32) -> Result<(), ExportError> {
         self.check(offset, len.into())?;
-        self.volume
-            .zero(offset, len.into(), true)
-            .await
-            .map_err(export_error)
+        let trim = async {
+            let r = self.volume.zero(offset, len.into(), true).await;
+            r.map_err(export_error)
+        };
+        self.counted("trim", 0, trim, |_| 0).await
     }
 
     async fn write_zeroes(
@@ -387,11 +447,14 @@ impl Export for VolumeExport {
         self.check(offset, len.into())?;
         // Every way of zeroing is fast here (remove, in-place zero, or a one-byte sparse
         // write), so FAST_ZERO never has to fail.
-        self.volume
-            .zero(offset, len.into(), may_punch)
-            .await
-            .map_err(export_error)?;
-        self.fua(fua).await
+        let zero = async {
+            self.volume
+                .zero(offset, len.into(), may_punch)
+                .await
+                .map_err(export_error)?;
+            self.fua(fua).await
+        };
+        self.counted("write_zeroes", 0, zero, |_| 0).await
     }
 
     async fn dirty_status(

@@ -61,6 +61,8 @@ pub struct MonConfig {
     /// This monitor joins a running cluster: it never forms one, and waits until the leader
     /// adds it (`cairn mon add`); `members` is then just itself.
     pub join: bool,
+    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`); `None`: no endpoint.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl MonConfig {
@@ -78,6 +80,7 @@ impl MonConfig {
             snapshot_logs: DEFAULT_SNAPSHOT_LOGS,
             history_keep: DEFAULT_HISTORY_KEEP,
             keyring: None,
+            metrics_listen: None,
             conn_limits: cairn_transport::ConnLimits::default(),
             frames: cairn_transport::FrameMode::Plain,
             join: false,

@@ -43,6 +43,8 @@ pub(crate) struct Ctx {
     pub keys: Option<Arc<crate::auth::MonKeys>>,
     /// Connections held on the monitor's port, against their caps.
     pub admission: Arc<cairn_transport::Admission>,
+    /// Counts and latencies of proposals (`metrics.rs`).
+    pub stats: crate::metrics::MonMetrics,
 }
 
 impl Ctx {
@@ -93,6 +95,23 @@ impl Ctx {
         if self.leading_term().is_none() {
             return Proposed::NotLeader(self.leader().1);
         }
+        let kind = match p {
+            Proposal::Map(_) => "map",
+            Proposal::Keys(_) => "keys",
+        };
+        let t0 = Instant::now();
+        let proposed = self.propose_now(p).await;
+        let result = match &proposed {
+            Proposed::Applied(_) => "applied",
+            Proposed::NotLeader(_) => "not_leader",
+            Proposed::Unavailable(_) => "unavailable",
+        };
+        self.stats
+            .proposed(kind, result, t0.elapsed().as_secs_f64());
+        proposed
+    }
+
+    async fn propose_now(&self, p: Proposal) -> Proposed {
         let write = self.raft.client_write(p);
         match tokio::time::timeout(self.command_timeout, write).await {
             Err(_) => Proposed::Unavailable(format!(

@@ -9,6 +9,14 @@ pub enum MonError {
     /// The configuration is inconsistent (says what and how to fix it).
     #[error("invalid monitor configuration: {0}")]
     Config(String),
+    /// The metrics endpoint's address cannot be listened on.
+    #[error("cannot serve metrics on {addr}: {source} (is another daemon using that port?)")]
+    Metrics {
+        /// The address configured.
+        addr: std::net::SocketAddr,
+        /// What the system said.
+        source: std::io::Error,
+    },
     /// The keyring cannot be used.
     #[error(transparent)]
     Keys(#[from] crate::auth::MonKeysError),

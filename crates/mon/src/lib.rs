@@ -24,6 +24,7 @@ mod history;
 mod keys_cmd;
 mod log_store;
 mod members_cmd;
+mod metrics;
 mod migrate;
 mod migrate_v4;
 mod migrate_v5;

@@ -33,6 +33,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), MonError> {
     cfg.validate()?;
+    let metrics_endpoint = match cfg.metrics_listen {
+        Some(addr) => Some(
+            cairn_metrics::Endpoint::bind(addr)
+                .map_err(|source| MonError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
     let db = store::open(&cfg.dir, cfg.id, cfg.fsid)?;
     let store_err = |e: store::StoreError| MonError::Store {
         path: cfg.dir.join(store::DB_FILE),
@@ -86,8 +93,16 @@ pub async fn run(
         verifier,
         keys,
         admission: cairn_transport::Admission::new(cfg.conn_limits),
+        stats: crate::metrics::MonMetrics::new(),
     });
     let mut background = JoinSet::new();
+    if let Some(endpoint) = metrics_endpoint {
+        println!("mon.{} metrics on http://{}/metrics", cfg.id, endpoint.addr);
+        background.spawn(cairn_metrics::serve(
+            endpoint,
+            crate::metrics::exporter(&ctx),
+        ));
+    }
     background.spawn(log_leadership(ctx.clone()));
     background.spawn(failure_ticker(ctx.clone()));
     background.spawn(history_ticker(ctx.clone()));

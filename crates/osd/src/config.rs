@@ -75,6 +75,9 @@ pub struct OsdConfig {
     /// Most recovery pulls (`PG_PULL`, up to 4 MiB read each) served at once; a peer asking
     /// for more waits. Default 8.
     pub max_pulls: usize,
+    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`); `None`: no endpoint
+    /// and no op-path metrics kept. Default none.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Default [`OsdConfig::direct_write_min`]: 128 KiB. Written once, large writes go 1.4-2.2x
@@ -158,6 +161,7 @@ impl OsdConfig {
             request_limits: cairn_transport::RequestLimits::default(),
             max_client_scrubs: 2,
             max_pulls: 8,
+            metrics_listen: None,
         }
     }
 

@@ -49,9 +49,25 @@ pub struct Osd {
     pub syncer: crate::syncer::SyncTx,
     /// Collections still to split after a pool's PG count grew (`split.rs`).
     pub splits: crate::split::Splits,
+    /// Op-path metrics, when this OSD serves metrics (`metrics.rs`).
+    pub metrics: Option<Arc<crate::metrics::OsdMetrics>>,
 }
 
 impl Osd {
+    /// Counts a WAL write (and flush) started at `t0` and done now in the commit latency.
+    pub fn note_commit(&self, t0: std::time::Instant) {
+        if let Some(m) = &self.metrics {
+            m.committed(t0);
+        }
+    }
+
+    /// Counts a write committed to the store (`primary`: as the PG's primary).
+    pub fn note_applied(&self, pool: u32, primary: bool) {
+        if let Some(m) = &self.metrics {
+            m.write_applied(pool, primary);
+        }
+    }
+
     /// This OSD's id.
     pub fn id(&self) -> u32 {
         self.id.load(Ordering::Relaxed)

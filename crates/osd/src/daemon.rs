@@ -144,6 +144,15 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             source,
         })?
         .to_string();
+    let metrics_endpoint = match cfg.metrics_listen {
+        Some(a) => Some(
+            cairn_metrics::Endpoint::bind(a).map_err(|source| OsdError::Listen {
+                addr: format!("{a} (metrics)"),
+                source,
+            })?,
+        ),
+        None => None,
+    };
     let source = cairn_transport::net::source_for(cfg.listen);
     let service = Arc::new(cairn_auth::ServiceKeys::default());
     let (auth, verifier) = credentials(&cfg, &service);
@@ -190,7 +199,11 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         request_limits: cfg.request_limits,
         syncer: sync_tx,
         splits: crate::split::Splits::default(),
+        metrics: crate::metrics::op_metrics(metrics_endpoint.is_some()),
     });
+    if let Some(m) = &osd.metrics {
+        osd.inflight.set_metrics(m.clone());
+    }
     // The OSD may have been down while PGs split: every copy it holds is checked.
     osd.splits.note(&osd.store, None, &boot.map);
     crate::syncer::start(Arc::downgrade(&osd), sync_rx).map_err(OsdError::Runtime)?;
@@ -255,6 +268,16 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             Err(e) => tracing::error!(error = %e, "cannot serve on the listener"),
         }
     });
+    if let Some(endpoint) = metrics_endpoint {
+        println!(
+            "osd.{} metrics on http://{}/metrics",
+            boot.id, endpoint.addr
+        );
+        rt0.spawn(cairn_metrics::serve(
+            endpoint,
+            crate::metrics::exporter(&osd),
+        ));
+    }
     let ticking = osd.clone();
     rt0.spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(1));

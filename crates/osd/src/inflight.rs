@@ -22,7 +22,17 @@ pub struct InflightWrite {
     pub pg: PgId,
     pub version: u64,
     client_req: u64,
+    /// What the client asked, for metrics and slow-op reports.
+    pub what: WriteWhat,
     state: Mutex<WriteState>,
+}
+
+/// A write's kind, size and start (when its op reached the shard).
+#[derive(Debug, Clone, Copy)]
+pub struct WriteWhat {
+    pub op: &'static str,
+    pub bytes: u64,
+    pub started: std::time::Instant,
 }
 
 struct WriteState {
@@ -33,6 +43,17 @@ struct WriteState {
     /// keeps the last write of each object) and must not keep its request counted against
     /// the client's connection (`cairn_transport::load`).
     client: Option<FrameSender>,
+}
+
+impl WriteWhat {
+    /// An op of kind `op` carrying `bytes`, started now.
+    pub fn now(op: &'static str, bytes: u64) -> WriteWhat {
+        WriteWhat {
+            op,
+            bytes,
+            started: std::time::Instant::now(),
+        }
+    }
 }
 
 impl InflightWrite {
@@ -62,6 +83,9 @@ pub struct Inflight {
     table: Vec<Mutex<HashMap<u64, Arc<InflightWrite>>>>,
     done_hook: std::sync::OnceLock<DoneHook>,
     repeer_hook: std::sync::OnceLock<DoneHook>,
+    /// Members whose answers said their store is full.
+    pub full: crate::fullness::FullMembers,
+    metrics: std::sync::OnceLock<Arc<crate::metrics::OsdMetrics>>,
 }
 
 const TABLE_SHARDS: usize = 16;
@@ -76,7 +100,14 @@ impl Inflight {
                 .collect(),
             done_hook: std::sync::OnceLock::new(),
             repeer_hook: std::sync::OnceLock::new(),
+            full: Default::default(),
+            metrics: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Counts completed writes in these metrics (once).
+    pub fn set_metrics(&self, m: Arc<crate::metrics::OsdMetrics>) {
+        let _ = self.metrics.set(m);
     }
 
     /// Sets what to call when a replica reports a gap in a PG's history (once).
@@ -116,6 +147,7 @@ impl Inflight {
         members: Vec<u32>,
         client: FrameSender,
         client_req: u64,
+        what: WriteWhat,
     ) -> Arc<InflightWrite> {
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
         let w = Arc::new(InflightWrite {
@@ -123,6 +155,7 @@ impl Inflight {
             pg,
             version,
             client_req,
+            what,
             state: Mutex::new(WriteState {
                 waiting: members,
                 done: false,
@@ -211,6 +244,10 @@ impl Inflight {
         if let Some(client) = client {
             let _ = client.send(OP_REPLY, w.client_req, &control, &[]);
         }
+        if let (Some(m), OpReply::Ok { .. }) = (self.metrics.get(), reply) {
+            let what = &w.what;
+            m.op_done(w.pg.pool, what.op, what.started, (what.bytes, 0));
+        }
         if wake_readers {
             if let Some(hook) = self.done_hook.get() {
                 hook(w.pg);
@@ -250,7 +287,7 @@ mod tests {
             let (to, _peer) = sender().await;
             let inf = Inflight::new();
             let pg = PgId { pool: 1, pg: 2 };
-            let w = inf.register(pg, 7, vec![0, 1, 2], to, 9);
+            let w = inf.register(pg, 7, vec![0, 1, 2], to, 9, WriteWhat::now("write", 0));
             let failed = OpReply::Retry;
             // A reply naming this write from an OSD outside its acting set changes nothing.
             inf.member_failed(w.tid, 5, &failed);

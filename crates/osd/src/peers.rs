@@ -211,7 +211,14 @@ async fn read_answers(
             break;
         }
         match cairn_proto::msg::decode::<RepReply>("replica reply", &frame.control) {
-            Ok(RepReply::Done) => inflight.member_done(frame.request_id, peer),
+            Ok(RepReply::Done) => {
+                inflight.full.note(peer, None);
+                inflight.member_done(frame.request_id, peer)
+            }
+            Ok(RepReply::DoneButFull { metadata_too }) => {
+                inflight.full.note(peer, Some(metadata_too));
+                inflight.member_done(frame.request_id, peer)
+            }
             Ok(RepReply::Stale { epoch }) => {
                 tracing::info!(peer, epoch, "peer says this OSD is not primary");
                 inflight.member_failed(frame.request_id, peer, &OpReply::Retry);
@@ -318,7 +325,8 @@ mod tests {
             let map = map_with(5, silent.local_addr().expect("addr").to_string());
             let (client, _c) = client_sender().await;
             let inflight = Arc::new(Inflight::new());
-            let w = inflight.register(PgId { pool: 1, pg: 0 }, 1, vec![5], client, 1);
+            let what = crate::inflight::WriteWhat::now("write", 0);
+            let w = inflight.register(PgId { pool: 1, pg: 0 }, 1, vec![5], client, 1, what);
             let (peers, called) = peers_with_hook();
             let started = std::time::Instant::now();
             assert!(matches!(peers.link(&inflight, 3, &map, 5), Link::Opening));

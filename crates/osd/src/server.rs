@@ -160,38 +160,7 @@ async fn connection(
                     }
                     continue;
                 }
-                let st = osd.store.stats();
-                let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
-                let progress = osd.recovery.progress();
-                let held = osd.store.list_collections();
-                let (down_pgs, lost_write_pgs) = osd.pg_troubles();
-                let reply = OsdStats {
-                    osd: osd.id(),
-                    // What fills up to a NoSpace refusal, so the full ratio means what it says.
-                    used_bytes: st.used_bytes,
-                    memory_target_bytes: osd.memory_target,
-                    memory_used_bytes: crate::config::resident_bytes(),
-                    cache_bytes: st.read_cache.bytes,
-                    cache_capacity_bytes: st.read_cache.capacity,
-                    cache_hits: st.read_cache.hits,
-                    cache_misses: st.read_cache.misses,
-                    capacity_bytes: st.writable_bytes,
-                    inflight: osd.inflight.count() as u64,
-                    recovered_objects: osd.recovery.objects.load(Ordering::Relaxed),
-                    recovery_bytes: osd.recovery.bytes.load(Ordering::Relaxed),
-                    recovery_pending_objects: progress.pending_objects,
-                    recovery_bytes_per_sec: progress.bytes_per_sec,
-                    recovery_objects_per_sec: progress.objects_per_sec,
-                    peering_pgs: osd.peering_pgs(),
-                    scrub_unrepaired,
-                    scrub_repaired,
-                    scrubbed_pgs,
-                    pgs_held: held.len() as u64,
-                    pgs_misplaced: crate::peering::misplaced_copies(&osd, &held),
-                    pgs_reclaiming: crate::reclaim::removed_copies(&osd.map(), &held),
-                    down_pgs,
-                    lost_write_pgs,
-                };
+                let reply = osd_stats(&osd);
                 let control = cairn_proto::msg::encode(&reply);
                 let _ = sender.send(OSD_STATS_REPLY, frame.request_id, &control, &[]);
                 if !more {
@@ -610,4 +579,40 @@ async fn from_primary(
 fn refuse(to: &FrameSender, req_id: u64, code: ErrorCode, why: &str) {
     let control = cairn_proto::msg::encode(&ErrorReply::new(code, why));
     let _ = to.send(ERROR, req_id, &control, &[]);
+}
+
+/// This OSD's usage and state, as `cairn status` and the metrics show them.
+pub fn osd_stats(osd: &Osd) -> OsdStats {
+    let st = osd.store.stats();
+    let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
+    let progress = osd.recovery.progress();
+    let held = osd.store.list_collections();
+    let (down_pgs, lost_write_pgs) = osd.pg_troubles();
+    OsdStats {
+        osd: osd.id(),
+        // What fills up to a NoSpace refusal, so the full ratio means what it says.
+        used_bytes: st.used_bytes,
+        memory_target_bytes: osd.memory_target,
+        memory_used_bytes: crate::config::resident_bytes(),
+        cache_bytes: st.read_cache.bytes,
+        cache_capacity_bytes: st.read_cache.capacity,
+        cache_hits: st.read_cache.hits,
+        cache_misses: st.read_cache.misses,
+        capacity_bytes: st.writable_bytes,
+        inflight: osd.inflight.count() as u64,
+        recovered_objects: osd.recovery.objects.load(Ordering::Relaxed),
+        recovery_bytes: osd.recovery.bytes.load(Ordering::Relaxed),
+        recovery_pending_objects: progress.pending_objects,
+        recovery_bytes_per_sec: progress.bytes_per_sec,
+        recovery_objects_per_sec: progress.objects_per_sec,
+        peering_pgs: osd.peering_pgs(),
+        scrub_unrepaired,
+        scrub_repaired,
+        scrubbed_pgs,
+        pgs_held: held.len() as u64,
+        pgs_misplaced: crate::peering::misplaced_copies(osd, &held),
+        pgs_reclaiming: crate::reclaim::removed_copies(&osd.map(), &held),
+        down_pgs,
+        lost_write_pgs,
+    }
 }

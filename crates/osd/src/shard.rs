@@ -8,7 +8,7 @@ use crate::context::Osd;
 use crate::op;
 use crate::pgstate::PgState;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{OpRequest, RepOp, RepReply, OSD_SYNC_REPLY};
+use cairn_proto::msg::osd::{OpRequest, RepOp, OSD_SYNC_REPLY};
 use cairn_store::SharedBytes;
 use cairn_transport::{begin_batch, end_batch, FrameSender};
 use std::collections::HashMap;
@@ -289,7 +289,9 @@ impl Shard {
         let off_thread = self.syncing > 0 || self.osd.store.sync_waits_for_data_device();
         if self.unsynced.is_empty() && !off_thread {
             let done = std::mem::take(&mut self.unwritten);
+            let t0 = std::time::Instant::now();
             let result = self.osd.store.write_through(self.last_seq);
+            self.osd.note_commit(t0);
             self.complete(done, result.as_ref());
             return;
         }
@@ -313,20 +315,26 @@ impl Shard {
         } else {
             done
         };
+        let t0 = std::time::Instant::now();
         let result = self.osd.store.sync_through(self.last_seq).map(|_| ());
+        self.osd.note_commit(t0);
         self.complete(done, result.as_ref());
     }
 
     /// Completes writes whose durability is known.
     fn complete(&mut self, done: Vec<OnDurable>, result: Result<&(), &cairn_store::StoreError>) {
         begin_batch();
+        // How full this store is, told to primaries with every replica's answer; looked up
+        // once for the batch.
+        let mut held = None;
         for d in done {
             match (&result, d) {
                 (Ok(_), OnDurable::Local { tid }) => {
                     self.osd.inflight.member_done(tid, self.osd.id())
                 }
                 (Ok(_), OnDurable::Ack { to, req_id }) => {
-                    op::write::rep_reply(&to, req_id, &RepReply::Done)
+                    let r = held.get_or_insert_with(|| op::write::held_reply(&self.osd.store));
+                    op::write::rep_reply(&to, req_id, r)
                 }
                 (Err(e), OnDurable::Local { tid }) => {
                     self.osd.inflight.fail(tid, &op::store_failed(e))

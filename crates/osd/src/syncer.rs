@@ -30,7 +30,9 @@ pub fn start(osd: Weak<Osd>, rx: Receiver<SyncJob>) -> std::io::Result<()> {
 fn run(osd: Weak<Osd>, rx: Receiver<SyncJob>) {
     while let Ok(job) = rx.recv() {
         let Some(osd) = osd.upgrade() else { return };
+        let t0 = std::time::Instant::now();
         let result = osd.store.sync_through(job.seq).map(|_| ());
+        osd.note_commit(t0);
         osd.queue_shard(
             job.shard,
             ShardMsg::Synced {

@@ -541,14 +541,28 @@ fn client_reserve_blocks(sh: &Shared, st: &State) -> u64 {
     (writable_blocks(sh, st) * crate::CLIENT_RESERVE_PERCENT / 100).max(16)
 }
 
+/// Blocks a write of its kind leaves free: ordinary data the whole reserve, metadata a quarter.
+/// A replicated copy of an admitted write ([`Transaction::replicated`]) leaves half of that:
+/// the other half is the room replicas have for what their primaries admitted while their
+/// own store was fuller (until the primaries hear they are full).
+pub(crate) fn headroom_blocks(sh: &Shared, st: &State, metadata: bool, replicated: bool) -> u64 {
+    let reserve = client_reserve_blocks(sh, st);
+    let kept = if metadata { reserve / 4 } else { reserve };
+    if replicated {
+        kept / 2
+    } else {
+        kept
+    }
+}
+
+/// Space left for a write of its kind (see [`headroom_blocks`]).
+pub(crate) fn room_blocks(sh: &Shared, st: &State, metadata: bool, replicated: bool) -> u64 {
+    available_blocks(sh, st).saturating_sub(headroom_blocks(sh, st, metadata, replicated))
+}
+
 /// What ordinary writes may fill: [`writable_blocks`] less the metadata reserve.
 pub(crate) fn client_writable_blocks(sh: &Shared, st: &State) -> u64 {
     writable_blocks(sh, st).saturating_sub(client_reserve_blocks(sh, st))
-}
-
-/// Space left for ordinary writes: [`available_blocks`] less the metadata reserve.
-pub(crate) fn available_to_clients(sh: &Shared, st: &State) -> u64 {
-    available_blocks(sh, st).saturating_sub(client_reserve_blocks(sh, st))
 }
 
 fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State>, u64)> {
@@ -571,7 +585,7 @@ fn submit_placed<'a>(
     // other transactions may change what this one depends on (a removed collection).
     loop {
         let (new_blocks, est) = validate(&st.index, txn, placed)?;
-        check_limits(sh, &st, new_blocks, est, txn.use_reserve)?;
+        check_limits(sh, &st, new_blocks, est, txn)?;
         // Wait while too much data waits for the flusher, and for WAL room (a wrap can cost
         // up to one more batch, hence the factor two).
         let wal_full = sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size;
@@ -615,7 +629,7 @@ fn check_limits(
     st: &State,
     new_blocks: u64,
     est: u64,
-    use_reserve: bool,
+    txn: &Transaction,
 ) -> Result<()> {
     if est > sh.max_record() {
         return Err(StoreError::TooLarge {
@@ -631,11 +645,7 @@ fn check_limits(
             limit: sh.pending_limit_blocks() * B,
         });
     }
-    let avail = if use_reserve {
-        available_blocks(sh, st)
-    } else {
-        available_to_clients(sh, st)
-    };
+    let avail = room_blocks(sh, st, txn.use_reserve, txn.replicated);
     if new_blocks > avail {
         return Err(StoreError::NoSpace {
             needed: new_blocks * B,

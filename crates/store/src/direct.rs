@@ -94,7 +94,7 @@ pub(crate) fn place(sh: &Shared, txn: &Transaction) -> Result<Placements> {
         for op in &txn.ops {
             let r = match op {
                 Op::Write { data, .. } if is_direct(op, min) => {
-                    match alloc_runs(sh, &mut st, data.len() as u64 / B) {
+                    match alloc_runs(sh, &mut st, data.len() as u64 / B, txn.replicated) {
                         Ok(r) => r,
                         Err(e) => {
                             release(&mut st, runs.iter().flatten(), true);
@@ -127,9 +127,14 @@ pub(crate) fn place(sh: &Shared, txn: &Transaction) -> Result<Placements> {
 /// Blocks for one direct write, or `None` when it must take the WAL path (free segments
 /// short but dead blocks waiting for the cleaner); `NoSpace` when the store has no room for
 /// it at all.
-fn alloc_runs(sh: &Shared, st: &mut State, blocks: u64) -> Result<Option<Vec<(u64, u32)>>> {
+fn alloc_runs(
+    sh: &Shared,
+    st: &mut State,
+    blocks: u64,
+    replicated: bool,
+) -> Result<Option<Vec<(u64, u32)>>> {
     // Large writes are data, never metadata: they leave the reserve alone.
-    let avail = crate::commit::available_to_clients(sh, st);
+    let avail = crate::commit::room_blocks(sh, st, false, replicated);
     if avail < blocks {
         return Err(crate::StoreError::NoSpace {
             needed: blocks * B,

@@ -115,6 +115,11 @@ pub struct Transaction {
     /// still be writable when the data has filled the store, or nothing could be removed.
     /// Not stored: a hint for this submission only.
     pub use_reserve: bool,
+    /// A copy of a write a primary admitted ([`crate::Store::admits`]): may use half the
+    /// headroom that admission keeps free. Members of a PG fill unevenly; a replica must not
+    /// refuse what its primary admitted (and applied), or its copy of the PG falls behind
+    /// with no room to catch up. Not stored.
+    pub replicated: bool,
 }
 
 impl Transaction {
@@ -235,6 +240,11 @@ impl Transaction {
     /// Lets the transaction use the reserve (see [`Transaction::use_reserve`]).
     pub fn use_reserve(&mut self) -> &mut Self {
         self.use_reserve = true;
+        self
+    }
+    /// Marks the transaction a copy of an admitted write (see [`Transaction::replicated`]).
+    pub fn replicated(&mut self) -> &mut Self {
+        self.replicated = true;
         self
     }
     /// Whether the transaction has no operations.

@@ -703,3 +703,68 @@ fn whole_block_writes_are_held_without_a_copy() {
     );
     assert_eq!(s.read(1, b"whole", 4096, 3 * 4096).unwrap(), &whole[..]);
 }
+
+/// The tiers of a full store: a primary stops admitting data while copies of admitted writes
+/// (`replicated`) still fit, small metadata fits after that, and a replicated copy of metadata
+/// uses the last of it. Each refusal applies nothing.
+#[test]
+fn a_full_store_keeps_headroom_for_copies_of_admitted_writes() {
+    // Large enough that each tier (an eighth of the 5% reserve) is larger than the checkpoint
+    // room growing by two segments as objects are added.
+    let devs = MemDevs::new(1, 64 << 20, None);
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    s.commit(&t).unwrap();
+    let chunk = vec![3u8; 64 * 1024];
+    let small = vec![4u8; 4096];
+    let mut n = 0;
+    let mut put = |replicated: bool, metadata: bool| {
+        let mut t = Transaction::new();
+        let data = if metadata { &small } else { &chunk };
+        t.write(1, format!("o{n}").as_bytes(), 0, data);
+        if replicated {
+            t.replicated();
+        }
+        if metadata {
+            t.use_reserve();
+        }
+        n += 1;
+        s.commit(&t).map(|_| ())
+    };
+    let fill = |put: &mut dyn FnMut() -> Result<(), StoreError>| {
+        let mut count = 0;
+        loop {
+            match put() {
+                Ok(()) => count += 1,
+                Err(StoreError::NoSpace { .. }) => return count,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(count < 1000, "never filled");
+        }
+    };
+    let admitted = fill(&mut || {
+        s.admits(chunk.len() as u64, false)?;
+        put(false, false)
+    });
+    assert!(admitted > 10, "{admitted}");
+    assert!(s.admits(chunk.len() as u64, false).is_err());
+    // Copies of data admitted elsewhere still fit: half the reserve.
+    let copies = fill(&mut || put(true, false));
+    assert!(copies > 0, "no headroom for copies");
+    // Metadata a primary admits: most of the rest; then its copies, the last of it.
+    assert!(s.admits(4096, true).is_ok());
+    let meta = fill(&mut || {
+        s.admits(4096, true)?;
+        put(false, true)
+    });
+    assert!(meta > 0, "no room for metadata");
+    let meta_copies = fill(&mut || put(true, true));
+    assert!(meta_copies > 0, "no headroom for copies of metadata");
+    let (data_room, meta_room) = s.admissible_bytes();
+    assert!(
+        data_room == 0 && meta_room < 4096,
+        "{data_room} {meta_room}"
+    );
+    s.check_space_accounting().unwrap();
+}

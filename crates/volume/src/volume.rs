@@ -42,6 +42,8 @@ pub struct Volume {
     pub(crate) resolved: Mutex<HashMap<u64, u64>>,
     /// The volume's QoS limits, as this process enforces them (`qos.rs`).
     limiter: crate::qos::Limiter,
+    /// Requests the QoS limits delayed, and the microseconds they waited in all.
+    throttled: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
     /// Of a clone: the parent snapshot, open read-only (`clone.rs`).
     pub(crate) parent: Option<Box<Volume>>,
     /// Whether a data object absent from the object map is known absent. Not in a clone: its
@@ -185,6 +187,7 @@ impl Volume {
             snap,
             resolved: Mutex::default(),
             limiter: crate::qos::Limiter::default(),
+            throttled: Default::default(),
             trust_map: parent.is_none(),
             mode,
             parent,
@@ -389,8 +392,23 @@ impl Volume {
     async fn throttle(&self, bytes: u64) {
         let wait = self.limiter.admit(&self.lease.qos(), bytes);
         if !wait.is_zero() {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.throttled.0.fetch_add(1, Relaxed);
+            let us = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
+            self.throttled.1.fetch_add(us, Relaxed);
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Requests the volume's QoS limits delayed since it was opened, and how long they
+    /// waited in all.
+    pub fn throttled(&self) -> (u64, std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let us = self.throttled.1.load(Relaxed);
+        (
+            self.throttled.0.load(Relaxed),
+            std::time::Duration::from_micros(us),
+        )
     }
 
     async fn read_ungated(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {

@@ -8,7 +8,16 @@ use cairn_proto::msg::osd::{OpKind, OpReply};
 use cairn_store::{limits, SharedBytes, Transaction};
 
 /// Largest whole-object write that may use the store's reserve.
-const SMALL_OBJECT: usize = 64 << 10;
+pub const SMALL_OBJECT: usize = 64 << 10;
+
+/// Whether a write is metadata: a small whole object (a volume's header, lease, snapshot
+/// table), writable in a full store so that space can be freed.
+pub fn is_metadata(kind: &OpKind, len: usize) -> bool {
+    matches!(
+        kind,
+        OpKind::WriteFull | OpKind::Create | OpKind::WriteFullIf { .. }
+    ) && len <= SMALL_OBJECT
+}
 
 /// Builds the transaction applying `kind` to `object` as PG version `version`, assigned by a
 /// primary at map `epoch`, with its PG log entry.
@@ -34,9 +43,7 @@ pub fn build(
         // A create reaches the store only once the primary found the object absent.
         OpKind::WriteFull | OpKind::Create | OpKind::WriteFullIf { .. } => {
             check_range(0, data.len() as u64)?;
-            // Small whole objects are metadata (a volume's header, lease, snapshot table):
-            // writable in a full store, so that space can be freed.
-            if data.len() <= SMALL_OBJECT {
+            if is_metadata(kind, data.len()) {
                 t.use_reserve();
             }
             t.touch(coll, object);
@@ -58,6 +65,9 @@ pub fn build(
             return Err(OpReply::Invalid("not a write".into()))
         }
     }
+    // Admitted by the primary (`write::admission`): every copy may use the headroom kept for
+    // members fuller than their primary.
+    t.replicated();
     t.kv_set(coll, VERSION_KEY, &version.to_le_bytes());
     // Ranges let recovery copy only the bytes a write changed (4 KiB of a 4 MiB object).
     let op = match *kind {

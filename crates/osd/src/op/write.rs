@@ -59,6 +59,9 @@ pub fn primary_write(
     if let Some(r) = compare(&osd.store, st.coll_exists, pg, &req) {
         return reply(&to, req_id, &r, &[]);
     }
+    if let Some(r) = admission(&osd, pg, &acting[1..], &req.kind, &data) {
+        return reply(&to, req_id, &r, &[]);
+    }
     let mut links = Vec::with_capacity(acting.len());
     for &member in &acting[1..] {
         match osd.peers.link(&osd.inflight, here, map, member) {
@@ -100,9 +103,11 @@ pub fn primary_write(
         Ok(t) => t,
         Err(r) => return reply(&to, req_id, &r, &[]),
     };
+    let what =
+        crate::inflight::WriteWhat::now(crate::metrics::op_name(&req.kind), data.len() as u64);
     let w = osd
         .inflight
-        .register(pg, version, acting.clone(), to, req_id);
+        .register(pg, version, acting.clone(), to, req_id, what);
     st.note_write(&req.object, w.clone());
     let rep = RepOp {
         epoch: map.epoch,
@@ -128,6 +133,7 @@ pub fn primary_write(
     let memory = pool.durability == Durability::Memory;
     match osd.store.submit(&t) {
         Ok(seq) => {
+            osd.note_applied(pg.pool, true);
             st.coll_exists = true;
             st.last_version = version;
             // At the shard's next sync (end of the run of requests being handled): durability
@@ -147,7 +153,53 @@ pub fn primary_write(
     }
 }
 
-/// Sends a replica's answer to its primary.
+/// Room for client data below which a replica tells its primaries it is full: a volume
+/// object's size, the most one ordinary write brings.
+const FULL_BELOW: u64 = 4 << 20;
+
+/// A replica's answer for a write it holds: `Done`, or `DoneButFull` when its store would
+/// not admit a write of `FULL_BELOW` bytes of client data as a primary (or a small metadata
+/// object).
+pub fn held_reply(store: &cairn_store::Store) -> RepReply {
+    let (data, metadata) = store.admissible_bytes();
+    if data >= FULL_BELOW {
+        return RepReply::Done;
+    }
+    RepReply::DoneButFull {
+        metadata_too: metadata < txn::SMALL_OBJECT as u64,
+    }
+}
+
+/// What a write must answer instead of being applied when there is no room for it: on this
+/// OSD (as a primary admits writes), or on a member that said it is full. Writes that free
+/// space (removes, truncates, zeroing) are always admitted.
+fn admission(
+    osd: &crate::context::Osd,
+    pg: PgId,
+    acting: &[u32],
+    kind: &OpKind,
+    data: &[u8],
+) -> Option<OpReply> {
+    if !matches!(
+        kind,
+        OpKind::Write { .. } | OpKind::WriteFull | OpKind::Create | OpKind::WriteFullIf { .. }
+    ) {
+        return None;
+    }
+    let metadata = txn::is_metadata(kind, data.len());
+    if let Err(e) = osd.store.admits(data.len() as u64, metadata) {
+        return Some(super::store_failed(&e));
+    }
+    let full = osd.inflight.full.full_member(acting, metadata)?;
+    Some(OpReply::Failed {
+        code: FailCode::NoSpace,
+        why: format!(
+            "no space for the write on osd.{full}, a member of pg {pg}: it is full (free \
+             space: remove snapshots or data, or add capacity)"
+        ),
+    })
+}
+
 /// Largest object whose bytes a create compares with its own to recognise its own resend;
 /// a larger existing object is simply `Exists`.
 const CREATE_COMPARE_MAX: u64 = 1 << 20;
@@ -206,6 +258,7 @@ fn compare(
     Some(OpReply::Conflict)
 }
 
+/// Sends a replica's answer to its primary.
 pub fn rep_reply(to: &FrameSender, req_id: u64, r: &RepReply) {
     let control = cairn_proto::msg::encode(r);
     let _ = to.send(REP_REPLY, req_id, &control, &[]);
@@ -269,6 +322,7 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
     };
     match osd.store.submit(&t) {
         Ok(seq) => {
+            osd.note_applied(pg.pool, false);
             st.coll_exists = true;
             st.last_version = st.last_version.max(op.version);
             if memory {

@@ -299,6 +299,11 @@ pub enum RepReply {
     /// The write's version does not follow the replica's last one (`have`): it missed a
     /// write (a connection broke). Nothing was applied; the primary must peer the PG again.
     Gap { have: u64 },
+    /// Held, as `Done`; and the replica's store is past the point where it would admit
+    /// ordinary client data as a primary (and small metadata too, `metadata_too`). The primary
+    /// refuses such writes to the PGs this replica holds for a while, so the replica's
+    /// headroom for copies is not used up.
+    DoneButFull { metadata_too: bool },
 }
 
 /// An OSD's usage, for `cairn status`.

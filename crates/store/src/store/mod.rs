@@ -120,6 +120,31 @@ impl Store {
         !st.direct_jobs.is_empty() || st.writing_direct
     }
 
+    /// Whether a primary may admit a client write of `bytes` (`metadata`: a small whole
+    /// object, which may use most of the reserve); `NoSpace` when the write would not fit
+    /// with the headroom its kind leaves free. The copies the write then commits are marked
+    /// [`Transaction::replicated`], so a member that filled up to this point still takes
+    /// them.
+    pub fn admits(&self, bytes: u64, metadata: bool) -> Result<()> {
+        let st = self.sh.lock();
+        let room = crate::commit::room_blocks(&self.sh, &st, metadata, false);
+        let needed = bytes.div_ceil(BLOCK);
+        if needed > room {
+            return Err(StoreError::NoSpace {
+                needed: needed * BLOCK,
+                available: room * BLOCK,
+            });
+        }
+        Ok(())
+    }
+
+    /// Bytes a primary would still admit: of ordinary data, of small metadata.
+    pub fn admissible_bytes(&self) -> (u64, u64) {
+        let st = self.sh.lock();
+        let room = |metadata| crate::commit::room_blocks(&self.sh, &st, metadata, false) * BLOCK;
+        (room(false), room(true))
+    }
+
     /// Counters and space usage.
     pub fn stats(&self) -> StoreStats {
         let st = self.sh.lock();

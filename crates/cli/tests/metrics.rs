@@ -1,0 +1,236 @@
+//! Every daemon's Prometheus endpoint, scraped under load by this test and checked with
+//! Prometheus's own linter (`promtool check metrics`): the counters grow with the ops the test
+//! issued, exactly (client writes counted once by their primaries, applied once per copy).
+
+mod common;
+
+use common::cluster::{runtime, text, Cluster};
+use common::tools::{tool, tool_ok};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+/// The metrics address of every daemon of a dev cluster (from its `dev.toml`).
+fn endpoints(c: &Cluster) -> BTreeMap<String, String> {
+    let t = std::fs::read_to_string(c.dir.join("dev.toml")).expect("read dev.toml");
+    let v: toml::Value = toml::from_str(&t).expect("parse dev.toml");
+    let m = v
+        .get("metrics")
+        .and_then(|m| m.as_table())
+        .expect("metrics in dev.toml");
+    m.iter()
+        .map(|(k, v)| (k.clone(), v.as_str().expect("address").to_string()))
+        .collect()
+}
+
+/// The raw HTTP answer to `request` sent to `addr`.
+fn http(addr: &str, request: &[u8]) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(request).expect("send");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("read the answer");
+    String::from_utf8(out).expect("utf-8 answer")
+}
+
+/// Scrapes `addr`, checks the page with `promtool check metrics`, returns its body.
+fn scrape(c: &Cluster, addr: &str) -> String {
+    let answer = http(addr, b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let file = c.dir.join("scrape.txt");
+    std::fs::write(&file, body).expect("write the scrape");
+    let check = format!("promtool check metrics < {}", file.display());
+    let o = tool(30, "sh", &["-c", &check]);
+    assert!(
+        o.status.success(),
+        "promtool refused the metrics of {addr}:\n{}{}\n{body}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    body.to_string()
+}
+
+/// The sum of the samples of `name` whose labels include every one of `labels`.
+fn sum(page: &str, name: &str, labels: &[&str]) -> f64 {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name && labels.iter().all(|want| rest.contains(want)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+fn sum_over(pages: &[String], name: &str, labels: &[&str]) -> f64 {
+    pages.iter().map(|p| sum(p, name, labels)).sum()
+}
+
+#[test]
+fn every_daemon_serves_metrics_that_count_exactly_the_ops_issued() {
+    let c = Cluster::up_with_nbd("metrics", 3);
+    let eps = endpoints(&c);
+    for want in ["mon.0", "osd.0", "osd.1", "osd.2", "nbd"] {
+        assert!(
+            eps.contains_key(want),
+            "no metrics address for {want}: {eps:?}"
+        );
+    }
+    let osds: Vec<&String> = ["osd.0", "osd.1", "osd.2"]
+        .iter()
+        .map(|o| &eps[*o])
+        .collect();
+    c.pool_create("m", 3, 2, 16);
+    let rt = runtime();
+    let client = rt
+        .block_on(cairn_client::Client::connect(c.client_config()))
+        .expect("client");
+    let pool = client.pool_id("m").expect("pool m");
+    let pool_label = format!("pool=\"{pool}\"");
+    let before: Vec<String> = osds.iter().map(|a| scrape(&c, a)).collect();
+    assert_eq!(
+        sum_over(&before, "cairn_osd_writes_applied_total", &[&pool_label]),
+        0.0
+    );
+
+    // 300 writes of 4 KiB and 100 reads, scraped while they run.
+    const WRITES: usize = 300;
+    let data = vec![0x5au8; 4096];
+    let mut during = Vec::new();
+    rt.block_on(async {
+        for i in 0..WRITES {
+            let name = format!("obj-{}", i % 50);
+            client
+                .write_full(pool, name.as_bytes(), &data)
+                .await
+                .expect("write");
+            if i == WRITES / 2 {
+                during = osds.iter().map(|a| scrape(&c, a)).collect();
+            }
+        }
+        for i in 0..100 {
+            let name = format!("obj-{}", i % 50);
+            let got = client.read(pool, name.as_bytes(), 0, 4096).await;
+            assert_eq!(got.expect("read"), data);
+        }
+    });
+    let after: Vec<String> = osds.iter().map(|a| scrape(&c, a)).collect();
+    let w = WRITES as f64;
+    let writes = |pages: &[String]| {
+        sum_over(
+            pages,
+            "cairn_osd_client_ops_total",
+            &[&pool_label, "op=\"write_full\""],
+        )
+    };
+    let mid = writes(&during);
+    assert!(
+        mid > 0.0 && mid < w,
+        "half-way: {mid} of {w} writes counted"
+    );
+    assert_eq!(
+        writes(&after),
+        w,
+        "client writes counted by their primaries"
+    );
+    let applied = |role: &str| {
+        let role = format!("role=\"{role}\"");
+        sum_over(
+            &after,
+            "cairn_osd_writes_applied_total",
+            &[&pool_label, &role],
+        )
+    };
+    assert_eq!(applied("primary"), w);
+    assert_eq!(
+        applied("replica"),
+        2.0 * w,
+        "each write applied by its two replicas"
+    );
+    let latency_count = sum_over(
+        &after,
+        "cairn_osd_op_latency_seconds_count",
+        &[&pool_label, "op=\"write_full\""],
+    );
+    assert_eq!(latency_count, w);
+    let reads = sum_over(
+        &after,
+        "cairn_osd_client_ops_total",
+        &[&pool_label, "op=\"read\""],
+    );
+    assert_eq!(reads, 100.0);
+    let bytes_in = sum_over(
+        &after,
+        "cairn_osd_client_bytes_total",
+        &[&pool_label, "direction=\"in\""],
+    );
+    assert_eq!(bytes_in, w * 4096.0);
+    let bytes_out = sum_over(
+        &after,
+        "cairn_osd_client_bytes_total",
+        &[&pool_label, "direction=\"out\""],
+    );
+    assert_eq!(bytes_out, 100.0 * 4096.0);
+    // Every OSD committed to its store (the commit latency histogram saw them), and reports
+    // the space it uses.
+    for page in &after {
+        assert!(sum(page, "cairn_osd_commit_latency_seconds_count", &[]) > 0.0);
+        assert!(sum(page, "cairn_osd_used_bytes", &[]) > 0.0);
+        assert!(sum(page, "cairn_osd_capacity_bytes", &[]) > 0.0);
+    }
+
+    // The monitor: one leader, every OSD up and in, the map it holds.
+    let mon = scrape(&c, &eps["mon.0"]);
+    assert_eq!(sum(&mon, "cairn_mon_leader", &[]), 1.0);
+    assert_eq!(sum(&mon, "cairn_mon_osd_up", &[]), 3.0);
+    assert_eq!(sum(&mon, "cairn_mon_osd_in", &[]), 3.0);
+    let epoch = c.status()["epoch"].as_u64().expect("epoch in status");
+    assert!(sum(&mon, "cairn_mon_map_epoch", &[]) >= epoch as f64 - 1.0);
+    assert!(sum(&mon, "cairn_mon_proposals_total", &["result=\"applied\""]) > 0.0);
+    assert!(
+        mon.contains("cairn_mon_pool_info{pool=") && mon.contains("name=\"m\""),
+        "{mon}"
+    );
+
+    // The NBD server: 1 MiB of random bytes written through it, counted per export.
+    let file = c.dir.join("one-mib");
+    let bytes: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&file, &bytes).expect("write the file");
+    tool_ok(
+        &c,
+        60,
+        "nbdcopy",
+        &[&file.display().to_string(), &c.nbd_uri("disk0")],
+    );
+    let nbd = scrape(&c, &eps["nbd"]);
+    let written = sum(
+        &nbd,
+        "cairn_nbd_export_bytes_total",
+        &["export=\"disk0\"", "direction=\"in\""],
+    );
+    assert_eq!(written, (1u64 << 20) as f64, "{nbd}");
+    assert!(
+        sum(
+            &nbd,
+            "cairn_nbd_requests_total",
+            &["export=\"disk0\"", "op=\"write\""]
+        ) > 0.0
+    );
+    assert_eq!(sum(&nbd, "cairn_nbd_errors_total", &[]), 0.0);
+
+    // Anything but a GET of a page is refused cleanly; the endpoint goes on serving.
+    let osd0 = osds[0].as_str();
+    assert!(http(osd0, b"GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+    assert!(http(osd0, b"POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    assert!(http(osd0, b"\x16\x03\x01garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+    let mut huge = b"GET /metrics HTTP/1.1\r\nX-Long: ".to_vec();
+    huge.resize(9 << 10, b'a');
+    assert!(http(osd0, &huge).starts_with("HTTP/1.1 431"));
+    scrape(&c, osd0);
+}

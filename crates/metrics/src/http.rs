@@ -1,0 +1,157 @@
+//! The little HTTP a scrape needs: one request head read (at most [`MAX_HEAD`] bytes, parsed
+//! by `httparse`), one response, the connection closed.
+
+/// Largest request head read: a scrape's is a few hundred bytes.
+pub const MAX_HEAD: usize = 8 << 10;
+
+/// Most headers a request may carry.
+const MAX_HEADERS: usize = 32;
+
+/// A request's method and path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    /// Whether the client asked for OpenMetrics (its `Accept` header); else it gets the
+    /// classic Prometheus text format.
+    pub openmetrics: bool,
+}
+
+/// Why a request head was refused (answered 400 or 431, then closed).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HttpError {
+    #[error("request head larger than {MAX_HEAD} bytes")]
+    TooLarge,
+    #[error("malformed HTTP request: {0}")]
+    Malformed(String),
+}
+
+/// Parses the request head at the start of `buf`: `Ok(None)` while it is incomplete.
+pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, HttpError> {
+    let buf = &buf[..buf.len().min(MAX_HEAD)];
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => Ok(Some(Request {
+            method: req.method.unwrap_or_default().to_string(),
+            path: req.path.unwrap_or_default().to_string(),
+            openmetrics: req.headers.iter().any(|h| {
+                h.name.eq_ignore_ascii_case("accept")
+                    && String::from_utf8_lossy(h.value).contains("application/openmetrics-text")
+            }),
+        })),
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => Err(HttpError::TooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(e) => Err(HttpError::Malformed(e.to_string())),
+    }
+}
+
+/// Content type of the metrics page in OpenMetrics (what `prometheus-client` writes).
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of the classic Prometheus text format.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The response to `req`; `render` gives the metrics (OpenMetrics) when they are asked for.
+pub fn respond(req: &Request, render: impl FnOnce() -> String) -> Vec<u8> {
+    let path = req.path.split('?').next().unwrap_or_default();
+    let head_only = req.method == "HEAD";
+    if req.method != "GET" && !head_only {
+        return response(405, "Method Not Allowed", "text/plain", "only GET\n", false);
+    }
+    match path {
+        "/metrics" if req.openmetrics => response(200, "OK", OPENMETRICS, &render(), head_only),
+        "/metrics" => {
+            let text = crate::text::from_openmetrics(&render());
+            response(200, "OK", PROMETHEUS_TEXT, &text, head_only)
+        }
+        "/" => response(
+            200,
+            "OK",
+            "text/plain; charset=utf-8",
+            "Cairn metrics: GET /metrics (Prometheus/OpenMetrics text format)\n",
+            head_only,
+        ),
+        _ => response(
+            404,
+            "Not Found",
+            "text/plain",
+            "no such page; try /metrics\n",
+            false,
+        ),
+    }
+}
+
+/// The response to a request that could not be read.
+pub fn refuse(e: &HttpError) -> Vec<u8> {
+    match e {
+        HttpError::TooLarge => response(
+            431,
+            "Request Header Fields Too Large",
+            "text/plain",
+            "request head too large\n",
+            false,
+        ),
+        HttpError::Malformed(_) => {
+            response(400, "Bad Request", "text/plain", "bad request\n", false)
+        }
+    }
+}
+
+fn response(code: u16, reason: &str, ctype: &str, body: &str, head_only: bool) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Request {
+        Request {
+            method: "GET".into(),
+            path: path.into(),
+            openmetrics: false,
+        }
+    }
+
+    #[test]
+    fn requests_are_parsed_when_complete_and_refused_when_bad_or_huge() {
+        let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(parse_request(&head[..10]), Ok(None));
+        assert_eq!(parse_request(head), Ok(Some(get("/metrics"))));
+        let om =
+            b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0\r\n\r\n";
+        assert!(parse_request(om).unwrap().unwrap().openmetrics);
+        assert!(matches!(
+            parse_request(b"\x00\x01 nonsense\r\n\r\n"),
+            Err(HttpError::Malformed(_))
+        ));
+        let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+        huge.resize(MAX_HEAD + 10, b'a');
+        assert_eq!(parse_request(&huge), Err(HttpError::TooLarge));
+    }
+
+    #[test]
+    fn only_the_metrics_page_and_the_index_are_served() {
+        let text = |r: Vec<u8>| String::from_utf8(r).unwrap();
+        let ok = text(respond(&get("/metrics?x=1"), || "m 1\n# EOF\n".into()));
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(ok.contains(PROMETHEUS_TEXT), "{ok}");
+        assert!(ok.ends_with("\r\n\r\nm 1\n"), "{ok}");
+        assert!(text(respond(&get("/x"), String::new)).starts_with("HTTP/1.1 404"));
+        let post = Request {
+            method: "POST".into(),
+            path: "/metrics".into(),
+            openmetrics: false,
+        };
+        assert!(text(respond(&post, String::new)).starts_with("HTTP/1.1 405"));
+    }
+}
