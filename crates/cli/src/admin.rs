@@ -603,10 +603,13 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let mut totals = OsdTotals::default();
     let (mut down_pgs, mut lost_pgs) = (Vec::new(), Vec::new());
     let mut unreachable = Vec::new();
+    // (reporting OSD, its slow writes of the last minute by the member they waited for)
+    let mut slow = Vec::new();
     for (id, r) in &usage {
         match r {
             Ok(s) => {
                 totals.add(s);
+                slow.extend(s.slow_ops.iter().map(|o| (*id, o.clone())));
                 down_pgs.extend(s.down_pgs.iter().cloned());
                 lost_pgs.extend(s.lost_write_pgs.iter().cloned());
             }
@@ -686,6 +689,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         || nearfull
         || !overcommitted.is_empty()
         || !few_pgs.is_empty()
+        || !slow.is_empty()
     {
         "HEALTH_WARN"
     } else {
@@ -743,6 +747,19 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         problems.push(format!(
             "{misplaced} PG copies misplaced: OSDs that are no longer members of those PGs keep \
              them until the PGs are clean on their members, then delete them"
+        ));
+    }
+    for (osd, s) in &slow {
+        let whom = if s.waiting_for == *osd {
+            "its own store commit".to_string()
+        } else {
+            format!("osd.{}", s.waiting_for)
+        };
+        problems.push(format!(
+            "{} slow writes in the last minute on osd.{osd} waiting for {whom} (longest {:.1} s): \
+             see osd.{osd}'s log for each one's stages; a slow or stuck OSD, device or network",
+            s.count,
+            s.longest_ms as f64 / 1000.0
         ));
     }
     if pgs.degraded > 0 {
@@ -816,6 +833,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                          "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
                          "seconds_left": seconds_left},
             "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
+            "slow_ops": slow.iter().map(|(osd, s)| serde_json::json!({
+                "osd": osd, "waiting_for": s.waiting_for, "count": s.count,
+                "longest_ms": s.longest_ms})).collect::<Vec<_>>(),
             "cache": {"hits": totals.cache_hits, "misses": totals.cache_misses,
                       "hit_ratio": totals.hit_ratio(), "bytes": totals.cache_bytes,
                       "capacity_bytes": totals.cache_capacity},

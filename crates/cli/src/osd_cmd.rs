@@ -155,6 +155,11 @@ pub struct RunArgs {
     /// not authenticated: keep it on loopback or a management network.
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
+    /// A write this OSD leads that takes longer than this many milliseconds is reported as
+    /// slow: logged once with which members hold it and which it still waits for, and shown
+    /// by `cairn status` for a minute (HEALTH_WARN).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
+    pub slow_op_ms: u64,
 }
 
 fn parse_direct_write_min(s: &str) -> std::result::Result<u64, String> {
@@ -290,6 +295,7 @@ fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.direct_write_min = a.direct_write_min;
     cfg.memory_flush_delay = std::time::Duration::from_millis(a.memory_flush_ms);
     cfg.metrics_listen = a.metrics_addr;
+    cfg.slow_op = std::time::Duration::from_millis(a.slow_op_ms);
     if let Some(m) = a.memory_target {
         cfg.memory_target = m;
     }

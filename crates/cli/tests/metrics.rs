@@ -234,3 +234,73 @@ fn every_daemon_serves_metrics_that_count_exactly_the_ops_issued() {
     assert!(http(osd0, &huge).starts_with("HTTP/1.1 431"));
     scrape(&c, osd0);
 }
+
+/// An OSD stopped (SIGSTOP) for 2 s under writes: the primaries whose writes wait for it
+/// report slow writes naming it, in their logs, in `cairn status` (HEALTH_WARN) and in their
+/// metrics; every write still completes.
+#[test]
+fn an_osd_stopped_for_two_seconds_is_named_by_slow_write_reports() {
+    let c = Cluster::up("slowop", 1, 3);
+    c.pool_create("s", 3, 2, 16);
+    let rt = runtime();
+    let client = rt
+        .block_on(cairn_client::Client::connect(c.client_config()))
+        .expect("client");
+    let pool = client.pool_id("s").expect("pool s");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..8)
+        .map(|t| {
+            let (client, stop) = (client.clone(), stop.clone());
+            rt.spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let name = format!("w{t}-{}", n % 16);
+                    client
+                        .write_full(pool, name.as_bytes(), &n.to_le_bytes())
+                        .await
+                        .expect("a write failed");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    c.signal("osd.2", libc::SIGSTOP);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    c.signal("osd.2", libc::SIGCONT);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let done: u64 = writers
+        .into_iter()
+        .map(|w| rt.block_on(w).expect("writer"))
+        .sum();
+    assert!(done > 0);
+
+    let status = c.status();
+    let slow = status["slow_ops"].as_array().expect("slow_ops in status");
+    let named = slow
+        .iter()
+        .find(|s| s["waiting_for"] == 2 && s["osd"] != 2)
+        .unwrap_or_else(|| panic!("no slow writes waiting for osd.2: {status:#}"));
+    assert!(
+        named["longest_ms"].as_u64().expect("longest") >= 1000,
+        "{named}"
+    );
+    assert_eq!(status["health"], "HEALTH_WARN", "{status:#}");
+    let text = c.ok(&["status"]);
+    assert!(
+        text.contains("slow writes") && text.contains("waiting for osd.2"),
+        "{text}"
+    );
+    let reporter = named["osd"].as_u64().expect("osd");
+    let log = std::fs::read_to_string(c.dir.join("log").join(format!("osd.{reporter}.log")))
+        .expect("read the OSD log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("slow write") && l.contains("waiting for osd.2")),
+        "osd.{reporter}'s log does not name osd.2"
+    );
+    let page = scrape(&c, &endpoints(&c)[&format!("osd.{reporter}")]);
+    assert!(sum(&page, "cairn_osd_slow_ops_total", &[]) >= 1.0, "{page}");
+}

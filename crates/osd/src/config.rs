@@ -78,6 +78,9 @@ pub struct OsdConfig {
     /// Where to serve Prometheus metrics over HTTP (`GET /metrics`); `None`: no endpoint
     /// and no op-path metrics kept. Default none.
     pub metrics_listen: Option<SocketAddr>,
+    /// A write this OSD leads that takes longer is reported as slow (logged with where it
+    /// waits, counted in `cairn status`). Default 1 s.
+    pub slow_op: Duration,
 }
 
 /// Default [`OsdConfig::direct_write_min`]: 128 KiB. Written once, large writes go 1.4-2.2x
@@ -162,6 +165,7 @@ impl OsdConfig {
             max_client_scrubs: 2,
             max_pulls: 8,
             metrics_listen: None,
+            slow_op: crate::slowops::DEFAULT_SLOW_OP,
         }
     }
 

@@ -49,6 +49,8 @@ pub struct Osd {
     pub syncer: crate::syncer::SyncTx,
     /// Collections still to split after a pool's PG count grew (`split.rs`).
     pub splits: crate::split::Splits,
+    /// Writes that took too long (`slowops.rs`).
+    pub slow: crate::slowops::SlowOps,
     /// Op-path metrics, when this OSD serves metrics (`metrics.rs`).
     pub metrics: Option<Arc<crate::metrics::OsdMetrics>>,
 }

@@ -200,6 +200,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         syncer: sync_tx,
         splits: crate::split::Splits::default(),
         metrics: crate::metrics::op_metrics(metrics_endpoint.is_some()),
+        slow: crate::slowops::SlowOps::new(cfg.slow_op),
     });
     if let Some(m) = &osd.metrics {
         osd.inflight.set_metrics(m.clone());
@@ -284,6 +285,8 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         loop {
             every.tick().await;
             ticking.recovery.tick();
+            let slow = ticking.inflight.slow_writes(ticking.slow.threshold);
+            ticking.slow.check(ticking.id(), slow);
         }
     });
     if let Some(key) = cfg.key.clone() {

@@ -27,6 +27,19 @@ pub struct InflightWrite {
     state: Mutex<WriteState>,
 }
 
+/// A write in flight for too long, and where it stands.
+#[derive(Debug, Clone)]
+pub struct SlowWrite {
+    pub pg: PgId,
+    pub version: u64,
+    pub what: WriteWhat,
+    pub age: std::time::Duration,
+    /// Members that do not hold it yet.
+    pub waiting: Vec<u32>,
+    /// Members that do, with when they answered.
+    pub held: Vec<(u32, std::time::Duration)>,
+}
+
 /// A write's kind, size and start (when its op reached the shard).
 #[derive(Debug, Clone, Copy)]
 pub struct WriteWhat {
@@ -37,6 +50,10 @@ pub struct WriteWhat {
 
 struct WriteState {
     waiting: Vec<u32>,
+    /// Members that hold the write, with when they answered (since it started).
+    held: Vec<(u32, std::time::Duration)>,
+    /// Reported slow (`slow_writes`).
+    slow: bool,
     done: bool,
     readers_waiting: bool,
     /// Where the answer goes; taken when it is sent. A done write stays referenced (the PG
@@ -158,6 +175,8 @@ impl Inflight {
             what,
             state: Mutex::new(WriteState {
                 waiting: members,
+                held: Vec::new(),
+                slow: false,
                 done: false,
                 readers_waiting: false,
                 client: Some(client),
@@ -173,7 +192,10 @@ impl Inflight {
             return; // already failed or completed
         };
         let mut st = w.lock();
-        st.waiting.retain(|m| *m != member);
+        if st.waiting.contains(&member) {
+            st.waiting.retain(|m| *m != member);
+            st.held.push((member, w.what.started.elapsed()));
+        }
         if st.waiting.is_empty() && !st.done {
             let reply = OpReply::Ok {
                 version: w.version,
@@ -235,6 +257,10 @@ impl Inflight {
 
     fn finish(&self, w: &InflightWrite, mut st: MutexGuard<'_, WriteState>, reply: &OpReply) {
         st.done = true;
+        if st.slow {
+            let took = w.what.started.elapsed();
+            tracing::warn!(pg = %w.pg, version = w.version, op = w.what.op, ?took, ?reply, "slow write completed");
+        }
         let wake_readers = st.readers_waiting;
         let client = st.client.take();
         drop(st);
@@ -253,6 +279,37 @@ impl Inflight {
                 hook(w.pg);
             }
         }
+    }
+
+    /// Writes in flight for longer than `threshold` not reported yet: each is reported once.
+    pub fn slow_writes(&self, threshold: std::time::Duration) -> Vec<SlowWrite> {
+        let mut out = Vec::new();
+        for slot in &self.table {
+            let writes: Vec<Arc<InflightWrite>> = {
+                let s = slot.lock().unwrap_or_else(|p| p.into_inner());
+                s.values().cloned().collect()
+            };
+            for w in writes {
+                let age = w.what.started.elapsed();
+                if age < threshold {
+                    continue;
+                }
+                let mut st = w.lock();
+                if st.done || st.slow {
+                    continue;
+                }
+                st.slow = true;
+                out.push(SlowWrite {
+                    pg: w.pg,
+                    version: w.version,
+                    what: w.what,
+                    age,
+                    waiting: st.waiting.clone(),
+                    held: st.held.clone(),
+                });
+            }
+        }
+        out
     }
 
     /// Writes in flight.

@@ -36,6 +36,7 @@ mod recovery;
 mod scrub;
 mod server;
 mod shard;
+mod slowops;
 mod split;
 mod syncer;
 #[cfg(test)]

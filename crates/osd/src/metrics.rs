@@ -138,6 +138,8 @@ struct StateMetrics {
     scrub_unrepaired: Gauge,
     memory: Gauge,
     up_from: Gauge,
+    slow_total: Counter,
+    slow_recent: Gauge,
 }
 
 /// Sets a counter read from state to `v` (state counters only grow; a restart starts over,
@@ -342,6 +344,16 @@ impl StateMetrics {
             "Map epoch this OSD booted at",
             self.up_from.clone(),
         );
+        r.register(
+            "slow_ops",
+            "Writes this OSD led that took longer than its slow-op threshold",
+            self.slow_total.clone(),
+        );
+        r.register(
+            "slow_ops_recent",
+            "Slow writes of the last minute",
+            self.slow_recent.clone(),
+        );
     }
 
     fn refresh(&self, osd: &Osd) {
@@ -389,6 +401,8 @@ impl StateMetrics {
             &self.up_from,
             osd.up_from.load(std::sync::atomic::Ordering::Relaxed),
         );
+        set_counter(&self.slow_total, stats.slow_ops_total);
+        g(&self.slow_recent, osd.slow.recent_count());
     }
 }
 

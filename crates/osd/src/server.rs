@@ -614,5 +614,7 @@ pub fn osd_stats(osd: &Osd) -> OsdStats {
         pgs_reclaiming: crate::reclaim::removed_copies(&osd.map(), &held),
         down_pgs,
         lost_write_pgs,
+        slow_ops: osd.slow.summary(),
+        slow_ops_total: osd.slow.total(),
     }
 }

@@ -356,6 +356,20 @@ pub struct OsdStats {
     /// Copies of PGs of removed pools this OSD still holds: it is deleting them in the
     /// background (`pool rm`), and their space comes back as they go.
     pub pgs_reclaiming: u64,
+    /// Writes this OSD led that took longer than its slow-op threshold, in the last minute,
+    /// by the member they waited for (this OSD itself: its own commit was slow).
+    pub slow_ops: Vec<SlowOps>,
+    /// Slow writes since the OSD started.
+    pub slow_ops_total: u64,
+}
+
+/// Slow writes that waited for one member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlowOps {
+    pub waiting_for: u32,
+    pub count: u64,
+    /// The longest wait seen, in milliseconds.
+    pub longest_ms: u64,
 }
 
 /// A PG and OSDs that matter to it (waited for, or given up as lost).
