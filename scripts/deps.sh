@@ -17,12 +17,14 @@ want_test() {
     # The real NBD clients the tests drive (crates/nbd/tests, crates/cli/tests/nbd.rs),
     # nftables for the network partition tests (crates/cli/tests/partition.rs, hosts.rs), and
     # iproute2 for the multi-host tests' network namespaces (crates/cli/tests/hosts.rs),
-    # openssl(1) to make the X.509 certificates of the NBD TLS tests, and faketime for the
-    # fencing test's server with a clock ahead (crates/cli/tests/nbd.rs).
+    # openssl(1) to make the X.509 certificates of the NBD TLS tests, faketime for the
+    # fencing test's server with a clock ahead (crates/cli/tests/nbd.rs), and Chromium with
+    # its WebDriver for the dashboard's browser test (crates/cli/tests/dashboard.rs).
     local pair
     for pair in fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin nbdsh:libnbd-bin nbdkit:nbdkit \
         nbdfuse:nbdfuse qemu-img:qemu-utils mkfs.ext4:e2fsprogs fusermount3:fuse3 nft:nftables \
-        ip:iproute2 openssl:openssl faketime:faketime; do
+        ip:iproute2 openssl:openssl faketime:faketime chromium:chromium \
+        chromedriver:chromium-driver; do
         command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
     done
     # nbdsh needs libnbd's Python bindings.

@@ -58,6 +58,11 @@ pub struct UpArgs {
     /// Do not start the NBD server.
     #[arg(long)]
     pub no_nbd: bool,
+    /// Start the daemons without their metrics endpoints (and the per-op metrics they keep)
+    /// this time; by default each serves Prometheus metrics on a port of 127.0.0.1 (see
+    /// DIR/prometheus.yml).
+    #[arg(long)]
+    pub no_metrics: bool,
     /// Seconds a down OSD waits before the monitors mark it out and its PGs are recovered on
     /// other OSDs [default: 600]. Fixed when the cluster is created.
     #[arg(long, value_name = "SECS")]
@@ -626,6 +631,9 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
             .context("cannot write dev.toml")?;
     }
     write_prometheus_config(&dir, &state)?;
+    if a.no_metrics {
+        state.metrics.clear();
+    }
     let conf_path = dir.join("cairn.toml");
     let keyring = if state.no_auth {
         None

@@ -5,17 +5,24 @@ use tracing_subscriber::EnvFilter;
 
 /// Installs the subscriber; keep the guard alive until exit (it flushes buffered lines).
 /// Daemons log at `info`, commands at `warn`; `CAIRN_LOG` overrides (e.g. `debug`,
-/// `cairn_osd=debug`).
+/// `cairn_osd=debug`). One line per event; `CAIRN_LOG_FORMAT=json` makes each line a JSON
+/// object (`timestamp`, `level`, `target`, `fields` with `message` and the event's fields),
+/// for log collectors.
 pub fn init(daemon: bool) -> tracing_appender::non_blocking::WorkerGuard {
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
         .finish(std::io::stderr());
     let default = if daemon { "info,openraft=warn" } else { "warn" };
     let filter = EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let json = std::env::var("CAIRN_LOG_FORMAT").is_ok_and(|f| f == "json");
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
-        .with_ansi(false)
-        .try_init();
+        .with_ansi(false);
+    let _ = if json {
+        fmt.json().try_init()
+    } else {
+        fmt.try_init()
+    };
     guard
 }

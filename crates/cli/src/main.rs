@@ -39,6 +39,7 @@ mod bootstrap;
 mod capacity;
 mod conf;
 mod daemon_auth;
+mod dashboard;
 mod dev;
 mod dev_keys;
 mod dev_wals;
@@ -51,6 +52,7 @@ mod osd_activate;
 mod osd_cmd;
 mod osd_create;
 mod osd_tree;
+mod perf;
 mod pg_cmd;
 mod progress;
 mod qos_cmd;
@@ -89,6 +91,12 @@ enum Cmd {
     Dev(dev::DevCmd),
     /// Cluster health, OSDs, PGs and pools at a glance.
     Status(admin::StatusArgs),
+    /// Serve a read-only web dashboard of the cluster (health, OSDs, pools, volumes, PGs,
+    /// recovery, live IOPS/throughput/latency charts) on 127.0.0.1:7480.
+    Dashboard(dashboard::DashboardArgs),
+    /// Live I/O per pool (ops, MB/s, mean latency, from the OSDs) and per volume (as their NBD
+    /// servers report), refreshing on a terminal.
+    Top(perf::PerfArgs),
     /// Create, list, remove and configure pools.
     #[command(subcommand)]
     Pool(admin::PoolCmd),
@@ -154,7 +162,10 @@ fn main() -> ExitCode {
     };
     let daemon = matches!(
         cli.cmd,
-        Cmd::Mon(mon_cmd::MonCmd::Run(_)) | Cmd::Osd(osd_cmd::OsdCmd::Run(_)) | Cmd::Nbd(_)
+        Cmd::Mon(mon_cmd::MonCmd::Run(_))
+            | Cmd::Osd(osd_cmd::OsdCmd::Run(_))
+            | Cmd::Nbd(_)
+            | Cmd::Dashboard(_)
     );
     let _log = logging::init(daemon);
     let conf = cli.conf.as_deref();
@@ -162,6 +173,8 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Dev(c) => ok(dev::run(c)),
         Cmd::Status(a) => ok(admin::status(conf, &a)),
+        Cmd::Top(a) => ok(perf::top(conf, &a)),
+        Cmd::Dashboard(a) => ok(dashboard::run(conf, a)),
         Cmd::Pool(c) => ok(admin::pool(c, conf)),
         Cmd::Osd(c) => ok(osd_cmd::run(c, conf)),
         Cmd::Host(c) => ok(host_cmd::run(c, conf)),

@@ -36,6 +36,10 @@ pub enum OsdCmd {
     /// (a host weighs what its in OSDs do), up/down, in/out, and the PGs each OSD holds and
     /// leads over every pool.
     Tree(crate::admin::JsonFlag),
+    /// Per-OSD commit latency (store: WAL write and flush) and apply latency (a client write
+    /// as primary, until every member holds it), ops and MB/s, over an interval, refreshing
+    /// on a terminal (like `ceph osd perf`).
+    Perf(crate::perf::PerfArgs),
     /// Stop placing data on an OSD (its PGs move to others).
     Out { id: u32 },
     /// Place data on an OSD again.
@@ -198,6 +202,7 @@ pub fn run(cmd: OsdCmd, conf: Option<&std::path::Path>) -> Result<()> {
         OsdCmd::Wait { up, timeout } => wait_up(conf, up, timeout),
         OsdCmd::Ls(j) => crate::admin::osd_ls(conf, j.json),
         OsdCmd::Tree(j) => crate::osd_tree::run(conf, j.json),
+        OsdCmd::Perf(a) => crate::perf::osd_perf(conf, &a),
         OsdCmd::Blocklist(c) => crate::blocklist_cmd::run(c, conf),
         OsdCmd::Out { id } => change(conf, MapChange::OsdOut { id }, &format!("osd.{id} out")),
         OsdCmd::In { id } => change(conf, MapChange::OsdIn { id }, &format!("osd.{id} in")),

@@ -566,3 +566,48 @@ fn host_set_and_pool_set_pgs_refuse_bad_arguments_before_asking_the_cluster() {
     let e = fails(&["pool", "create", "p", "--domain", "row"], 2);
     assert!(e.contains("unknown failure domain \"row\""), "{e}");
 }
+
+/// `CAIRN_LOG_FORMAT=json`: a daemon's log is one JSON object per line, with the event's
+/// level, target, message and fields (a monitor starting, leading, and serving metrics).
+#[test]
+fn daemon_logs_are_json_lines_when_asked() {
+    let dir = std::env::temp_dir().join(format!("cairn-jsonlog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut mon = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["mon", "run", "--id", "0", "--dir", &dir.display().to_string()])
+        .args(["--listen", &addr, "--member", &format!("0={addr}")])
+        .args(["--fsid", "0123456789abcdef0123456789abcdef", "--auth", "none"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .env("CAIRN_LOG_FORMAT", "json")
+        .env("CAIRN_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start a monitor");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let _ = mon.kill();
+    let out = mon.wait_with_output().expect("its output");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let find = |msg: &str| {
+        events.iter().find(|e| {
+            e["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(msg))
+        })
+    };
+    let leader = find("this monitor is the leader").unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(leader["level"], "INFO");
+    assert_eq!(leader["fields"]["term"], 1, "{leader}");
+    assert!(leader["target"].as_str().is_some_and(|t| t.starts_with("cairn_mon")));
+    assert!(find("serving metrics").is_some(), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

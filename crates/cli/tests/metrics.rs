@@ -304,3 +304,181 @@ fn an_osd_stopped_for_two_seconds_is_named_by_slow_write_reports() {
     let page = scrape(&c, &endpoints(&c)[&format!("osd.{reporter}")]);
     assert!(sum(&page, "cairn_osd_slow_ops_total", &[]) >= 1.0, "{page}");
 }
+
+/// The Grafana dashboard and the sample scrape configuration in `deploy/prometheus` are valid
+/// for Prometheus (every panel's query parses, checked by `promtool check rules`), and every
+/// metric the dashboard queries is one a daemon serves.
+#[test]
+fn the_grafana_dashboard_queries_parse_and_name_served_metrics() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("grafana-dashboard.json")).expect("read dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    let exprs: Vec<String> = dash["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().expect("expr").to_string())
+        .collect();
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    let c = Cluster::up_with_nbd("metrics-dash", 3);
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, e) in exprs.iter().enumerate() {
+        rules.push_str(&format!(
+            "      - record: dashboard:q{i}\n        expr: '{}'\n",
+            e.replace('\'', "''")
+        ));
+    }
+    let file = c.dir.join("rules.yml");
+    std::fs::write(&file, rules).expect("write rules");
+    tool_ok(
+        &c,
+        30,
+        "promtool",
+        &["check", "rules", &file.display().to_string()],
+    );
+    let conf = root.join("prometheus.yml").display().to_string();
+    tool_ok(&c, 30, "promtool", &["check", "config", &conf]);
+    let dev_conf = c.dir.join("prometheus.yml").display().to_string();
+    tool_ok(&c, 30, "promtool", &["check", "config", &dev_conf]);
+
+    // Every metric named in the dashboard is on some daemon's page.
+    let file = c.dir.join("data");
+    let bytes: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(40503) >> 7) as u8)
+        .collect();
+    std::fs::write(&file, bytes).expect("write the file");
+    tool_ok(
+        &c,
+        60,
+        "nbdcopy",
+        &[&file.display().to_string(), &c.nbd_uri("disk0")],
+    );
+    let pages: Vec<String> = endpoints(&c).values().map(|a| scrape(&c, a)).collect();
+    let served = |name: &str| {
+        pages.iter().any(|p| {
+            p.lines().any(|l| {
+                !l.starts_with('#')
+                    && l.starts_with(name)
+                    && l[name.len()..].starts_with(['{', ' '])
+            })
+        })
+    };
+    for e in &exprs {
+        for name in e
+            .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+            .filter(|w| w.starts_with("cairn_"))
+        {
+            assert!(
+                served(name),
+                "the dashboard queries {name}, which no daemon serves"
+            );
+        }
+    }
+}
+
+/// `cairn osd perf` and `cairn top` under a steady load of object writes and NBD writes: the
+/// OSDs' commit and apply latencies and rates, the pools' rates, and the served volume.
+#[test]
+fn osd_perf_and_top_show_the_load_while_it_runs() {
+    let c = Cluster::up_with_nbd("perf-top", 3);
+    let rt = runtime();
+    let client = rt
+        .block_on(cairn_client::Client::connect(c.client_config()))
+        .expect("client");
+    let pool = client.pool_id("default").expect("pool");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (cl, st) = (client.clone(), stop.clone());
+    let writer = rt.spawn(async move {
+        let mut n = 0u64;
+        while !st.load(std::sync::atomic::Ordering::Relaxed) {
+            let name = format!("perf-{}", n % 32);
+            cl.write_full(pool, name.as_bytes(), &[7u8; 4096])
+                .await
+                .expect("write");
+            n += 1;
+        }
+        n
+    });
+    // An NBD client writing too (one connection for 12 s), so that the volume has a holder
+    // reporting its rates with each lease renewal.
+    let uri = c.nbd_uri("disk0");
+    let nbd = std::thread::spawn(move || {
+        let uri = format!("--uri={uri}");
+        let args = [
+            "--name=top",
+            "--ioengine=nbd",
+            &uri,
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=4",
+            "--size=64M",
+            "--time_based",
+            "--runtime=12",
+        ];
+        tool(80, "fio", &args)
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+
+    let perf: serde_json::Value =
+        serde_json::from_str(&c.ok(&["osd", "perf", "--json", "--interval", "1", "--count", "1"]))
+            .expect("osd perf JSON");
+    let osds = perf["osds"].as_array().expect("osds");
+    assert_eq!(osds.len(), 3, "{perf}");
+    let writes: f64 = osds
+        .iter()
+        .map(|o| o["write_ops"].as_f64().unwrap_or(0.0))
+        .sum();
+    assert!(writes > 10.0, "{perf}");
+    assert!(
+        osds.iter()
+            .all(|o| o["commit_lat_ms"].as_f64().is_some_and(|l| l > 0.0)),
+        "every OSD committed: {perf}"
+    );
+    assert!(osds
+        .iter()
+        .any(|o| o["apply_lat_ms"].as_f64().is_some_and(|l| l > 0.0)));
+    let perf_text = c.ok(&["osd", "perf", "--interval", "0.5", "--count", "1"]);
+    assert!(
+        perf_text.contains("COMMIT_LAT(ms)") && perf_text.contains("osd.2"),
+        "{perf_text}"
+    );
+
+    let top: serde_json::Value =
+        serde_json::from_str(&c.ok(&["top", "--json", "--interval", "1", "--count", "1"]))
+            .expect("top JSON");
+    let default = top["pools"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["pool"] == "default"))
+        .unwrap_or_else(|| panic!("no pool default: {top}"));
+    assert!(
+        default["rates"]["write_ops"].as_f64().expect("write_ops") > 10.0,
+        "{top}"
+    );
+    // The volume being written, with the rates its NBD server reports (every few seconds).
+    let start = std::time::Instant::now();
+    loop {
+        let top: serde_json::Value =
+            serde_json::from_str(&c.ok(&["top", "--json", "--interval", "0.5", "--count", "1"]))
+                .expect("top JSON");
+        let busy = top["volumes"].as_array().and_then(|v| {
+            v.iter()
+                .find(|v| v["volume"] == "disk0" && v["write_ops"].as_u64().unwrap_or(0) > 0)
+                .cloned()
+        });
+        if let Some(v) = busy {
+            assert_eq!(v["holders"], 1, "{v}");
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "disk0 never showed its writes: {top}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(rt.block_on(writer).expect("writer") > 0);
+    let fio = nbd.join().expect("nbd writer");
+    assert!(fio.status.success(), "fio: {}", text(&fio.stderr));
+}

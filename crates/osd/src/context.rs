@@ -58,6 +58,7 @@ pub struct Osd {
 impl Osd {
     /// Counts a WAL write (and flush) started at `t0` and done now in the commit latency.
     pub fn note_commit(&self, t0: std::time::Instant) {
+        self.inflight.totals.commit(t0);
         if let Some(m) = &self.metrics {
             m.committed(t0);
         }

@@ -103,6 +103,8 @@ pub struct Inflight {
     /// Members whose answers said their store is full.
     pub full: crate::fullness::FullMembers,
     metrics: std::sync::OnceLock<Arc<crate::metrics::OsdMetrics>>,
+    /// Totals of completed client ops (writes here, reads by the read path).
+    pub totals: crate::optotals::OpTotals,
 }
 
 const TABLE_SHARDS: usize = 16;
@@ -119,6 +121,7 @@ impl Inflight {
             repeer_hook: std::sync::OnceLock::new(),
             full: Default::default(),
             metrics: std::sync::OnceLock::new(),
+            totals: Default::default(),
         }
     }
 
@@ -270,9 +273,12 @@ impl Inflight {
         if let Some(client) = client {
             let _ = client.send(OP_REPLY, w.client_req, &control, &[]);
         }
-        if let (Some(m), OpReply::Ok { .. }) = (self.metrics.get(), reply) {
+        if let OpReply::Ok { .. } = reply {
             let what = &w.what;
-            m.op_done(w.pg.pool, what.op, what.started, (what.bytes, 0));
+            self.totals.op(w.pg.pool, true, what.started, what.bytes, 0);
+            if let Some(m) = self.metrics.get() {
+                m.op_done(w.pg.pool, what.op, what.started, (what.bytes, 0));
+            }
         }
         if wake_readers {
             if let Some(hook) = self.done_hook.get() {

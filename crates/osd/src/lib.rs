@@ -26,6 +26,7 @@ mod lease;
 mod mapwatch;
 mod metrics;
 mod op;
+mod optotals;
 mod peer_heartbeat;
 mod peering;
 mod peers;

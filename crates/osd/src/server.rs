@@ -588,6 +588,7 @@ pub fn osd_stats(osd: &Osd) -> OsdStats {
     let progress = osd.recovery.progress();
     let held = osd.store.list_collections();
     let (down_pgs, lost_write_pgs) = osd.pg_troubles();
+    let (pools, commits, commit_latency_us) = osd.inflight.totals.snapshot();
     OsdStats {
         osd: osd.id(),
         // What fills up to a NoSpace refusal, so the full ratio means what it says.
@@ -616,5 +617,8 @@ pub fn osd_stats(osd: &Osd) -> OsdStats {
         lost_write_pgs,
         slow_ops: osd.slow.summary(),
         slow_ops_total: osd.slow.total(),
+        pools,
+        commits,
+        commit_latency_us,
     }
 }

@@ -109,6 +109,47 @@ pub(crate) fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// A volume's current I/O: what its holders (the processes that have it open) reported with
+/// their last lease renewal, summed.
+#[derive(Debug, Clone)]
+pub struct VolumeRates {
+    pub name: String,
+    pub size: u64,
+    pub holders: usize,
+    pub rates: crate::lease::IoRates,
+}
+
+/// The current I/O rates of every volume of a pool (its volume list and each volume's
+/// holder registry: no listing of the pool's objects).
+pub async fn rates(client: &Client, pool_name: &str) -> Result<Vec<VolumeRates>, VolumeError> {
+    let pool = client.pool_id(pool_name)?;
+    let mut out = Vec::new();
+    for v in list(client, pool_name).await? {
+        let Ok(h) = v.header else { continue };
+        let live = crate::remove::live_leases(client, pool, h.id).await?;
+        let rates = sum_rates(&live);
+        out.push(VolumeRates {
+            name: v.name,
+            size: h.size,
+            holders: live.len(),
+            rates,
+        });
+    }
+    Ok(out)
+}
+
+/// The rates of every lease, summed.
+fn sum_rates(live: &crate::remove::Leases) -> crate::lease::IoRates {
+    let mut rates = crate::lease::IoRates::default();
+    for (_, r) in live {
+        rates.read_ops += r.rates.read_ops;
+        rates.write_ops += r.rates.write_ops;
+        rates.read_bytes += r.rates.read_bytes;
+        rates.write_bytes += r.rates.write_bytes;
+    }
+    rates
+}
+
 /// A volume's header and how much of it is allocated.
 pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<VolumeInfo, VolumeError> {
     header::check_name(name)?;
@@ -118,13 +159,7 @@ pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<Volume
     let objects = VolumeObjects::of(h.id, &listing);
     let snaps = crate::holder::read_snaps(client, pool, name, h.id).await?;
     let live = crate::remove::live_leases(client, pool, h.id).await?;
-    let mut rates = crate::lease::IoRates::default();
-    for (_, r) in &live {
-        rates.read_ops += r.rates.read_ops;
-        rates.write_ops += r.rates.write_ops;
-        rates.read_bytes += r.rates.read_bytes;
-        rates.write_bytes += r.rates.write_bytes;
-    }
+    let rates = sum_rates(&live);
     Ok(VolumeInfo {
         name: name.to_string(),
         header: h,

@@ -28,7 +28,7 @@ pub mod snaps;
 mod snapshot;
 mod volume;
 
-pub use admin::{create, info, list, resize, VolumeEntry, VolumeInfo};
+pub use admin::{create, info, list, rates, resize, VolumeEntry, VolumeInfo, VolumeRates};
 pub use clone::{clone_volume, flatten};
 pub use diff::{diff, usage, Changed, SnapUsage, Usage, DIFF_BLOCK};
 pub use error::VolumeError;

@@ -28,7 +28,7 @@ pub enum RemoveEvent<'a> {
 }
 
 /// Lease objects with their records.
-type Leases = Vec<(Vec<u8>, LeaseRecord)>;
+pub(crate) type Leases = Vec<(Vec<u8>, LeaseRecord)>;
 
 /// Removes a volume: its data objects, its leases, then its header. While a server has it
 /// open this refuses with the holders named, or with `force` flags the header `close` and

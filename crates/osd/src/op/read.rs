@@ -17,7 +17,7 @@ pub const MAX_READ: u64 = 16 << 20;
 
 /// Serves a non-write op (the caller checked that this OSD is primary).
 pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, req: OpRequest) {
-    let started = shard.osd.metrics.is_some().then(std::time::Instant::now);
+    let started = std::time::Instant::now();
     let op = crate::metrics::op_name(&req.kind);
     let pg = PgId {
         pool: req.pool,
@@ -99,8 +99,11 @@ pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, r
     match result {
         Ok((r, data)) => {
             reply(&to, req_id, &r, &data);
-            if let (Some(m), Some(t0)) = (&shard.osd.metrics, started) {
-                m.op_done(pg.pool, op, t0, (0, data.len() as u64));
+            let out = data.len() as u64;
+            let osd = &shard.osd;
+            osd.inflight.totals.op(pg.pool, false, started, 0, out);
+            if let Some(m) = &osd.metrics {
+                m.op_done(pg.pool, op, started, (0, out));
             }
         }
         Err(r) => reply(&to, req_id, &r, &[]),

@@ -361,6 +361,25 @@ pub struct OsdStats {
     pub slow_ops: Vec<SlowOps>,
     /// Slow writes since the OSD started.
     pub slow_ops_total: u64,
+    /// Client ops it served as primary since it started, per pool.
+    pub pools: Vec<PoolOps>,
+    /// Store commits (WAL writes and flushes) since it started, and their microseconds in all.
+    pub commits: u64,
+    pub commit_latency_us: u64,
+}
+
+/// Totals of the client ops of one pool an OSD served as primary (rates and mean latencies
+/// come from two samples).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolOps {
+    pub pool: u32,
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Microseconds from each op reaching its shard to its reply, summed.
+    pub read_latency_us: u64,
+    pub write_latency_us: u64,
 }
 
 /// Slow writes that waited for one member.
