@@ -579,9 +579,21 @@ fn daemon_logs_are_json_lines_when_asked() {
         .port();
     let addr = format!("127.0.0.1:{port}");
     let mut mon = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["mon", "run", "--id", "0", "--dir", &dir.display().to_string()])
+        .args([
+            "mon",
+            "run",
+            "--id",
+            "0",
+            "--dir",
+            &dir.display().to_string(),
+        ])
         .args(["--listen", &addr, "--member", &format!("0={addr}")])
-        .args(["--fsid", "0123456789abcdef0123456789abcdef", "--auth", "none"])
+        .args([
+            "--fsid",
+            "0123456789abcdef0123456789abcdef",
+            "--auth",
+            "none",
+        ])
         .args(["--metrics-addr", "127.0.0.1:0"])
         .env("CAIRN_LOG_FORMAT", "json")
         .env("CAIRN_LOG", "info")
@@ -607,7 +619,9 @@ fn daemon_logs_are_json_lines_when_asked() {
     let leader = find("this monitor is the leader").unwrap_or_else(|| panic!("{log}"));
     assert_eq!(leader["level"], "INFO");
     assert_eq!(leader["fields"]["term"], 1, "{leader}");
-    assert!(leader["target"].as_str().is_some_and(|t| t.starts_with("cairn_mon")));
+    assert!(leader["target"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("cairn_mon")));
     assert!(find("serving metrics").is_some(), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
