@@ -79,7 +79,8 @@ fn rates(a: &PoolOps, b: &PoolOps, secs: f64) -> Rates {
     }
 }
 
-fn sum_pools<'a>(it: impl Iterator<Item = &'a PoolOps>) -> PoolOps {
+/// The totals of several pools (or OSDs), summed.
+pub fn sum_pools<'a>(it: impl Iterator<Item = &'a PoolOps>) -> PoolOps {
     let mut t = PoolOps::default();
     for p in it {
         t.reads += p.reads;

@@ -98,11 +98,9 @@ fn osds(map: &ClusterMap, stats: &Stats) -> Value {
                                "weight": f64::from(o.weight) / 65536.0});
             match of(o.id) {
                 Some(Ok(s)) => {
-                    let (mut ops, mut op_us) = (0u64, 0u64);
-                    for p in &s.pools {
-                        ops += p.reads + p.writes;
-                        op_us += p.read_latency_us + p.write_latency_us;
-                    }
+                    let t = crate::perf::sum_pools(s.pools.iter());
+                    let ops = t.reads + t.writes;
+                    let op_us = t.read_latency_us + t.write_latency_us;
                     v["used_bytes"] = json!(s.used_bytes);
                     v["capacity_bytes"] = json!(s.capacity_bytes);
                     v["ops"] = json!(ops);
@@ -124,17 +122,13 @@ fn pools(map: &ClusterMap, stats: &Stats) -> Value {
     map.pools
         .values()
         .map(|p| {
-            let mut t = cairn_proto::msg::osd::PoolOps::default();
-            for s in stats.iter().filter_map(|(_, r)| r.as_ref().ok()) {
-                for o in s.pools.iter().filter(|o| o.pool == p.id) {
-                    t.reads += o.reads;
-                    t.writes += o.writes;
-                    t.bytes_in += o.bytes_in;
-                    t.bytes_out += o.bytes_out;
-                    t.read_latency_us += o.read_latency_us;
-                    t.write_latency_us += o.write_latency_us;
-                }
-            }
+            let t = crate::perf::sum_pools(
+                stats
+                    .iter()
+                    .filter_map(|(_, r)| r.as_ref().ok())
+                    .flat_map(|s| s.pools.iter())
+                    .filter(|o| o.pool == p.id),
+            );
             json!({"id": p.id, "name": p.name, "size": p.size, "min_size": p.min_size,
                    "pg_count": p.pg_count, "reads": t.reads, "writes": t.writes,
                    "bytes_in": t.bytes_in, "bytes_out": t.bytes_out,
