@@ -230,6 +230,7 @@ pub fn top(conf: Option<&Path>, a: &PerfArgs) -> Result<()> {
                 .iter()
                 .map(|(pool, v)| {
                     serde_json::json!({"pool": pool, "volume": v.name, "holders": v.holders,
+                        "size_bytes": v.size, "allocated_bytes": v.allocated_bytes,
                         "read_ops": v.rates.read_ops, "write_ops": v.rates.write_ops,
                         "read_bytes": v.rates.read_bytes, "write_bytes": v.rates.write_bytes})
                 })

@@ -470,6 +470,9 @@ fn osd_perf_and_top_show_the_load_while_it_runs() {
         });
         if let Some(v) = busy {
             assert_eq!(v["holders"], 1, "{v}");
+            // fio writes all over the first 64 MiB: its objects are in the allocation map.
+            let allocated = v["allocated_bytes"].as_u64().expect("an allocation map");
+            assert!((1 << 20..=1 << 30).contains(&allocated), "{v}");
             break;
         }
         assert!(

@@ -117,10 +117,13 @@ pub struct VolumeRates {
     pub size: u64,
     pub holders: usize,
     pub rates: crate::lease::IoRates,
+    /// Bytes of the data objects its allocation map marks (at most that much is used);
+    /// `None` for a volume without a map (never opened for writing since it has one).
+    pub allocated_bytes: Option<u64>,
 }
 
-/// The current I/O rates of every volume of a pool (its volume list and each volume's
-/// holder registry: no listing of the pool's objects).
+/// The current I/O rates of every volume of a pool (its volume list, each volume's holder
+/// registry and allocation map: no listing of the pool's objects).
 pub async fn rates(client: &Client, pool_name: &str) -> Result<Vec<VolumeRates>, VolumeError> {
     let pool = client.pool_id(pool_name)?;
     let mut out = Vec::new();
@@ -128,11 +131,13 @@ pub async fn rates(client: &Client, pool_name: &str) -> Result<Vec<VolumeRates>,
         let Ok(h) = v.header else { continue };
         let live = crate::remove::live_leases(client, pool, h.id).await?;
         let rates = sum_rates(&live);
+        let marked = crate::allocmap::load(client, pool, h.id, h.object_count()).await?;
         out.push(VolumeRates {
             name: v.name,
             size: h.size,
             holders: live.len(),
             rates,
+            allocated_bytes: marked.map(|m| m.len() as u64 * u64::from(h.object_size)),
         });
     }
     Ok(out)

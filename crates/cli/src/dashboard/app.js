@@ -154,7 +154,9 @@ function render(d) {
   if (Array.isArray(d.volumes)) {
     for (const v of d.volumes) {
       if (v.error) { row(vb, [`${v.pool}: ${v.error}`]); continue; }
-      row(vb, [`${v.pool}/${v.name}`, [human(v.size_bytes), "num"], [v.holders, "num"],
+      const alloc = v.allocated_bytes === null || v.allocated_bytes === undefined
+        ? "-" : human(v.allocated_bytes);
+      row(vb, [`${v.pool}/${v.name}`, [human(v.size_bytes), "num"], [alloc, "num"], [v.holders, "num"],
         [v.read_ops, "num"], [v.write_ops, "num"],
         [fixed((v.read_bytes + v.write_bytes) / 1e6, 1), "num"]], { "data-volume": v.name });
     }

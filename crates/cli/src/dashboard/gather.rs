@@ -73,6 +73,7 @@ impl Gatherer {
             match cairn_volume::rates(&self.client, &p.name).await {
                 Ok(list) => out.extend(list.into_iter().map(|v| {
                     json!({"pool": p.name, "name": v.name, "size_bytes": v.size,
+                           "allocated_bytes": v.allocated_bytes,
                            "holders": v.holders, "read_ops": v.rates.read_ops,
                            "write_ops": v.rates.write_ops, "read_bytes": v.rates.read_bytes,
                            "write_bytes": v.rates.write_bytes})
