@@ -29,24 +29,26 @@ want_test() {
     done
     # nbdsh needs libnbd's Python bindings.
     /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || need+=(python3-libnbd)
-    # Prometheus's own linter checks the daemons' metrics pages (crates/cli/tests/metrics.rs).
+    # Prometheus's own linter checks the daemons' metrics pages, and a Prometheus server
+    # scrapes a dev cluster (crates/cli/tests/metrics.rs).
     command -v promtool >/dev/null 2>&1 || want_promtool=1
+    command -v prometheus >/dev/null 2>&1 || want_promtool=1
 }
 want_promtool=0
 
-# promtool alone, taken out of Debian's `prometheus` package: installing the package would
-# also start a Prometheus server listening on every interface.
+# promtool and the prometheus binary, taken out of Debian's `prometheus` package: installing
+# the package would also start a Prometheus server listening on every interface.
 install_promtool() {
     local tmp
     tmp=$(mktemp -d)
     chmod 755 "$tmp"
-    echo "::: installing promtool (from Debian's prometheus package)"
+    echo "::: installing promtool and prometheus (binaries of Debian's prometheus package)"
     (cd "$tmp" && $sudo_cmd apt-get download -qq prometheus 2>/dev/null) || {
         $sudo_cmd apt-get update -qq
         (cd "$tmp" && $sudo_cmd apt-get download -qq prometheus)
     }
     dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
-    $sudo_cmd install -m 755 "$tmp/x/usr/bin/promtool" /usr/local/bin/promtool
+    $sudo_cmd install -m 755 "$tmp/x/usr/bin/promtool" "$tmp/x/usr/bin/prometheus" /usr/local/bin/
     rm -rf "$tmp"
 }
 

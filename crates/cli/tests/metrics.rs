@@ -485,3 +485,78 @@ fn osd_perf_and_top_show_the_load_while_it_runs() {
     let fio = nbd.join().expect("nbd writer");
     assert!(fio.status.success(), "fio: {}", text(&fio.stderr));
 }
+
+/// The result of a Prometheus instant query, as a number (the first series' value).
+fn prom_query(port: u16, query: &str) -> Option<f64> {
+    let q: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let req =
+        format!("GET /api/v1/query?query={q} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    // Refused until the server listens: no answer yet.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    s.write_all(req.as_bytes()).ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    let (_, body) = answer.split_once("\r\n\r\n")?;
+    let v: serde_json::Value = serde_json::from_str(body.trim()).ok()?;
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+/// A real Prometheus server (Debian's) scrapes a dev cluster with the configuration `dev up`
+/// wrote: every daemon is up for it, and queries over Cairn's metrics answer what the cluster
+/// is.
+#[test]
+fn a_prometheus_server_scrapes_every_daemon_with_the_dev_configuration() {
+    let c = Cluster::up_with_nbd("prometheus", 3);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let log = std::fs::File::create(c.dir.join("log").join("prometheus.log")).expect("log");
+    let mut prom = std::process::Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            c.dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            c.dir.join("prometheus-data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start prometheus (scripts/deps.sh test installs it)");
+    let start = std::time::Instant::now();
+    let targets = endpoints(&c).len() as f64;
+    loop {
+        if prom_query(port, "sum(up)") == Some(targets) {
+            break;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = prom.kill();
+            let log = std::fs::read_to_string(c.dir.join("log").join("prometheus.log"));
+            panic!(
+                "prometheus never scraped every daemon: {:?}\n{log:?}",
+                prom_query(port, "sum(up)")
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let osds_up = prom_query(port, "sum(cairn_mon_osd_up)");
+    let leaders = prom_query(port, "sum(cairn_mon_leader)");
+    let held = prom_query(port, "sum(cairn_osd_pgs_held)");
+    let _ = prom.kill();
+    let _ = prom.wait();
+    assert_eq!(osds_up, Some(3.0));
+    assert_eq!(leaders, Some(1.0));
+    // 64 PGs of 3 copies.
+    assert_eq!(held, Some(192.0));
+}
