@@ -19,7 +19,7 @@ pub struct VolumeExports {
     /// the last connection to leave closes it (and releases its lease).
     open: tokio::sync::Mutex<HashMap<String, Weak<Volume>>>,
     /// Of every volume opened and not yet released: turns true once released.
-    releases: std::sync::Mutex<Vec<tokio::sync::watch::Receiver<bool>>>,
+    releases: std::sync::Mutex<Vec<(String, tokio::sync::watch::Receiver<bool>)>>,
     /// With TLS: who may open which volume. Without, every client may open every volume.
     users: Option<Arc<NbdUsers>>,
     /// Requests counted and timed per export (`--metrics-addr`).
@@ -76,8 +76,35 @@ impl VolumeExports {
         }
     }
 
-    fn lock_releases(&self) -> std::sync::MutexGuard<'_, Vec<tokio::sync::watch::Receiver<bool>>> {
+    fn lock_releases(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Vec<(String, tokio::sync::watch::Receiver<bool>)>> {
         self.releases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits (at most a lease's life) until every earlier open of export `name` that is being
+    /// released has released its lease: a client that reconnects right after it disconnected
+    /// must not find this server's own previous open in the way (its lease is removed in the
+    /// background, and takes longer when OSDs restart meanwhile).
+    async fn wait_released(&self, name: &str) {
+        let pending: Vec<_> = self
+            .lock_releases()
+            .iter()
+            .filter(|(n, r)| n == name && !*r.borrow())
+            .map(|(_, r)| r.clone())
+            .collect();
+        for mut r in pending {
+            let wait = r.wait_for(|released| *released);
+            if tokio::time::timeout(cairn_volume::lease::LEASE_FOR, wait)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    volume = name,
+                    "an earlier open of the volume is still being released"
+                );
+            }
+        }
     }
 
     /// Closes every open volume (in-flight I/O finishes, leases are released): call before
@@ -95,7 +122,7 @@ impl VolumeExports {
         }
         // Volumes whose last client left are released in the background: wait for those too.
         let pending = std::mem::take(&mut *self.lock_releases());
-        for mut released in pending {
+        for (_, mut released) in pending {
             // Returns once it turns true, or its task is gone.
             let _ = released.wait_for(|r| *r).await;
         }
@@ -275,6 +302,7 @@ impl Exports for VolumeExports {
                 v
             }
             _ => {
+                self.wait_released(name).await;
                 let (c, p, h) = (self.client.clone(), &self.pool, &self.holder);
                 let opened = match snap {
                     None => match Volume::open(c.clone(), p, vol_name, h).await {
@@ -306,8 +334,8 @@ impl Exports for VolumeExports {
                     open.insert(name.to_string(), Arc::downgrade(&v));
                 }
                 let mut releases = self.lock_releases();
-                releases.retain(|r| !*r.borrow());
-                releases.push(v.released());
+                releases.retain(|(_, r)| !*r.borrow());
+                releases.push((name.to_string(), v.released()));
                 v
             }
         };
