@@ -36,8 +36,8 @@ pub struct SlowWrite {
     pub age: std::time::Duration,
     /// Members that do not hold it yet.
     pub waiting: Vec<u32>,
-    /// Members that do, with when they answered.
-    pub held: Vec<(u32, std::time::Duration)>,
+    /// How many members hold it, and when the last of them answered.
+    pub held: (u32, Option<std::time::Duration>),
 }
 
 /// A write's kind, size and start (when its op reached the shard).
@@ -50,8 +50,9 @@ pub struct WriteWhat {
 
 struct WriteState {
     waiting: Vec<u32>,
-    /// Members that hold the write, with when they answered (since it started).
-    held: Vec<(u32, std::time::Duration)>,
+    /// How many members hold the write, and when the last answered (since it started): no
+    /// allocation per write for what only a slow-write report reads.
+    held: (u32, Option<std::time::Duration>),
     /// Reported slow (`slow_writes`).
     slow: bool,
     done: bool,
@@ -178,7 +179,7 @@ impl Inflight {
             what,
             state: Mutex::new(WriteState {
                 waiting: members,
-                held: Vec::new(),
+                held: (0, None),
                 slow: false,
                 done: false,
                 readers_waiting: false,
@@ -189,15 +190,18 @@ impl Inflight {
         w
     }
 
-    /// Records that `member` holds write `tid`; completes it when it was the last.
-    pub fn member_done(&self, tid: u64, member: u32) {
+    /// Records that `member` holds write `tid`; completes it when it was the last. Whether the
+    /// write waited on that member (a peer's request id is a claim: only then is its answer
+    /// believed for anything else, e.g. that it is full).
+    pub fn member_done(&self, tid: u64, member: u32) -> bool {
         let Some(w) = self.slot(tid).get(&tid).cloned() else {
-            return; // already failed or completed
+            return false; // already failed or completed
         };
         let mut st = w.lock();
-        if st.waiting.contains(&member) {
+        let waited = st.waiting.contains(&member);
+        if waited {
             st.waiting.retain(|m| *m != member);
-            st.held.push((member, w.what.started.elapsed()));
+            st.held = (st.held.0 + 1, Some(w.what.started.elapsed()));
         }
         if st.waiting.is_empty() && !st.done {
             let reply = OpReply::Ok {
@@ -206,6 +210,7 @@ impl Inflight {
             };
             self.finish(&w, st, &reply);
         }
+        waited
     }
 
     /// The PG of write `tid`, if it is still known.
@@ -311,7 +316,7 @@ impl Inflight {
                     what: w.what,
                     age,
                     waiting: st.waiting.clone(),
-                    held: st.held.clone(),
+                    held: st.held,
                 });
             }
         }

@@ -212,12 +212,15 @@ async fn read_answers(
         }
         match cairn_proto::msg::decode::<RepReply>("replica reply", &frame.control) {
             Ok(RepReply::Done) => {
-                inflight.full.note(peer, None);
-                inflight.member_done(frame.request_id, peer)
+                if inflight.member_done(frame.request_id, peer) {
+                    inflight.full.note(peer, None);
+                }
             }
             Ok(RepReply::DoneButFull { metadata_too }) => {
-                inflight.full.note(peer, Some(metadata_too));
-                inflight.member_done(frame.request_id, peer)
+                // Believed only as the answer of a write that waited on this peer.
+                if inflight.member_done(frame.request_id, peer) {
+                    inflight.full.note(peer, Some(metadata_too));
+                }
             }
             Ok(RepReply::Stale { epoch }) => {
                 tracing::info!(peer, epoch, "peer says this OSD is not primary");

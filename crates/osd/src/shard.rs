@@ -330,7 +330,7 @@ impl Shard {
         for d in done {
             match (&result, d) {
                 (Ok(_), OnDurable::Local { tid }) => {
-                    self.osd.inflight.member_done(tid, self.osd.id())
+                    let _ = self.osd.inflight.member_done(tid, self.osd.id());
                 }
                 (Ok(_), OnDurable::Ack { to, req_id }) => {
                     let r = held.get_or_insert_with(|| op::write::held_reply(&self.osd.store));

@@ -48,16 +48,13 @@ impl SlowOps {
         let now = Instant::now();
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         for w in found {
-            let held: Vec<String> = w
-                .held
-                .iter()
-                .map(|(m, t)| format!("osd.{m} after {:.1} ms", t.as_secs_f64() * 1e3))
-                .collect();
             let waiting: Vec<String> = w.waiting.iter().map(|m| format!("osd.{m}")).collect();
-            let held = if held.is_empty() {
-                "nobody yet".to_string()
-            } else {
-                held.join(", ")
+            let held = match w.held {
+                (n, Some(t)) => format!(
+                    "{n} member(s) hold it, the last answered after {:.1} ms",
+                    t.as_secs_f64() * 1e3
+                ),
+                _ => "no member holds it yet".to_string(),
             };
             tracing::warn!(
                 osd = me,
@@ -65,7 +62,7 @@ impl SlowOps {
                 version = w.version,
                 op = w.what.op,
                 bytes = w.what.bytes,
-                "slow write: {:.2} s, waiting for {} (held by {held})",
+                "slow write: {:.2} s, waiting for {} ({held})",
                 w.age.as_secs_f64(),
                 waiting.join(", "),
             );
@@ -130,7 +127,7 @@ mod tests {
             what: WriteWhat::now("write", 4096),
             age: Duration::from_millis(age_ms),
             waiting,
-            held: vec![(0, Duration::from_micros(80))],
+            held: (1, Some(Duration::from_micros(80))),
         }
     }
 
