@@ -75,9 +75,12 @@ pub struct Devices {
     /// WAL device or file on a fast device (e.g. /dev/shm/osd0.wal); default: on the data device.
     #[arg(long)]
     pub wal: Option<PathBuf>,
-    /// Size of the WAL file when it is created.
-    #[arg(long, default_value = "128M", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
-    pub wal_size: u64,
+    /// Size of the WAL when it is created [default: with --wal, a sixteenth of
+    /// --data-size, between 128M and 1G; without, 128M of the data device]. A checkpoint
+    /// writes the whole index when the WAL is half full: a larger WAL means fewer of them
+    /// under heavy writes, at the cost of its memory (or NVM) and a longer replay at start.
+    #[arg(long, value_parser = crate::size::parse_size, allow_hyphen_values = true)]
+    pub wal_size: Option<u64>,
 }
 
 impl Devices {
@@ -86,7 +89,9 @@ impl Devices {
         cfg.data = self.data.clone();
         cfg.data_size = self.data_size;
         cfg.wal = self.wal.clone();
-        cfg.wal_size = self.wal_size;
+        cfg.wal_size = self
+            .wal_size
+            .unwrap_or_else(|| cairn_osd::default_wal_size(self.data_size, self.wal.is_some()));
     }
 }
 

@@ -15,7 +15,8 @@ pub struct OsdConfig {
     pub data_size: u64,
     /// WAL device (file or block device); None keeps the WAL on the data device.
     pub wal: Option<PathBuf>,
-    /// Size of the WAL file when it is created. Default 128 MiB.
+    /// Size of the WAL file when it is created. Default 128 MiB ([`default_wal_size`] is what
+    /// `cairn osd run` gives when none is set).
     pub wal_size: u64,
     /// Address to accept clients and peers on. Default 127.0.0.1:0 (any free port).
     pub listen: SocketAddr,
@@ -102,6 +103,23 @@ pub fn default_memory_target() -> u64 {
 /// Total memory of this machine (`MemTotal` of /proc/meminfo).
 pub fn machine_memory() -> Option<u64> {
     kib_field(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemTotal:")
+}
+
+/// Smallest and largest WAL [`default_wal_size`] picks for a WAL on its own device.
+const WAL_DEFAULT_MIN: u64 = 128 << 20;
+const WAL_DEFAULT_MAX: u64 = 1 << 30;
+
+/// The WAL size of an OSD whose operator gave none: on its own device (NVM, /dev/shm), a
+/// sixteenth of the data device's size, between 128 MiB and 1 GiB; on the data device, 128
+/// MiB (there it takes capacity). A checkpoint writes the whole index and starts when the WAL
+/// is half full, so with a fixed WAL the checkpoints' share of the work grows with the data
+/// held; a WAL that grows with the data device keeps that share level
+/// (`docs/operator/store.md`, "WAL size").
+pub fn default_wal_size(data_size: u64, own_device: bool) -> u64 {
+    if !own_device {
+        return WAL_DEFAULT_MIN;
+    }
+    (data_size / 16).clamp(WAL_DEFAULT_MIN, WAL_DEFAULT_MAX) / 4096 * 4096
 }
 
 /// The read cache's part of a memory target: three quarters. The rest is for the store's
@@ -200,5 +218,14 @@ mod tests {
         assert!((MIN_MEMORY_TARGET..=4 << 30).contains(&t), "{t}");
         assert_eq!(cache_share(4 << 30), 3 << 30);
         assert!(resident_bytes() > 0);
+    }
+
+    #[test]
+    fn the_default_wal_grows_with_the_data_device_only_on_its_own_device() {
+        assert_eq!(default_wal_size(8 << 30, true), 512 << 20);
+        assert_eq!(default_wal_size(2 << 30, true), 128 << 20);
+        assert_eq!(default_wal_size(1 << 40, true), 1 << 30);
+        assert_eq!(default_wal_size(8 << 30, false), 128 << 20);
+        assert_eq!(default_wal_size((10 << 30) + 12345, true) % 4096, 0);
     }
 }

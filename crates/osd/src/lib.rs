@@ -45,7 +45,8 @@ mod test_store;
 
 pub use auth::OsdKey;
 pub use config::{
-    default_memory_target, machine_memory, OsdConfig, DEFAULT_DIRECT_WRITE_MIN, MIN_MEMORY_TARGET,
+    default_memory_target, default_wal_size, machine_memory, OsdConfig, DEFAULT_DIRECT_WRITE_MIN,
+    MIN_MEMORY_TARGET,
 };
 pub use daemon::{open_store, run};
 pub use error::OsdError;
