@@ -84,9 +84,9 @@ pub struct UpArgs {
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     pub direct_write_min: Option<u64>,
     /// Size of each OSD's WAL file in /dev/shm (memory, on top of the OSDs' memory targets)
-    /// [default: 128M, the OSDs' default]. A checkpoint starts when the WAL is half full, so a
-    /// larger WAL means fewer checkpoints under heavy writes. Fixed when the cluster is
-    /// created.
+    /// [default: the OSDs' default, a sixteenth of --osd-size between 128M and 1G]. A
+    /// checkpoint starts when the WAL is half full, so a larger WAL means fewer checkpoints
+    /// under heavy writes. Fixed when the cluster is created.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     pub wal_size: Option<u64>,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
@@ -158,7 +158,8 @@ struct DevState {
     /// The OSDs' `--direct-write-min` in bytes (0: off).
     #[serde(default)]
     direct_write_min: u64,
-    /// The OSDs' `--wal-size` in bytes (absent: their default, 128M).
+    /// The OSDs' `--wal-size` in bytes (absent: their default, which depends on the OSD
+    /// size).
     #[serde(default)]
     wal_size: Option<u64>,
     /// Daemons and clients run without authentication (`--auth none`).
@@ -675,10 +676,14 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
     }
     eprintln!("  starting {} OSD(s)...", state.osds);
     start_osds(&dir, &state, &mon, timeout)?;
+    let mut progress = crate::progress::Progress::new("  OSDs up");
     wait_for(&dir, "the OSDs", timeout, || {
         let map = block_on(mon.get_map())??;
-        Ok((map.osd_counts().1 >= state.osds as usize).then_some(()))
+        let up = map.osd_counts().1 as u64;
+        progress.show(up.min(state.osds.into()), state.osds.into());
+        Ok((up >= u64::from(state.osds)).then_some(()))
     })?;
+    progress.finish();
     let map = block_on(mon.get_map())??;
     if !a.no_pool && map.pools.is_empty() {
         let size = state.osds.min(3) as u8;
@@ -693,11 +698,14 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
         block_on(mon.command(c))??;
         eprintln!("  created pool `default` (size {size}, 64 pgs, durability wal)");
     }
+    let mut progress = crate::progress::Progress::new("  PGs active+clean");
     wait_for(&dir, "all PGs to be active+clean", timeout, || {
         let map = block_on(mon.get_map())??;
         let c = pg_counts(&map, &[]);
+        progress.show(c.clean, c.total);
         Ok((c.clean == c.total).then_some(()))
     })?;
+    progress.finish();
     let nbd = match (&state.nbd, a.no_nbd || a.no_pool) {
         (Some(addr), false) => {
             start_nbd(&dir, &state, addr, a.volume_size, timeout)?;
