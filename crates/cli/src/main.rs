@@ -61,6 +61,7 @@ mod snap_cmd;
 mod store_cmd;
 mod torture;
 mod vol_cmd;
+mod vol_io;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

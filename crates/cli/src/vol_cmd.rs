@@ -112,6 +112,34 @@ pub enum VolCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Create volume NAME from a local file (a raw disk image), as large as the file rounded
+    /// up to 512 bytes (progress on stderr). Chunks of zeros are not written: they use no
+    /// space. The volume must not exist.
+    Import {
+        /// The file to copy from.
+        file: std::path::PathBuf,
+        /// Name of the new volume.
+        name: String,
+        /// Data object size of the new volume (see `vol create`).
+        #[arg(long, value_parser = parse_size, allow_hyphen_values = true, default_value = "4M")]
+        object_size: u64,
+        #[command(flatten)]
+        pool: PoolArg,
+    },
+    /// Copy volume VOL, or its snapshot VOL@SNAP, to a new local file (a raw disk image,
+    /// sparse: what the volume never wrote, or holds as zeros, is a hole). A volume being
+    /// written meanwhile is not copied as of one moment: export a snapshot for that.
+    Export {
+        /// VOL or VOL@SNAP.
+        name: String,
+        /// The file to create.
+        file: std::path::PathBuf,
+        /// Replace the file if it exists.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        pool: PoolArg,
+    },
     /// Find the data objects of volumes that no longer exist (left by an interrupted or
     /// forced removal) and remove them.
     Gc {
@@ -175,6 +203,23 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
                 eprintln!("removed volume {name} from pool {}", pool.pool);
             }
             VolCmd::Gc { pool, dry_run } => gc(&client, &pool.pool, dry_run).await?,
+            VolCmd::Import {
+                file,
+                name,
+                object_size,
+                pool,
+            } => {
+                let Ok(os) = u32::try_from(object_size) else {
+                    bail!("--object-size {object_size} is too large (at most 64M)");
+                };
+                crate::vol_io::import(&client, &pool.pool, &file, &name, os).await?
+            }
+            VolCmd::Export {
+                name,
+                file,
+                force,
+                pool,
+            } => crate::vol_io::export(&client, &pool.pool, &name, &file, force).await?,
             VolCmd::Snap(cmd) => crate::snap_cmd::run(&client, cmd).await?,
             VolCmd::Qos(cmd) => crate::qos_cmd::run(&client, cmd).await?,
             VolCmd::Clone { from, name, pool } => {

@@ -669,3 +669,107 @@ fn scrub_repairs_a_damaged_copy_of_snapshot_data() {
         "{again}"
     );
 }
+
+/// Blocks of `path` that hold data (not holes), in bytes.
+fn allocated_bytes(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("stat").blocks() * 512
+}
+
+#[test]
+fn vol_import_and_export_copy_images_thin_with_progress_and_snapshots_and_clones_export_whole() {
+    let c = Cluster::up_with_nbd("vol-io", 3);
+    let dir = scratch("vol-io");
+    // 40 MiB and 1,000 bytes: data in some 4 MiB chunks, zeros in the others, and a tail that
+    // is not a multiple of 512 bytes.
+    const MIB: usize = 1 << 20;
+    let len = 40 * MIB + 1000;
+    let zeros = [(4 * MIB, 8 * MIB), (12 * MIB, 32 * MIB)];
+    let original = image(len, &zeros, 41);
+    let src = dir.join("src.raw");
+    std::fs::write(&src, &original).expect("write the image");
+
+    let o = c.cairn(&["vol", "import", &p(&src), "imported"]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "import: {err}\n{}", c.logs());
+    assert!(err.contains("importing [") && err.contains("100%"), "{err}");
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["vol", "info", "imported", "--json"])).expect("json");
+    assert_eq!(info["size"], (len as u64).div_ceil(512) * 512, "{info}");
+    // Chunks 0, 2, 8, 9 and the tail's hold data; the zero chunks 1 and 3..=7 were not
+    // written.
+    assert_eq!(info["allocated_objects"], 5, "{info}");
+
+    // Out again: the same bytes (the tail padded with zeros), as a sparse file.
+    let mut padded = original.clone();
+    padded.resize(len.div_ceil(512) * 512, 0);
+    let out = dir.join("out.raw");
+    let o = c.cairn(&["vol", "export", "imported", &p(&out)]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "export: {err}");
+    assert!(err.contains("exporting [") && err.contains("100%"), "{err}");
+    assert!(
+        std::fs::read(&out).expect("read") == padded,
+        "export differs"
+    );
+    assert!(allocated_bytes(&out) <= 21 * MIB as u64, "not sparse");
+    // What a real NBD client reads is what was exported.
+    compare(&c, &c.nbd_uri("imported"), &p(&out));
+
+    // A snapshot exports what it held; the volume what it holds now.
+    snap_create(&c, "imported@s1");
+    tool_ok(
+        &c,
+        60,
+        "nbdsh",
+        &[
+            "-u",
+            &c.nbd_uri("imported"),
+            "-c",
+            "h.pwrite(b'\\x07' * 4096, 0)",
+        ],
+    );
+    let snap_out = dir.join("snap.raw");
+    c.ok(&["vol", "export", "imported@s1", &p(&snap_out)]);
+    assert!(
+        std::fs::read(&snap_out).expect("read") == padded,
+        "snapshot differs"
+    );
+    let o = c.cairn(&["vol", "export", "imported", &p(&out)]);
+    assert!(!o.status.success(), "an existing file was replaced");
+    assert!(text(&o.stderr).contains("--force"), "{}", text(&o.stderr));
+    c.ok(&["vol", "export", "imported", &p(&out), "--force"]);
+    let now = std::fs::read(&out).expect("read");
+    assert!(now[..4096].iter().all(|&b| b == 7) && now[4096..] == padded[4096..]);
+
+    // A clone reads its parent where it has not written: exported whole, not as holes.
+    c.ok(&["vol", "snap", "protect", "imported@s1"]);
+    c.ok(&["vol", "clone", "imported@s1", "cl"]);
+    // So do NBD clients that skip what block status calls holes (nbdcopy does).
+    let nbd_out = dir.join("clone-nbd.raw");
+    tool_ok(&c, 60, "nbdcopy", &[&c.nbd_uri("cl"), &p(&nbd_out)]);
+    let over_nbd = std::fs::read(&nbd_out).expect("read");
+    assert!(over_nbd == padded, "clone over NBD differs");
+    let clone_out = dir.join("clone.raw");
+    c.ok(&["vol", "export", "cl", &p(&clone_out)]);
+    let exported = std::fs::read(&clone_out).expect("read");
+    assert!(exported == padded, "clone differs");
+
+    // Refusals that lose nothing.
+    let o = c.cairn(&["vol", "import", &p(&src), "imported"]);
+    assert!(!o.status.success(), "imported over an existing volume");
+    assert!(text(&o.stderr).contains("exists"), "{}", text(&o.stderr));
+    let o = c.cairn(&["vol", "import", &p(&dir.join("missing")), "other"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("cannot open"),
+        "{}",
+        text(&o.stderr)
+    );
+    c.ok(&["vol", "export", "imported@s1", &p(&snap_out), "--force"]);
+    assert!(
+        std::fs::read(&snap_out).expect("read") == padded,
+        "snapshot changed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

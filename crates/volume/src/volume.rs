@@ -595,7 +595,8 @@ impl Volume {
             .map
             .existing_in(offset / os, (offset + len).div_ceil(os));
         for p in pieces(os, offset, len) {
-            let allocated = existing.binary_search(&p.objno).is_ok();
+            // A clone reads what it has not written from its parent: data there too.
+            let allocated = existing.binary_search(&p.objno).is_ok() || self.parent_holds(p.objno);
             match out.last_mut() {
                 Some(last) if last.allocated == allocated => last.len += p.len,
                 _ => out.push(Allocation {
@@ -605,6 +606,15 @@ impl Volume {
             }
         }
         out
+    }
+
+    /// Whether data object `objno`, missing from this clone, is read from a parent that holds it.
+    fn parent_holds(&self, objno: u64) -> bool {
+        self.parent_covers(objno)
+            && self
+                .parent
+                .as_ref()
+                .is_some_and(|v| v.map.may_exist(objno) || v.parent_holds(objno))
     }
 
     /// The pool this volume lives in.
