@@ -303,6 +303,12 @@ fn the_dashboard_shows_the_cluster_as_status_does_and_a_killed_osd_goes_down() {
     same("#pgs-clean", &status["pgs"]["active_clean"]);
     b.wait_text("#volumes tbody", 20, |t| t.contains("default/disk0"));
     b.wait_text("#pools tbody", 20, |t| t.contains("default"));
+    // One host holds the dev cluster's three OSDs, all up.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    let host_row = format!("tr[data-host=\"{}\"]", host.trim());
+    let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let host_shows = |want: String| move |t: &str| words(t).starts_with(&want);
+    b.wait_text(&host_row, 20, host_shows(format!("{} 3 3 3", host.trim())));
     b.screenshot("dashboard-healthy");
 
     // An OSD killed -9: down on the page within its grace (the monitors' OSD grace) and the
@@ -311,6 +317,7 @@ fn the_dashboard_shows_the_cluster_as_status_does_and_a_killed_osd_goes_down() {
     let killed = Instant::now();
     b.wait_text("tr[data-osd=\"1\"]", 60, |t| t.contains("down"));
     let took = killed.elapsed();
+    b.wait_text(&host_row, 20, host_shows(format!("{} 3 2", host.trim())));
     b.wait_text("#health", 20, |t| t != "HEALTH_OK");
     b.screenshot("dashboard-osd-down");
     // The monitors' grace is 4 s; then a refresh (status, usage reports) and a poll.

@@ -128,6 +128,22 @@ function render(d) {
         { "data-osd": o.id, "data-state": o.up ? "up" : "down" });
     }
   }
+  // Hosts: the OSDs by host (a failure domain)
+  const hb = clear("hosts");
+  if (Array.isArray(d.osds)) {
+    const hosts = new Map();
+    for (const o of d.osds) {
+      const h = hosts.get(o.host) || { osds: 0, up: 0, in: 0, used: 0, cap: 0 };
+      h.osds += 1; h.up += o.up ? 1 : 0; h.in += o.in ? 1 : 0;
+      h.used += o.used_bytes || 0; h.cap += o.capacity_bytes || 0;
+      hosts.set(o.host, h);
+    }
+    for (const [name, h] of [...hosts].sort((a, b) => a[0].localeCompare(b[0]))) {
+      const used = h.cap ? `${fixed(100 * h.used / h.cap, 1)}%` : "-";
+      row(hb, [name, [h.osds, "num"], [h.up, h.up < h.osds ? "num down" : "num"], [h.in, "num"],
+        [used, "num"], [h.cap ? human(h.cap) : "-", "num"]], { "data-host": name, "data-up": h.up });
+    }
+  }
   // Pools (cluster rates come from them: each op counted once, by its primary)
   const pb = clear("pools");
   if (Array.isArray(d.pools)) {
