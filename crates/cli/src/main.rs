@@ -45,6 +45,7 @@ mod dev_keys;
 mod dev_wals;
 mod host_cmd;
 mod logging;
+mod metrics_args;
 mod mon_cmd;
 mod nbd_cmd;
 mod obj_cmd;

@@ -86,11 +86,8 @@ pub struct MonArgs {
     /// --member defaults to this monitor alone).
     #[arg(long)]
     pub join: bool,
-    /// Serve Prometheus metrics over HTTP on this address (`GET /metrics`), e.g.
-    /// 127.0.0.1:9290 (port 0: any free port, printed at start). Off by default. The page is
-    /// not authenticated: keep it on loopback or a management network.
-    #[arg(long)]
-    pub metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub metrics: crate::metrics_args::MetricsArgs,
 }
 
 /// Runs a `cairn mon` command.
@@ -274,7 +271,7 @@ fn config(args: &MonArgs) -> Result<MonConfig> {
     cfg.frames = args.auth.frames;
     cfg.conn_limits = args.conns.limits()?;
     cfg.join = args.join;
-    cfg.metrics_listen = args.metrics_addr;
+    cfg.metrics_listen = args.metrics.listen()?;
     cfg.validate()?;
     Ok(cfg)
 }

@@ -91,12 +91,9 @@ pub struct ServeArgs {
     /// (<= 16 KiB) issued together are sent as one message (at most 8). 0 turns it off.
     #[arg(long, default_value_t = cairn_client::DEFAULT_MERGE_THRESHOLD)]
     merge_threshold: usize,
-    /// Serve Prometheus metrics over HTTP on this address (`GET /metrics`: requests, bytes,
-    /// errors and latency per export, QoS throttling), e.g. 127.0.0.1:9310 (port 0: any free
-    /// port, printed at start). Off by default. Not authenticated: keep it on loopback or a
-    /// management network.
-    #[arg(long)]
-    metrics_addr: Option<std::net::SocketAddr>,
+    /// Prometheus metrics: requests, bytes, errors and latency per export, QoS throttling.
+    #[command(flatten)]
+    metrics: crate::metrics_args::MetricsArgs,
 }
 
 pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
@@ -123,13 +120,14 @@ pub fn run(cmd: NbdCmd, conf: Option<&Path>) -> Result<()> {
                 a.listen
             );
         }
+        let metrics = a.metrics.listen()?;
         let listener = tokio::net::TcpListener::bind(&a.listen)
             .await
             .with_context(|| format!("cannot listen on {}", a.listen))?;
-        let metrics_endpoint = match a.metrics_addr {
+        let metrics_endpoint = match metrics {
             Some(m) => Some(
-                cairn_metrics::Endpoint::bind(m)
-                    .with_context(|| format!("cannot serve metrics on {m}"))?,
+                cairn_metrics::Endpoint::bind(&m)
+                    .with_context(|| format!("cannot serve metrics on {}", m.addr))?,
             ),
             None => None,
         };

@@ -159,11 +159,8 @@ pub struct RunArgs {
     /// milliseconds; a power loss of every member inside that window can lose them. 1..=1000.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub memory_flush_ms: u64,
-    /// Serve Prometheus metrics over HTTP on this address (`GET /metrics`), e.g.
-    /// 127.0.0.1:9300 (port 0: any free port, printed at start). Off by default. The page is
-    /// not authenticated: keep it on loopback or a management network.
-    #[arg(long)]
-    pub metrics_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    pub metrics: crate::metrics_args::MetricsArgs,
     /// A write this OSD leads that takes longer than this many milliseconds is reported as
     /// slow: logged once with which members hold it and which it still waits for, and shown
     /// by `cairn status` for a minute (HEALTH_WARN).
@@ -304,7 +301,7 @@ fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.recovery_max_active = a.recovery_max_active;
     cfg.direct_write_min = a.direct_write_min;
     cfg.memory_flush_delay = std::time::Duration::from_millis(a.memory_flush_ms);
-    cfg.metrics_listen = a.metrics_addr;
+    cfg.metrics_listen = a.metrics.listen()?;
     cfg.slow_op = std::time::Duration::from_millis(a.slow_op_ms);
     if let Some(m) = a.memory_target {
         cfg.memory_target = m;

@@ -625,3 +625,45 @@ fn daemon_logs_are_json_lines_when_asked() {
     assert!(find("serving metrics").is_some(), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn metrics_off_loopback_need_a_token_and_a_bad_token_file_is_named() {
+    let d = TempDir::new("metrics-token");
+    let conf = d.file("cairn.toml");
+    let cluster =
+        "[cluster]\nfsid = \"00112233445566778899aabbccddeeff\"\nmons = [\"127.0.0.1:1\"]\n";
+    std::fs::write(&conf, cluster).unwrap();
+    let serve = |extra: &[&str]| {
+        let mut args = vec!["-c", &conf, "nbd", "serve", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        fails(&args, 1)
+    };
+    let e = serve(&["--metrics-addr", "0.0.0.0:0"]);
+    assert!(
+        e.contains("readable by anyone") && e.contains("--metrics-token-file"),
+        "{e}"
+    );
+    let short = d.file("short.token");
+    std::fs::write(&short, "abc\n").unwrap();
+    let e = serve(&[
+        "--metrics-addr",
+        "0.0.0.0:0",
+        "--metrics-token-file",
+        &short,
+    ]);
+    assert!(e.contains("short.token") && e.contains("16 to 1024"), "{e}");
+    let missing = d.file("missing.token");
+    let e = serve(&[
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--metrics-token-file",
+        &missing,
+    ]);
+    assert!(e.contains("cannot read the metrics token file"), "{e}");
+    // A token without an address is a mistake, not silently ignored.
+    let e = fails(
+        &["-c", &conf, "nbd", "serve", "--metrics-token-file", &short],
+        2,
+    );
+    assert!(e.contains("--metrics-addr"), "{e}");
+}

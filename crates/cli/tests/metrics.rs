@@ -339,7 +339,12 @@ fn the_grafana_dashboard_queries_parse_and_name_served_metrics() {
         "promtool",
         &["check", "rules", &file.display().to_string()],
     );
-    let conf = root.join("prometheus.yml").display().to_string();
+    // The multi-host configuration, with the token file it names beside it (as deployed).
+    let deploy = c.dir.join("deploy");
+    std::fs::create_dir_all(&deploy).expect("mkdir");
+    std::fs::copy(root.join("prometheus.yml"), deploy.join("prometheus.yml")).expect("copy");
+    std::fs::write(deploy.join("cairn-metrics.token"), "0123456789abcdef0123\n").expect("token");
+    let conf = deploy.join("prometheus.yml").display().to_string();
     tool_ok(&c, 30, "promtool", &["check", "config", &conf]);
     let dev_conf = c.dir.join("prometheus.yml").display().to_string();
     tool_ok(&c, 30, "promtool", &["check", "config", &dev_conf]);

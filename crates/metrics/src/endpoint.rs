@@ -2,7 +2,7 @@
 //! metrics, closes the connection. Bounded: a few scrapes at once, each given a few seconds.
 
 use crate::http;
-use crate::Exporter;
+use crate::{Exporter, Listen, Token};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,15 +21,21 @@ const DRAIN_TIME: Duration = Duration::from_secs(1);
 pub struct Endpoint {
     listener: std::net::TcpListener,
     pub addr: SocketAddr,
+    token: Option<Token>,
 }
 
 impl Endpoint {
-    /// Binds `addr` (done before the daemon starts serving, so a taken port fails the start).
-    pub fn bind(addr: SocketAddr) -> std::io::Result<Endpoint> {
-        let listener = std::net::TcpListener::bind(addr)?;
+    /// Binds `listen.addr` (done before the daemon starts serving, so a taken port fails the
+    /// start); scrapes must show `listen.token`, if set.
+    pub fn bind(listen: &Listen) -> std::io::Result<Endpoint> {
+        let listener = std::net::TcpListener::bind(listen.addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        Ok(Endpoint { listener, addr })
+        Ok(Endpoint {
+            listener,
+            addr,
+            token: listen.token.clone(),
+        })
     }
 }
 
@@ -56,9 +62,9 @@ pub async fn serve(endpoint: Endpoint, exporter: Arc<Exporter>) {
                 continue;
             }
         };
-        let exporter = exporter.clone();
+        let (exporter, token) = (exporter.clone(), endpoint.token.clone());
         tokio::spawn(async move {
-            if let Err(e) = scrape(conn, &exporter).await {
+            if let Err(e) = scrape(conn, &exporter, token.as_ref()).await {
                 tracing::debug!(%peer, error = %e, "metrics scrape ended early");
             }
             drop(slot);
@@ -66,7 +72,11 @@ pub async fn serve(endpoint: Endpoint, exporter: Arc<Exporter>) {
     }
 }
 
-async fn scrape(mut conn: TcpStream, exporter: &Exporter) -> std::io::Result<()> {
+async fn scrape(
+    mut conn: TcpStream,
+    exporter: &Exporter,
+    token: Option<&Token>,
+) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let request = tokio::time::timeout(IO_TIMEOUT, async {
         loop {
@@ -86,6 +96,9 @@ async fn scrape(mut conn: TcpStream, exporter: &Exporter) -> std::io::Result<()>
     .await
     .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     let answer = match request {
+        Ok(r) if token.is_some_and(|t| !t.admits(r.authorization.as_deref())) => {
+            http::unauthorized()
+        }
         Ok(r) => http::respond(&r, || exporter.render()),
         Err(e) => http::refuse(&e),
     };
@@ -108,4 +121,54 @@ async fn scrape(mut conn: TcpStream, exporter: &Exporter) -> std::io::Result<()>
     };
     let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// Sends `head` to `addr` and returns the whole answer.
+    fn ask(addr: SocketAddr, head: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.write_all(head.as_bytes()).expect("send");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("answer");
+        out
+    }
+
+    #[test]
+    fn with_a_token_only_scrapes_that_show_it_get_the_page() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut exporter = Exporter::new("cairn_test");
+        let c: crate::Counter = crate::Counter::default();
+        c.inc();
+        exporter
+            .registry()
+            .register("scrapes_seen", "a test counter", c);
+        let token = Token::parse("0123456789abcdef0123").expect("token");
+        let listen =
+            Listen::new("127.0.0.1:0".parse().expect("addr"), Some(token)).expect("listen");
+        let endpoint = Endpoint::bind(&listen).expect("bind");
+        let addr = endpoint.addr;
+        rt.spawn(serve(endpoint, Arc::new(exporter)));
+        let get = |auth: &str| ask(addr, &format!("GET /metrics HTTP/1.1\r\n{auth}\r\n"));
+        for refused in [
+            get(""),
+            get("Authorization: Bearer 0123456789abcdef0124\r\n"),
+            get("Authorization: Basic MDEyMzQ1Njc4OWFiY2RlZjAxMjM=\r\n"),
+            ask(addr, "GET / HTTP/1.1\r\n\r\n"),
+        ] {
+            assert!(refused.starts_with("HTTP/1.1 401 "), "{refused}");
+            assert!(refused.contains("WWW-Authenticate: Bearer"), "{refused}");
+            assert!(!refused.contains("scrapes_seen"), "{refused}");
+        }
+        let page = get("Authorization: Bearer 0123456789abcdef0123\r\n");
+        assert!(page.starts_with("HTTP/1.1 200 "), "{page}");
+        assert!(page.contains("cairn_test_scrapes_seen_total 1"), "{page}");
+    }
 }

@@ -21,6 +21,8 @@ pub struct Request {
     pub content_length: Option<usize>,
     /// The `Cookie` header, if any (at most one is kept).
     pub cookie: Option<String>,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
 }
 
 impl Request {
@@ -63,6 +65,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, HttpError> {
                 head_len,
                 content_length: header("content-length").and_then(|l| l.trim().parse().ok()),
                 cookie: header("cookie"),
+                authorization: header("authorization"),
             }))
         }
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => Err(HttpError::TooLarge),
@@ -104,6 +107,17 @@ pub fn respond(req: &Request, render: impl FnOnce() -> String) -> Vec<u8> {
             false,
         ),
     }
+}
+
+/// The response to a scrape without the token the endpoint wants.
+pub fn unauthorized() -> Vec<u8> {
+    response_with(
+        401,
+        "Unauthorized",
+        "text/plain",
+        b"a bearer token is required\n",
+        &[("WWW-Authenticate", "Bearer")],
+    )
 }
 
 /// The response to a request that could not be read.
@@ -205,6 +219,7 @@ mod tests {
             head_len: 0,
             content_length: None,
             cookie: None,
+            authorization: None,
         }
     }
 

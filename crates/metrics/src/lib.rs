@@ -7,10 +7,12 @@
 //! (space used, PGs peering) are read when scraped, by the exporter's refresh callbacks.
 //! Names, labels and meanings: `docs/operator/metrics.md`.
 
+pub mod access;
 mod endpoint;
 pub mod http;
 pub mod text;
 
+pub use access::{AccessError, Listen, Token};
 pub use endpoint::{serve, Endpoint};
 pub use prometheus_client::encoding::EncodeLabelSet;
 pub use prometheus_client::metrics::counter::Counter;

@@ -61,8 +61,9 @@ pub struct MonConfig {
     /// This monitor joins a running cluster: it never forms one, and waits until the leader
     /// adds it (`cairn mon add`); `members` is then just itself.
     pub join: bool,
-    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`); `None`: no endpoint.
-    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`), and the token a scrape
+    /// must show; `None`: no endpoint.
+    pub metrics_listen: Option<cairn_metrics::Listen>,
 }
 
 impl MonConfig {

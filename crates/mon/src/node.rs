@@ -33,10 +33,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), MonError> {
     cfg.validate()?;
-    let metrics_endpoint = match cfg.metrics_listen {
-        Some(addr) => Some(
-            cairn_metrics::Endpoint::bind(addr)
-                .map_err(|source| MonError::Metrics { addr, source })?,
+    let metrics_endpoint = match &cfg.metrics_listen {
+        Some(m) => Some(
+            cairn_metrics::Endpoint::bind(m).map_err(|source| MonError::Metrics {
+                addr: m.addr,
+                source,
+            })?,
         ),
         None => None,
     };

@@ -76,9 +76,9 @@ pub struct OsdConfig {
     /// Most recovery pulls (`PG_PULL`, up to 4 MiB read each) served at once; a peer asking
     /// for more waits. Default 8.
     pub max_pulls: usize,
-    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`); `None`: no endpoint
-    /// and no op-path metrics kept. Default none.
-    pub metrics_listen: Option<SocketAddr>,
+    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`), and the token a scrape
+    /// must show; `None`: no endpoint and no op-path metrics kept. Default none.
+    pub metrics_listen: Option<cairn_metrics::Listen>,
     /// A write this OSD leads that takes longer is reported as slow (logged with where it
     /// waits, counted in `cairn status`). Default 1 s.
     pub slow_op: Duration,

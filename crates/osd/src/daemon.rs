@@ -144,10 +144,10 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             source,
         })?
         .to_string();
-    let metrics_endpoint = match cfg.metrics_listen {
-        Some(a) => Some(
-            cairn_metrics::Endpoint::bind(a).map_err(|source| OsdError::Listen {
-                addr: format!("{a} (metrics)"),
+    let metrics_endpoint = match &cfg.metrics_listen {
+        Some(m) => Some(
+            cairn_metrics::Endpoint::bind(m).map_err(|source| OsdError::Listen {
+                addr: format!("{} (metrics)", m.addr),
                 source,
             })?,
         ),

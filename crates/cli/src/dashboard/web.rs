@@ -173,6 +173,7 @@ mod tests {
             head_len: 0,
             content_length: None,
             cookie: cookie.map(String::from),
+            authorization: None,
         }
     }
 
