@@ -68,23 +68,37 @@ pub async fn import(
 /// Copies `len` bytes of `f` into `vol`, skipping chunks of zeros; returns the bytes written.
 async fn copy_in(vol: &Arc<Volume>, f: Arc<std::fs::File>, len: u64) -> Result<u64> {
     let chunk = u64::from(vol.header().object_size);
-    let mut progress = crate::progress::Progress::new("importing");
+    in_chunks(len, chunk, "importing", |off, n| {
+        let (vol, f) = (vol.clone(), f.clone());
+        async move { write_chunk(&vol, &f, off, n).await }
+    })
+    .await
+}
+
+/// Runs `step(offset, length)` over `0..total` in chunks of `chunk` bytes, [`IN_FLIGHT`] at
+/// a time, showing progress as `what`; returns the sum of what the steps return (bytes
+/// written). The first failure ends it.
+async fn in_chunks<F, Fut>(total: u64, chunk: u64, what: &'static str, step: F) -> Result<u64>
+where
+    F: Fn(u64, u64) -> Fut,
+    Fut: std::future::Future<Output = Result<u64>> + Send + 'static,
+{
+    let mut progress = crate::progress::Progress::new(what);
     let mut tasks = JoinSet::new();
-    let (mut done, mut written) = (0u64, 0u64);
-    let mut off = 0u64;
-    while off < len || !tasks.is_empty() {
-        if off < len && tasks.len() < IN_FLIGHT {
-            let n = chunk.min(len - off);
-            let (vol, f) = (vol.clone(), f.clone());
-            tasks.spawn(async move { write_chunk(&vol, &f, off, n).await.map(|w| (n, w)) });
+    let (mut done, mut written, mut off) = (0u64, 0u64, 0u64);
+    while off < total || !tasks.is_empty() {
+        if off < total && tasks.len() < IN_FLIGHT {
+            let n = chunk.min(total - off);
+            let work = step(off, n);
+            tasks.spawn(async move { work.await.map(|w| (n, w)) });
             off += n;
             continue;
         }
         if let Some(r) = tasks.join_next().await {
-            let (n, w) = r.context("an import task failed")??;
+            let (n, w) = r.with_context(|| format!("{what}: a copy task failed"))??;
             done += n;
             written += w;
-            progress.show(done, len);
+            progress.show(done, total);
         }
     }
     progress.finish();
@@ -156,25 +170,11 @@ async fn export_to(vol: &Arc<Volume>, file: &Path, force: bool) -> Result<u64> {
         .with_context(|| format!("cannot size {} to {size} bytes", file.display()))?;
     let f = Arc::new(f);
     let chunk = u64::from(vol.header().object_size);
-    let mut progress = crate::progress::Progress::new("exporting");
-    let mut tasks = JoinSet::new();
-    let (mut done, mut written, mut off) = (0u64, 0u64, 0u64);
-    while off < size || !tasks.is_empty() {
-        if off < size && tasks.len() < IN_FLIGHT {
-            let n = chunk.min(size - off);
-            let (vol, f) = (vol.clone(), f.clone());
-            tasks.spawn(async move { read_chunk(&vol, &f, off, n).await.map(|w| (n, w)) });
-            off += n;
-            continue;
-        }
-        if let Some(r) = tasks.join_next().await {
-            let (n, w) = r.context("an export task failed")??;
-            done += n;
-            written += w;
-            progress.show(done, size);
-        }
-    }
-    progress.finish();
+    let written = in_chunks(size, chunk, "exporting", |off, n| {
+        let (vol, f) = (vol.clone(), f.clone());
+        async move { read_chunk(&vol, &f, off, n).await }
+    })
+    .await?;
     f.sync_all()
         .with_context(|| format!("cannot flush {} to its device", file.display()))?;
     Ok(written)
