@@ -231,6 +231,10 @@ pub fn run(cmd: DevCmd) -> Result<()> {
 /// daemon starts listening on it.
 const PICKED_PORTS: std::ops::Range<u16> = 20000..32768;
 
+/// How long a picked port stays promised to the `dev up` that picked it: enough for its
+/// daemon to start listening on it.
+const PORT_PROMISED_FOR: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// A free port on 127.0.0.1 from [`PICKED_PORTS`], tried from a random start.
 pub(crate) fn free_port() -> Result<u16> {
     let r = random_fsid()?;
@@ -238,7 +242,7 @@ pub(crate) fn free_port() -> Result<u16> {
     let start = u16::from_le_bytes([r[0], r[1]]) % span;
     for i in 0..span {
         let port = PICKED_PORTS.start + (start + i) % span;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() && promise(port) {
             return Ok(port);
         }
     }
@@ -247,6 +251,44 @@ pub(crate) fn free_port() -> Result<u16> {
         PICKED_PORTS.start,
         PICKED_PORTS.end - 1
     )
+}
+
+/// Marks `port` as picked (a file in the temporary directory) unless another `dev up` on
+/// this machine picked it within [`PORT_PROMISED_FOR`]: between the pick and its daemon's
+/// start the port is free, and two clusters started at once could otherwise both take it.
+/// Where the mark cannot be written the port is taken as it is.
+fn promise(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("cairn-dev-ports");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return true;
+    }
+    let mark = dir.join(port.to_string());
+    let fresh = |m: &std::path::Path| {
+        std::fs::metadata(m)
+            .and_then(|md| md.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < PORT_PROMISED_FOR)
+    };
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&mark)
+    {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if fresh(&mark) {
+                return false;
+            }
+            // A stale mark (its cluster started long ago, or went): renewed, the port taken.
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&mark)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            true
+        }
+        Err(_) => true,
+    }
 }
 
 pub(crate) fn random_fsid() -> Result<[u8; 16]> {
@@ -1029,4 +1071,30 @@ fn stop_cluster(a: &DownArgs) -> Result<()> {
         println!("removed {} and its WAL files", a.dir.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_picked_port_is_not_picked_again_while_promised() {
+        // Port 1 is outside the picked range: no `dev up` competes for this mark.
+        let mark = std::env::temp_dir().join("cairn-dev-ports").join("1");
+        let _ = std::fs::remove_file(&mark);
+        assert!(promise(1), "a fresh port is promised");
+        assert!(!promise(1), "a promised port is not promised twice");
+        let old = std::time::SystemTime::now() - PORT_PROMISED_FOR * 2;
+        let f = std::fs::File::options()
+            .write(true)
+            .open(&mark)
+            .expect("mark");
+        f.set_modified(old).expect("age the mark");
+        assert!(promise(1), "a stale promise is renewed");
+        assert!(!promise(1));
+        let _ = std::fs::remove_file(&mark);
+        let p = free_port().expect("a free port");
+        assert!(PICKED_PORTS.contains(&p));
+        assert!(!promise(p), "free_port promised what it returned");
+    }
 }
