@@ -207,9 +207,14 @@ impl Object {
     /// Removes blocks `first..first + n`, reporting what they held.
     pub fn punch(&mut self, first: u64, n: u64, freed: &mut Vec<Freed>) {
         let end = first.saturating_add(n);
-        if end <= first || self.punch_inside_one(first, end, freed) {
+        if end <= first || self.punch_inside_one(first, end, freed, &mut None) {
             return;
         }
+        self.punch_across(first, end, freed);
+    }
+
+    /// Removes blocks `first..end` whatever extents hold them.
+    fn punch_across(&mut self, first: u64, end: u64, freed: &mut Vec<Freed>) {
         self.split_at(first);
         self.split_at(end);
         let keys: Vec<u64> = self.extents.range(first..end).map(|(k, _)| *k).collect();
@@ -222,14 +227,29 @@ impl Object {
 
     /// Removes blocks `first..end` if one extent holds them all, with one tree search: the
     /// common case of random overwrites, which split large extents block by block (the
-    /// general path costs three searches and five inserts). Returns whether it did.
-    fn punch_inside_one(&mut self, first: u64, end: u64, freed: &mut Vec<Freed>) -> bool {
+    /// general path costs three searches and five inserts). Returns whether it did. When the
+    /// extent is exactly those blocks (the same blocks written again) and `put` holds their
+    /// new extent, that takes its place in the tree (`put` is then taken).
+    fn punch_inside_one(
+        &mut self,
+        first: u64,
+        end: u64,
+        freed: &mut Vec<Freed>,
+        put: &mut Option<Extent>,
+    ) -> bool {
         let Some((&start, e)) = self.extents.range_mut(..=first).next_back() else {
             return false;
         };
         let e_end = start + e.nblocks as u64;
         if e_end < end {
             return false;
+        }
+        if (start, e_end) == (first, end) {
+            if let Some(new) = put.take() {
+                let old = std::mem::replace(e, new);
+                free_extent(&old, freed);
+                return true;
+            }
         }
         free_blocks(&e.loc, first - start, (end - first) as u32, freed);
         let tail = (end < e_end).then(|| e.slice((end - start) as u32, (e_end - end) as u32));
@@ -246,15 +266,14 @@ impl Object {
 
     /// Puts `ext` at block `first`, in place of whatever those blocks held (reported).
     pub fn replace_blocks(&mut self, first: u64, ext: Extent, freed: &mut Vec<Freed>) {
-        // The same blocks written again (a hot block, a re-written object): swapped in place.
-        if let Some(old) = self.extents.get_mut(&first) {
-            if old.nblocks == ext.nblocks {
-                let old = std::mem::replace(old, ext);
-                return free_extent(&old, freed);
-            }
+        let end = first.saturating_add(ext.nblocks as u64);
+        let mut put = Some(ext);
+        if end > first && !self.punch_inside_one(first, end, freed, &mut put) {
+            self.punch_across(first, end, freed);
         }
-        self.punch(first, ext.nblocks as u64, freed);
-        self.extents.insert(first, ext);
+        if let Some(ext) = put {
+            self.extents.insert(first, ext);
+        }
     }
 
     /// Number of blocks holding data.
