@@ -170,14 +170,21 @@ async fn export_to(vol: &Arc<Volume>, file: &Path, force: bool) -> Result<u64> {
         .with_context(|| format!("cannot size {} to {size} bytes", file.display()))?;
     let f = Arc::new(f);
     let chunk = u64::from(vol.header().object_size);
-    let written = in_chunks(size, chunk, "exporting", |off, n| {
+    let copied = in_chunks(size, chunk, "exporting", |off, n| {
         let (vol, f) = (vol.clone(), f.clone());
         async move { read_chunk(&vol, &f, off, n).await }
     })
-    .await?;
-    f.sync_all()
-        .with_context(|| format!("cannot flush {} to its device", file.display()))?;
-    Ok(written)
+    .await
+    .and_then(|written| {
+        f.sync_all()
+            .with_context(|| format!("cannot flush {} to its device", file.display()))?;
+        Ok(written)
+    });
+    if copied.is_err() {
+        // Already full size, a partial copy would pass for a whole image: removed.
+        let _ = std::fs::remove_file(file);
+    }
+    copied
 }
 
 /// Copies bytes `off..off + n` of `vol` to the same offset of `f`, unless the volume holds no

@@ -766,6 +766,11 @@ fn vol_import_and_export_copy_images_thin_with_progress_and_snapshots_and_clones
         "{}",
         text(&o.stderr)
     );
+    let none = dir.join("none.raw");
+    let o = c.cairn(&["vol", "export", "nosuch", &p(&none)]);
+    assert!(!o.status.success(), "exported a volume that does not exist");
+    assert!(text(&o.stderr).contains("nosuch"), "{}", text(&o.stderr));
+    assert!(!none.exists(), "a failed export left a file");
     c.ok(&["vol", "export", "imported@s1", &p(&snap_out), "--force"]);
     assert!(
         std::fs::read(&snap_out).expect("read") == padded,
