@@ -124,6 +124,10 @@ pub struct RunArgs {
     /// the connections.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
+    /// Reader threads: client reads that miss the read cache read the data device on them,
+    /// this many at once, while the shards go on serving; 0 = reads wait on their shard.
+    #[arg(long, default_value_t = cairn_osd::DEFAULT_READ_THREADS)]
+    pub read_threads: usize,
     /// Seconds between two scrubs of each PG this OSD leads (compare every object's copies
     /// across the PG's OSDs and repair wrong ones); 0 = only on demand (`cairn pg scrub`).
     #[arg(long, default_value_t = 7 * 24 * 3600)]
@@ -294,6 +298,7 @@ fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
         cfg.host = h;
     }
     cfg.shards = a.shards;
+    cfg.read_threads = a.read_threads;
     cfg.scrub_interval =
         (a.scrub_interval > 0).then(|| std::time::Duration::from_secs(a.scrub_interval));
     cfg.recovery_share = a.recovery_share;

@@ -29,6 +29,10 @@ pub struct OsdConfig {
     /// Shards: threads each running an event loop that owns a share of the PGs and of the
     /// connections (network I/O runs on them too). Default 1.
     pub shards: usize,
+    /// Reader threads: client reads that need a data device run on them, so the device sees
+    /// this many reads at once and no shard waits for it (`readers.rs`); 0 = reads run on
+    /// their shard. Default [`crate::readers::DEFAULT_READ_THREADS`].
+    pub read_threads: usize,
     /// Interval between heartbeats to the monitors. Default 1 s.
     pub heartbeat_interval: Duration,
     /// How often each PG this OSD leads is scrubbed (and repaired); `None`: never by itself.
@@ -167,6 +171,7 @@ impl OsdConfig {
             host: default_host(),
             weight: 0x10000,
             shards: 1,
+            read_threads: crate::readers::DEFAULT_READ_THREADS,
             heartbeat_interval: Duration::from_secs(1),
             scrub_interval: Some(DEFAULT_SCRUB_INTERVAL),
             recovery_share: 0.5,

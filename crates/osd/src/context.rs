@@ -45,6 +45,8 @@ pub struct Osd {
     pub memory_target: u64,
     /// Per-connection caps on requests in flight (`OsdConfig::request_limits`).
     pub request_limits: cairn_transport::RequestLimits,
+    /// The reader threads (`readers.rs`), for client reads that need a data device.
+    pub readers: crate::readers::Readers,
     /// The syncer thread (`syncer.rs`), for syncs that would wait for a data device.
     pub syncer: crate::syncer::SyncTx,
     /// Collections still to split after a pool's PG count grew (`split.rs`).

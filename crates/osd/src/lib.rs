@@ -32,6 +32,7 @@ mod peering;
 mod peers;
 pub mod pglog;
 mod pgstate;
+mod readers;
 mod reclaim;
 mod recovery;
 mod scrub;
@@ -50,3 +51,4 @@ pub use config::{
 };
 pub use daemon::{open_store, run};
 pub use error::OsdError;
+pub use readers::DEFAULT_READ_THREADS;

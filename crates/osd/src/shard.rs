@@ -76,6 +76,13 @@ pub enum ShardMsg {
         done: Vec<OnDurable>,
         result: Result<(), Arc<cairn_store::StoreError>>,
     },
+    /// A read a reader thread could not finish from its plan (a block moved since, or is
+    /// damaged): run it again on the shard, reading in place (`readers.rs`).
+    ReadAgain {
+        reply: FrameSender,
+        req_id: u64,
+        req: OpRequest,
+    },
 }
 
 /// The shard index of a PG among `n` shards.
@@ -235,6 +242,14 @@ impl Shard {
                 self.syncing = self.syncing.saturating_sub(1);
                 self.complete(done, result.as_ref().map_err(|e| e.as_ref()));
             }
+            ShardMsg::ReadAgain { reply, req_id, req } => op::handle_client_op_at(
+                self,
+                reply,
+                req_id,
+                req,
+                SharedBytes::default(),
+                op::DeviceReads::InPlace,
+            ),
         }
     }
 

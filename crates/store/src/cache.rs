@@ -2,9 +2,11 @@
 //!
 //! The store is log-structured: a block at a device offset never changes until its segment is
 //! reused, and every write to the devices passes through [`crate::mirror::Mirror`], which drops
-//! the cached blocks it overwrites. Blocks enter the cache when the flusher writes them (so data
-//! just written is read from memory after it leaves the in-memory pending set) and when a read
-//! fetched them from a device. Every hit is still verified against the index's crc by the
+//! the cached blocks it overwrites. Blocks enter the cache when the flusher or a large write
+//! writes them (so data just written is read from memory after it leaves the in-memory pending
+//! set), except a replica's copies (`Transaction::replica_copy`: read only if this OSD becomes
+//! the primary, they would take two thirds of the cache of an OSD in a size-3 pool); when a
+//! read fetched them from a device; and when the cleaner moves a block that was cached. Every hit is still verified against the index's crc by the
 //! caller, like a device read.
 //!
 //! A read that raced with a write to the same place must not put the old contents back: a
@@ -201,6 +203,11 @@ impl BlockCache {
                 return Some(s);
             }
         }
+    }
+
+    /// Whether the block at `off` is cached.
+    pub fn contains(&self, off: u64) -> bool {
+        self.lock().blocks.contains_key(&off)
     }
 
     /// Drops cached blocks overlapping `off..off + len` (before they are overwritten).

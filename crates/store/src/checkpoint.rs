@@ -218,6 +218,7 @@ fn decode_obj(
                     first_block: first,
                     nblocks,
                     id: *next_id,
+                    cache: true,
                 });
                 Loc::Mem(MemRef {
                     id: *next_id,

@@ -694,6 +694,13 @@ fn apply_and_log<'a>(
             }
         }
     }
+    if txn.replica_copy {
+        // A replica's copy is read only if this OSD becomes the PG's primary: in the read
+        // cache it would push out what this OSD does serve (two thirds of what a size-3
+        // pool writes to an OSD are such copies).
+        out.dirty.iter_mut().for_each(|d| d.cache = false);
+        jobs.iter_mut().for_each(|j| j.cache = false);
+    }
     let seq = st_ref.next_seq;
     // The record without its data: a header and a few fields per effect, as a rule.
     let mut rec = wal::QueuedRecord {

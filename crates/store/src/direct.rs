@@ -61,6 +61,8 @@ pub(crate) struct DirectJob {
     pub id: u64,
     pub buf: Arc<Vec<u8>>,
     pub buf_off: usize,
+    /// Whether the blocks enter the read cache once written (not for a replica's copy).
+    pub cache: bool,
 }
 
 /// Whether `op` is a write that goes straight to the data devices.
@@ -225,6 +227,7 @@ pub(crate) fn apply_run(
         id,
         buf: buf.clone(),
         buf_off,
+        cache: true,
     })
 }
 
@@ -234,7 +237,7 @@ pub(crate) fn queued_blocks(st: &State) -> u64 {
 }
 
 /// Writes the jobs' data to their blocks (not flushed: the caller flushes once for all) and
-/// keeps them in the read cache, as the flusher does with its blocks.
+/// keeps them in the read cache (but a replica's copies), as the flusher does with its blocks.
 /// One after the other: writing up to four at once from scoped threads measured no faster
 /// on the benchmark machine, whose bottleneck is the data device's flush.
 pub(crate) fn write_jobs(sh: &Shared, jobs: &[DirectJob]) -> Result<()> {
@@ -245,7 +248,11 @@ pub(crate) fn write_jobs(sh: &Shared, jobs: &[DirectJob]) -> Result<()> {
             // page faults every time).
             let buf = AlignedBuf::reuse(slot, len);
             buf.copy_from_slice(&j.buf[j.buf_off..j.buf_off + len]);
-            sh.data.write_data(buf, j.disk)?;
+            if j.cache {
+                sh.data.write_data(buf, j.disk)?;
+            } else {
+                sh.data.write(buf, j.disk)?;
+            }
         }
         if slot.as_ref().is_some_and(|b| b.len() > KEEP_STAGING) {
             *slot = None;

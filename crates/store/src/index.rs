@@ -150,6 +150,8 @@ pub struct Dirty {
     pub first_block: u64,
     pub nblocks: u32,
     pub id: u64,
+    /// Whether the blocks enter the read cache once flushed (not for a replica's copy).
+    pub cache: bool,
 }
 
 /// Blocks an [`Effect::PlaceBlocks`] put into the index, already on the data devices.
@@ -431,6 +433,7 @@ impl Index {
                     first_block: *first_block,
                     nblocks: *nblocks,
                     id: *next_id,
+                    cache: true,
                 });
             }
             Effect::PlaceBlocks {

@@ -42,6 +42,7 @@ pub use cache::CacheStats;
 pub use device::{AlignedBuf, BlockDevice, FileDevice, MemDevice, BLOCK_SIZE};
 pub use error::{Result, StoreError};
 pub use mirror::IoStats;
+pub use read::ReadPlan;
 pub use scrub::{ScrubIssue, ScrubReport};
 pub use shared::SharedBytes;
 pub use store::{Devices, ObjectStat, Store, StoreConfig, StoreStats};

@@ -1,4 +1,10 @@
 //! The read path: plan under the index lock, read devices without it, verify every block.
+//!
+//! A read is planned under the index lock ([`Store::plan_read`]): blocks held in memory and
+//! in the read cache are copied at once, and the extents left for a data device are kept in
+//! the [`ReadPlan`]. [`Store::finish_read`] reads those without any lock, on any thread, so
+//! a caller can keep its own thread for work that needs no device (the OSD hands plans that
+//! need a device to its reader threads and serves cache hits in place).
 
 use crate::device::{align_up, AlignedBuf, BLOCK_SIZE};
 use crate::error::{Result, StoreError};
@@ -8,6 +14,53 @@ use crate::store::{ObjectStat, Shared, Store};
 use crate::txn::CollId;
 
 const B: u64 = BLOCK_SIZE as u64;
+
+/// A read planned under the index lock: what memory and the read cache held is already
+/// copied; the extents in `todo` are still to be read from a data device.
+///
+/// A plan stays valid after the lock is dropped because the store is log-structured: a
+/// block's place on the device is not written again until the cleaner has moved its data
+/// and its segment is reused, and every block read is checked against the crc the plan
+/// took. A block that moved in between fails that check: the read is then planned again
+/// ([`StoreError::CorruptData`] from [`Store::finish_read`] means "plan again once", as
+/// [`Store::read`] does).
+pub struct ReadPlan {
+    coll: CollId,
+    obj: Vec<u8>,
+    size: u64,
+    /// Object block of `buf`'s first byte.
+    first: u64,
+    /// Bytes of `buf` before the first byte asked for, and the bytes returned.
+    skip: usize,
+    len: usize,
+    buf: Vec<u8>,
+    todo: Vec<(u64, Extent)>,
+    cached: bool,
+}
+
+impl ReadPlan {
+    /// The object's size when the read was planned.
+    pub fn object_size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether [`Store::finish_read`] has device reads to do (false: it only returns the
+    /// bytes already copied).
+    pub fn needs_device(&self) -> bool {
+        !self.todo.is_empty()
+    }
+
+    /// Bytes the plan holds (what a queue of plans costs in memory).
+    pub fn buffer_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn into_data(mut self) -> Vec<u8> {
+        self.buf.truncate(self.skip + self.len);
+        self.buf.drain(..self.skip);
+        self.buf
+    }
+}
 
 /// Reads `len` bytes at `offset` of an object (shorter past its end). `cached`: whether the
 /// read cache may answer (a scrub must see what the device holds).
@@ -23,54 +76,84 @@ pub(crate) fn read(
     // location is then retried once with a fresh plan before it counts as corruption.
     let mut attempt = 0;
     loop {
-        let (start, end, plan) = {
-            let st = sh.lock();
-            let o = lookup(&st.index, coll, obj)?;
-            let end = offset.saturating_add(len).min(o.size);
-            if offset >= end {
-                return Ok(Vec::new());
-            }
-            let (first, last) = (offset / B, end.div_ceil(B));
-            (offset, end, (first, o.extents_in(first, last)))
-        };
-        let (first, extents) = plan;
-        let last = end.div_ceil(B);
-        let mut buf = vec![0u8; ((last - first) * B) as usize];
-        match fill(sh, coll, obj, first, &extents, &mut buf, cached) {
-            Ok(()) => {
-                let s = (start - first * B) as usize;
-                buf.truncate(s + (end - start) as usize);
-                buf.drain(..s);
-                return Ok(buf);
-            }
+        match finish(sh, plan(sh, coll, obj, offset, len, cached)?) {
             Err(e @ StoreError::CorruptData { .. }) if attempt > 0 => return Err(e),
             Err(StoreError::CorruptData { .. }) => attempt += 1,
-            Err(e) => return Err(e),
+            r => return r,
         }
     }
 }
 
-fn fill(
+/// Plans a read (see [`ReadPlan`]) and copies what memory and, if `cached`, the read
+/// cache hold.
+fn plan(
     sh: &Shared,
     coll: CollId,
     obj: &[u8],
-    first: u64,
-    extents: &[(u64, Extent)],
-    buf: &mut [u8],
+    offset: u64,
+    len: u64,
     cached: bool,
-) -> Result<()> {
+) -> Result<ReadPlan> {
+    let (size, end, extents) = {
+        let st = sh.lock();
+        let o = lookup(&st.index, coll, obj)?;
+        let end = offset.saturating_add(len).min(o.size);
+        let extents = if offset < end {
+            o.extents_in(offset / B, end.div_ceil(B))
+        } else {
+            Vec::new()
+        };
+        (o.size, end, extents)
+    };
+    let mut p = ReadPlan {
+        coll,
+        obj: obj.to_vec(),
+        size,
+        first: offset / B,
+        skip: 0,
+        len: 0,
+        buf: Vec::new(),
+        todo: Vec::new(),
+        cached,
+    };
+    if offset >= end {
+        return Ok(p);
+    }
+    p.skip = (offset - p.first * B) as usize;
+    p.len = (end - offset) as usize;
+    p.buf = vec![0u8; ((end.div_ceil(B) - p.first) * B) as usize];
     for (blk, e) in extents {
-        let at = ((blk - first) * B) as usize;
-        let n = e.nblocks as usize * BLOCK_SIZE;
+        let at = ((blk - p.first) * B) as usize;
+        let out = &mut p.buf[at..at + e.nblocks as usize * BLOCK_SIZE];
         match &e.loc {
-            Loc::Mem(m) => buf[at..at + n].copy_from_slice(&m.buf[m.off..m.off + n]),
-            Loc::Disk(off) => {
-                let out = &mut buf[at..at + n];
-                read_disk(sh, coll, obj, *blk, e, *off, out, cached)?
-            }
+            Loc::Mem(m) => out.copy_from_slice(&m.buf[m.off..m.off + out.len()]),
+            Loc::Disk(off) if cached && from_cache(sh, &e, *off, out) => {}
+            Loc::Disk(_) => p.todo.push((blk, e)),
         }
     }
-    Ok(())
+    Ok(p)
+}
+
+/// Copies an on-disk extent from the read cache when it holds every block of it.
+fn from_cache(sh: &Shared, e: &Extent, off: u64, out: &mut [u8]) -> bool {
+    let Some(c) = sh.data.cache.as_ref() else {
+        return false;
+    };
+    // Hits are verified like device reads: a stale block can never be returned.
+    c.get_all(off, out, |i, b| {
+        e.crcs.get(i).is_some_and(|crc| crc32c::crc32c(b) == *crc)
+    })
+}
+
+/// Reads what the plan left for the devices and returns the bytes asked for.
+fn finish(sh: &Shared, mut p: ReadPlan) -> Result<Vec<u8>> {
+    for (blk, e) in std::mem::take(&mut p.todo) {
+        let Loc::Disk(off) = e.loc else { continue };
+        let at = ((blk - p.first) * B) as usize;
+        let out = &mut p.buf[at..at + e.nblocks as usize * BLOCK_SIZE];
+        read_disk(sh, p.coll, &p.obj, blk, &e, off, out, p.cached)?;
+    }
+    Ok(p.into_data())
 }
 
 /// Reads an on-disk extent from the preferred device; a block that does not verify, or the
@@ -87,14 +170,6 @@ fn read_disk(
     cached: bool,
 ) -> Result<()> {
     let cache = sh.data.cache.as_ref().filter(|_| cached);
-    if let Some(c) = cache {
-        // Hits are verified like device reads: a stale block can never be returned.
-        if c.get_all(off, out, |i, b| {
-            e.crcs.get(i).is_some_and(|crc| crc32c::crc32c(b) == *crc)
-        }) {
-            return Ok(());
-        }
-    }
     let generation = cache.map(|c| c.generation());
     let dev = sh.data.pick_reader();
     let mut abuf = AlignedBuf::zeroed(out.len());
@@ -150,6 +225,21 @@ impl Store {
     /// Reads up to `len` bytes at `offset`; the result is shorter past the end of the object.
     pub fn read(&self, coll: CollId, obj: &[u8], offset: u64, len: u64) -> Result<Vec<u8>> {
         crate::read::read(&self.sh, coll, obj, offset, len, true)
+    }
+
+    /// Plans a read of up to `len` bytes at `offset` under the index lock and copies what
+    /// memory and the read cache hold; [`Store::finish_read`] does the rest. Cheap unless
+    /// the plan [needs a device](ReadPlan::needs_device).
+    pub fn plan_read(&self, coll: CollId, obj: &[u8], offset: u64, len: u64) -> Result<ReadPlan> {
+        plan(&self.sh, coll, obj, offset, len, true)
+    }
+
+    /// Reads what a plan left for the data devices, without the index lock, and returns the
+    /// bytes (shorter past the object's end). [`StoreError::CorruptData`] may mean the data
+    /// moved since the plan was made: plan again once (or call [`Store::read`]) before
+    /// taking it for corruption.
+    pub fn finish_read(&self, plan: ReadPlan) -> Result<Vec<u8>> {
+        finish(&self.sh, plan)
     }
 
     /// Like [`Store::read`], but every block comes from a device and is verified there,

@@ -120,6 +120,9 @@ pub struct Transaction {
     /// refuse what its primary admitted (and applied), or its copy of the PG falls behind
     /// with no room to catch up. Not stored.
     pub replicated: bool,
+    /// A copy this store serves no reads from (a replica's): its blocks stay out of the read
+    /// cache, where they would push out what is read. Not stored.
+    pub replica_copy: bool,
 }
 
 impl Transaction {
@@ -240,6 +243,12 @@ impl Transaction {
     /// Lets the transaction use the reserve (see [`Transaction::use_reserve`]).
     pub fn use_reserve(&mut self) -> &mut Self {
         self.use_reserve = true;
+        self
+    }
+    /// Marks the transaction a copy no reads are served from (see
+    /// [`Transaction::replica_copy`]).
+    pub fn replica_copy(&mut self) -> &mut Self {
+        self.replica_copy = true;
         self
     }
     /// Marks the transaction a copy of an admitted write (see [`Transaction::replicated`]).

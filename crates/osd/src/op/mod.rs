@@ -46,6 +46,15 @@ pub fn reply(to: &FrameSender, req_id: u64, r: &OpReply, data: &[u8]) {
     let _ = to.send(OP_REPLY, req_id, &control, data);
 }
 
+/// Where a read that needs a data device reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceReads {
+    /// On a reader thread (`readers.rs`), the shard going on meanwhile.
+    Readers,
+    /// On the shard's thread (a read a reader thread gave back).
+    InPlace,
+}
+
 /// Runs one client op on the shard owning its PG.
 pub fn handle_client_op(
     shard: &mut Shard,
@@ -53,6 +62,18 @@ pub fn handle_client_op(
     req_id: u64,
     req: OpRequest,
     data: SharedBytes,
+) {
+    handle_client_op_at(shard, to, req_id, req, data, DeviceReads::Readers)
+}
+
+/// [`handle_client_op`], with reads that need a device read `at` a chosen place.
+pub fn handle_client_op_at(
+    shard: &mut Shard,
+    to: FrameSender,
+    req_id: u64,
+    req: OpRequest,
+    data: SharedBytes,
+    at: DeviceReads,
 ) {
     shard.osd.recovery.note_client_op();
     if !shard.osd.lease.valid() {
@@ -101,7 +122,7 @@ pub fn handle_client_op(
     if req.kind.is_write() {
         write::primary_write(shard, &map, to, req_id, req, data);
     } else {
-        read::read(shard, &map, to, req_id, req);
+        read::read(shard, &map, to, req_id, req, at);
     }
 }
 

@@ -1,23 +1,34 @@
 //! Reads, stats and listings, served by the primary from its store. A read of an object
 //! with a write in flight waits for that write: a read returns only acknowledged values.
 
-use super::reply;
+use super::{reply, DeviceReads};
+use crate::context::Osd;
 use crate::pgstate::{coll_of, ParkedRead, Watcher};
-use crate::shard::Shard;
+use crate::shard::{Shard, ShardMsg};
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{
     contents_tag as contents_tag_of, OpKind, OpReply, OpRequest, MAX_LIST, MAX_WATCH_OBJECT,
     MAX_WATCH_WAIT_MS,
 };
-use cairn_store::StoreError;
+use cairn_store::{ReadPlan, StoreError};
 use cairn_transport::FrameSender;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Largest read one op returns.
 pub const MAX_READ: u64 = 16 << 20;
 
-/// Serves a non-write op (the caller checked that this OSD is primary).
-pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, req: OpRequest) {
-    let started = std::time::Instant::now();
+/// Serves a non-write op (the caller checked that this OSD is primary). A read that needs a
+/// data device goes to a reader thread `at` [`DeviceReads::Readers`], which replies itself.
+pub fn read(
+    shard: &mut Shard,
+    map: &ClusterMap,
+    to: FrameSender,
+    req_id: u64,
+    req: OpRequest,
+    at: DeviceReads,
+) {
+    let started = Instant::now();
     let op = crate::metrics::op_name(&req.kind);
     let pg = PgId {
         pool: req.pool,
@@ -45,8 +56,24 @@ pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, r
                 Err(OpReply::Invalid(format!(
                     "read of {len} bytes is over the limit of {MAX_READ}"
                 )))
-            } else {
+            } else if at == DeviceReads::InPlace {
                 read_range(store, coll_exists, coll, &req.object, offset, len)
+            } else {
+                match plan_range(store, coll_exists, coll, &req.object, offset, len) {
+                    Ok(plan) if plan.needs_device() => {
+                        let read = Handed {
+                            osd: shard.osd.clone(),
+                            pg,
+                            to,
+                            req_id,
+                            req,
+                            started,
+                        };
+                        return hand_to_reader(read, plan);
+                    }
+                    Ok(plan) => finish_range(store, plan),
+                    Err(r) => Err(r),
+                }
             }
         }
         OpKind::Stat => stat(store, coll_exists, coll, &req.object)
@@ -96,17 +123,78 @@ pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, r
         },
         _ => Err(OpReply::Invalid("not a read".into())),
     };
+    answer(&shard.osd, pg, op, started, &to, req_id, result);
+}
+
+/// Replies to a read op and counts it.
+fn answer(
+    osd: &Osd,
+    pg: PgId,
+    op: &'static str,
+    started: Instant,
+    to: &FrameSender,
+    req_id: u64,
+    result: Result<(OpReply, Vec<u8>), OpReply>,
+) {
     match result {
         Ok((r, data)) => {
-            reply(&to, req_id, &r, &data);
+            reply(to, req_id, &r, &data);
             let out = data.len() as u64;
-            let osd = &shard.osd;
             osd.inflight.totals.op(pg.pool, false, started, 0, out);
             if let Some(m) = &osd.metrics {
                 m.op_done(pg.pool, op, started, (0, out));
             }
         }
-        Err(r) => reply(&to, req_id, &r, &[]),
+        Err(r) => reply(to, req_id, &r, &[]),
+    }
+}
+
+/// A read op handed to a reader thread, with what its reply needs.
+struct Handed {
+    osd: Arc<Osd>,
+    pg: PgId,
+    to: FrameSender,
+    req_id: u64,
+    req: OpRequest,
+    started: Instant,
+}
+
+/// Finishes a read's device part on a reader thread (on this one when they are all busy).
+/// A plan that no longer matches the device (a block moved since, or is damaged) sends the
+/// op back to its shard, which reads again in place: a fresh plan made off the shard could
+/// see a write its members have not all committed.
+fn hand_to_reader(read: Handed, plan: ReadPlan) {
+    let bytes = plan.buffer_bytes();
+    let osd = read.osd.clone();
+    let job = Box::new(move || {
+        let size = plan.object_size();
+        match read.osd.store.finish_read(plan) {
+            Err(StoreError::CorruptData { .. }) => read.osd.queue(
+                read.pg,
+                ShardMsg::ReadAgain {
+                    reply: read.to,
+                    req_id: read.req_id,
+                    req: read.req,
+                },
+            ),
+            r => {
+                let r = r
+                    .map(|data| (OpReply::Ok { version: 0, size }, data))
+                    .map_err(store_error);
+                answer(
+                    &read.osd,
+                    read.pg,
+                    "read",
+                    read.started,
+                    &read.to,
+                    read.req_id,
+                    r,
+                );
+            }
+        }
+    });
+    if let Err(job) = osd.readers.submit(bytes, job) {
+        job();
     }
 }
 
@@ -158,6 +246,29 @@ fn stat(
         return Err(OpReply::NoSuchObject);
     }
     store.stat(coll, obj).map(|s| s.size).map_err(store_error)
+}
+
+/// Plans a read of an object's range: a [`ReadPlan`] holding what memory and the read cache
+/// had.
+fn plan_range(
+    store: &cairn_store::Store,
+    coll_exists: bool,
+    coll: u64,
+    obj: &[u8],
+    offset: u64,
+    len: u64,
+) -> Result<ReadPlan, OpReply> {
+    if !coll_exists {
+        return Err(OpReply::NoSuchObject);
+    }
+    store.plan_read(coll, obj, offset, len).map_err(store_error)
+}
+
+/// The reply to a read whose plan needs no device.
+fn finish_range(store: &cairn_store::Store, plan: ReadPlan) -> Result<(OpReply, Vec<u8>), OpReply> {
+    let size = plan.object_size();
+    let data = store.finish_read(plan).map_err(store_error)?;
+    Ok((OpReply::Ok { version: 0, size }, data))
 }
 
 fn read_range(

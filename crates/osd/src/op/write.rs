@@ -311,7 +311,11 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
         &op.kind,
         &data,
     ) {
-        Ok(t) => t,
+        // This OSD serves no reads of the PG: its copy stays out of the read cache.
+        Ok(mut t) => {
+            t.replica_copy();
+            t
+        }
         Err(r) => {
             let failed = RepReply::Failed {
                 code: FailCode::Other,

@@ -34,6 +34,14 @@ pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
         at += n;
     }
     write_runs(sh, &buf, &runs)?;
+    // A moved block stays cached if it was: the cleaner picks segments by how little they
+    // hold, not by how cold it is, and a hot block must not drop out of the cache for it.
+    if let Some(c) = &sh.data.cache {
+        cache_written(sh, &buf, &pieces, &runs, |p, rel| match p.from {
+            LocMatch::Disk(src) => c.contains(src + rel * B),
+            LocMatch::Mem { .. } => false,
+        });
+    }
     let mut guard = sh.lock();
     let st = &mut *guard;
     let mut pos = 0u64;
@@ -72,6 +80,7 @@ pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
 fn push_run(out: &mut Vec<Piece>, sum: &Summary, run: Option<(u64, u64, u32)>) {
     if let Some((first, disk, nblocks)) = run {
         out.push(Piece {
+            cache: false,
             coll: sum.coll,
             obj: sum.obj.clone(),
             first,

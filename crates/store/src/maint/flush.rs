@@ -45,6 +45,7 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
                             first_block: p.first,
                             nblocks: p.nblocks,
                             id,
+                            cache: p.cache,
                         });
                     }
                 }
@@ -67,7 +68,11 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
             buf[at..at + n].copy_from_slice(&p.data[p.data_off..p.data_off + n]);
             at += n;
         }
-        write_runs(sh, &buf[..at], &runs)
+        write_runs(sh, &buf[..at], &runs)?;
+        // Data just written is read from memory once it leaves the pending set; a replica's
+        // copies are not kept (`Dirty::cache`).
+        cache_written(sh, &buf[..at], &pieces, &runs, |p, _| p.cache);
+        Ok::<(), StoreError>(())
     })?;
     let mut st = sh.lock();
     let st = &mut *st;
@@ -119,6 +124,7 @@ fn take_pieces(st: &mut State, budget: u64) -> Vec<Piece> {
                     first_block: rest_first,
                     nblocks: (end - rest_first) as u32,
                     id: d.id,
+                    cache: d.cache,
                 });
                 if take > 0 {
                     p.nblocks = take;
@@ -142,6 +148,7 @@ fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
         if let Loc::Mem(m) = &e.loc {
             if m.id == d.id {
                 out.push(Piece {
+                    cache: d.cache,
                     coll: d.coll,
                     obj: d.obj.clone(),
                     first: blk,

@@ -187,6 +187,8 @@ fn next_work(sh: &Shared) -> Work {
 
 /// A run of pending blocks of one object to write.
 struct Piece {
+    /// Whether its blocks enter the read cache once written (the flusher's pieces).
+    cache: bool,
     coll: u64,
     obj: crate::effect::Name,
     first: u64,
@@ -327,15 +329,41 @@ pub(crate) fn free_unmoved(st: &mut State, disk: u64, n: u32, moved: &[(u64, u32
     }
 }
 
-/// Writes `buf` over the allocated runs, in order.
+/// Writes `buf` over the allocated runs, in order (not into the read cache: see
+/// [`cache_written`]).
 fn write_runs(sh: &Shared, buf: &[u8], runs: &[(u64, u32)]) -> Result<()> {
     let mut done = 0usize;
     for &(off, n) in runs {
         let len = n as usize * BLOCK_SIZE;
-        sh.data.write_data(&buf[done..done + len], off)?;
+        sh.data.write(&buf[done..done + len], off)?;
         done += len;
     }
     Ok(())
+}
+
+/// Puts blocks just written by [`write_runs`] into the read cache: for each piece laid out
+/// in `buf`, the blocks `keep(piece, block of the piece)` accepts.
+fn cache_written(
+    sh: &Shared,
+    buf: &[u8],
+    pieces: &[Piece],
+    runs: &[(u64, u32)],
+    keep: impl Fn(&Piece, u64) -> bool,
+) {
+    let Some(c) = &sh.data.cache else { return };
+    let mut pos = 0u64;
+    for p in pieces {
+        for (blk, n, disk) in split_over_runs(runs, pos, p.first, p.nblocks) {
+            for k in 0..n as u64 {
+                let rel = blk - p.first + k;
+                if keep(p, rel) {
+                    let at = ((pos + rel) * B) as usize;
+                    c.insert(disk + k * B, &buf[at..at + BLOCK_SIZE]);
+                }
+            }
+        }
+        pos += p.nblocks as u64;
+    }
 }
 
 /// Splits a piece that starts at block `pos` of the batch over the allocated runs:
