@@ -271,6 +271,9 @@ fn finish_range(store: &cairn_store::Store, plan: ReadPlan) -> Result<(OpReply, 
     Ok((OpReply::Ok { version: 0, size }, data))
 }
 
+/// Reads an object's range on this thread. A block that moved between planning and reading
+/// fails its check ([`StoreError::CorruptData`]): the read is planned again once before that
+/// counts as damage, as [`cairn_store::Store::read`] does.
 fn read_range(
     store: &cairn_store::Store,
     coll_exists: bool,
@@ -279,14 +282,16 @@ fn read_range(
     offset: u64,
     len: u64,
 ) -> Result<(OpReply, Vec<u8>), OpReply> {
-    let size = stat(store, coll_exists, coll, obj)?;
-    let len = len.min(size.saturating_sub(offset));
-    let data = if len == 0 {
-        Vec::new()
-    } else {
-        store.read(coll, obj, offset, len).map_err(store_error)?
-    };
-    Ok((OpReply::Ok { version: 0, size }, data))
+    let mut again = true;
+    loop {
+        let plan = plan_range(store, coll_exists, coll, obj, offset, len)?;
+        let size = plan.object_size();
+        match store.finish_read(plan) {
+            Ok(data) => return Ok((OpReply::Ok { version: 0, size }, data)),
+            Err(StoreError::CorruptData { .. }) if again => again = false,
+            Err(e) => return Err(store_error(e)),
+        }
+    }
 }
 
 fn list(
