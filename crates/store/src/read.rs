@@ -107,7 +107,8 @@ fn plan(
     };
     let mut p = ReadPlan {
         coll,
-        obj: obj.to_vec(),
+        // Named only in the errors of device reads: copied when there are some.
+        obj: Vec::new(),
         size,
         first: offset / B,
         skip: 0,
@@ -130,6 +131,9 @@ fn plan(
             Loc::Disk(off) if cached && from_cache(sh, &e, *off, out) => {}
             Loc::Disk(_) => p.todo.push((blk, e)),
         }
+    }
+    if !p.todo.is_empty() {
+        p.obj = obj.to_vec();
     }
     Ok(p)
 }

@@ -354,11 +354,18 @@ fn cache_written(
     let mut pos = 0u64;
     for p in pieces {
         for (blk, n, disk) in split_over_runs(runs, pos, p.first, p.nblocks) {
-            for k in 0..n as u64 {
-                let rel = blk - p.first + k;
-                if keep(p, rel) {
-                    let at = ((pos + rel) * B) as usize;
-                    c.insert(disk + k * B, &buf[at..at + BLOCK_SIZE]);
+            // Runs of kept blocks go in with one insert (one cache lock) each.
+            let mut k = 0u64;
+            while k < n as u64 {
+                let start = k;
+                while k < n as u64 && keep(p, blk - p.first + k) {
+                    k += 1;
+                }
+                if k > start {
+                    let at = ((pos + blk - p.first + start) * B) as usize;
+                    c.insert(disk + start * B, &buf[at..at + ((k - start) * B) as usize]);
+                } else {
+                    k += 1;
                 }
             }
         }
