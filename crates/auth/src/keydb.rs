@@ -2,8 +2,9 @@
 //! state (never in the cluster map clients receive) and changed only by [`KeyChange`]s that
 //! went through Raft, so every monitor admits the same keys.
 //!
-//! The monitors' own key is not here: it stays in each monitor's keyring file (monitors prove
-//! it to each other before any of this is replicated). The database starts empty and
+//! The monitors' own key starts in each monitor's keyring file (monitors prove it to each
+//! other before any of this is replicated); once rotated (`KeyChange::RotateMon`) the new one
+//! and its predecessor are here too, as `KeyDb::mon` (`crate::mon_key`). The database starts empty and
 //! *unseeded*; the first leader seeds it with the keys of its keyring file (what `cairn dev up`
 //! or a bootstrap wrote there). Until then a monitor admits the keys of its file.
 //!
@@ -53,6 +54,8 @@ pub struct KeyDb {
     /// Whether the bootstrap keys have been loaded (until then monitors use their files).
     pub seeded: bool,
     pub keys: BTreeMap<Entity, StoredKey>,
+    /// The monitors' shared key once it has been rotated (before: only in their keyrings).
+    pub mon: Option<crate::MonKey>,
 }
 
 /// A change to the key database, as proposed through Raft.
@@ -77,6 +80,13 @@ pub enum KeyChange {
     },
     /// Removes an entity's key.
     Remove { entity: Entity },
+    /// Gives the monitors a new shared key. `previous` is the key the proposing leader held
+    /// (the keyring files' key before the first rotation), accepted until `keep_old_until`.
+    RotateMon {
+        secret: Secret,
+        previous: Secret,
+        keep_old_until: u64,
+    },
 }
 
 /// Why a key change was refused.
@@ -125,6 +135,19 @@ impl KeyDb {
             }
             return Ok(());
         }
+        if let KeyChange::RotateMon {
+            secret,
+            previous,
+            keep_old_until,
+        } = change
+        {
+            let old = self.mon.as_ref().map_or(previous, |m| &m.secret).clone();
+            self.mon = Some(crate::MonKey {
+                secret: secret.clone(),
+                previous: (*keep_old_until > 0).then_some((old, *keep_old_until)),
+            });
+            return Ok(());
+        }
         if !self.seeded {
             return Err(KeyDbError::NotSeeded);
         }
@@ -159,7 +182,7 @@ impl KeyDb {
 
     fn change(&mut self, change: &KeyChange) -> Result<(), KeyDbError> {
         let entity = match change {
-            KeyChange::Seed(_) => return Ok(()),
+            KeyChange::Seed(_) | KeyChange::RotateMon { .. } => return Ok(()),
             KeyChange::Add { entity, .. }
             | KeyChange::SetCaps { entity, .. }
             | KeyChange::Rotate { entity, .. }
@@ -169,7 +192,7 @@ impl KeyDb {
             return Err(KeyDbError::MonitorKey(entity.clone()));
         }
         match change {
-            KeyChange::Seed(_) => Ok(()),
+            KeyChange::Seed(_) | KeyChange::RotateMon { .. } => Ok(()),
             KeyChange::Add {
                 entity,
                 secret,
@@ -330,6 +353,35 @@ mod tests {
             },
         };
         assert!(matches!(db.apply(&bad), Err(KeyDbError::BadCaps(_))));
+    }
+
+    #[test]
+    fn the_monitors_key_rotates_from_the_file_key_then_from_its_own() {
+        // Not seeded yet: the monitors' key does not depend on the entity keys.
+        let mut db = KeyDb::default();
+        let (file, k1, k2) = (Secret::generate(), Secret::generate(), Secret::generate());
+        let rotate = |secret: &Secret, previous: &Secret, until| KeyChange::RotateMon {
+            secret: secret.clone(),
+            previous: previous.clone(),
+            keep_old_until: until,
+        };
+        db.apply(&rotate(&k1, &file, 50)).expect("first rotation");
+        let m = db.mon.clone().expect("rotated");
+        assert_eq!(
+            (m.secret, m.previous),
+            (k1.clone(), Some((file.clone(), 50)))
+        );
+        // The second replaces the key the database holds, whatever the proposer said.
+        db.apply(&rotate(&k2, &Secret::generate(), 0))
+            .expect("second");
+        assert_eq!(
+            db.mon,
+            Some(crate::MonKey {
+                secret: k2,
+                previous: None
+            })
+        );
+        assert!(db.keys.is_empty() && !db.seeded);
     }
 
     #[test]

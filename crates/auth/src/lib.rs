@@ -18,6 +18,7 @@ pub mod entity;
 pub mod frames;
 pub mod keydb;
 pub mod keyring;
+pub mod mon_key;
 pub mod proof;
 pub mod secret;
 pub mod service;
@@ -28,6 +29,7 @@ pub use entity::{BadEntity, Entity, EntityKind, MAX_ENTITY_LEN};
 pub use frames::{frame_guards, FrameMode, Opener, Sealer, Tampered, FRAME_TAGS_LEN};
 pub use keydb::{key_id, KeyChange, KeyDb, KeyDbError, StoredKey, KEY_ID_LEN};
 pub use keyring::{write_private, KeyEntry, Keyring, KeyringError};
+pub use mon_key::{MonKey, MonKeySet, MIN_MON_KEEP_OLD_SECS};
 pub use secret::{nbd_psk, random, BadSecret, Secret, SECRET_LEN};
 pub use service::{Minted, ServiceKeys};
 pub use ticket::{

@@ -115,11 +115,15 @@ pub fn open_ticket(keys: &[ServiceKey], sealed: &[u8], now: u64) -> Result<Ticke
         return Err(SealError::TooLarge);
     }
     let id = ticket_key_id(sealed).ok_or(SealError::Invalid)?;
-    let key = keys
-        .iter()
-        .find(|k| k.id == id)
-        .ok_or(SealError::UnknownKey(id))?;
-    let plain = open(&key.secret, &ticket_aad(id), &sealed[4..])?;
+    // During a rotation of the monitors' key an OSD holds two keys of each id (one per
+    // monitors' key, `crate::mon_key`): the ticket opens with one of them.
+    let mut with_id = keys.iter().filter(|k| k.id == id).peekable();
+    if with_id.peek().is_none() {
+        return Err(SealError::UnknownKey(id));
+    }
+    let plain = with_id
+        .find_map(|k| open(&k.secret, &ticket_aad(id), &sealed[4..]).ok())
+        .ok_or(SealError::Invalid)?;
     let body: TicketBody = postcard::from_bytes(&plain).map_err(|_| SealError::Invalid)?;
     if body.expires < now {
         return Err(SealError::Expired(now - body.expires));
@@ -195,7 +199,17 @@ mod tests {
         );
         // Same id, other secret (a forged ticket): refused.
         let forged = ServiceKey { id: 7, ..other };
-        assert_eq!(open_ticket(&[forged], &t, 0), Err(SealError::Invalid));
+        assert_eq!(
+            open_ticket(std::slice::from_ref(&forged), &t, 0),
+            Err(SealError::Invalid)
+        );
+        // Two keys of that id (a rotation of the monitors' key): the one that opens it wins,
+        // in either order.
+        assert_eq!(
+            open_ticket(&[forged.clone(), svc.clone()], &t, 0),
+            Ok(b.clone())
+        );
+        assert_eq!(open_ticket(&[svc.clone(), forged], &t, 0), Ok(b.clone()));
         for i in 0..t.len() {
             let mut bad = t.clone();
             bad[i] ^= 0x40;

@@ -33,6 +33,11 @@ pub enum AuthCmd {
     /// Give an entity a new key. The old key is still accepted for --keep-old seconds, so
     /// the processes holding it keep working while the new key is installed in their keyring
     /// (daemons and `cairn` re-read their keyring file when it changes).
+    ///
+    /// `cairn auth rotate mon` rotates the monitors' shared key instead: every monitor
+    /// writes the new key into its own keyring file (the key is never shown), OSDs take up
+    /// the service keys derived from it within 30 s, and monitors admit the old key for
+    /// --keep-old seconds (at least 60).
     Rotate(RotateArgs),
     /// Remove an entity's key: it can no longer connect (tickets it holds stay valid until
     /// they expire, at most an hour).
@@ -53,6 +58,14 @@ pub struct EntityArg {
 
 fn parse_entity(s: &str) -> std::result::Result<Entity, cairn_auth::BadEntity> {
     Entity::parse(s)
+}
+
+/// An entity, or `mon`: the monitors' shared key (any `mon.N` names it too).
+fn parse_rotated(s: &str) -> std::result::Result<Entity, cairn_auth::BadEntity> {
+    match s {
+        "mon" => Ok(Entity::mon(0)),
+        _ => Entity::parse(s),
+    }
 }
 
 #[derive(Args)]
@@ -124,8 +137,9 @@ pub struct CapsArgs {
 
 #[derive(Args)]
 pub struct RotateArgs {
-    #[command(flatten)]
-    pub who: EntityArg,
+    /// The entity: client.NAME, nbd.NAME, osd.N, or `mon` for the monitors' shared key.
+    #[arg(value_parser = parse_rotated)]
+    pub entity: Entity,
     /// Seconds the old key is still accepted (0: refused at once; at most 30 days).
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_KEEP_OLD)]
     pub keep_old: u64,
@@ -250,8 +264,26 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
             println!("caps of {e}: done");
             Ok(())
         }
+        AuthCmd::Rotate(a) if a.entity.kind() == cairn_auth::EntityKind::Mon => {
+            if a.out.output.is_some() {
+                bail!("the monitors' key is never shown or written elsewhere: each monitor writes it into its own keyring file (drop -o)");
+            }
+            let req = AuthRequest::Rotate {
+                entity: a.entity,
+                keep_old_secs: a.keep_old,
+            };
+            ask(&mon, &me, req)?;
+            println!(
+                "rotated the monitors' key: every monitor writes the new key into its keyring \
+                 file within a second of applying it; the old key is admitted for {} more \
+                 seconds (monitors that were down must be back before then, or get a keyring \
+                 copied from a running monitor)",
+                a.keep_old
+            );
+            Ok(())
+        }
         AuthCmd::Rotate(a) => {
-            let e = a.who.entity;
+            let e = a.entity;
             let req = AuthRequest::Rotate {
                 entity: e.clone(),
                 keep_old_secs: a.keep_old,

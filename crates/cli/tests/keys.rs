@@ -252,3 +252,155 @@ fn a_rotated_client_and_osd_key_under_load_fail_no_io_and_the_old_key_expires() 
         );
     }
 }
+
+/// A handshake with monitor `addr` as monitor `mon.9` proving `key`.
+fn mon_handshake(addr: &str, key: &cairn_auth::Secret) -> Result<(), String> {
+    use cairn_transport::{initiate, node_kind, Credentials};
+    let creds = Credentials::Key {
+        entity: Entity::mon(9),
+        secret: key.clone(),
+    };
+    runtime().block_on(async {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        initiate(&mut s, node_kind::MON, &creds)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The monitors' key held in monitor `i`'s keyring file.
+fn mon_key(c: &Cluster, i: u32) -> cairn_auth::Secret {
+    let ring = Keyring::load(&c.dir.join(format!("mon.{i}")).join("keyring")).expect("keyring");
+    let k = ring
+        .keys
+        .iter()
+        .find(|k| k.entity.kind() == cairn_auth::EntityKind::Mon);
+    k.expect("the monitors' key").secret.clone()
+}
+
+#[test]
+fn the_monitors_key_rotates_under_load_failing_no_io_and_the_old_key_expires() {
+    let c = Cluster::up("keys-monrot", 3, 3);
+    c.pool_create("p", 3, 2, 16);
+    let admin_ring = c.dir.join("keyring");
+    let source = cairn_monclient::auth::KeySource::keyring(&admin_ring, &Entity::admin())
+        .expect("admin key");
+    let rt = runtime();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let mut cfg = cairn_client::ClientConfig::new(c.mons());
+        cfg.auth = cairn_monclient::auth::EntityKey::from_source(source, c.mons());
+        cfg.op_timeout = Duration::from_secs(60);
+        let stop = stop.clone();
+        rt.spawn(async move {
+            let client = cairn_client::Client::connect(cfg).await.expect("connect");
+            let pool = client.pool_id("p").expect("pool");
+            let (mut done, mut failed) = (0u64, Vec::new());
+            let deadline = Instant::now() + Duration::from_secs(150);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let name = format!("k{}", done % 16);
+                match client
+                    .write_full(pool, name.as_bytes(), &done.to_le_bytes())
+                    .await
+                {
+                    Ok(_) => done += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (client, pool, done, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let old = mon_key(&c, 0);
+    let addrs = c.mons();
+
+    // Out of range, or shown: refused before anything changes.
+    let e = refused(&c, &["auth", "rotate", "mon", "--keep-old", "10"]);
+    assert!(e.contains("must be kept 60 s"), "{e}");
+    let e = refused(&c, &["auth", "rotate", "mon", "-o", "/tmp/x"]);
+    assert!(e.contains("never shown"), "{e}");
+    assert_eq!(mon_key(&c, 0), old);
+    let grace = 60u64;
+    let out = c.ok(&["auth", "rotate", "mon", "--keep-old", &grace.to_string()]);
+    let rotated = Instant::now();
+    assert!(out.contains("rotated the monitors' key"), "{out}");
+    let e = refused(&c, &["auth", "rotate", "mon", "--keep-old", "60"]);
+    assert!(e.contains("rotate again after that"), "{e}");
+
+    // Every monitor writes the new key into its keyring file.
+    let until = Instant::now() + Duration::from_secs(15);
+    let new = loop {
+        let keys: Vec<_> = (0..3).map(|i| mon_key(&c, i)).collect();
+        if keys.iter().all(|k| k != &old) {
+            assert!(keys.iter().all(|k| k == &keys[0]), "one new key");
+            break keys[0].clone();
+        }
+        assert!(
+            Instant::now() < until,
+            "the keyrings still hold the old key"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // In the grace both keys get in, at every monitor.
+    for a in &addrs {
+        mon_handshake(a, &old).unwrap_or_else(|e| panic!("{a}: the old key in its grace: {e}"));
+        mon_handshake(a, &new).unwrap_or_else(|e| panic!("{a}: the new key: {e}"));
+    }
+    // A monitor killed and restarted in the grace rejoins (with the key it applied).
+    c.kill9("mon.2");
+    c.restart_missing(3, 3);
+
+    std::thread::sleep(Duration::from_secs(grace + 2).saturating_sub(rotated.elapsed()));
+    for a in &addrs {
+        let e = mon_handshake(a, &old).expect_err("the old key after its grace");
+        assert!(
+            e.contains("previous key, replaced by `cairn auth rotate mon`"),
+            "{a}: {e}"
+        );
+        mon_handshake(a, &new).unwrap_or_else(|e| panic!("{a}: the new key: {e}"));
+    }
+    // New tickets come from the new key's service keys: the OSDs took them up.
+    let file = c.dir.join("after-rotation");
+    std::fs::write(&file, b"sealed by the new key").expect("write");
+    let f = file.display().to_string();
+    c.ok(&["obj", "put", "p", "after", &f]);
+    let got = c.cairn(&["obj", "get", "p", "after", "-"]);
+    assert_eq!(
+        got.stdout,
+        b"sealed by the new key",
+        "{}",
+        text(&got.stderr)
+    );
+    // After the grace, monitors restarted (the leader among them) rejoin with the new key.
+    for m in ["mon.0", "mon.1"] {
+        c.kill9(m);
+        c.restart_missing(3, 3);
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while c.cairn(&["status"]).status.code() != Some(0) {
+        assert!(
+            Instant::now() < until,
+            "no quorum after the restarts:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let (client, pool, done, failed) = rt.block_on(writer).expect("writer");
+    assert!(failed.is_empty(), "failed writes: {failed:?}");
+    assert!(done > 50, "only {done} writes");
+    rt.block_on(async {
+        for i in 0..16u64.min(done) {
+            let last = (0..done).rev().find(|n| n % 16 == i).expect("a write");
+            let got = client
+                .read(pool, format!("k{i}").as_bytes(), 0, 8)
+                .await
+                .expect("read");
+            assert_eq!(got, last.to_le_bytes(), "k{i}");
+        }
+    });
+}

@@ -20,22 +20,23 @@
 use crate::state_machine::MapView;
 use cairn_auth::service::{derive_service_key, mint, service_key_id, service_keys_around};
 use cairn_auth::{
-    key_id, seal, unix_now, Caps, Entity, EntityKind, Keyring, Perms, Secret, KEY_ID_LEN,
-    TICKET_TTL_SECS,
+    key_id, seal, unix_now, Caps, Entity, EntityKind, Keyring, MonKeySet, Perms, Secret,
+    KEY_ID_LEN, TICKET_TTL_SECS,
 };
 use cairn_map::{ClusterMap, MapChange};
 use cairn_proto::auth::{AuthInit, AUTH_KEY};
 use cairn_proto::msg::mon::{service_keys_aad, ticket_session_aad, ServiceKeysReply, TicketReply};
-use cairn_transport::{Known, Peer, Verifier};
+use cairn_transport::{Authenticator, Credentials, CredentialsFuture, Known, Peer, Verifier};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 /// The keys a monitor knows: the monitors' shared key from its keyring file (re-read when
-/// the file changes), and every other entity's key from the replicated key database
-/// (`cairn_auth::KeyDb`). Until the first leader has seeded the database, the other keys of
-/// the file stand in for it.
+/// the file changes) until it is first rotated, then from the key database; every other
+/// entity's key from the replicated key database (`cairn_auth::KeyDb`). Until the first
+/// leader has seeded the database, the other keys of the file stand in for it.
 pub struct MonKeys {
     path: PathBuf,
     /// This monitor's entity (`mon.ID`), for dialing its peers.
@@ -45,6 +46,15 @@ pub struct MonKeys {
     view: Arc<MapView>,
     /// The frame protection every connection gets at least.
     frames: cairn_auth::FrameMode,
+    /// Connections dialed to peer monitors: during a rotation of the monitors' key, dials
+    /// take turns with the two keys.
+    dials: AtomicU64,
+}
+
+impl std::fmt::Debug for MonKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MonKeys({})", self.me)
+    }
 }
 
 struct Loaded {
@@ -75,6 +85,7 @@ impl MonKeys {
             loaded: RwLock::new(read(path)?),
             view,
             frames: cairn_auth::FrameMode::Plain,
+            dials: AtomicU64::new(0),
         })
     }
 
@@ -105,12 +116,36 @@ impl MonKeys {
         self.loaded.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// How this monitor proves itself to its peers.
-    pub fn peer_credentials(&self) -> cairn_transport::Credentials {
-        cairn_transport::Credentials::Key {
-            entity: self.me.clone(),
-            secret: self.current().mon.clone(),
+    /// The monitors' keys in use now (`cairn_auth::mon_key`).
+    pub(crate) fn mon_keys(&self) -> MonKeySet {
+        let db = self.view.with_keys(|k| k.mon.clone());
+        MonKeySet::at(db.as_ref(), &self.current().mon, unix_now())
+    }
+
+    /// After a rotation of the monitors' key, writes the new key into this monitor's keyring
+    /// file (in place of the monitors' key it held), so that the file always holds the key to
+    /// copy to a new monitor. Returns whether it wrote.
+    pub(crate) fn sync_keyring(&self) -> Result<bool, cairn_auth::KeyringError> {
+        let Some(want) = self
+            .view
+            .with_keys(|k| k.mon.as_ref().map(|m| m.secret.clone()))
+        else {
+            return Ok(false);
+        };
+        if self.current().mon == want {
+            return Ok(false);
         }
+        let mut ring = Keyring::load(&self.path)?;
+        for k in ring
+            .keys
+            .iter_mut()
+            .filter(|k| k.entity.kind() == EntityKind::Mon)
+        {
+            k.secret = want.clone();
+        }
+        ring.save(&self.path)?;
+        tracing::info!(keyring = %self.path.display(), "keyring rewritten with the monitors' new key");
+        Ok(true)
     }
 
     /// Whether the key database has been seeded (until then the file's keys are used).
@@ -200,7 +235,7 @@ impl MonKeys {
             return TicketReply::Refused(format!("{entity} is no longer known"));
         };
         let now = unix_now();
-        let svc = derive_service_key(&self.current().mon, service_key_id(now));
+        let svc = derive_service_key(self.mon_keys().ticket_key(), service_key_id(now));
         let m = mint(&svc, entity, &caps, now, TICKET_TTL_SECS);
         let name = entity.to_string();
         TicketReply::Granted {
@@ -223,7 +258,10 @@ impl MonKeys {
         let (Some(_), Some(key)) = (self.caps_of(entity), &peer.key) else {
             return ServiceKeysReply::Refused(format!("{entity} is no longer known"));
         };
-        let svc = service_keys_around(&self.current().mon, unix_now());
+        let now = unix_now();
+        let svc: Vec<_> = (self.mon_keys().service_generations().into_iter())
+            .flat_map(|k| service_keys_around(k, now))
+            .collect();
         let plain = postcard::to_allocvec(&svc).unwrap_or_default();
         ServiceKeysReply::Granted {
             sealed: seal(key, &service_keys_aad(&entity.to_string()), &plain),
@@ -254,6 +292,48 @@ fn read(path: &Path) -> Result<Loaded, MonKeysError> {
     })
 }
 
+impl MonKeys {
+    /// Why a monitor proving key id `id` is refused.
+    fn refuse_mon_key(&self, entity: &Entity, id: &[u8; KEY_ID_LEN]) -> String {
+        let replaced = self.view.with_keys(|k| {
+            k.mon
+                .as_ref()
+                .and_then(|m| m.previous.as_ref())
+                .is_some_and(|(old, _)| &key_id(old) == id)
+        });
+        if replaced {
+            return format!(
+                "{entity} presents the monitors' previous key, replaced by `cairn auth rotate mon` \
+                 and no longer accepted: give it the new key (any running monitor's keyring \
+                 holds it)"
+            );
+        }
+        format!(
+            "{entity} holds a monitors' key other than this monitor's (keyring {})",
+            self.path.display()
+        )
+    }
+}
+
+/// How a monitor proves itself to its peers: the monitors' key; during a rotation, dials take
+/// turns with the old key and the new one (a peer that has not applied the rotation knows
+/// only the old one, a monitor added with a keyring copied since only the new one), the old
+/// one first.
+impl Authenticator for MonKeys {
+    fn credentials(&self, _peer_kind: u8) -> CredentialsFuture<'_> {
+        let keys = self.mon_keys().to_dial();
+        let turn = self.dials.fetch_add(1, Ordering::Relaxed) as usize % keys.len().max(1);
+        let secret = keys
+            .into_iter()
+            .nth(turn)
+            .unwrap_or_else(|| self.current().mon.clone());
+        cairn_transport::ready_credentials(Ok(Credentials::Key {
+            entity: self.me.clone(),
+            secret,
+        }))
+    }
+}
+
 impl Verifier for MonKeys {
     fn allow_none(&self) -> bool {
         false
@@ -268,13 +348,9 @@ impl Verifier for MonKeys {
             return Err("monitors authenticate entities by their keys, not tickets".into());
         }
         if entity.kind() == EntityKind::Mon {
-            let mon = self.current().mon.clone();
-            if key_id(&mon) != init.key_id {
-                return Err(format!(
-                    "{entity} holds a monitors' key other than this monitor's (keyring {})",
-                    self.path.display()
-                ));
-            }
+            let Some(mon) = self.mon_keys().admits(&init.key_id).cloned() else {
+                return Err(self.refuse_mon_key(entity, &init.key_id));
+            };
             return Ok(Known {
                 entity: entity.clone(),
                 caps: Caps::default(),
@@ -387,8 +463,7 @@ mod tests {
         ring.save(&path).expect("save");
         let view = Arc::new(MapView::for_tests());
         let e = MonKeys::load(&path, 0, view.clone())
-            .err()
-            .expect("no monitor key")
+            .expect_err("no monitor key")
             .to_string();
         assert!(e.contains("has no monitor key"), "{e}");
         ring.put(KeyEntry {
@@ -454,6 +529,132 @@ mod tests {
         assert!(keys
             .key_for(AUTH_KEY, &init_for(&admin.secret), &Entity::admin())
             .is_ok());
+        std::fs::remove_dir_all(&dir).expect("clean");
+    }
+
+    fn dialed(keys: &MonKeys) -> Secret {
+        let c = futures_lite_block(keys.credentials(cairn_transport::node_kind::MON));
+        match c {
+            Ok(Credentials::Key { secret, .. }) => secret,
+            other => panic!("credentials: {other:?}"),
+        }
+    }
+
+    fn futures_lite_block<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    }
+
+    fn opened_with(keys: &MonKeys, peer: &Peer, of: &Secret) -> bool {
+        let TicketReply::Granted { ticket, .. } = keys.grant_ticket(peer) else {
+            panic!("no ticket");
+        };
+        let svc = service_keys_around(of, unix_now());
+        cairn_auth::ticket::open_ticket(&svc, &ticket, unix_now()).is_ok()
+    }
+
+    #[test]
+    fn a_rotated_monitors_key_is_admitted_dialed_and_written_with_the_old_one_through_its_grace() {
+        let dir = std::env::temp_dir().join(format!("cairn-monkeys-rot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("keyring");
+        let (old, new) = (Secret::generate(), Secret::generate());
+        let admin = KeyEntry {
+            entity: Entity::admin(),
+            secret: Secret::generate(),
+            caps: Some(Caps::admin()),
+        };
+        let mon = KeyEntry {
+            entity: Entity::mon(0),
+            secret: old.clone(),
+            caps: None,
+        };
+        Keyring {
+            keys: vec![mon, admin.clone()],
+        }
+        .save(&path)
+        .expect("save");
+        let view = Arc::new(MapView::for_tests());
+        let keys = MonKeys::load(&path, 2, view.clone()).expect("load");
+        let peer_with = |entity: Entity, key: &Secret| Peer {
+            kind: 0,
+            entity: Some(entity),
+            caps: Caps::default(),
+            session: None,
+            key: Some(key.clone()),
+            frames: cairn_auth::FrameMode::Plain,
+        };
+        let peer = peer_with(Entity::admin(), &admin.secret);
+        let osd_key = Secret::generate();
+        let osd = peer_with(Entity::osd(3), &osd_key);
+        let mut db = KeyDb::default();
+        let seed = vec![
+            (Entity::admin(), admin.secret.clone(), Caps::admin()),
+            (Entity::osd(3), osd_key.clone(), Caps::default()),
+        ];
+        db.apply(&KeyChange::Seed(seed)).expect("seed");
+        view.set_keys_for_tests(db.clone());
+        assert_eq!(dialed(&keys), old);
+        assert!(!keys.sync_keyring().expect("nothing to write"));
+        assert!(opened_with(&keys, &peer, &old));
+
+        let rotate = |until| KeyChange::RotateMon {
+            secret: new.clone(),
+            previous: old.clone(),
+            keep_old_until: until,
+        };
+        let mut grace = db.clone();
+        grace.apply(&rotate(unix_now() + 600)).expect("rotate");
+        view.set_keys_for_tests(grace);
+        for (k, who) in [(&old, "old"), (&new, "new")] {
+            let known = keys
+                .key_for(AUTH_KEY, &init_for(k), &Entity::mon(1))
+                .unwrap_or_else(|e| panic!("{who} key in the grace: {e}"));
+            assert_eq!(&known.key, k);
+        }
+        // Dials take turns, the old key first.
+        let turns: Vec<Secret> = (0..4).map(|_| dialed(&keys)).collect();
+        assert!(turns.contains(&old) && turns.contains(&new), "{turns:?}");
+        assert_ne!(turns[0], turns[1]);
+        // Tickets still open with the old key's service keys; OSDs get both generations.
+        assert!(opened_with(&keys, &peer, &old));
+        let ServiceKeysReply::Granted { sealed } = keys.grant_service_keys(&osd) else {
+            panic!("no service keys");
+        };
+        let plain = cairn_auth::open(&osd_key, &service_keys_aad("osd.3"), &sealed).expect("open");
+        let given: Vec<cairn_auth::ticket::ServiceKey> =
+            postcard::from_bytes(&plain).expect("keys");
+        let mut want = service_keys_around(&old, unix_now());
+        want.extend(service_keys_around(&new, unix_now()));
+        assert_eq!(
+            given, want,
+            "the old key's first (tickets are minted with it), then the new"
+        );
+        // The keyring file gets the new key (and only its monitors' entry changes).
+        assert!(keys.sync_keyring().expect("write"));
+        let ring = Keyring::load(&path).expect("reload");
+        assert_eq!(ring.get(&Entity::mon(0)).expect("mon").secret, new);
+        assert_eq!(ring.get(&Entity::admin()).expect("admin"), &admin);
+        assert!(!keys.sync_keyring().expect("written already"));
+
+        let mut after = db.clone();
+        after.apply(&rotate(unix_now() - 1)).expect("rotate");
+        view.set_keys_for_tests(after);
+        let e = keys
+            .key_for(AUTH_KEY, &init_for(&old), &Entity::mon(1))
+            .err()
+            .expect("the old key after the grace");
+        assert!(
+            e.contains("previous key, replaced by `cairn auth rotate mon`"),
+            "{e}"
+        );
+        assert!(keys
+            .key_for(AUTH_KEY, &init_for(&new), &Entity::mon(1))
+            .is_ok());
+        assert!((0..3).all(|_| dialed(&keys) == new));
+        assert!(opened_with(&keys, &peer, &new));
         std::fs::remove_dir_all(&dir).expect("clean");
     }
 }

@@ -11,7 +11,7 @@ use crate::ctx::{Ctx, Proposed};
 use crate::types::{ApplyResult, Proposal};
 use cairn_auth::{
     nbd_psk, open_secret, seal, unix_now, Caps, Entity, EntityKind, KeyChange, KeyDbError, Perms,
-    Secret,
+    Secret, MIN_MON_KEEP_OLD_SECS,
 };
 use cairn_proto::msg::mon::{
     auth_import_aad, auth_key_aad, nbd_psk_aad, AuthListing, AuthReply, AuthRequest, NbdUser,
@@ -87,6 +87,46 @@ fn key_reply(peer: &Peer, entity: &Entity, secret: &Secret, c: &Caps) -> AuthRep
     }
 }
 
+/// `cairn auth rotate mon`: a new monitors' key, the old one accepted `keep_old_secs` more
+/// (`cairn_auth::mon_key`). The key never leaves the monitors: each writes it into its
+/// keyring file, and the answer only says it is done.
+async fn rotate_mon(ctx: &Ctx, keep_old_secs: u64) -> Result<AuthReply, AuthReply> {
+    let refused = |why: String| AuthReply::Refused(why);
+    if !(MIN_MON_KEEP_OLD_SECS..=MAX_KEEP_OLD_SECS).contains(&keep_old_secs) {
+        return Err(refused(format!(
+            "the monitors' old key must be kept {MIN_MON_KEEP_OLD_SECS} s to {MAX_KEEP_OLD_SECS} \
+             s (--keep-old {keep_old_secs}): OSDs fetch the new service keys within 30 s, \
+             and monitors that are behind need the old key to catch up"
+        )));
+    }
+    let Some(keys) = &ctx.keys else {
+        return Err(refused("this cluster runs without authentication".into()));
+    };
+    let now_keys = keys.mon_keys();
+    if now_keys.previous.is_some() {
+        let until = ctx
+            .view
+            .with_keys(|k| {
+                k.mon
+                    .as_ref()
+                    .and_then(|m| m.previous.as_ref().map(|p| p.1))
+            })
+            .unwrap_or_default();
+        return Err(refused(format!(
+            "the last rotation of the monitors' key keeps its old key until {until} (unix \
+             time): rotate again after that, or monitors and OSDs holding that key would be \
+             refused"
+        )));
+    }
+    let rotate = KeyChange::RotateMon {
+        secret: Secret::generate(),
+        previous: now_keys.current,
+        keep_old_until: unix_now().saturating_add(keep_old_secs),
+    };
+    change(ctx, rotate).await?;
+    Ok(AuthReply::Done)
+}
+
 async fn change(ctx: &Ctx, k: KeyChange) -> Result<(), AuthReply> {
     match ctx.propose(Proposal::Keys(k)).await {
         Proposed::Applied(ApplyResult::Keys(Ok(()))) => Ok(()),
@@ -159,6 +199,9 @@ async fn handle(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> Result<AuthReply, A
             entity,
             keep_old_secs,
         } => {
+            if entity.kind() == EntityKind::Mon {
+                return rotate_mon(ctx, keep_old_secs).await;
+            }
             if keep_old_secs > MAX_KEEP_OLD_SECS {
                 return Err(refused(format!(
                     "keeping the old key {keep_old_secs} s is over the limit of \

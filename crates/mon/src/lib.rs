@@ -28,6 +28,7 @@ mod metrics;
 mod migrate;
 mod migrate_v4;
 mod migrate_v5;
+mod migrate_v6;
 mod node;
 mod pg_starts;
 pub mod raft_net;

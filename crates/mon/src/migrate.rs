@@ -13,10 +13,10 @@
 //! Both produce the format-3 types of `crate::migrate_v4`, which then upgrades to format 4.
 
 use crate::migrate_v4::{ClusterMapV3, HistoryV3, PoolV3, SmDataV3, SnapshotDataV3};
+use crate::migrate_v6::KeyDbV5;
 use crate::state_machine::StoredSnapshot;
 use crate::store::{dec, enc, key, StoreError, LOG, META};
 use crate::types::{BasicNode, Entry, LogId, NodeId, Proposal, StoredMembership};
-use cairn_auth::KeyDb;
 use cairn_map::{ChangeOutcome, MapChange, MapError, OsdInfo};
 use openraft::EntryPayload;
 use redb::{Database, ReadableTable};
@@ -128,7 +128,7 @@ fn sm_v3(v: SmDataV2) -> SmDataV3 {
         last_applied: v.last_applied,
         membership: v.membership,
         map: v.map,
-        keys: KeyDb::default(),
+        keys: KeyDbV5::default(),
     }
 }
 

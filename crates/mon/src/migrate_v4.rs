@@ -9,10 +9,10 @@
 //!
 //! The format-3 types here are also the older migrations' targets (`crate::migrate`).
 
+use crate::migrate_v6::KeyDbV5;
 use crate::state_machine::{SmData, SnapshotData, StoredSnapshot};
 use crate::store::{dec, enc, key, StoreError, META};
 use crate::types::{LogId, StoredMembership};
-use cairn_auth::KeyDb;
 use cairn_map::{ClusterMap, Durability, Incremental, OsdInfo, PlacementRule, Pool};
 use redb::{Database, ReadableTable};
 use serde::{Deserialize, Serialize};
@@ -53,7 +53,7 @@ pub(crate) struct SmDataV3 {
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
     pub map: ClusterMapV3,
-    pub keys: KeyDb,
+    pub keys: KeyDbV5,
 }
 
 /// A snapshot's state in format 3.
@@ -98,7 +98,7 @@ fn sm_v4(v: SmDataV3) -> SmData {
         last_applied: v.last_applied,
         membership: v.membership,
         map: map_v4(v.map),
-        keys: v.keys,
+        keys: v.keys.into(),
     }
 }
 
@@ -200,7 +200,7 @@ mod tests {
             last_applied: None,
             membership: StoredMembership::default(),
             map: v3_map(),
-            keys: KeyDb::default(),
+            keys: KeyDbV5::default(),
         };
         let snap = StoredSnapshot {
             meta: openraft::SnapshotMeta::default(),
@@ -209,7 +209,7 @@ mod tests {
                     last_applied: None,
                     membership: StoredMembership::default(),
                     map: v3_map(),
-                    keys: KeyDb::default(),
+                    keys: KeyDbV5::default(),
                 },
                 history: HistoryV3 {
                     base: v3_map(),

@@ -3,10 +3,10 @@
 //! (`crate::migrate_v4::rewrite`).
 
 use crate::history::History;
+use crate::migrate_v6::KeyDbV5;
 use crate::state_machine::{SmData, SnapshotData};
 use crate::store::{dec, StoreError};
 use crate::types::{LogId, StoredMembership};
-use cairn_auth::KeyDb;
 use cairn_map::{ClusterMap, HostLocation, Incremental, OsdInfo, Pool};
 use redb::Database;
 use serde::{Deserialize, Serialize};
@@ -35,7 +35,7 @@ struct SmDataV4 {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     map: ClusterMapV4,
-    keys: KeyDb,
+    keys: KeyDbV5,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -62,7 +62,7 @@ fn sm_v5(v: SmDataV4) -> SmData {
         last_applied: v.last_applied,
         membership: v.membership,
         map: map_v5(v.map),
-        keys: v.keys,
+        keys: v.keys.into(),
     }
 }
 
@@ -122,7 +122,7 @@ mod tests {
             last_applied: None,
             membership: StoredMembership::default(),
             map: v4_map(),
-            keys: KeyDb::default(),
+            keys: KeyDbV5::default(),
         }
     }
 
@@ -155,7 +155,7 @@ mod tests {
         drop(db);
         let db = crate::store::open(&dir, 1, [7; 16]).unwrap();
         let format: u32 = crate::store::get_meta(&db, key::FORMAT).unwrap().unwrap();
-        assert_eq!(format, 5);
+        assert_eq!(format, crate::store::FORMAT);
         let snap: StoredSnapshot = crate::store::get_meta(&db, key::SNAPSHOT).unwrap().unwrap();
         let data: SnapshotData = dec("snapshot", &snap.data).unwrap();
         assert_eq!(data.sm.map.hosts["h1"].rack, "r1");

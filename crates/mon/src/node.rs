@@ -10,7 +10,7 @@ use crate::raft_net::{self, Network};
 use crate::state_machine::StateMachine;
 use crate::types::{BasicNode, Proposal, Raft};
 use crate::{server, store};
-use cairn_transport::{AllowNone, Auth, Fixed, NoAuth, Verifier};
+use cairn_transport::{AllowNone, Auth, NoAuth, Verifier};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{ServerState, SnapshotPolicy};
 use std::collections::BTreeMap;
@@ -56,7 +56,7 @@ pub async fn run(
         None => None,
     };
     let (verifier, peer_auth): (Arc<dyn Verifier>, Auth) = match &keys {
-        Some(k) => (k.clone(), Arc::new(Fixed(k.peer_credentials()))),
+        Some(k) => (k.clone(), k.clone()),
         None => (Arc::new(AllowNone), Arc::new(NoAuth)),
     };
     let raft = Raft::new(
@@ -109,6 +109,7 @@ pub async fn run(
     background.spawn(failure_ticker(ctx.clone()));
     background.spawn(history_ticker(ctx.clone()));
     background.spawn(seed_keys(ctx.clone()));
+    background.spawn(sync_keyring(ctx.clone()));
 
     let mut metrics = raft.metrics();
     let fatal = async move {
@@ -329,6 +330,27 @@ async fn seed_keys(ctx: Arc<Ctx>) {
             }
             Proposed::NotLeader(_) => {}
             Proposed::Unavailable(why) => tracing::warn!("seeding the key database: {why}"),
+        }
+    }
+}
+
+/// Keeps the keyring file's monitors' key the one the key database holds (after `cairn auth
+/// rotate mon`), looking once a second; a failure to write is logged and tried again.
+async fn sync_keyring(ctx: Arc<Ctx>) {
+    let Some(keys) = ctx.keys.clone() else { return };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        let k = keys.clone();
+        match tokio::task::spawn_blocking(move || k.sync_keyring()).await {
+            Ok(Ok(_)) => failing = false,
+            Ok(Err(e)) if !failing => {
+                failing = true;
+                tracing::error!("cannot write the monitors' new key into the keyring file: {e}; this monitor keeps it in its database, but copy the key by hand before adding monitors from this file");
+            }
+            _ => {}
         }
     }
 }

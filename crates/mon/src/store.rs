@@ -33,9 +33,10 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 
 /// On-disk format written by this build (2: OSDs' `lost_at`, map history; 3: the key
 /// database, log entries as `Proposal`s; 4: pools' placement rule, hosts' labels; 5: the
-/// client blocklist; older formats are upgraded in place at open, `crate::migrate`,
-/// `crate::migrate_v4` and `crate::migrate_v5`).
-pub const FORMAT: u32 = 5;
+/// client blocklist; 6: the monitors' key in the key database once rotated; older formats
+/// are upgraded in place at open, `crate::migrate`, `crate::migrate_v4`, `crate::migrate_v5`
+/// and `crate::migrate_v6`).
+pub const FORMAT: u32 = 6;
 
 /// Names of the `meta` entries.
 pub(crate) mod key {
@@ -221,6 +222,9 @@ pub(crate) fn open(dir: &Path, id: u64, fsid: [u8; 16]) -> Result<Arc<Database>,
     } else if format == Some(4) {
         tracing::info!(path = %path.display(), "upgrading the monitor database from format 4 to 5 (an empty client blocklist)");
         crate::migrate_v5::from_v4(&db).map_err(e)?;
+    } else if format == Some(5) {
+        tracing::info!(path = %path.display(), "upgrading the monitor database from format 5 to 6 (room for the monitors' rotated key)");
+        crate::migrate_v6::from_v5(&db).map_err(e)?;
     } else if let Some(found) = format {
         if found != FORMAT {
             return Err(MonError::Format {

@@ -46,6 +46,9 @@ pub fn key_change_summary(k: &KeyChange) -> String {
             ..
         } => format!("rotate {entity} (old key kept until {keep_old_until})"),
         KeyChange::Remove { entity } => format!("remove {entity}"),
+        KeyChange::RotateMon { keep_old_until, .. } => {
+            format!("rotate the monitors' key (old key kept until {keep_old_until})")
+        }
     }
 }
 

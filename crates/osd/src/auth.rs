@@ -15,8 +15,11 @@ use std::time::Duration;
 /// How long a ticket an OSD mints for its peers is good for (it mints one per connection).
 const PEER_TICKET_TTL_SECS: u64 = 600;
 
-/// How often the service keys are fetched again (a new one comes into use each day).
-pub(crate) const SERVICE_KEY_REFRESH: Duration = Duration::from_secs(3600);
+/// How often the service keys are fetched again. A new one comes into use each day by itself,
+/// but after a rotation of the monitors' key (`cairn auth rotate mon`) the OSDs must hold the
+/// new key's service keys before its grace ends (`cairn_auth::MIN_MON_KEEP_OLD_SECS`, twice
+/// this). One small request to a monitor.
+pub(crate) const SERVICE_KEY_REFRESH: Duration = Duration::from_secs(30);
 
 /// An OSD's key: its `osd.N` entity and where the key comes from (its keyring file, read
 /// again when it changes, so a rotated key is taken up without a restart).
