@@ -30,12 +30,22 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else {
         return;
     };
-    let mode = if which & 1 == 0 { FrameMode::Signed } else { FrameMode::Secure };
+    let mode = if which & 1 == 0 {
+        FrameMode::Signed
+    } else {
+        FrameMode::Secure
+    };
     let session = Secret([7; 32]);
-    let (_, mut opener) = frame_guards(&session, mode, false).expect("guards");
+    let (_, mut opener) = frame_guards(&session, mode, false)
+        .ok()
+        .flatten()
+        .expect("guards");
     let _ = read(rest, &mut opener);
     // A genuine frame with the input XORed over it: accepted only if nothing changed.
-    let (mut sealer, _) = frame_guards(&session, mode, true).expect("guards");
+    let (mut sealer, _) = frame_guards(&session, mode, true)
+        .ok()
+        .flatten()
+        .expect("guards");
     let mut frame = Vec::new();
     cairn_transport::encode_parts(&mut frame, 40, 1, b"control part", &[0x5a; 200]);
     cairn_transport::seal_encoded(&mut frame, &mut sealer).expect("seal");
@@ -43,9 +53,15 @@ fuzz_target!(|data: &[u8]| {
     for (b, x) in frame.iter_mut().zip(rest) {
         *b ^= x;
     }
-    let (_, mut opener) = frame_guards(&session, mode, false).expect("guards");
+    let (_, mut opener) = frame_guards(&session, mode, false)
+        .ok()
+        .flatten()
+        .expect("guards");
     if let Some(f) = read(&frame, &mut opener) {
         assert_eq!(frame, genuine, "a changed frame was accepted");
-        assert_eq!((f.control.as_slice(), f.data.len()), (b"control part".as_slice(), 200));
+        assert_eq!(
+            (f.control.as_slice(), f.data.len()),
+            (b"control part".as_slice(), 200)
+        );
     }
 });

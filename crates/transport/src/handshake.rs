@@ -396,10 +396,12 @@ pub async fn initiate_with<S: AsyncRead + AsyncWrite + Unpin>(
         let proof = initiator_proof(key, &init_bytes, &reply_bytes);
         s.write_all(&encode_proof(&proof)).await?;
         let session = session_key(key, &nonce, &c.nonce);
+        let guards = frame_guards(&session, frames, true)
+            .map_err(|e| HandshakeError::Frames(e.to_string()))?;
         Ok(Initiated {
             hello: theirs,
             version,
-            guards: frame_guards(&session, frames, true),
+            guards,
             session: Some(session),
             frames,
         })
@@ -519,7 +521,8 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             )));
         }
         let session = session_key(&known.key, &init.nonce, &nonce);
-        let guards = frame_guards(&session, frames, false);
+        let guards = frame_guards(&session, frames, false)
+            .map_err(|e| HandshakeError::Frames(e.to_string()))?;
         let peer = Peer {
             kind: theirs.node_kind,
             entity: Some(known.entity),
