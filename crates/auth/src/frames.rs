@@ -15,10 +15,10 @@
 //! mode. The nonce is `direction | 0 0 0 | sequence (u64 LE)`; a connection that reached 2^64
 //! frames in one direction is refused rather than reuse a nonce.
 //!
-//! OpenSSL does the AES-GCM (it is linked already, for NBD's TLS): on this project's x86
-//! machines (AES-NI, VAES, VPCLMULQDQ) it seals 4 KiB in about a third of the time
-//! RustCrypto's `aes-gcm` took, and GMAC over 4 KiB costs a fraction of HMAC-SHA256, which
-//! signed mode used (frames v1, a tag per part). Each direction keeps one cipher context
+//! OpenSSL does the AES-GCM (it is linked already, for NBD's TLS): on the development VM
+//! (AES-NI, VAES, VPCLMULQDQ) sealing and opening a frame with 4 KiB of data takes 2.6 us in
+//! either mode, against 6.4 us with RustCrypto's `aes-gcm` (secure) and 5.4 us with
+//! HMAC-SHA256 (signed) in frames v1, which had a tag per part. Each direction keeps one cipher context
 //! keyed once; a frame sets only its nonce. OpenSSL's per-call cost (its provider
 //! dispatch) is why a frame has one tag, not one per part: it halved the calls.
 
@@ -39,7 +39,7 @@ pub enum FrameMode {
     /// Nothing beyond the header's crc (a trusted network; the default).
     #[default]
     Plain,
-    /// Every frame authenticated (HMAC-SHA256).
+    /// Every frame authenticated (AES-256-GMAC).
     Signed,
     /// Every frame encrypted and authenticated (AES-256-GCM).
     Secure,

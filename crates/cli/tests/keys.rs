@@ -132,6 +132,64 @@ fn keys_are_created_limited_replicated_and_removed_through_the_monitors() {
     assert!(out.contains("client.app has no key"), "{out}");
 }
 
+/// What a writer did: its client and pool, how many writes it made, and the errors of those
+/// that failed.
+type Written = (cairn_client::Client, u32, u64, Vec<String>);
+
+/// Writes the numbers 0, 1, ... in turn to objects `k0`..`k{objects-1}` of pool `p` with the
+/// key of `source` until `stop` (at most 150 s), every write waited for.
+fn spawn_writer(
+    rt: &tokio::runtime::Runtime,
+    c: &Cluster,
+    source: Arc<cairn_monclient::auth::KeySource>,
+    objects: u64,
+    stop: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Written> {
+    let mut cfg = cairn_client::ClientConfig::new(c.mons());
+    cfg.auth = cairn_monclient::auth::EntityKey::from_source(source, c.mons());
+    cfg.op_timeout = Duration::from_secs(60);
+    let stop = stop.clone();
+    rt.spawn(async move {
+        let client = cairn_client::Client::connect(cfg).await.expect("connect");
+        let pool = client.pool_id("p").expect("pool");
+        let (mut done, mut failed) = (0u64, Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(150);
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            let name = format!("k{}", done % objects);
+            match client
+                .write_full(pool, name.as_bytes(), &done.to_le_bytes())
+                .await
+            {
+                Ok(_) => done += 1,
+                Err(e) => failed.push(e.to_string()),
+            }
+        }
+        (client, pool, done, failed)
+    })
+}
+
+/// The stopped writer failed no write, made enough of them, and the last value of every
+/// object is the last write acknowledged for it.
+fn check_writes(
+    rt: &tokio::runtime::Runtime,
+    writer: tokio::task::JoinHandle<Written>,
+    objects: u64,
+) {
+    let (client, pool, done, failed) = rt.block_on(writer).expect("writer");
+    assert!(failed.is_empty(), "failed writes: {failed:?}");
+    assert!(done > 50, "only {done} writes");
+    rt.block_on(async {
+        for i in 0..objects.min(done) {
+            let last = (0..done).rev().find(|n| n % objects == i).expect("a write");
+            let got = client
+                .read(pool, format!("k{i}").as_bytes(), 0, 8)
+                .await
+                .expect("read");
+            assert_eq!(got, last.to_le_bytes(), "k{i}");
+        }
+    });
+}
+
 #[test]
 fn a_rotated_client_and_osd_key_under_load_fail_no_io_and_the_old_key_expires() {
     let c = Cluster::up("keys-rotate", 1, 3);
@@ -146,29 +204,7 @@ fn a_rotated_client_and_osd_key_under_load_fail_no_io_and_the_old_key_expires() 
 
     let rt = runtime();
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let mut cfg = cairn_client::ClientConfig::new(c.mons());
-        cfg.auth = cairn_monclient::auth::EntityKey::from_source(source.clone(), c.mons());
-        cfg.op_timeout = Duration::from_secs(60);
-        let stop = stop.clone();
-        rt.spawn(async move {
-            let client = cairn_client::Client::connect(cfg).await.expect("connect");
-            let pool = client.pool_id("p").expect("pool");
-            let (mut done, mut failed) = (0u64, Vec::new());
-            let deadline = Instant::now() + Duration::from_secs(90);
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                let name = format!("k{}", done % 32);
-                match client
-                    .write_full(pool, name.as_bytes(), &done.to_le_bytes())
-                    .await
-                {
-                    Ok(_) => done += 1,
-                    Err(e) => failed.push(e.to_string()),
-                }
-            }
-            (client, pool, done, failed)
-        })
-    };
+    let writer = spawn_writer(&rt, &c, source.clone(), 32, &stop);
     std::thread::sleep(Duration::from_secs(1));
 
     // Rotate both keys, the new ones installed where the processes read them.
@@ -227,20 +263,7 @@ fn a_rotated_client_and_osd_key_under_load_fail_no_io_and_the_old_key_expires() 
     }
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
-    let (client, pool, done, failed) = rt.block_on(writer).expect("writer");
-    assert!(failed.is_empty(), "failed writes: {failed:?}");
-    assert!(done > 50, "only {done} writes");
-    // The last value of every object is the last write acknowledged for it.
-    rt.block_on(async {
-        for i in 0..32u64.min(done) {
-            let last = (0..done).rev().find(|n| n % 32 == i).expect("a write");
-            let got = client
-                .read(pool, format!("k{i}").as_bytes(), 0, 8)
-                .await
-                .expect("read");
-            assert_eq!(got, last.to_le_bytes(), "k{i}");
-        }
-    });
+    check_writes(&rt, writer, 32);
     let log = std::fs::read_to_string(&mon_log).expect("mon log");
     let after = log.strip_prefix(before.as_str()).unwrap_or(&log);
     for who in ["osd.1", "client.app"] {
@@ -290,29 +313,7 @@ fn the_monitors_key_rotates_under_load_failing_no_io_and_the_old_key_expires() {
         .expect("admin key");
     let rt = runtime();
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let mut cfg = cairn_client::ClientConfig::new(c.mons());
-        cfg.auth = cairn_monclient::auth::EntityKey::from_source(source, c.mons());
-        cfg.op_timeout = Duration::from_secs(60);
-        let stop = stop.clone();
-        rt.spawn(async move {
-            let client = cairn_client::Client::connect(cfg).await.expect("connect");
-            let pool = client.pool_id("p").expect("pool");
-            let (mut done, mut failed) = (0u64, Vec::new());
-            let deadline = Instant::now() + Duration::from_secs(150);
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                let name = format!("k{}", done % 16);
-                match client
-                    .write_full(pool, name.as_bytes(), &done.to_le_bytes())
-                    .await
-                {
-                    Ok(_) => done += 1,
-                    Err(e) => failed.push(e.to_string()),
-                }
-            }
-            (client, pool, done, failed)
-        })
-    };
+    let writer = spawn_writer(&rt, &c, source, 16, &stop);
     std::thread::sleep(Duration::from_secs(1));
     let old = mon_key(&c, 0);
     let addrs = c.mons();
@@ -390,17 +391,5 @@ fn the_monitors_key_rotates_under_load_failing_no_io_and_the_old_key_expires() {
     }
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
-    let (client, pool, done, failed) = rt.block_on(writer).expect("writer");
-    assert!(failed.is_empty(), "failed writes: {failed:?}");
-    assert!(done > 50, "only {done} writes");
-    rt.block_on(async {
-        for i in 0..16u64.min(done) {
-            let last = (0..done).rev().find(|n| n % 16 == i).expect("a write");
-            let got = client
-                .read(pool, format!("k{i}").as_bytes(), 0, 8)
-                .await
-                .expect("read");
-            assert_eq!(got, last.to_le_bytes(), "k{i}");
-        }
-    });
+    check_writes(&rt, writer, 16);
 }
