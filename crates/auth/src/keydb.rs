@@ -82,6 +82,9 @@ pub enum KeyChange {
     Remove { entity: Entity },
     /// Gives the monitors a new shared key. `previous` is the key the proposing leader held
     /// (the keyring files' key before the first rotation), accepted until `keep_old_until`.
+    /// Refused unless `previous` is still the monitors' key when applied: two rotations
+    /// proposed at once both start from one key, and only the first applies (otherwise the
+    /// second would end the first one's grace at once).
     RotateMon {
         secret: Secret,
         previous: Secret,
@@ -110,6 +113,11 @@ pub enum KeyDbError {
     NotSeeded,
     #[error("bad caps: {0}")]
     BadCaps(String),
+    #[error(
+        "another rotation of the monitors' key was applied while this one was proposed; its \
+         old key is kept until {0} (unix time): rotate again after that"
+    )]
+    MonKeyRotatedMeanwhile(u64),
 }
 
 fn is_admin(k: &StoredKey) -> bool {
@@ -141,7 +149,11 @@ impl KeyDb {
             keep_old_until,
         } = change
         {
-            let old = self.mon.as_ref().map_or(previous, |m| &m.secret).clone();
+            if let Some(m) = self.mon.as_ref().filter(|m| &m.secret != previous) {
+                let until = m.previous.as_ref().map_or(0, |p| p.1);
+                return Err(KeyDbError::MonKeyRotatedMeanwhile(until));
+            }
+            let old = previous.clone();
             self.mon = Some(crate::MonKey {
                 secret: secret.clone(),
                 previous: (*keep_old_until > 0).then_some((old, *keep_old_until)),
@@ -371,9 +383,15 @@ mod tests {
             (m.secret, m.previous),
             (k1.clone(), Some((file.clone(), 50)))
         );
-        // The second replaces the key the database holds, whatever the proposer said.
-        db.apply(&rotate(&k2, &Secret::generate(), 0))
-            .expect("second");
+        // A rotation proposed from the key the first one replaced (two at once) is refused,
+        // and changes nothing.
+        assert_eq!(
+            db.apply(&rotate(&k2, &file, 0)),
+            Err(KeyDbError::MonKeyRotatedMeanwhile(50))
+        );
+        assert_eq!(db.mon.as_ref().map(|m| &m.secret), Some(&k1));
+        // One from the key the database holds replaces it.
+        db.apply(&rotate(&k2, &k1, 0)).expect("second");
         assert_eq!(
             db.mon,
             Some(crate::MonKey {

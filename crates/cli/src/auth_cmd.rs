@@ -197,8 +197,16 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
             let AuthAnswer::List(list) = ask(&mon, &me, AuthRequest::List)? else {
                 bail!("the monitors answered without the list");
             };
+            // Monitors older than this request answer it with an error: then say nothing.
+            let mon_key = match ask(&mon, &me, AuthRequest::MonKey) {
+                Ok(AuthAnswer::MonKey {
+                    rotated,
+                    previous_until,
+                }) => Some((rotated, previous_until)),
+                _ => None,
+            };
             if j.json {
-                let v: Vec<_> = list
+                let mut v: Vec<_> = list
                     .iter()
                     .map(|l| {
                         serde_json::json!({
@@ -208,6 +216,13 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
                         })
                     })
                     .collect();
+                if let Some((rotated, until)) = mon_key {
+                    v.push(serde_json::json!({
+                        "entity": "mon.*",
+                        "monitors_key": {"rotated": rotated},
+                        "previous_key_until": until,
+                    }));
+                }
                 println!("{}", serde_json::to_string_pretty(&v)?);
                 return Ok(());
             }
@@ -224,6 +239,17 @@ pub fn run(cmd: AuthCmd, conf: Option<&Path>) -> Result<()> {
                     dash(&l.caps.osd),
                     dash(&l.caps.nbd)
                 );
+            }
+            if let Some((rotated, until)) = mon_key {
+                let what = match (rotated, until) {
+                    (_, Some(t)) => format!(
+                        "the monitors' shared key, rotated (previous key accepted until {})",
+                        unix_time(t)
+                    ),
+                    (true, None) => "the monitors' shared key, rotated".into(),
+                    (false, None) => "the monitors' shared key, as bootstrapped".into(),
+                };
+                println!("{:<24} {what}", "mon.*");
             }
             Ok(())
         }

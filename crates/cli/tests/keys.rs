@@ -32,7 +32,13 @@ fn keys_are_created_limited_replicated_and_removed_through_the_monitors() {
         .map(|e| e["entity"].as_str().expect("entity"))
         .collect();
     names.sort();
-    assert_eq!(names, ["client.admin", "osd.0"], "{ls}");
+    assert_eq!(names, ["client.admin", "mon.*", "osd.0"], "{ls}");
+    let mons = ls
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["entity"] == "mon.*"))
+        .expect("the monitors' key");
+    assert_eq!(mons["monitors_key"]["rotated"], false, "{ls}");
+    assert!(mons["previous_key_until"].is_null(), "{ls}");
     let admin = ls
         .as_array()
         .and_then(|l| l.iter().find(|e| e["entity"] == "client.admin"))
@@ -330,6 +336,11 @@ fn the_monitors_key_rotates_under_load_failing_no_io_and_the_old_key_expires() {
     assert!(out.contains("rotated the monitors' key"), "{out}");
     let e = refused(&c, &["auth", "rotate", "mon", "--keep-old", "60"]);
     assert!(e.contains("rotate again after that"), "{e}");
+    let listed = c.ok(&["auth", "ls"]);
+    assert!(
+        listed.contains("shared key, rotated (previous key accepted until"),
+        "{listed}"
+    );
 
     // Every monitor writes the new key into its keyring file.
     let until = Instant::now() + Duration::from_secs(15);
@@ -363,6 +374,11 @@ fn the_monitors_key_rotates_under_load_failing_no_io_and_the_old_key_expires() {
         );
         mon_handshake(a, &new).unwrap_or_else(|e| panic!("{a}: the new key: {e}"));
     }
+    let listed = c.ok(&["auth", "ls"]);
+    assert!(
+        listed.contains("shared key, rotated") && !listed.contains("previous key"),
+        "{listed}"
+    );
     // New tickets come from the new key's service keys: the OSDs took them up.
     let file = c.dir.join("after-rotation");
     std::fs::write(&file, b"sealed by the new key").expect("write");

@@ -230,6 +230,17 @@ async fn handle(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> Result<AuthReply, A
             Ok(AuthReply::Done)
         }
         AuthRequest::NbdUsers => Ok(nbd_users(ctx, peer)),
+        AuthRequest::MonKey => {
+            let now = unix_now();
+            let (rotated, previous_until) = ctx.view.with_keys(|db| match &db.mon {
+                None => (false, None),
+                Some(m) => (true, m.previous.as_ref().map(|p| p.1).filter(|&t| t > now)),
+            });
+            Ok(AuthReply::MonKey {
+                rotated,
+                previous_until,
+            })
+        }
     }
 }
 

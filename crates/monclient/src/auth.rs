@@ -360,6 +360,13 @@ pub enum AuthAnswer {
     Key(KeyEntry),
     /// Every NBD user with its caps and TLS pre-shared key (opened with this client's key).
     NbdUsers(Vec<(Entity, Caps, Secret)>),
+    /// The state of the monitors' shared key.
+    MonKey {
+        /// Whether `cairn auth rotate mon` ever replaced the bootstrap key.
+        rotated: bool,
+        /// Until when (unix seconds) the replaced key is still accepted, while that lasts.
+        previous_until: Option<u64>,
+    },
 }
 
 /// The request that imports `entry`, its secret sealed with `me` (the key this client
@@ -380,6 +387,13 @@ fn auth_step(f: Frame, me: &[Secret]) -> Step<AuthAnswer> {
         Err(e) => Step::Fail(protocol(e)),
         Ok(AuthReply::Done) => Step::Done(AuthAnswer::Done),
         Ok(AuthReply::List(l)) => Step::Done(AuthAnswer::List(l)),
+        Ok(AuthReply::MonKey {
+            rotated,
+            previous_until,
+        }) => Step::Done(AuthAnswer::MonKey {
+            rotated,
+            previous_until,
+        }),
         Ok(AuthReply::Refused(why)) => Step::Fail(MonClientError::KeyRefused(why)),
         Ok(AuthReply::NotLeader { leader }) => Step::Redirect(leader),
         Ok(AuthReply::Unavailable(why)) => Step::Retry(why),

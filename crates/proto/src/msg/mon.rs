@@ -230,6 +230,8 @@ pub enum AuthRequest {
     /// Every NBD user (a `client.` or `nbd.` entity with NBD caps) with its caps and TLS
     /// pre-shared key: for NBD gateways (`x` in NBD caps without `volume=`) or `mon x`.
     NbdUsers,
+    /// The state of the monitors' shared key (never the key): [`AuthReply::MonKey`].
+    MonKey,
 }
 
 /// One user of [`AuthReply::NbdUsers`].
@@ -271,6 +273,13 @@ pub enum AuthReply {
     Unavailable(String),
     /// The answer to [`AuthRequest::NbdUsers`].
     NbdUsers(Vec<NbdUser>),
+    /// The answer to [`AuthRequest::MonKey`].
+    MonKey {
+        /// Whether `cairn auth rotate mon` ever replaced the bootstrap key.
+        rotated: bool,
+        /// Until when (unix seconds) the key it replaced is still accepted, while that lasts.
+        previous_until: Option<u64>,
+    },
 }
 
 /// The AAD an NBD user's pre-shared key is sealed under in [`AuthReply::NbdUsers`].
