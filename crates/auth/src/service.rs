@@ -16,6 +16,7 @@ use crate::ticket::{seal_ticket, ServiceKey, TicketBody};
 use crate::{Caps, Entity, Secret};
 use hkdf::Hkdf;
 use sha2::Sha256;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 
 /// How long one service key is the current one (a day).
@@ -76,9 +77,22 @@ pub fn mint(svc: &ServiceKey, entity: &Entity, caps: &Caps, now: u64, ttl_secs: 
 #[derive(Debug, Default)]
 pub struct ServiceKeys {
     keys: RwLock<Vec<ServiceKey>>,
+    /// A ticket did not open with the keys held (the monitors may have newer ones).
+    wanted: AtomicBool,
 }
 
 impl ServiceKeys {
+    /// Notes that a ticket did not open with the keys held, so that the holder fetches them
+    /// again soon (`ServiceKeys::take_wanted`) rather than at its next periodic fetch.
+    pub fn want_newer(&self) {
+        self.wanted.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a ticket missed since the last call.
+    pub fn take_wanted(&self) -> bool {
+        self.wanted.swap(false, Ordering::Relaxed)
+    }
+
     /// Replaces the keys held.
     pub fn set(&self, keys: Vec<ServiceKey>) {
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;

@@ -98,16 +98,60 @@ pub(crate) async fn fetch_service_keys(
     }
 }
 
-/// Fetches the service keys again every [`SERVICE_KEY_REFRESH`], forever.
+/// The least time between two fetches of the service keys asked for by tickets that did not
+/// open (`ServiceKeys::want_newer`): anyone can present such a ticket, so they must not turn
+/// into a request to the monitors each.
+pub(crate) const SERVICE_KEY_ON_DEMAND_GAP: Duration = Duration::from_secs(5);
+
+/// Whether to fetch the service keys now, `since` the last fetch: every
+/// [`SERVICE_KEY_REFRESH`], or sooner when a ticket did not open with the keys held (taken
+/// from `held` only when it may be acted on, so that it waits out the gap).
+fn fetch_due(since: Duration, held: &ServiceKeys) -> Option<&'static str> {
+    if since >= SERVICE_KEY_REFRESH {
+        return Some("periodic");
+    }
+    (since >= SERVICE_KEY_ON_DEMAND_GAP && held.take_wanted())
+        .then_some("a ticket did not open with the service keys held")
+}
+
+/// Fetches the service keys again every [`SERVICE_KEY_REFRESH`], and within
+/// [`SERVICE_KEY_ON_DEMAND_GAP`] of a ticket the keys held do not open (so an OSD whose
+/// fetches failed through a rotation of the monitors' key takes the new keys up as soon as a
+/// client presents a ticket sealed with them), forever.
 pub(crate) async fn refresh_service_keys(
     mon: cairn_monclient::MonClient,
     key: OsdKey,
     held: Arc<ServiceKeys>,
 ) {
+    let mut last = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
-        tokio::time::sleep(SERVICE_KEY_REFRESH).await;
+        tick.tick().await;
+        let Some(why) = fetch_due(last.elapsed(), &held) else {
+            continue;
+        };
+        tracing::debug!(why, "fetching the service keys");
+        last = tokio::time::Instant::now();
         if let Err(e) = fetch_service_keys(&mon, &key, &held).await {
             tracing::error!(error = %e, "the monitors refuse this OSD the service keys; keeping the old ones");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_fetched_periodically_and_soon_after_a_ticket_missed() {
+        let held = ServiceKeys::default();
+        let secs = Duration::from_secs;
+        assert_eq!(fetch_due(secs(1), &held), None);
+        assert_eq!(fetch_due(SERVICE_KEY_REFRESH, &held), Some("periodic"));
+        held.want_newer();
+        // Within the gap the wish waits (and is kept).
+        assert_eq!(fetch_due(secs(1), &held), None);
+        assert!(fetch_due(SERVICE_KEY_ON_DEMAND_GAP, &held).is_some_and(|w| w.contains("ticket")));
+        assert_eq!(fetch_due(SERVICE_KEY_ON_DEMAND_GAP, &held), None, "once");
     }
 }

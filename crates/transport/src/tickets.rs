@@ -4,7 +4,7 @@
 //! holding any entity key.
 
 use crate::handshake::{Known, Verifier};
-use cairn_auth::ticket::open_ticket;
+use cairn_auth::ticket::{open_ticket, SealError};
 use cairn_auth::{unix_now, Entity, FrameMode, ServiceKeys};
 use cairn_proto::auth::{AuthInit, AUTH_TICKET};
 use std::sync::Arc;
@@ -32,8 +32,14 @@ impl Verifier for TicketVerifier {
                 "{entity} presented its key: OSDs admit tickets from the monitors, not keys"
             ));
         }
-        let body = open_ticket(&self.keys.get(), &init.ticket, unix_now())
-            .map_err(|e| format!("{entity}'s ticket is refused: {e}"))?;
+        let body = open_ticket(&self.keys.get(), &init.ticket, unix_now()).map_err(|e| {
+            // A key this OSD lacks, or one of an id it holds that does not open the ticket
+            // (the monitors' key was rotated): the monitors may have newer service keys.
+            if matches!(e, SealError::UnknownKey(_) | SealError::Invalid) {
+                self.keys.want_newer();
+            }
+            format!("{entity}'s ticket is refused: {e}")
+        })?;
         if &body.entity != entity {
             return Err(format!(
                 "{entity} presented a ticket issued to {}",
@@ -45,5 +51,54 @@ impl Verifier for TicketVerifier {
             caps: body.caps,
             key: body.session,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_auth::service::{derive_service_key, mint, service_key_id};
+    use cairn_auth::{Caps, Secret};
+
+    fn init(ticket: Vec<u8>) -> AuthInit {
+        AuthInit {
+            entity: "client.a".into(),
+            key_id: [0; 8],
+            frames: 0,
+            nonce: [0; cairn_proto::auth::NONCE_LEN],
+            ticket,
+        }
+    }
+
+    #[test]
+    fn a_ticket_the_held_keys_do_not_open_asks_for_newer_keys() {
+        let now = unix_now();
+        let (old, new) = (Secret::generate(), Secret::generate());
+        let keys = Arc::new(ServiceKeys::default());
+        keys.set(vec![derive_service_key(&old, service_key_id(now))]);
+        let v = TicketVerifier {
+            keys: keys.clone(),
+            frames: FrameMode::Plain,
+        };
+        let a = Entity::parse("client.a").expect("entity");
+        let ticket = |mon: &Secret, id| {
+            mint(&derive_service_key(mon, id), &a, &Caps::default(), now, 60).ticket
+        };
+        let ok = v.key_for(AUTH_TICKET, &init(ticket(&old, service_key_id(now))), &a);
+        assert!(ok.is_ok(), "{:?}", ok.err());
+        assert!(!keys.take_wanted(), "a ticket that opens asks for nothing");
+        // Sealed with the service key of a rotated monitors' key: same id, other secret.
+        let Err(e) = v.key_for(AUTH_TICKET, &init(ticket(&new, service_key_id(now))), &a) else {
+            panic!("a ticket of another monitors' key opened");
+        };
+        assert!(e.contains("ticket is refused"), "{e}");
+        assert!(keys.take_wanted());
+        assert!(!keys.take_wanted(), "taken once");
+        // Sealed with a key of an id not held.
+        let later = service_key_id(now) + 5;
+        assert!(v
+            .key_for(AUTH_TICKET, &init(ticket(&old, later)), &a)
+            .is_err());
+        assert!(keys.take_wanted());
     }
 }
