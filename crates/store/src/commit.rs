@@ -814,8 +814,11 @@ pub(crate) fn write_batch_then<'a>(
     let jobs = std::mem::take(&mut st.direct_jobs);
     st.writing_direct = !jobs.is_empty();
     let flush = flush || !jobs.is_empty() || st.cut.is_some();
+    let spare = st.batch_spare.take();
     drop(st);
-    let layout = layout_batch(&sh.wal, tail, &records, first_seq, prev_crc, sh.wal_tag);
+    let layout = layout_batch(
+        &sh.wal, tail, &records, first_seq, prev_crc, sh.wal_tag, spare,
+    );
     debug_assert_eq!(layout.end_lsn, end);
     let result = if !fits {
         Err(StoreError::Failed(
@@ -832,6 +835,7 @@ pub(crate) fn write_batch_then<'a>(
     st.writing = false;
     st.writing_direct = false;
     st.last_crc = layout.last_crc;
+    st.batch_spare = Some(layout.buf);
     let last_seq = first_seq + records.len() as u64 - 1;
     match result {
         Ok(()) => {

@@ -3,7 +3,9 @@
 //!
 //! Contract for every implementation:
 //! - I/O is in whole [`BLOCK_SIZE`] blocks at block-aligned offsets; buffers are
-//!   [`AlignedBuf`]s so that `O_DIRECT` works.
+//!   [`AlignedBuf`]s so that `O_DIRECT` works. A byte-addressable device (NVM, or a tmpfs
+//!   file standing in for it) also takes writes of any multiple of [`NVM_WRITE_ALIGN`] bytes
+//!   at such offsets ([`BlockDevice::write_align`]): the WAL packs its batches that tight.
 //! - A completed `write_at` may still be volatile (in a device cache); it is durable only once a
 //!   later `flush` has returned `Ok`. A write not followed by a successful flush may be lost or
 //!   torn (at 512-byte sector granularity) by a crash.
@@ -22,6 +24,10 @@ use std::sync::RwLock;
 pub const BLOCK_SIZE: usize = 4096;
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
+/// The write alignment of a byte-addressable device (a cache line): see
+/// [`BlockDevice::write_align`].
+pub const NVM_WRITE_ALIGN: usize = 64;
+
 /// A block device: see the module documentation for the contract.
 pub trait BlockDevice: Send + Sync + 'static {
     /// A name for error messages: role and path.
@@ -34,6 +40,11 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// The alignment of the offset and length of a write: [`BLOCK_SIZE`], or
+    /// [`NVM_WRITE_ALIGN`] for a byte-addressable device.
+    fn write_align(&self) -> usize {
+        BLOCK_SIZE
+    }
 }
 
 /// Rounds `v` up to a multiple of [`BLOCK_SIZE`].
@@ -42,7 +53,12 @@ pub fn align_up(v: u64) -> u64 {
 }
 
 fn check_io(buf_len: usize, off: u64, size: u64) -> io::Result<()> {
-    let aligned = buf_len.is_multiple_of(BLOCK_SIZE) && off.is_multiple_of(BLOCK);
+    check_aligned(buf_len, off, size, BLOCK_SIZE)
+}
+
+/// Checks an I/O of `buf_len` bytes at `off` against alignment `align` and the device end.
+pub fn check_aligned(buf_len: usize, off: u64, size: u64, align: usize) -> io::Result<()> {
+    let aligned = buf_len.is_multiple_of(align) && off.is_multiple_of(align as u64);
     if !aligned {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -105,6 +121,27 @@ impl AlignedBuf {
         b
     }
 
+    /// A buffer of exactly `len` bytes, `old`'s allocation when that is large enough (its
+    /// bytes then whatever `old` held: the caller overwrites all of them), else a new zeroed
+    /// one.
+    pub fn recycle(old: Option<AlignedBuf>, len: usize) -> AlignedBuf {
+        let mut b = match old {
+            Some(b) if b.cap >= len => b,
+            _ => Self::zeroed(len),
+        };
+        // The allocation's bytes are all initialised (zeroed, then written).
+        b.len = len;
+        b
+    }
+
+    /// A buffer holding exactly `data` (its allocation aligned and rounded up to whole
+    /// blocks, zeroed past `data`).
+    pub fn copy_of(data: &[u8]) -> Self {
+        let mut b = Self::from_slice(data);
+        b.len = data.len();
+        b
+    }
+
     /// A buffer holding `data`, zero-padded to whole blocks.
     pub fn from_slice(data: &[u8]) -> Self {
         let mut b = Self::zeroed(data.len());
@@ -142,6 +179,20 @@ pub struct FileDevice {
     file: File,
     size: u64,
     direct: bool,
+    /// On tmpfs: memory, like the NVM it stands in for (it takes `O_DIRECT` since Linux 6.6,
+    /// but any write lands in the page cache).
+    in_memory: bool,
+}
+
+/// Whether `file` is on tmpfs.
+fn on_tmpfs(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut s = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs writes a `statfs` into the buffer it is given; we read it only when the
+    // call succeeded, and the descriptor is open for the call's duration.
+    let ok = unsafe { libc::fstatfs(file.as_raw_fd(), s.as_mut_ptr()) } == 0;
+    // SAFETY: initialised by the successful call (and zeroed before).
+    ok && unsafe { s.assume_init() }.f_type == libc::TMPFS_MAGIC
 }
 
 impl FileDevice {
@@ -176,6 +227,7 @@ impl FileDevice {
         let size = if size == 0 { cur } else { size.min(cur) };
         Ok(FileDevice {
             name,
+            in_memory: on_tmpfs(&file),
             file,
             size: size / BLOCK * BLOCK,
             direct,
@@ -200,11 +252,20 @@ impl BlockDevice for FileDevice {
         self.file.read_exact_at(buf, off)
     }
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
-        check_io(buf.len(), off, self.size)?;
+        check_aligned(buf.len(), off, self.size, self.write_align())?;
         self.file.write_all_at(buf, off)
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    /// Writes to tmpfs (what stands in for NVM) or without `O_DIRECT` go to the page cache,
+    /// which takes any length at any offset.
+    fn write_align(&self) -> usize {
+        if self.direct && !self.in_memory {
+            BLOCK_SIZE
+        } else {
+            NVM_WRITE_ALIGN
+        }
     }
 }
 
@@ -212,6 +273,7 @@ impl BlockDevice for FileDevice {
 pub struct MemDevice {
     name: String,
     data: RwLock<Vec<u8>>,
+    write_align: usize,
 }
 
 impl MemDevice {
@@ -220,6 +282,15 @@ impl MemDevice {
         MemDevice {
             name: name.to_string(),
             data: RwLock::new(vec![0; (size / BLOCK * BLOCK) as usize]),
+            write_align: BLOCK_SIZE,
+        }
+    }
+
+    /// A zeroed byte-addressable device (like NVM): writes need [`NVM_WRITE_ALIGN`] only.
+    pub fn nvm(name: &str, size: u64) -> Self {
+        MemDevice {
+            write_align: NVM_WRITE_ALIGN,
+            ..MemDevice::new(name, size)
         }
     }
 }
@@ -243,12 +314,15 @@ impl BlockDevice for MemDevice {
     }
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let mut d = self.data.write().map_err(|_| poisoned())?;
-        check_io(buf.len(), off, d.len() as u64)?;
+        check_aligned(buf.len(), off, d.len() as u64, self.write_align)?;
         d[off as usize..off as usize + buf.len()].copy_from_slice(buf);
         Ok(())
     }
     fn flush(&self) -> io::Result<()> {
         Ok(())
+    }
+    fn write_align(&self) -> usize {
+        self.write_align
     }
 }
 
@@ -273,5 +347,37 @@ mod tests {
         assert!(d.write_at(&b, (1 << 20) - 4096).is_err());
         assert!(d.read_at(&mut r[..100], 0).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_on_tmpfs_takes_writes_of_64_bytes_like_nvm() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return; // no tmpfs to try
+        }
+        let path = shm.join(format!("cairn-dev-nvm-{}", std::process::id()));
+        let d = FileDevice::open(&path, 1 << 20, "wal").unwrap();
+        assert_eq!(d.write_align(), NVM_WRITE_ALIGN);
+        let mut b = AlignedBuf::zeroed(4096);
+        b[..5].copy_from_slice(b"first");
+        d.write_at(&b[..64], 64).unwrap();
+        b[..5].copy_from_slice(b"again");
+        d.write_at(&b[..128], 128).unwrap();
+        let mut r = AlignedBuf::zeroed(4096);
+        d.read_at(&mut r, 0).unwrap();
+        assert_eq!((&r[64..69], &r[128..133]), (&b"first"[..], &b"again"[..]));
+        assert!(d.write_at(&b[..100], 0).is_err(), "not a multiple of 64");
+        assert!(d.write_at(&b[..64], 32).is_err(), "not at a multiple of 64");
+        std::fs::remove_file(&path).unwrap();
+        // Off tmpfs (a disk file system), whole blocks only.
+        let dir = std::env::temp_dir();
+        if super::on_tmpfs(&File::open(&dir).unwrap()) {
+            return;
+        }
+        let path = dir.join(format!("cairn-dev-disk-{}", std::process::id()));
+        let d = FileDevice::open(&path, 1 << 20, "data0").unwrap();
+        assert_eq!(d.write_align(), BLOCK_SIZE);
+        assert!(d.write_at(&b[..64], 64).is_err());
+        std::fs::remove_file(&path).unwrap();
     }
 }

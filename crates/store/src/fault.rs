@@ -172,14 +172,18 @@ impl FaultDevice {
                 1 => damaged += 1,
                 _ => {
                     damaged += 1;
-                    let mut cur = AlignedBuf::zeroed(data.len());
-                    self.inner.read_at(&mut cur, off)?;
+                    // Whole blocks around it (a write to NVM may be shorter than a block).
+                    let base = off / 4096 * 4096;
+                    let at = (off - base) as usize;
+                    let mut cur = AlignedBuf::zeroed(at + data.len());
+                    self.inner.read_at(&mut cur, base)?;
                     for s in (0..data.len()).step_by(SECTOR) {
+                        let e = (s + SECTOR).min(data.len());
                         if rng().is_multiple_of(2) {
-                            cur[s..s + SECTOR].copy_from_slice(&data[s..s + SECTOR]);
+                            cur[at + s..at + e].copy_from_slice(&data[s..e]);
                         }
                     }
-                    self.inner.write_at(&cur, off)?;
+                    self.inner.write_at(&cur, base)?;
                 }
             }
         }
@@ -229,14 +233,12 @@ impl BlockDevice for FaultDevice {
         if self.passthrough {
             return self.inner.write_at(buf, off);
         }
-        if !off.is_multiple_of(4096)
-            || !buf.len().is_multiple_of(4096)
-            || off + buf.len() as u64 > self.size()
-        {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad I/O range"));
-        }
-        lock(&self.overlay).push((off, AlignedBuf::from_slice(buf)));
+        crate::device::check_aligned(buf.len(), off, self.size(), self.write_align())?;
+        lock(&self.overlay).push((off, AlignedBuf::copy_of(buf)));
         Ok(())
+    }
+    fn write_align(&self) -> usize {
+        self.inner.write_align()
     }
     fn flush(&self) -> io::Result<()> {
         let (fail, delay) = {

@@ -1,7 +1,8 @@
 //! The write-ahead log: a ring of checksummed records on the WAL region (NVM in production).
 //!
-//! Records are written in group-commit batches. A batch is one write starting at a block
-//! boundary and padded to the next boundary with a PAD record; when a batch does not fit before
+//! Records are written in group-commit batches. A batch is one write starting at a multiple of
+//! the WAL device's write alignment ([`WalRegion::align`]: a block, or 64 bytes on NVM) and
+//! padded to the next one with a PAD record; when a batch does not fit before
 //! the end of the ring, a WRAP record sends readers back to ring offset 0. Every record carries
 //! its sequence number and the crc of the record before it, so replay stops at the first record
 //! that is torn, stale (from an earlier lap or an earlier incarnation) or out of sequence.
@@ -163,16 +164,35 @@ pub struct WalRegion {
     base: u64,
     /// Size of the ring in bytes.
     pub ring_size: u64,
+    /// Batches start and end at multiples of this (the device's write alignment).
+    align: u64,
 }
 
 impl WalRegion {
     /// The region at `base` of `size` bytes on `dev`.
     pub fn new(dev: Arc<dyn BlockDevice>, base: u64, size: u64) -> Self {
+        // A power of two from 64 (a WRAP record must fit in one) to a block.
+        let align = (dev.write_align() as u64)
+            .clamp(crate::device::NVM_WRITE_ALIGN as u64, BLOCK)
+            .next_power_of_two();
         WalRegion {
             dev,
             base,
             ring_size: size - 2 * BLOCK,
+            align,
         }
+    }
+
+    /// The alignment of batches: a block on a device written with `O_DIRECT`, 64 bytes on a
+    /// byte-addressable one (NVM, tmpfs), where padding every batch to a block would double
+    /// the bytes written for a 4 KiB write (its record is a little over 4 KiB).
+    pub fn align(&self) -> u64 {
+        self.align
+    }
+
+    /// `v` rounded up to the batch alignment.
+    pub fn align_up(&self, v: u64) -> u64 {
+        v.div_ceil(self.align) * self.align
     }
 
     fn ring_base(&self) -> u64 {
@@ -211,7 +231,8 @@ impl WalRegion {
         }
     }
 
-    /// Writes a block-aligned buffer at log position `lsn` (it must not cross the ring end).
+    /// Writes a buffer at log position `lsn`, both aligned to [`WalRegion::align`] (it must
+    /// not cross the ring end).
     pub fn write_at_lsn(&self, buf: &[u8], lsn: u64) -> Result<()> {
         let off = self.ring_base() + lsn % self.ring_size;
         self.dev.write_at(buf, off).map_err(|e| self.io(off, e))
@@ -228,13 +249,14 @@ impl WalRegion {
     }
 }
 
-/// One group-commit batch laid out for writing: an optional WRAP block to write first at
+/// One group-commit batch laid out for writing: an optional WRAP record to write first at
 /// `wrap.1`, then `buf` at `lsn`.
 pub struct BatchLayout {
     pub wrap: Option<(AlignedBuf, u64)>,
+    /// The batch, exactly (its allocation is reused for the next batch).
     pub buf: AlignedBuf,
     pub lsn: u64,
-    /// Log position just past the batch (block aligned).
+    /// Log position just past the batch (aligned).
     pub end_lsn: u64,
     /// crc of the batch's last transaction record.
     pub last_crc: u32,
@@ -242,7 +264,7 @@ pub struct BatchLayout {
 
 /// Bytes of ring a batch of `len` record bytes needs at `tail`, including a wrap skip.
 pub fn batch_footprint(region: &WalRegion, tail: u64, len: u64) -> u64 {
-    let padded = align_up(len + HEADER_LEN as u64);
+    let padded = region.align_up(len + HEADER_LEN as u64);
     let room = region.until_ring_end(tail);
     if padded <= room {
         padded
@@ -251,9 +273,10 @@ pub fn batch_footprint(region: &WalRegion, tail: u64, len: u64) -> u64 {
     }
 }
 
-/// Lays unsealed `records` (sequence numbers `first_seq`..) out at block-aligned `tail`,
-/// chaining them to `prev_crc` and sealing them, then pads the batch to a block boundary with a
-/// PAD record (there is always room for one: the padding is at least a header long).
+/// Lays unsealed `records` (sequence numbers `first_seq`..) out at aligned `tail`, chaining
+/// them to `prev_crc` and sealing them, then pads the batch to the next aligned position with
+/// a PAD record (there is always room for one: the padding is at least a header long).
+/// `spare` is the last batch's buffer, reused when large enough.
 pub fn layout_batch(
     region: &WalRegion,
     tail: u64,
@@ -261,19 +284,23 @@ pub fn layout_batch(
     first_seq: u64,
     prev_crc: u32,
     tag: u32,
+    spare: Option<AlignedBuf>,
 ) -> BatchLayout {
     let len: usize = records.iter().map(|r| r.len()).sum();
-    let padded = align_up((len + HEADER_LEN) as u64) as usize;
+    let padded = region.align_up((len + HEADER_LEN) as u64) as usize;
     let mut lsn = tail;
     let mut wrap = None;
     if padded as u64 > region.until_ring_end(tail) {
         let mut w = Vec::with_capacity(BLOCK_SIZE);
         record_header(&mut w, KIND_WRAP, first_seq, prev_crc);
         chain_and_seal(&mut w, prev_crc, 0, tag);
-        wrap = Some((AlignedBuf::from_slice(&w), tail));
+        // One aligned unit: the room before the ring end may be no more.
+        w.resize(region.align() as usize, 0);
+        wrap = Some((AlignedBuf::copy_of(&w), tail));
         lsn = tail + region.until_ring_end(tail);
     }
-    let mut buf = AlignedBuf::zeroed(padded);
+    // Every byte of it is written below: records, then the PAD record with its zeros.
+    let mut buf = AlignedBuf::recycle(spare, padded);
     let (mut pos, mut crc) = (0, prev_crc);
     for (i, r) in records.iter().enumerate() {
         let rec = &mut buf[pos..pos + r.len()];
@@ -408,10 +435,10 @@ impl<'a> Replayer<'a> {
     /// After [`Next::End`]: whether a later batch follows the end point. Batches are written
     /// one after the other, each only once the one before is durable, so a later batch means
     /// the end point was durable once and has been damaged since (a torn write only ever hits
-    /// the last batch). Looks at block boundaries up to one ring ahead for the first record of
-    /// a batch with a higher sequence number and a valid crc.
+    /// the last batch). Looks at aligned positions up to one ring ahead for the first record
+    /// of a batch with a higher sequence number and a valid crc.
     pub fn corruption_follows(&mut self) -> Result<bool> {
-        let start = align_up(self.lsn + 1);
+        let start = self.region.align_up(self.lsn + 1);
         let mut lsn = start;
         while lsn < self.lsn + self.region.ring_size {
             if let Some((h, b)) = self.peek_at(lsn)? {
@@ -433,7 +460,7 @@ impl<'a> Replayer<'a> {
                     }
                 }
             }
-            lsn += BLOCK;
+            lsn += self.region.align();
         }
         Ok(false)
     }
@@ -465,7 +492,7 @@ mod tests {
         crc: u32,
     ) -> (u64, u32, Vec<Vec<u8>>) {
         let queued: Vec<QueuedRecord> = recs.iter().map(|r| r.clone().into()).collect();
-        let b = layout_batch(region, tail, &queued, first, crc, 7);
+        let b = layout_batch(region, tail, &queued, first, crc, 7, None);
         if let Some((w, l)) = &b.wrap {
             region.write_at_lsn(w, *l).unwrap();
         }
@@ -567,5 +594,77 @@ mod tests {
         while let Next::Txn(_) = r.next_record().unwrap() {}
         assert_eq!(r.next_seq, 11);
         assert!(!r.corruption_follows().unwrap());
+    }
+
+    #[test]
+    fn on_nvm_batches_pack_at_64_bytes_wrap_inside_the_ring_and_damage_is_found() {
+        // An 8-block region (a ring of 6 blocks) followed by bytes that must stay untouched:
+        // on data device 0 the segment area follows the WAL.
+        let nvm = Arc::new(MemDevice::nvm("wal", 16 * 4096));
+        let after = AlignedBuf::from_slice(&[0xee; 4096]);
+        nvm.write_at(&after, 8 * 4096).unwrap();
+        let dev: Arc<dyn BlockDevice> = nvm.clone();
+        let region = WalRegion::new(dev, 0, 8 * 4096);
+        assert_eq!(region.align(), 64);
+        // A 4 KiB write's record is a little over 4 KiB: its batch takes 4,288 bytes, not 8,192.
+        let body = 4096 + 100 - HEADER_LEN;
+        let (mut tail, mut crc) = (0u64, 0u32);
+        // (batch start lsn, first seq, crc before it, sealed record)
+        let mut batches = Vec::new();
+        let mut spare = None;
+        for seq in 1..=14u64 {
+            let queued = [QueuedRecord::from(rec(seq, &vec![seq as u8; body]))];
+            let b = layout_batch(&region, tail, &queued, seq, crc, 7, spare.take());
+            assert_eq!(b.end_lsn - b.lsn, 4288);
+            if let Some((w, l)) = &b.wrap {
+                assert!(w.len() as u64 <= region.until_ring_end(*l), "the WRAP fits");
+                region.write_at_lsn(w, *l).unwrap();
+            }
+            region.write_at_lsn(&b.buf, b.lsn).unwrap();
+            batches.push((b.lsn, seq, crc, b.buf[..HEADER_LEN + body].to_vec()));
+            (tail, crc) = (b.end_lsn, b.last_crc);
+            spare = Some(b.buf);
+        }
+        assert!(tail > 2 * region.ring_size, "the test must wrap twice");
+        let mut back = AlignedBuf::zeroed(4096);
+        nvm.read_at(&mut back, 8 * 4096).unwrap();
+        assert_eq!(&back[..], &after[..], "nothing written past the ring");
+
+        // The ring holds the last five batches: replay them.
+        let from = |i: usize| WalHeader {
+            replay_seq: batches[i].1,
+            replay_lsn: batches[i].0,
+            replay_prev_crc: batches[i].2,
+            ..Default::default()
+        };
+        let h = from(9);
+        let mut r = Replayer::new(&region, &h, 1 << 20, 7);
+        let mut got = Vec::new();
+        while let Next::Txn(b) = r.next_record().unwrap() {
+            got.push(b.to_vec());
+        }
+        let want: Vec<Vec<u8>> = batches[9..].iter().map(|b| b.3.clone()).collect();
+        assert_eq!(got, want);
+        assert_eq!(r.lsn, tail);
+        assert!(!r.corruption_follows().unwrap());
+
+        // Damage the second-to-last batch: the last one starts off a block boundary, so only
+        // a scan at the WAL's alignment finds it and calls it corruption, not a torn tail.
+        let (victim, last) = (&batches[12], &batches[13]);
+        assert_ne!(
+            last.0 % region.ring_size % 4096,
+            0,
+            "the test needs an unaligned batch"
+        );
+        let off = 2 * 4096 + victim.0 % region.ring_size + 1000;
+        let base = off / 4096 * 4096;
+        let mut b = AlignedBuf::zeroed(4096);
+        nvm.read_at(&mut b, base).unwrap();
+        b[(off - base) as usize] ^= 4;
+        nvm.write_at(&b, base).unwrap();
+        let mut r = Replayer::new(&region, &h, 1 << 20, 7);
+        while let Next::Txn(_) = r.next_record().unwrap() {}
+        assert_eq!(r.next_seq, victim.1);
+        assert!(r.corruption_follows().unwrap());
     }
 }

@@ -106,8 +106,11 @@ fn setup(rng: &mut Rng) -> Setup {
     // Aligned writes of 2+ blocks go straight to the data devices on a third of the seeds,
     // of 1+ blocks on another third: both commit paths crash and recover.
     cfg.direct_write_min_bytes = [0, 8192, 4096][rng.below(3) as usize];
+    // The WAL on a byte-addressable device (batches packed at 64 bytes, torn anywhere) on
+    // half of the seeds.
+    let nvm = rng.below(2) == 0;
     Setup {
-        mem: MemDevs::new(data, 6 << 20, wal),
+        mem: MemDevs::with_wal_on_nvm(data, 6 << 20, wal, nvm),
         cfg,
     }
 }

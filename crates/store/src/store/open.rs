@@ -203,6 +203,7 @@ impl Store {
             queue: Vec::new(),
             queue_bytes: 0,
             writing: false,
+            batch_spare: None,
             tail_lsn: hdr.replay_lsn,
             head_lsn: hdr.replay_lsn,
             header_gen: hdr.generation,

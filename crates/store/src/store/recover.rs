@@ -109,6 +109,6 @@ pub(super) fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
     st.last_crc = r.last_crc;
     st.durable_seq = r.next_seq - 1;
     st.written_seq = st.durable_seq;
-    st.tail_lsn = align_up(r.lsn);
-    Ok(!r.lsn.is_multiple_of(BLOCK))
+    st.tail_lsn = sh.wal.align_up(r.lsn);
+    Ok(!r.lsn.is_multiple_of(sh.wal.align()))
 }

@@ -32,11 +32,24 @@ pub struct MemDevs {
 
 impl MemDevs {
     pub fn new(data: usize, size: u64, wal: Option<u64>) -> Self {
+        Self::with_wal_on_nvm(data, size, wal, false)
+    }
+
+    /// With `nvm`, the device holding the WAL (the WAL device, else data device 0) is
+    /// byte-addressable: WAL batches are packed at 64 bytes, not a block.
+    pub fn with_wal_on_nvm(data: usize, size: u64, wal: Option<u64>, nvm: bool) -> Self {
+        let dev = |name: &str, size, nvm| {
+            Arc::new(if nvm {
+                MemDevice::nvm(name, size)
+            } else {
+                MemDevice::new(name, size)
+            })
+        };
         MemDevs {
             data: (0..data)
-                .map(|i| Arc::new(MemDevice::new(&format!("data{i}"), size)))
+                .map(|i| dev(&format!("data{i}"), size, nvm && i == 0 && wal.is_none()))
                 .collect(),
-            wal: wal.map(|w| Arc::new(MemDevice::new("wal", w))),
+            wal: wal.map(|w| dev("wal", w, nvm)),
         }
     }
 
