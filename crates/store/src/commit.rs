@@ -18,6 +18,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
 const B: u64 = BLOCK_SIZE as u64;
+/// The largest WAL batch buffer kept for the next batch (a batch of large records can be
+/// tens of MiB, which would otherwise stay allocated).
+const BATCH_SPARE_MAX: usize = 4 << 20;
 
 impl Store {
     /// Commits a transaction atomically; returns its sequence number once it is durable in
@@ -835,7 +838,8 @@ pub(crate) fn write_batch_then<'a>(
     st.writing = false;
     st.writing_direct = false;
     st.last_crc = layout.last_crc;
-    st.batch_spare = Some(layout.buf);
+    // Kept for the next batch unless an unusually large one grew it.
+    st.batch_spare = (layout.buf.capacity() <= BATCH_SPARE_MAX).then_some(layout.buf);
     let last_seq = first_seq + records.len() as u64 - 1;
     match result {
         Ok(()) => {

@@ -134,6 +134,11 @@ impl AlignedBuf {
         b
     }
 
+    /// Bytes allocated (a whole number of blocks, at least `len`).
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
     /// A buffer holding exactly `data` (its allocation aligned and rounded up to whole
     /// blocks, zeroed past `data`).
     pub fn copy_of(data: &[u8]) -> Self {
