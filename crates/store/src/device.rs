@@ -192,7 +192,7 @@ pub struct FileDevice {
 /// Allocates every page of a tmpfs file of `len` bytes (those it has keep their bytes). A
 /// sparse file would take its memory page by page as the WAL ring first goes round: a full
 /// tmpfs would then fail a WAL write long after start, and every first write to a page pays
-/// for allocating and clearing it (measured on the 2-core VM: 10 % of the machine in the
+/// for allocating and clearing it (measured on the 2-core VM: 8-10 % of the machine in the
 /// first laps of `bench nbd` randwrite-4k-qd32, 1 % once allocated). Failing here says so
 /// at once.
 fn reserve_memory(file: &File, len: u64, name: &str) -> io::Result<()> {
