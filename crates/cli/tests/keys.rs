@@ -80,6 +80,18 @@ fn keys_are_created_limited_replicated_and_removed_through_the_monitors() {
         !ok && out.contains("permission denied: client.app lacks x on the monitors"),
         "{out}"
     );
+    // The state of the monitors' key is for `mon x` too (asked directly: `auth ls` stops
+    // at the list's refusal).
+    let app_key = cairn_monclient::auth::KeySource::keyring(&app_ring, &app).expect("key");
+    let asked = runtime().block_on(async {
+        let mons = cairn_monclient::MonClient::new(c.mons()).with_auth(app_key.clone());
+        mons.auth_request(cairn_proto::msg::mon::AuthRequest::MonKey, &app_key)
+            .await
+    });
+    match asked {
+        Err(e) => assert!(e.to_string().contains("lacks x on the monitors"), "{e}"),
+        Ok(a) => panic!("the monitors' key state given to client.app: {a:?}"),
+    }
     let (ok, out) = run_as(&app_conf, &["pool", "create", "q", "--size", "1"]);
     assert!(!ok && out.contains("lacks w on the monitors"), "{out}");
     c.ok(&[

@@ -112,13 +112,8 @@ impl AlignedBuf {
     /// call costs page faults and page clearing on every flush).
     pub fn reuse(slot: &mut Option<AlignedBuf>, len: usize) -> &mut AlignedBuf {
         let want = len.div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE;
-        if slot.as_ref().is_none_or(|b| b.cap < want) {
-            *slot = Some(Self::zeroed(want));
-        }
-        let b = slot.get_or_insert_with(|| Self::zeroed(want));
-        // The allocation holds at least `want` initialised bytes (zeroed, then written).
-        b.len = want;
-        b
+        let b = Self::recycle(slot.take(), want);
+        slot.insert(b)
     }
 
     /// A buffer of exactly `len` bytes, `old`'s allocation when that is large enough (its
