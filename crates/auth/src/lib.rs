@@ -10,8 +10,8 @@
 //! - [`keydb`]: the monitors' replicated key database and key ids.
 //! - [`service`]: the OSD service keys tickets are sealed with, derived from the monitors' key.
 //!
-//! No primitive is written here: they come from RustCrypto (`hmac`, `sha2`, `hkdf`,
-//! `chacha20poly1305`). The protocol is in `docs/format/wire.md` ("Authentication").
+//! No primitive is written here: they come from RustCrypto (`hmac`, `sha2`, `hkdf`) and
+//! `ring` (AES-256-GCM, ChaCha20-Poly1305). The protocol is in `docs/format/wire.md` ("Authentication").
 
 pub mod caps;
 pub mod entity;
@@ -26,7 +26,7 @@ pub mod ticket;
 
 pub use caps::{BadCaps, Caps, Grant, Perms};
 pub use entity::{BadEntity, Entity, EntityKind, MAX_ENTITY_LEN};
-pub use frames::{frame_guards, FrameMode, Opener, Sealer, Tampered, FRAME_TAGS_LEN};
+pub use frames::{frame_guards, FrameMode, Opener, Sealer, Tampered, COPY_ALIGN, FRAME_TAGS_LEN};
 pub use keydb::{key_id, KeyChange, KeyDb, KeyDbError, StoredKey, KEY_ID_LEN};
 pub use keyring::{write_private, KeyEntry, Keyring, KeyringError};
 pub use mon_key::{MonKey, MonKeySet, MIN_MON_KEEP_OLD_SECS};

@@ -12,8 +12,7 @@
 //! ```
 
 use crate::{Caps, Entity, Secret};
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use serde::{Deserialize, Serialize};
 
 /// Largest sealed ticket.
@@ -56,14 +55,29 @@ pub enum SealError {
 /// Seals `plain` with `key`, binding `aad`.
 pub fn seal(key: &Secret, aad: &[u8], plain: &[u8]) -> Vec<u8> {
     let nonce: [u8; NONCE_LEN] = crate::random();
-    let c = ChaCha20Poly1305::new(Key::from_slice(&key.0));
-    let mut out = nonce.to_vec();
-    // Encryption fails only for messages over 256 GiB.
-    let ct = c
-        .encrypt(Nonce::from_slice(&nonce), Payload { msg: plain, aad })
-        .unwrap_or_default();
-    out.extend_from_slice(&ct);
+    let mut out = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(plain);
+    // Sealing fails only for messages over 256 GiB (this seals tickets and keys); then
+    // nothing is sealed, and opening fails.
+    match cipher(key).seal_in_place_separate_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad),
+        &mut out[NONCE_LEN..],
+    ) {
+        Ok(tag) => out.extend_from_slice(tag.as_ref()),
+        Err(_) => out.truncate(NONCE_LEN),
+    }
     out
+}
+
+/// Bytes of the AEAD's tag at the end of sealed bytes.
+const TAG_LEN: usize = 16;
+
+/// ChaCha20-Poly1305 keyed with `key`.
+fn cipher(key: &Secret) -> LessSafeKey {
+    // A `Secret` is always the 32 bytes ChaCha20-Poly1305 takes.
+    LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &key.0).unwrap_or_else(|_| unreachable!()))
 }
 
 /// Opens bytes sealed by [`seal`] with the same key and `aad`.
@@ -72,9 +86,14 @@ pub fn open(key: &Secret, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, SealErro
         return Err(SealError::Invalid);
     }
     let (nonce, ct) = sealed.split_at(NONCE_LEN);
-    let c = ChaCha20Poly1305::new(Key::from_slice(&key.0));
-    c.decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad })
-        .map_err(|_| SealError::Invalid)
+    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| SealError::Invalid)?;
+    let mut buf = ct.to_vec();
+    let plain_len = cipher(key)
+        .open_in_place(nonce, Aad::from(aad), &mut buf)
+        .map_err(|_| SealError::Invalid)?
+        .len();
+    buf.truncate(plain_len);
+    Ok(buf)
 }
 
 /// Bytes of a secret key sealed by [`seal`]: nonce, the key, tag.
@@ -142,6 +161,29 @@ pub fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sealed bytes are RFC 8439 ChaCha20-Poly1305 as `nonce | ciphertext | tag`, the layout
+    /// earlier releases wrote (with RustCrypto's implementation): bytes sealed by another
+    /// implementation (OpenSSL's) open, and ours open there.
+    #[test]
+    fn sealed_bytes_are_rfc_8439_chacha20_poly1305() {
+        use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
+        let (key, nonce) = (Secret::generate(), [9u8; NONCE_LEN]);
+        let (aad, plain) = (
+            b"cairn ticket v1".as_slice(),
+            b"what a ticket says".as_slice(),
+        );
+        let mut tag = [0u8; TAG_LEN];
+        let c = Cipher::chacha20_poly1305();
+        let ct = encrypt_aead(c, &key.0, Some(&nonce), aad, plain, &mut tag).expect("openssl");
+        let theirs = [&nonce[..], &ct, &tag].concat();
+        assert_eq!(open(&key, aad, &theirs).as_deref(), Ok(plain));
+        let ours = seal(&key, aad, plain);
+        let (n, rest) = ours.split_at(NONCE_LEN);
+        let (ct, tag) = rest.split_at(rest.len() - TAG_LEN);
+        let opened = decrypt_aead(c, &key.0, Some(n), aad, ct, tag).expect("openssl opens ours");
+        assert_eq!(opened, plain);
+    }
 
     #[test]
     fn a_sealed_secret_opens_only_whole_with_its_key_and_aad() {

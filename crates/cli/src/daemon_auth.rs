@@ -25,8 +25,9 @@ pub struct DaemonAuth {
     #[arg(long, value_enum, default_value_t = AuthMode::Key)]
     pub auth: AuthMode,
     /// How every connection's frames are protected at least: `plain` (default: a header
-    /// crc only, for a trusted network), `signed` (every frame authenticated, AES-256-GMAC)
-    /// or `secure` (every frame encrypted and authenticated, AES-256-GCM). A peer
+    /// crc only, for a trusted network), `signed` (every frame authenticated by an
+    /// AES-256-GCM tag, its bytes in the clear) or `secure` (every frame encrypted and
+    /// authenticated, AES-256-GCM). A peer
     /// asking for more gets more. Needs authentication.
     #[arg(long, value_name = "MODE", value_parser = parse_frames, default_value = "plain")]
     pub frames: cairn_transport::FrameMode,

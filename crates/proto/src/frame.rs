@@ -63,6 +63,15 @@ pub fn body_crc(control: &[u8], data: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(control), data)
 }
 
+/// Sets an encoded header's body crc to 0 and seals the header again: a protected frame's
+/// header (its tag covers the body, and a crc of the plaintext would tell an observer of a
+/// secure frame whether the body is one it guesses).
+pub fn clear_body_crc(h: &mut [u8; HEADER_LEN]) {
+    h[24..28].fill(0);
+    let crc = crc32c::crc32c(&h[..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+}
+
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
@@ -76,12 +85,19 @@ impl FrameHeader {
                 request_id: self.request_id,
             });
         }
-        Ok(Frame {
+        Ok(self.frame_unchecked(control, data))
+    }
+
+    /// The frame of this (checked) header and its body, whose bytes something stronger than
+    /// the body crc has checked: the tag of a protected connection (whose frames carry a
+    /// body crc of 0, `docs/format/wire.md`).
+    pub fn frame_unchecked(&self, control: Vec<u8>, data: Vec<u8>) -> Frame {
+        Frame {
             msg_type: self.msg_type,
             request_id: self.request_id,
             control,
             data,
-        })
+        }
     }
 
     /// Encodes the header, sealing it with its crc.

@@ -27,7 +27,9 @@ mod frame;
 mod hello;
 pub mod msg;
 
-pub use frame::{body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, MAGIC};
+pub use frame::{
+    body_crc, clear_body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, MAGIC,
+};
 pub use hello::{negotiate, Hello, HelloError, AUTH_MAX, AUTH_NONE, HELLO_LEN};
 
 /// Version of the protocol (frame layout and messages) written by this build; the history is

@@ -1,8 +1,9 @@
 //! Frames over tokio streams: one frame per call, header checked before the body is read.
 
-use cairn_auth::{Opener, Sealer, Tampered, FRAME_TAGS_LEN};
+use cairn_auth::{Opener, Sealer, Tampered, COPY_ALIGN, FRAME_TAGS_LEN};
 use cairn_proto::{
-    body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN, PROTOCOL_VERSION,
+    body_crc, clear_body_crc, Decoder, Frame, FrameError, FrameHeader, Limits, HEADER_LEN,
+    PROTOCOL_VERSION,
 };
 use std::future::Future;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -68,30 +69,72 @@ pub async fn read_guarded<R: AsyncRead + Unpin>(
         Err(e) => return Err(e.into()),
     }
     let hdr = FrameHeader::decode(&h, limits)?;
-    let mut control = read_exactly(r, hdr.control_len).await?;
-    let mut data = read_exactly(r, hdr.data_len).await?;
-    if let Some(o) = opener {
-        let mut tags = [0u8; FRAME_TAGS_LEN];
-        r.read_exact(&mut tags).await?;
-        o.open(&h, &mut control, &mut data, &tags)?;
-    }
-    Ok(hdr.frame(control, data)?)
+    let (control, data) = match opener {
+        Some(o) if o.decrypts() => read_secure(r, &h, &hdr, o).await?,
+        Some(o) => {
+            let control = read_exactly(r, hdr.control_len).await?;
+            let data = read_exactly(r, hdr.data_len).await?;
+            let tag = read_tag(r).await?;
+            o.check(&h, &control, &data, &tag)?;
+            (control, data)
+        }
+        None => {
+            let control = read_exactly(r, hdr.control_len).await?;
+            let data = read_exactly(r, hdr.data_len).await?;
+            return Ok(hdr.frame(control, data)?);
+        }
+    };
+    // The tag checked the body; a protected frame's body crc is 0.
+    Ok(hdr.frame_unchecked(control, data))
+}
+
+/// Reads the body of a secure frame (one AES-GCM message: control, then data) and its tag,
+/// and decrypts it; its parts.
+async fn read_secure<R: AsyncRead + Unpin>(
+    r: &mut R,
+    h: &[u8; HEADER_LEN],
+    hdr: &FrameHeader,
+    opener: &mut Opener,
+) -> Result<(Vec<u8>, Vec<u8>), ReadError> {
+    let c = hdr.control_len as usize;
+    // The body is read after `pad` bytes that make the move of the data part below one by a
+    // multiple of 64 bytes (`COPY_ALIGN` says why).
+    let pad = (COPY_ALIGN - c % COPY_ALIGN) % COPY_ALIGN;
+    let len = pad + c + hdr.data_len as usize;
+    let mut buf = Vec::with_capacity(len);
+    buf.resize(pad, 0);
+    // Both lengths were checked against the limits, so this fits.
+    read_into(r, &mut buf, len).await?;
+    let tag = read_tag(r).await?;
+    opener.open(h, &mut buf[pad..], &tag)?;
+    // The control part is small (the data part is the payload): copy it out and move the
+    // data down, rather than copy the data into a buffer of its own.
+    let control = buf[pad..pad + c].to_vec();
+    buf.drain(..pad + c);
+    Ok((control, buf))
+}
+
+async fn read_tag<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<[u8; FRAME_TAGS_LEN]> {
+    let mut tag = [0u8; FRAME_TAGS_LEN];
+    r.read_exact(&mut tag).await?;
+    Ok(tag)
 }
 
 /// Protects an encoded frame (header, control, data) in place: its parts encrypted (secure
 /// mode) and their tags appended.
 pub fn seal_encoded(frame: &mut Vec<u8>, sealer: &mut Sealer) -> Result<(), Tampered> {
-    let Some(h) = frame.first_chunk::<HEADER_LEN>().copied() else {
+    let Some(h) = frame.first_chunk_mut::<HEADER_LEN>() else {
         return Err(Tampered { seq: 0 });
     };
+    clear_body_crc(h);
+    let h = *h;
     let c = u32::from_le_bytes([h[16], h[17], h[18], h[19]]) as usize;
     let d = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as usize;
     if frame.len() != HEADER_LEN + c + d {
         return Err(Tampered { seq: 0 });
     }
-    let (control, data) = frame[HEADER_LEN..].split_at_mut(c);
-    let tags = sealer.encrypt(&h, control, data)?;
-    frame.extend_from_slice(&tags);
+    let tag = sealer.seal(&h, &mut frame[HEADER_LEN..])?;
+    frame.extend_from_slice(&tag);
     Ok(())
 }
 
@@ -100,14 +143,24 @@ pub fn seal_encoded(frame: &mut Vec<u8>, sealer: &mut Sealer) -> Result<(), Tamp
 async fn read_exactly<R: AsyncRead + Unpin>(r: &mut R, len: u32) -> std::io::Result<Vec<u8>> {
     let len = len as usize;
     let mut buf = Vec::with_capacity(len);
+    read_into(r, &mut buf, len).await?;
+    Ok(buf)
+}
+
+/// Reads into `buf` until it holds `len` bytes (its capacity, reserved by the caller).
+async fn read_into<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    len: usize,
+) -> std::io::Result<()> {
     while buf.len() < len {
         // `read_buf` fills the spare capacity; limited so it never reads past this part.
         let mut part = (&mut *r).take((len - buf.len()) as u64);
-        if part.read_buf(&mut buf).await? == 0 {
+        if part.read_buf(buf).await? == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
     }
-    Ok(buf)
+    Ok(())
 }
 
 /// Checks that [`read_frame`] (what connections run) and [`Decoder`] (sans I/O) read `bytes`
@@ -138,12 +191,14 @@ pub fn check_readers_agree(bytes: &[u8], limits: &Limits) {
     }
 }
 
-/// The sealed header of a frame made of these parts.
+/// The sealed header of a frame made of these parts; `protected`: for a protected connection,
+/// whose frames carry a body crc of 0 (their tag covers the body).
 pub(crate) fn frame_header(
     msg_type: u16,
     request_id: u64,
     control: &[u8],
     data: &[u8],
+    protected: bool,
 ) -> [u8; HEADER_LEN] {
     FrameHeader {
         version: PROTOCOL_VERSION,
@@ -152,7 +207,11 @@ pub(crate) fn frame_header(
         request_id,
         control_len: control.len() as u32,
         data_len: data.len() as u32,
-        body_crc: body_crc(control, data),
+        body_crc: if protected {
+            0
+        } else {
+            body_crc(control, data)
+        },
     }
     .encode()
 }
@@ -166,7 +225,7 @@ pub fn encode_parts(
     control: &[u8],
     data: &[u8],
 ) {
-    out.extend_from_slice(&frame_header(msg_type, request_id, control, data));
+    out.extend_from_slice(&frame_header(msg_type, request_id, control, data, false));
     out.extend_from_slice(control);
     out.extend_from_slice(data);
 }
@@ -190,7 +249,12 @@ pub async fn write_guarded<W: AsyncWrite + Unpin>(
     sealer: Option<&mut Sealer>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(HEADER_LEN + control.len() + data.len() + FRAME_TAGS_LEN);
-    encode_parts(&mut buf, msg_type, request_id, control, data);
+    let protected = sealer.is_some();
+    buf.extend_from_slice(&frame_header(
+        msg_type, request_id, control, data, protected,
+    ));
+    buf.extend_from_slice(control);
+    buf.extend_from_slice(data);
     if let Some(s) = sealer {
         seal_encoded(&mut buf, s).map_err(std::io::Error::other)?;
     }

@@ -4,7 +4,8 @@
 use crate::frames::{frame_header, seal_encoded};
 use crate::load::{ConnLoad, RequestTicket};
 use cairn_auth::{Sealer, FRAME_TAGS_LEN};
-use cairn_proto::HEADER_LEN;
+use cairn_proto::{clear_body_crc, HEADER_LEN};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
@@ -27,6 +28,9 @@ pub struct FrameSender {
 
 struct SenderInner {
     stream: OnceLock<OwnedWriteHalf>,
+    /// Whether frames are protected (a sealer was attached): their headers then carry a body
+    /// crc of 0, which saves computing it.
+    protected: AtomicBool,
     state: Mutex<SendState>,
     /// Wakes the drain task: bytes queued, socket attached, or closed.
     wake: Arc<Notify>,
@@ -94,6 +98,7 @@ impl FrameSender {
     pub fn unconnected() -> FrameSender {
         let inner = Arc::new(SenderInner {
             stream: OnceLock::new(),
+            protected: AtomicBool::new(false),
             state: Mutex::new(SendState::default()),
             wake: Arc::new(Notify::new()),
             drained: Notify::new(),
@@ -138,6 +143,7 @@ impl FrameSender {
                 None => st.closed = true,
             }
             st.sealer = Some(sealer);
+            self.inner.protected.store(true, Ordering::Relaxed);
         }
         self.inner.stream.set(stream)?;
         drop(st);
@@ -166,9 +172,9 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
     ) -> Result<(), SendClosed> {
-        let hdr = frame_header(msg_type, request_id, control, data);
+        let mut hdr = self.header(msg_type, request_id, control, data);
         let mut st = self.open_state()?;
-        let wire = protect(&mut st, &hdr, control, data)?;
+        let wire = protect(&mut st, &mut hdr, control, data)?;
         let parts = wire.parts();
         let Some(stream) = self.inner.stream.get() else {
             queue_rest(&mut st.queue, &parts, 0);
@@ -202,15 +208,22 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
     ) -> Result<(), SendClosed> {
-        let hdr = frame_header(msg_type, request_id, control, data);
+        let mut hdr = self.header(msg_type, request_id, control, data);
         let mut st = self.open_state()?;
         let was_empty = st.queue.is_empty();
-        let wire = protect(&mut st, &hdr, control, data)?;
+        let wire = protect(&mut st, &mut hdr, control, data)?;
         queue_rest(&mut st.queue, &wire.parts(), 0);
         if was_empty {
             self.inner.wake.notify_one();
         }
         Ok(())
+    }
+
+    /// The header of a frame of these parts, made before taking the lock (its body crc is the
+    /// costly part, and protected frames carry none).
+    fn header(&self, msg_type: u16, id: u64, control: &[u8], data: &[u8]) -> [u8; HEADER_LEN] {
+        let protected = self.inner.protected.load(Ordering::Relaxed);
+        frame_header(msg_type, id, control, data, protected)
     }
 
     /// Bytes accepted and not yet written to the socket.
@@ -291,13 +304,18 @@ impl FrameSender {
 /// frames) closes the connection.
 fn protect<'a>(
     st: &mut SendState,
-    hdr: &'a [u8; HEADER_LEN],
+    hdr: &'a mut [u8; HEADER_LEN],
     control: &'a [u8],
     data: &'a [u8],
 ) -> Result<Wire<'a>, SendClosed> {
     let Some(sealer) = st.sealer.as_mut() else {
         return Ok(Wire::Plain([&hdr[..], control, data]));
     };
+    // A header made before the sealer was attached carries a body crc: not on the wire.
+    if hdr[24..28] != [0; 4] {
+        clear_body_crc(hdr);
+    }
+    let hdr: &[u8; HEADER_LEN] = hdr;
     if !sealer.encrypts() {
         return match sealer.sign(hdr, control, data) {
             Ok(tags) => Ok(Wire::Signed([&hdr[..], control, data], tags)),

@@ -261,6 +261,12 @@ fn secure_mode_hides_what_signed_mode_shows_and_a_changed_byte_closes_the_connec
             let bytes = seen.lock().expect("seen").clone();
             let found = bytes.windows(MARKER.len()).any(|w| w == MARKER);
             assert_eq!(found, visible, "{mode}: payload visible on the wire");
+            // The request is the last frame the client sent: its header's body crc is 0 (the
+            // tag covers the body; a crc of the plaintext would help guess a secure body).
+            let frame_len = cairn_proto::HEADER_LEN + 2 * MARKER.len() + cairn_auth::FRAME_TAGS_LEN;
+            let header = &bytes[bytes.len() - frame_len..][..cairn_proto::HEADER_LEN];
+            assert_eq!(&header[..4], b"CRNP", "{mode}: where the request starts");
+            assert_eq!(header[24..28], [0; 4], "{mode}: body crc on the wire");
         }
         // A byte changed in flight, in the header, a part or a tag of the first frame after
         // the handshake: the server closes the connection and answers nothing.
