@@ -12,6 +12,12 @@
 //! A read that raced with a write to the same place must not put the old contents back: a
 //! generation counter, bumped by every invalidation, lets such a read skip the insert.
 //!
+//! A block whose data dies (overwritten, which puts the new data elsewhere, or removed)
+//! leaves the cache at once ([`BlockCache::forget`], from the commit that frees it or the
+//! flush that finds it superseded): under overwrites the cache held every dead copy until it
+//! aged out, so it grew with fresh memory (8-10 % of the development VM's CPU clearing pages
+//! in a 4 KiB random-write benchmark) and held less live data than its size.
+//!
 //! Blocks live in slots of a slab that grows in chunks up to the capacity and is never given
 //! back: an evicted or invalidated block's slot takes the next block. A heap allocation per
 //! block (as before) freed and allocated 4 KiB pieces at the rate data was written, and the
@@ -214,22 +220,39 @@ impl BlockCache {
     pub fn invalidate(&self, off: u64, len: u64) {
         let mut inner = self.lock();
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let start = off / B * B;
-        let keys: Vec<u64> = inner
-            .blocks
-            .range(start..off.saturating_add(len))
-            .map(|(k, _)| *k)
-            .collect();
-        for k in keys {
-            if let Some(s) = inner.blocks.remove(&k) {
-                inner.slab.put(s);
-            }
+        drop_range(&mut inner, off, len);
+    }
+
+    /// Drops the cached blocks of the ranges `(off, len)` that nothing points to any more
+    /// (their data was overwritten elsewhere, or removed), so their slots take the next
+    /// blocks instead of the cache growing with dead copies until they age out. The
+    /// generation stays: a read that raced with this may put a dead block back, which is
+    /// harmless (nothing reads it) and dropped again when its place is written.
+    pub fn forget(&self, ranges: impl IntoIterator<Item = (u64, u64)>) {
+        let mut inner = None;
+        for (off, len) in ranges {
+            drop_range(inner.get_or_insert_with(|| self.lock()), off, len);
         }
     }
 
     /// Blocks cached.
     pub fn len(&self) -> usize {
         self.lock().blocks.len()
+    }
+}
+
+/// Drops the cached blocks overlapping `off..off + len`, their slots made free.
+fn drop_range(inner: &mut Inner, off: u64, len: u64) {
+    let start = off / B * B;
+    let keys: Vec<u64> = inner
+        .blocks
+        .range(start..off.saturating_add(len))
+        .map(|(k, _)| *k)
+        .collect();
+    for k in keys {
+        if let Some(s) = inner.blocks.remove(&k) {
+            inner.slab.put(s);
+        }
     }
 }
 
@@ -287,6 +310,28 @@ mod tests {
             "the last chunk is cut to the capacity"
         );
         assert_eq!(inner.blocks.len() + inner.slab.free.len(), cap);
+    }
+
+    /// Dead blocks forgotten give their slots to the next blocks (the slab does not grow),
+    /// and forgetting does not make racing reads skip their insert (the generation stays).
+    #[test]
+    fn forgotten_blocks_give_their_slots_back_without_a_new_generation() {
+        let c = BlockCache::new(1 << 30);
+        let live = 10u64;
+        (0..live).for_each(|i| c.insert(i * B, &block(i as u8)));
+        let generation = c.generation();
+        // Each round moves every block elsewhere, as a log-structured overwrite does.
+        for round in 1..20u64 {
+            let (old, new) = ((round - 1) * live * B, round * live * B);
+            c.forget([(old, live * B)]);
+            (0..live).for_each(|i| c.insert(new + i * B, &block(round as u8)));
+        }
+        assert_eq!(c.generation(), generation);
+        assert_eq!(c.len() as u64, live, "only the live blocks are held");
+        assert_eq!(c.lock().slab.made as u64, live, "their slots were reused");
+        let mut out = vec![0u8; BLOCK_SIZE];
+        assert!(c.get_all(19 * live * B, &mut out, |_, _| true));
+        assert!(!c.get_all(18 * live * B, &mut out, |_, _| true));
     }
 
     proptest::proptest! {

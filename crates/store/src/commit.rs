@@ -507,6 +507,15 @@ pub(crate) fn account(st: &mut State, out: ApplyOut) {
     }
 }
 
+/// Drops the read cache's copies of data blocks nothing points to any more.
+fn forget_freed(sh: &Shared, freed: &[Freed]) {
+    let Some(c) = &sh.data.cache else { return };
+    c.forget(freed.iter().filter_map(|f| match f {
+        Freed::Disk { off, nblocks } => Some((*off, *nblocks as u64 * B)),
+        Freed::Mem { .. } => None,
+    }));
+}
+
 fn wait<'a>(cv: &std::sync::Condvar, mut g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
     g.cv_waiters += 1;
     let mut g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
@@ -728,6 +737,7 @@ fn apply_and_log<'a>(
         st_ref.direct_dest.insert(j.id, (j.buf_off, j.disk));
     }
     st_ref.direct_jobs.extend(jobs);
+    forget_freed(sh, &out.freed);
     account(st_ref, out);
     st_ref.queue_bytes += rec.len() as u64;
     st_ref.queue.push(rec);
@@ -857,7 +867,7 @@ pub(crate) fn write_batch_then<'a>(
                 st.cut_point = Some((end, layout.last_crc));
             }
             if !jobs.is_empty() {
-                direct::finish(&mut st, jobs);
+                direct::finish(sh, &mut st, jobs);
                 if st.cv_waiters > 0 {
                     sh.space_cv.notify_all(); // committers waiting for direct-write room
                 }

@@ -263,7 +263,7 @@ pub(crate) fn write_jobs(sh: &Shared, jobs: &[DirectJob]) -> Result<()> {
 
 /// Points the index at the written blocks of durable jobs (blocks overwritten meanwhile are
 /// freed), records them for the cleaner and ends their hold.
-pub(crate) fn finish(st: &mut State, jobs: Vec<DirectJob>) {
+pub(crate) fn finish(sh: &Shared, st: &mut State, jobs: Vec<DirectJob>) {
     for j in jobs {
         st.direct_dest.remove(&j.id);
         let from = LocMatch::Mem {
@@ -275,7 +275,7 @@ pub(crate) fn finish(st: &mut State, jobs: Vec<DirectJob>) {
             .index
             .existing_object_mut(j.coll, &j.obj)
             .map_or_else(Vec::new, |o| o.relocate(j.first_block, end, &from, j.disk));
-        free_unmoved(st, j.disk, j.nblocks, &moved);
+        free_unmoved(sh, st, j.disk, j.nblocks, &moved);
         if let Some(s) = st.segs.seg_of(j.disk) {
             st.segs.summaries[s as usize].push(Summary {
                 coll: j.coll,

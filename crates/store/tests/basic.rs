@@ -768,3 +768,38 @@ fn a_full_store_keeps_headroom_for_copies_of_admitted_writes() {
     );
     s.check_space_accounting().unwrap();
 }
+
+/// Overwritten data leaves the read cache when it dies, not when it ages out: the cache of a
+/// store whose few blocks are rewritten again and again holds those blocks only (each write
+/// lands elsewhere on the log-structured devices, so its old copy is dead).
+#[test]
+fn the_read_cache_holds_live_blocks_only_under_overwrites() {
+    let devs = MemDevs::new(1, 16 << 20, Some(1 << 20));
+    let cfg = StoreConfig {
+        read_cache_bytes: 8 << 20,
+        ..small_cfg()
+    };
+    let s = devs.mkfs_open(cfg);
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    s.commit(&t).unwrap();
+    let live = 4 * 4096;
+    let mut flushed = 0;
+    for round in 0..300u32 {
+        let mut t = Transaction::new();
+        t.write(1, b"o", 0, &vec![round as u8; live]);
+        s.commit(&t).unwrap();
+        // Now and then, let the flusher write (and cache) what is pending.
+        if round % 10 == 9 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            flushed = flushed.max(s.stats().data_io.writes);
+        }
+        let cached = s.stats().read_cache.bytes;
+        assert!(
+            cached <= live as u64,
+            "round {round}: {cached} bytes cached"
+        );
+    }
+    assert!(flushed > 10, "the flusher wrote ({flushed} device writes)");
+    assert_eq!(s.read(1, b"o", 0, live as u64).unwrap(), vec![43u8; live]);
+}

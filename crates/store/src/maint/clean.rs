@@ -51,7 +51,7 @@ pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
                 continue;
             };
             let from = LocMatch::Disk(src + (blk - p.first) * B);
-            let moved = repoint(st, p, blk, n, &from, disk);
+            let moved = repoint(sh, st, p, blk, n, &from, disk);
             let old = src + (blk - p.first) * B;
             for &(rel, k) in &moved {
                 st.segs.free_live(old + rel * B, k);

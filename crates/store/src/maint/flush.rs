@@ -87,7 +87,7 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
                 },
                 LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
             };
-            let moved = repoint(st, p, blk, n, &from, disk);
+            let moved = repoint(sh, st, p, blk, n, &from, disk);
             let count: u64 = moved.iter().map(|m| m.1 as u64).sum();
             st.pending_blocks = st.pending_blocks.saturating_sub(count);
         }

@@ -294,6 +294,7 @@ fn make_space(sh: &Shared) -> Result<bool> {
 /// `disk`, frees the copies nothing points to, and records the run for the cleaner.
 /// Returns the moved runs (blocks from `blk`, count).
 fn repoint(
+    sh: &Shared,
     st: &mut State,
     p: &Piece,
     blk: u64,
@@ -305,7 +306,7 @@ fn repoint(
         .index
         .existing_object_mut(p.coll, &p.obj)
         .map_or_else(Vec::new, |o| o.relocate(blk, blk + n as u64, from, disk));
-    free_unmoved(st, disk, n, &moved);
+    free_unmoved(sh, st, disk, n, &moved);
     if let Some(s) = st.segs.seg_of(disk) {
         st.segs.summaries[s as usize].push(Summary {
             coll: p.coll,
@@ -318,12 +319,16 @@ fn repoint(
 }
 
 /// Frees the blocks of a written run that no longer back anything (overwritten meanwhile):
-/// the complement of the `moved` runs within `n` blocks at `disk`.
-pub(crate) fn free_unmoved(st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
+/// the complement of the `moved` runs within `n` blocks at `disk`; the read cache forgets
+/// them (they were cached as they were written).
+pub(crate) fn free_unmoved(sh: &Shared, st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
     let mut at = 0u64;
     for &(rel, k) in moved.iter().chain(std::iter::once(&(n as u64, 0))) {
         if rel > at {
             st.segs.free_live(disk + at * B, (rel - at) as u32);
+            if let Some(c) = &sh.data.cache {
+                c.forget([(disk + at * B, (rel - at) * B)]);
+            }
         }
         at = rel + k as u64;
     }
