@@ -120,8 +120,8 @@ async fn read_tag<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<[u8; FRAME
     Ok(tag)
 }
 
-/// Protects an encoded frame (header, control, data) in place: its parts encrypted (secure
-/// mode) and their tags appended.
+/// Protects an encoded frame (header, control, data) in place: its body crc cleared, its
+/// body encrypted (secure mode) and its tag appended.
 pub fn seal_encoded(frame: &mut Vec<u8>, sealer: &mut Sealer) -> Result<(), Tampered> {
     let Some(h) = frame.first_chunk_mut::<HEADER_LEN>() else {
         return Err(Tampered { seq: 0 });
