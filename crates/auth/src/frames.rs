@@ -476,8 +476,8 @@ mod tests {
     #[test]
     fn the_wrong_call_for_the_mode_is_refused() {
         let s = Secret::generate();
-        let (mut signed, _) = guards(&s, FrameMode::Secure, true);
-        assert!(signed.sign(&HEADER, b"c", b"d").is_err());
+        let (mut secure, _) = guards(&s, FrameMode::Secure, true);
+        assert!(secure.sign(&HEADER, b"c", b"d").is_err());
         let (_, mut opener) = guards(&s, FrameMode::Secure, false);
         assert!(opener.check(&HEADER, b"c", b"d", &[0; 16]).is_err());
     }

@@ -3,7 +3,7 @@
 
 use crate::frames::{frame_header, seal_encoded};
 use crate::load::{ConnLoad, RequestTicket};
-use cairn_auth::{Sealer, FRAME_TAGS_LEN};
+use cairn_auth::{Sealer, COPY_ALIGN, FRAME_TAGS_LEN};
 use cairn_proto::{clear_body_crc, HEADER_LEN};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -59,7 +59,8 @@ struct SendState {
 enum Wire<'a> {
     Plain([&'a [u8]; 3]),
     Signed([&'a [u8]; 3], [u8; FRAME_TAGS_LEN]),
-    Sealed(Vec<u8>),
+    /// The header, the encrypted body (from the offset given: see `protect`) and its tag.
+    Sealed(&'a [u8], Vec<u8>, usize, [u8; FRAME_TAGS_LEN]),
 }
 
 impl<'a> Wire<'a> {
@@ -68,7 +69,7 @@ impl<'a> Wire<'a> {
         match self {
             Wire::Plain(p) => [p[0], p[1], p[2], &[]],
             Wire::Signed(p, tags) => [p[0], p[1], p[2], tags.as_slice()],
-            Wire::Sealed(b) => [b.as_slice(), &[], &[], &[]],
+            Wire::Sealed(h, body, pad, tag) => [h, &body[*pad..], tag.as_slice(), &[]],
         }
     }
 }
@@ -299,9 +300,9 @@ impl FrameSender {
     }
 }
 
-/// The frame `hdr` + `control` + `data` as it goes on the wire: as is, with its tags
-/// (signed), or encrypted into one buffer (secure). A sealer that can seal no more (2^64
-/// frames) closes the connection.
+/// The frame `hdr` + `control` + `data` as it goes on the wire: as is, with its tag
+/// (signed), or its body encrypted in a buffer of its own (secure). A sealer that can seal
+/// no more (2^64 frames) closes the connection.
 fn protect<'a>(
     st: &mut SendState,
     hdr: &'a mut [u8; HEADER_LEN],
@@ -312,9 +313,7 @@ fn protect<'a>(
         return Ok(Wire::Plain([&hdr[..], control, data]));
     };
     // A header made before the sealer was attached carries a body crc: not on the wire.
-    if hdr[24..28] != [0; 4] {
-        clear_body_crc(hdr);
-    }
+    clear_body_crc(hdr);
     let hdr: &[u8; HEADER_LEN] = hdr;
     if !sealer.encrypts() {
         return match sealer.sign(hdr, control, data) {
@@ -325,15 +324,21 @@ fn protect<'a>(
             }
         };
     }
-    let mut buf = Vec::with_capacity(HEADER_LEN + control.len() + data.len() + FRAME_TAGS_LEN);
-    buf.extend_from_slice(hdr);
+    // The body is copied after a pad that keeps the data part's offset modulo 64
+    // (`COPY_ALIGN` says why); the header goes out from where it is.
+    let mut buf = Vec::with_capacity(COPY_ALIGN + control.len() + data.len());
+    let lands = buf.as_ptr() as usize + control.len();
+    let pad = (data.as_ptr() as usize).wrapping_sub(lands) % COPY_ALIGN;
+    buf.resize(pad, 0);
     buf.extend_from_slice(control);
     buf.extend_from_slice(data);
-    if seal_encoded(&mut buf, sealer).is_err() {
-        st.closed = true;
-        return Err(SendClosed);
+    match sealer.seal(hdr, &mut buf[pad..]) {
+        Ok(tag) => Ok(Wire::Sealed(hdr, buf, pad, tag)),
+        Err(_) => {
+            st.closed = true;
+            Err(SendClosed)
+        }
     }
-    Ok(Wire::Sealed(buf))
 }
 
 /// Seals every whole frame of `queue` in order (frames queued before the connection was
