@@ -60,7 +60,7 @@ pub struct FrameHeader {
 
 /// crc32c of a frame body: the control part, then the data part.
 pub fn body_crc(control: &[u8], data: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(control), data)
+    cairn_crc::crc32c_append(cairn_crc::crc32c(control), data)
 }
 
 /// Sets an encoded header's body crc to 0 and seals the header again: a protected frame's
@@ -72,7 +72,7 @@ pub fn clear_body_crc(h: &mut [u8; HEADER_LEN]) {
         return;
     }
     h[24..28].fill(0);
-    let crc = crc32c::crc32c(&h[..28]);
+    let crc = cairn_crc::crc32c(&h[..28]);
     h[28..32].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -115,7 +115,7 @@ impl FrameHeader {
         h[16..20].copy_from_slice(&self.control_len.to_le_bytes());
         h[20..24].copy_from_slice(&self.data_len.to_le_bytes());
         h[24..28].copy_from_slice(&self.body_crc.to_le_bytes());
-        let crc = crc32c::crc32c(&h[..28]);
+        let crc = cairn_crc::crc32c(&h[..28]);
         h[28..32].copy_from_slice(&crc.to_le_bytes());
         h
     }
@@ -127,7 +127,7 @@ impl FrameHeader {
         if magic != MAGIC {
             return Err(FrameError::BadMagic(magic));
         }
-        if crc32c::crc32c(&h[..28]) != u32_at(h, 28) {
+        if cairn_crc::crc32c(&h[..28]) != u32_at(h, 28) {
             return Err(FrameError::HeaderChecksum);
         }
         let version = h[4];

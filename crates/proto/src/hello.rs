@@ -78,7 +78,7 @@ impl Hello {
         ]);
         v.extend_from_slice(&(self.auth.len() as u16).to_le_bytes());
         v.extend_from_slice(&[0, 0]);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&v), &self.auth);
+        let crc = cairn_crc::crc32c_append(cairn_crc::crc32c(&v), &self.auth);
         v.extend_from_slice(&crc.to_le_bytes());
         v.extend_from_slice(&self.auth);
         Ok(v)
@@ -104,7 +104,7 @@ impl Hello {
         }
         let auth = &b[HELLO_LEN..total];
         let crc = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
-        if crc32c::crc32c_append(crc32c::crc32c(&b[..12]), auth) != crc {
+        if cairn_crc::crc32c_append(cairn_crc::crc32c(&b[..12]), auth) != crc {
             return Err(HelloError::Checksum);
         }
         let h = Hello {

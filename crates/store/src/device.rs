@@ -45,6 +45,11 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn write_align(&self) -> usize {
         BLOCK_SIZE
     }
+    /// The alignment a write's buffer needs in memory (`O_DIRECT`'s). An [`AlignedBuf`] always
+    /// has it; a buffer that has it too is written without a copy into one.
+    fn mem_align(&self) -> usize {
+        BLOCK_SIZE
+    }
 }
 
 /// Rounds `v` up to a multiple of [`BLOCK_SIZE`].
@@ -72,6 +77,17 @@ pub fn check_aligned(buf_len: usize, off: u64, size: u64, align: usize) -> io::R
         ));
     }
     Ok(())
+}
+
+/// Fails a write from a buffer not at a multiple of `align` in memory, as `O_DIRECT` does.
+pub fn check_mem_aligned(name: &str, buf: &[u8], align: usize) -> io::Result<()> {
+    if (buf.as_ptr() as usize).is_multiple_of(align) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{name}: a write's buffer is not {align}-byte aligned in memory"),
+    ))
 }
 
 /// A heap buffer aligned to [`BLOCK_SIZE`], as `O_DIRECT` requires.
@@ -182,6 +198,33 @@ pub struct FileDevice {
     /// On tmpfs: memory, like the NVM it stands in for (it takes `O_DIRECT` since Linux 6.6,
     /// but any write lands in the page cache).
     in_memory: bool,
+    /// See [`BlockDevice::mem_align`].
+    mem_align: usize,
+}
+
+/// The memory alignment `O_DIRECT` needs for `file` (`statx`'s `STATX_DIOALIGN`, Linux 6.1+;
+/// often 512 or 4 bytes, not a whole block), when the kernel says.
+fn dio_mem_align(file: &File) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: statx with AT_EMPTY_PATH describes the open descriptor into the buffer it is
+    // given; the path is a valid empty C string.
+    let r = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            st.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: initialised by the successful call (and zeroed before).
+    let st = unsafe { st.assume_init() };
+    let align = st.stx_dio_mem_align as usize;
+    (st.stx_mask & libc::STATX_DIOALIGN != 0 && align.is_power_of_two()).then_some(align)
 }
 
 /// Allocates every page of a tmpfs file of `len` bytes (those it has keep their bytes). A
@@ -257,9 +300,15 @@ impl FileDevice {
             reserve_memory(&file, cur, &name)?;
         }
         let size = if size == 0 { cur } else { size.min(cur) };
+        let mem_align = if direct && !in_memory {
+            dio_mem_align(&file).unwrap_or(BLOCK_SIZE).min(BLOCK_SIZE)
+        } else {
+            1
+        };
         Ok(FileDevice {
             name,
             in_memory,
+            mem_align,
             file,
             size: size / BLOCK * BLOCK,
             direct,
@@ -299,13 +348,19 @@ impl BlockDevice for FileDevice {
             NVM_WRITE_ALIGN
         }
     }
+    fn mem_align(&self) -> usize {
+        self.mem_align
+    }
 }
 
 /// A device in memory; flush is a no-op. The fault-injecting device builds on it in tests.
+/// A block device's writes need block-aligned buffers, as a file opened with `O_DIRECT` on a
+/// disk may, so that tests find a write from a buffer that would fail there.
 pub struct MemDevice {
     name: String,
     data: RwLock<Vec<u8>>,
     write_align: usize,
+    mem_align: usize,
 }
 
 impl MemDevice {
@@ -315,6 +370,7 @@ impl MemDevice {
             name: name.to_string(),
             data: RwLock::new(vec![0; (size / BLOCK * BLOCK) as usize]),
             write_align: BLOCK_SIZE,
+            mem_align: BLOCK_SIZE,
         }
     }
 
@@ -322,6 +378,7 @@ impl MemDevice {
     pub fn nvm(name: &str, size: u64) -> Self {
         MemDevice {
             write_align: NVM_WRITE_ALIGN,
+            mem_align: 1,
             ..MemDevice::new(name, size)
         }
     }
@@ -345,6 +402,7 @@ impl BlockDevice for MemDevice {
         Ok(())
     }
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        check_mem_aligned(&self.name, buf, self.mem_align)?;
         let mut d = self.data.write().map_err(|_| poisoned())?;
         check_aligned(buf.len(), off, d.len() as u64, self.write_align)?;
         d[off as usize..off as usize + buf.len()].copy_from_slice(buf);
@@ -355,6 +413,9 @@ impl BlockDevice for MemDevice {
     }
     fn write_align(&self) -> usize {
         self.write_align
+    }
+    fn mem_align(&self) -> usize {
+        self.mem_align
     }
 }
 
@@ -389,7 +450,7 @@ mod tests {
         }
         let path = shm.join(format!("cairn-dev-nvm-{}", std::process::id()));
         let d = FileDevice::open(&path, 1 << 20, "wal").unwrap();
-        assert_eq!(d.write_align(), NVM_WRITE_ALIGN);
+        assert_eq!((d.write_align(), d.mem_align()), (NVM_WRITE_ALIGN, 1));
         // Its memory is taken at once, not page by page as it is first written.
         use std::os::unix::fs::MetadataExt;
         assert!(std::fs::metadata(&path).unwrap().blocks() * 512 >= 1 << 20);
@@ -413,6 +474,17 @@ mod tests {
         let d = FileDevice::open(&path, 1 << 20, "data0").unwrap();
         assert_eq!(d.write_align(), BLOCK_SIZE);
         assert!(d.write_at(&b[..64], 64).is_err());
+        // O_DIRECT's memory alignment, as the kernel gives it; writes from buffers there work.
+        let align = d.mem_align();
+        assert!(align.is_power_of_two() && align <= BLOCK_SIZE, "{align}");
+        if d.is_direct() && align < BLOCK_SIZE {
+            let mut big = AlignedBuf::zeroed(3 * 4096);
+            big[align..align + 5].copy_from_slice(b"moved");
+            d.write_at(&big[align..align + 8192], 8192).unwrap();
+            let mut r = AlignedBuf::zeroed(4096);
+            d.read_at(&mut r, 8192).unwrap();
+            assert_eq!(&r[..5], b"moved");
+        }
         std::fs::remove_file(&path).unwrap();
     }
 }

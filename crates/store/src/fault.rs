@@ -234,8 +234,12 @@ impl BlockDevice for FaultDevice {
             return self.inner.write_at(buf, off);
         }
         crate::device::check_aligned(buf.len(), off, self.size(), self.write_align())?;
+        crate::device::check_mem_aligned(self.name(), buf, self.mem_align())?;
         lock(&self.overlay).push((off, AlignedBuf::copy_of(buf)));
         Ok(())
+    }
+    fn mem_align(&self) -> usize {
+        self.inner.mem_align()
     }
     fn write_align(&self) -> usize {
         self.inner.write_align()

@@ -205,13 +205,13 @@ impl WalHeader {
 
 /// Writes the crc32c of bytes 4.. into bytes 0..4.
 pub fn seal(b: &mut [u8]) {
-    let c = crc32c::crc32c(&b[4..]);
+    let c = cairn_crc::crc32c(&b[4..]);
     b[..4].copy_from_slice(&c.to_le_bytes());
 }
 
 /// Checks the crc32c written by [`seal`].
 pub fn sealed_ok(b: &[u8]) -> bool {
-    b.len() >= 4 && u32::from_le_bytes([b[0], b[1], b[2], b[3]]) == crc32c::crc32c(&b[4..])
+    b.len() >= 4 && u32::from_le_bytes([b[0], b[1], b[2], b[3]]) == cairn_crc::crc32c(&b[4..])
 }
 
 #[cfg(test)]

@@ -337,7 +337,7 @@ impl LocMatch {
 
 /// Blocks an extent's bytes, computing the per-block crcs.
 pub fn block_crcs(data: &[u8]) -> Crcs {
-    data.chunks(BLOCK_SIZE).map(crc32c::crc32c).collect()
+    data.chunks(BLOCK_SIZE).map(cairn_crc::crc32c).collect()
 }
 
 impl Index {

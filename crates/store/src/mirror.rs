@@ -73,6 +73,12 @@ impl Mirror {
         self.devs.len()
     }
 
+    /// The memory alignment a buffer needs to be written to every device
+    /// ([`BlockDevice::mem_align`]).
+    pub fn mem_align(&self) -> usize {
+        self.devs.iter().map(|d| d.mem_align()).max().unwrap_or(1)
+    }
+
     /// Size of the smallest device.
     pub fn device_size(&self) -> u64 {
         self.devs.iter().map(|d| d.size()).min().unwrap_or(0)

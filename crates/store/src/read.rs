@@ -145,7 +145,9 @@ fn from_cache(sh: &Shared, e: &Extent, off: u64, out: &mut [u8]) -> bool {
     };
     // Hits are verified like device reads: a stale block can never be returned.
     c.get_all(off, out, |i, b| {
-        e.crcs.get(i).is_some_and(|crc| crc32c::crc32c(b) == *crc)
+        e.crcs
+            .get(i)
+            .is_some_and(|crc| cairn_crc::crc32c(b) == *crc)
     })
 }
 
@@ -180,7 +182,7 @@ fn read_disk(
     let whole = sh.data.read_from(dev, &mut abuf, off);
     for (i, crc) in e.crcs.iter().enumerate() {
         let r = i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE;
-        if whole.is_ok() && crc32c::crc32c(&abuf[r.clone()]) == *crc {
+        if whole.is_ok() && cairn_crc::crc32c(&abuf[r.clone()]) == *crc {
             if let (Some(c), Some(g)) = (cache, generation) {
                 c.insert_if_current(g, off + r.start as u64, &abuf[r.clone()]);
             }
@@ -211,7 +213,7 @@ pub(crate) fn read_block(
     crc: u32,
 ) -> Result<AlignedBuf> {
     read_verified(&sh.data, off, B, "object data", |b| {
-        crc32c::crc32c(b) == crc
+        cairn_crc::crc32c(b) == crc
     })
     .map_err(|e| match e {
         StoreError::Corrupt { device, .. } => StoreError::CorruptData {

@@ -118,7 +118,7 @@ impl Store {
         let mut b = AlignedBuf::zeroed(len);
         rep.bytes_read += b.len() as u64;
         self.sh.data.read_from(dev, &mut b, off).ok()?;
-        (crc32c::crc32c(&b[..len]) == crc).then(|| b[..len].to_vec())
+        (cairn_crc::crc32c(&b[..len]) == crc).then(|| b[..len].to_vec())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -142,7 +142,7 @@ impl Store {
         match loc {
             Loc::Mem(m) => {
                 let off = m.off + i * BLOCK_SIZE;
-                if crc32c::crc32c(&m.buf[off..off + BLOCK_SIZE]) != crc {
+                if cairn_crc::crc32c(&m.buf[off..off + BLOCK_SIZE]) != crc {
                     rep.issues
                         .push(issue("memory".into(), "checksum mismatch".into()));
                 }
@@ -154,7 +154,7 @@ impl Store {
                     rep.bytes_read += BLOCK_SIZE as u64;
                     let problem = match self.sh.data.read_from(dev, &mut b, off) {
                         Err(e) => Some(e.to_string()),
-                        Ok(()) if crc32c::crc32c(&b) != crc => {
+                        Ok(()) if cairn_crc::crc32c(&b) != crc => {
                             Some(format!("checksum mismatch at offset {off}"))
                         }
                         Ok(()) => None,

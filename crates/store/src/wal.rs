@@ -49,7 +49,7 @@ pub fn record_header(out: &mut Vec<u8>, kind: u8, seq: u64, prev_crc: u32) {
 pub fn seal_record(rec: &mut [u8]) -> u32 {
     let len = (rec.len() - HEADER_LEN) as u32;
     rec[12..16].copy_from_slice(&len.to_le_bytes());
-    let crc = crc32c::crc32c(&rec[4..]);
+    let crc = cairn_crc::crc32c(&rec[4..]);
     rec[..4].copy_from_slice(&crc.to_le_bytes());
     crc
 }
@@ -65,7 +65,7 @@ pub fn chain_and_seal(rec: &mut [u8], prev_crc: u32, flags: u16, tag: u32) -> u3
 /// The store tag records carry (bytes 28..32): ties every record to its store, so records
 /// left on a reformatted device are never taken for this store's.
 pub fn store_tag(store_id: &[u8; 16]) -> u32 {
-    crc32c::crc32c(store_id)
+    cairn_crc::crc32c(store_id)
 }
 
 /// A record header as found on the device.
@@ -412,7 +412,7 @@ impl<'a> Replayer<'a> {
             let Some((h, bytes)) = self.peek()? else {
                 return Ok(Next::End);
             };
-            let valid = crc32c::crc32c(&bytes[4..]) == h.crc
+            let valid = cairn_crc::crc32c(&bytes[4..]) == h.crc
                 && h.seq == self.next_seq
                 && h.prev_crc == self.last_crc
                 && h.tag == self.tag;
@@ -448,7 +448,7 @@ impl<'a> Replayer<'a> {
                     && h.tag == self.tag
                     && h.flags & FLAG_FIRST_IN_BATCH != 0
                     && later
-                    && crc32c::crc32c(&b[4..]) == h.crc
+                    && cairn_crc::crc32c(&b[4..]) == h.crc
                 {
                     // A batch that did not fit before the ring end starts the next lap behind a
                     // WRAP record written with it: if that WRAP is what is missing, this batch

@@ -505,7 +505,7 @@ fn extent() -> impl Strategy<Value = MExtent> {
             Some(fill) => MExtent {
                 nblocks,
                 loc: MLoc::Inline(fill),
-                crcs: vec![crc32c::crc32c(&[fill; BLOCK_SIZE]); nblocks as usize],
+                crcs: vec![cairn_crc::crc32c(&[fill; BLOCK_SIZE]); nblocks as usize],
             },
             None => MExtent {
                 nblocks,
@@ -716,7 +716,7 @@ proptest! {
         prop_assert_eq!(h.kind, wal::KIND_TXN);
         prop_assert_eq!((h.seq, h.prev_crc), (seq, prev));
         prop_assert_eq!(h.len as usize, rec.len() - wal::HEADER_LEN);
-        prop_assert_eq!(h.crc, crc32c::crc32c(&rec[4..]));
+        prop_assert_eq!(h.crc, cairn_crc::crc32c(&rec[4..]));
         let back = decode::effects(wal::payload(&rec), wal::HEADER_LEN).expect("decodes");
         let back: Vec<Effect> = back.iter().map(|e| owned(e, &rec)).collect();
         prop_assert_eq!(back, effects);
@@ -968,7 +968,7 @@ fn wal_record_header_fields_are_where_the_format_says() {
     assert_eq!(&rec[28..32], &[0; 4]);
     assert_eq!(
         u32::from_le_bytes(rec[..4].try_into().unwrap()),
-        crc32c::crc32c(&rec[4..])
+        cairn_crc::crc32c(&rec[4..])
     );
     // Kinds outside 1..=3, another version or magic are not records.
     for (at, v) in [(8, 0u8), (8, 4), (9, 2), (4, b'X')] {

@@ -65,7 +65,7 @@ pub fn encode(id: u64, shard: u64, members: &BTreeSet<u64>) -> Vec<u8> {
     v.extend_from_slice(&(shard as u32).to_le_bytes());
     v.extend_from_slice(&(BITMAP_LEN as u32).to_le_bytes());
     v.extend_from_slice(&bitmap);
-    v.extend_from_slice(&crc32c::crc32c(&v).to_le_bytes());
+    v.extend_from_slice(&cairn_crc::crc32c(&v).to_le_bytes());
     v
 }
 
@@ -77,7 +77,7 @@ pub fn decode(b: &[u8], id: u64, shard: u64) -> Result<Vec<u64>, String> {
     }
     let (body, crc) = b.split_at(SHARD_LEN - 4);
     let crc = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    if crc32c::crc32c(body) != crc {
+    if cairn_crc::crc32c(body) != crc {
         return Err("checksum mismatch".into());
     }
     if &body[..8] != MAGIC {

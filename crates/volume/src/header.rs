@@ -64,7 +64,7 @@ impl Header {
         b.extend_from_slice(&self.id.to_le_bytes());
         b.extend_from_slice(&self.features.to_le_bytes());
         b.extend_from_slice(&self.created.to_le_bytes());
-        let crc = crc32c::crc32c(&b);
+        let crc = cairn_crc::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
     }
@@ -78,7 +78,7 @@ impl Header {
             return Err("not a volume header (bad magic)".into());
         }
         let crc = u32_at(b, HEADER_LEN - 4);
-        if crc32c::crc32c(&b[..HEADER_LEN - 4]) != crc {
+        if cairn_crc::crc32c(&b[..HEADER_LEN - 4]) != crc {
             return Err("checksum mismatch".into());
         }
         let version = u16::from_le_bytes([b[8], b[9]]);

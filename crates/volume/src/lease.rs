@@ -96,7 +96,7 @@ impl LeaseRecord {
         // Cut above to MAX_HOLDER_DESC (256), so it fits.
         b.extend_from_slice(&(desc.len() as u16).to_le_bytes());
         b.extend_from_slice(desc.as_bytes());
-        let crc = crc32c::crc32c(&b);
+        let crc = cairn_crc::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
     }
@@ -114,7 +114,7 @@ impl LeaseRecord {
             return Err("not a lease record (bad magic)".into());
         }
         let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body).to_le_bytes() != crc {
+        if cairn_crc::crc32c(body).to_le_bytes() != crc {
             return Err("checksum mismatch".into());
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
@@ -229,7 +229,7 @@ mod tests {
         v1[8] = 1;
         v1[10] = 0; // no flags in version 1
         let end = v1.len() - 4;
-        let crc = crc32c::crc32c(&v1[..end]);
+        let crc = cairn_crc::crc32c(&v1[..end]);
         v1[end..].copy_from_slice(&crc.to_le_bytes());
         let back = LeaseRecord::decode(&v1).unwrap();
         let want = LeaseRecord {
@@ -240,7 +240,7 @@ mod tests {
         assert_eq!(back, want);
         // Flags were reserved in version 1: set, the record is refused.
         v1[10] = 1;
-        let crc = crc32c::crc32c(&v1[..end]);
+        let crc = cairn_crc::crc32c(&v1[..end]);
         v1[end..].copy_from_slice(&crc.to_le_bytes());
         assert!(LeaseRecord::decode(&v1).is_err());
     }

@@ -24,7 +24,7 @@ pub fn encode(q: &Qos) -> Vec<u8> {
     for v in [q.iops, q.bps, q.iops_burst, q.bps_burst] {
         b.extend_from_slice(&v.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&b);
+    let crc = cairn_crc::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
     b
 }
@@ -38,7 +38,7 @@ pub fn decode(b: &[u8]) -> Result<Qos, String> {
         return Err("not pool QoS limits (bad magic)".into());
     }
     let (body, crc) = b.split_at(POOL_QOS_LEN - 4);
-    if crc32c::crc32c(body).to_le_bytes() != crc {
+    if cairn_crc::crc32c(body).to_le_bytes() != crc {
         return Err("checksum mismatch".into());
     }
     let version = u16::from_le_bytes([b[8], b[9]]);

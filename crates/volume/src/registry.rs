@@ -57,7 +57,7 @@ pub fn encode(entries: &[Entry]) -> Vec<u8> {
         v.extend_from_slice(&e.since_ms.to_le_bytes());
         v.push(u8::from(e.writer));
     }
-    v.extend_from_slice(&crc32c::crc32c(&v).to_le_bytes());
+    v.extend_from_slice(&cairn_crc::crc32c(&v).to_le_bytes());
     v
 }
 
@@ -67,7 +67,7 @@ pub fn decode(b: &[u8]) -> Result<Vec<Entry>, String> {
         return Err(format!("{} bytes is not a registry", b.len()));
     }
     let (body, crc) = b.split_at(b.len() - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+    if cairn_crc::crc32c(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
         return Err("checksum mismatch".into());
     }
     if &body[..8] != MAGIC {

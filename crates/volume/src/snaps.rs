@@ -185,7 +185,7 @@ impl SnapTable {
                 }
             }
         }
-        let crc = crc32c::crc32c(&b);
+        let crc = cairn_crc::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
     }
@@ -203,7 +203,7 @@ impl SnapTable {
             return Err("not a snapshot table (bad magic)".into());
         }
         let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body).to_le_bytes() != crc {
+        if cairn_crc::crc32c(body).to_le_bytes() != crc {
             return Err("checksum mismatch".into());
         }
         let mut r = Reader { b: body, at: 8 };

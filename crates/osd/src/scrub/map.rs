@@ -65,7 +65,7 @@ fn data_crc(
         if b.is_empty() {
             break;
         }
-        crc = crc32c::crc32c_append(crc, &b);
+        crc = cairn_crc::crc32c_append(crc, &b);
         off += b.len() as u64;
     }
     Ok(crc)
@@ -108,8 +108,8 @@ pub fn digest(store: &Store, pg: PgId, name: &[u8]) -> ScrubEntry {
             for (k, v) in attrs {
                 for part in [&k, &v] {
                     let len = (part.len() as u64).to_le_bytes();
-                    e.attrs_crc = crc32c::crc32c_append(e.attrs_crc, &len);
-                    e.attrs_crc = crc32c::crc32c_append(e.attrs_crc, part);
+                    e.attrs_crc = cairn_crc::crc32c_append(e.attrs_crc, &len);
+                    e.attrs_crc = cairn_crc::crc32c_append(e.attrs_crc, part);
                 }
             }
         }

@@ -68,7 +68,7 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
         replay_prev_crc: prev_crc,
         ckpt_root_offset: root_off,
         ckpt_root_len: root_bytes.len() as u32,
-        ckpt_root_crc: crc32c::crc32c(&root_bytes),
+        ckpt_root_crc: cairn_crc::crc32c(&root_bytes),
     };
     sh.wal.write_header(&hdr)?;
     let mut st = sh.lock();
@@ -146,7 +146,7 @@ fn write_body(sh: &Shared, body: &[u8], gen: u64) -> Result<(Root, Vec<(u64, u32
             // The padding to a whole block must not carry an older piece's bytes.
             buf[len..].fill(0);
             sh.data.write(buf, doff)?;
-            pieces.push((doff, len as u32, crc32c::crc32c(chunk)));
+            pieces.push((doff, len as u32, cairn_crc::crc32c(chunk)));
             at += len;
             r_at += align_up(len as u64) as usize;
         }

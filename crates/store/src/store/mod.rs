@@ -63,6 +63,9 @@ pub struct StoreStats {
     /// through the WAL), and the bytes of those writes.
     pub direct_writes: u64,
     pub direct_bytes: u64,
+    /// Bytes of those writes copied into an aligned buffer first (their payload was not
+    /// where `O_DIRECT` needs it in memory); the rest were written from the payload itself.
+    pub direct_staged_bytes: u64,
 }
 
 /// Facts about an object.
@@ -176,6 +179,10 @@ impl Store {
             waits_for_wal_space: st.waits_for_wal_space,
             direct_writes: st.direct_writes,
             direct_bytes: st.direct_bytes,
+            direct_staged_bytes: self
+                .sh
+                .direct_staged_bytes
+                .load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 

@@ -39,7 +39,7 @@ fn random_id() -> [u8; 16] {
 
 /// The crc a WAL's first record chains to: ties records to their store.
 fn chain_seed(store_id: &[u8; 16]) -> u32 {
-    crc32c::crc32c(store_id)
+    cairn_crc::crc32c(store_id)
 }
 
 fn write_block(dev: &dyn BlockDevice, bytes: &[u8], off: u64) -> Result<()> {
@@ -253,6 +253,7 @@ impl Store {
             store_id: hdr.store_id,
             data_blocks: data_sb.segment_count * (data_sb.segment_size / BLOCK),
             wal_tag: wal::store_tag(&hdr.store_id),
+            direct_staged_bytes: Default::default(),
         });
         let torn_tail = replay(&sh, &hdr)?;
         if torn_tail {

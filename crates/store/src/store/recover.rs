@@ -22,7 +22,7 @@ pub(super) fn load_checkpoint(data: &Mirror, hdr: &WalHeader, next_id: &mut u64)
     }
     let (roff, rlen) = (hdr.ckpt_root_offset, hdr.ckpt_root_len as u64);
     let rbuf = read_verified(data, roff, rlen, "checkpoint root", |b| {
-        crc32c::crc32c(b) == hdr.ckpt_root_crc
+        cairn_crc::crc32c(b) == hdr.ckpt_root_crc
     })?;
     let root = Root::decode(&rbuf[..rlen as usize])
         .map_err(|e| StoreError::corrupt("checkpoint root", data.name(0), roff, e.0))?;
@@ -39,7 +39,7 @@ pub(super) fn load_checkpoint(data: &Mirror, hdr: &WalHeader, next_id: &mut u64)
     let mut runs = vec![(roff, (align_up(rlen) / BLOCK) as u32)];
     for &(off, len, crc) in &root.pieces {
         let b = read_verified(data, off, len as u64, "checkpoint piece", |b| {
-            crc32c::crc32c(b) == crc
+            cairn_crc::crc32c(b) == crc
         })?;
         body.extend_from_slice(&b[..len as usize]);
         runs.push((off, (align_up(len as u64) / BLOCK) as u32));
