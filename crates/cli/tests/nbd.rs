@@ -81,6 +81,19 @@ fn qemu_img_nbdcopy_and_nbdinfo_against_a_volume() {
         "nbdcopy out differs"
     );
 
+    // A read within one object that ends short of the read (512 bytes written into a hole)
+    // is the object's bytes, then zeros; and a read past its end is all zeros.
+    let at = 96 * MIB + 1000;
+    let short = format!(
+        "h.pwrite(b'y' * 512, {at})\n\
+         assert h.pread(8192, {at} - 1000) == bytes(1000) + b'y' * 512 + bytes(8192 - 1512)\n\
+         assert h.pread(65536, {at} + 512) == bytes(65536)\n\
+         print('short reads ok')",
+        at = at
+    );
+    let short_out = tool_ok(&c, 60, "nbdsh", &["-c", &nbdsh_at(&uri, &short)]);
+    assert!(short_out.contains("short reads ok"), "{short_out}");
+
     // nbdcopy into a second volume, then back out through qemu-img.
     c.ok(&[
         "vol",
