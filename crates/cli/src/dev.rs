@@ -668,6 +668,9 @@ fn start(dir: PathBuf, a: &UpArgs) -> Result<()> {
             s
         }
     };
+    if let Some(w) = crate::dev_space::shortfall(&dir, state.osds, state.osd_size) {
+        eprintln!("{w}");
+    }
     let mut state = state;
     if state.assign_metrics()? {
         std::fs::write(dir.join("dev.toml"), toml::to_string(&state)?)

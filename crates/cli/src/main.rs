@@ -42,6 +42,7 @@ mod daemon_auth;
 mod dashboard;
 mod dev;
 mod dev_keys;
+mod dev_space;
 mod dev_wals;
 mod host_cmd;
 mod logging;
