@@ -15,7 +15,9 @@ pub fn shortfall(dir: &Path, osds: u32, osd_size: u64) -> Option<String> {
         .filter_map(|i| std::fs::metadata(dir.join(format!("osd.{i}")).join("data.img")).ok())
         .map(|m| m.blocks() * 512)
         .sum();
-    let may_grow = (u64::from(osds) * osd_size).saturating_sub(held);
+    let may_grow = u64::from(osds)
+        .saturating_mul(osd_size)
+        .saturating_sub(held);
     (may_grow > free).then(|| {
         format!(
             "warning: the OSDs' data files in {} are sparse and may still grow by {}, but that \
@@ -58,5 +60,7 @@ mod tests {
         assert!(shortfall(&dir, 3, 1 << 20).is_none() || free < 3 << 20);
         let w = shortfall(&dir, 3, free).expect("3 files as large as the free space");
         assert!(w.contains("No space left") && w.contains("GiB free"), "{w}");
+        // Any size an operator types is a warning, not an overflow.
+        assert!(shortfall(&dir, 3, u64::MAX).is_some());
     }
 }
