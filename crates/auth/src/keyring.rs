@@ -71,6 +71,29 @@ mod secret_hex {
     }
 }
 
+/// What tells a keyring file changed since it was read: its modification time alone misses a
+/// rewrite within the file system's timestamp tick (a few ms on ext4), so the inode (every
+/// [`write_private`] renames a new file into place) and the length count too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+    len: u64,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path` now; `None` when it cannot be read.
+    pub fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            modified: m.modified().ok(),
+            inode: m.ino(),
+            len: m.len(),
+        })
+    }
+}
+
 impl Keyring {
     /// The key of `entity`.
     pub fn get(&self, entity: &Entity) -> Option<&KeyEntry> {

@@ -20,7 +20,7 @@
 use crate::state_machine::MapView;
 use cairn_auth::service::{derive_service_key, mint, service_key_id, service_keys_around};
 use cairn_auth::{
-    key_id, seal, unix_now, Caps, Entity, EntityKind, Keyring, MonKeySet, Perms, Secret,
+    key_id, seal, unix_now, Caps, Entity, EntityKind, FileStamp, Keyring, MonKeySet, Perms, Secret,
     KEY_ID_LEN, TICKET_TTL_SECS,
 };
 use cairn_map::{ClusterMap, MapChange};
@@ -31,7 +31,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::SystemTime;
 
 /// The keys a monitor knows: the monitors' shared key from its keyring file (re-read when
 /// the file changes) until it is first rotated, then from the key database; every other
@@ -58,7 +57,7 @@ impl std::fmt::Debug for MonKeys {
 }
 
 struct Loaded {
-    modified: Option<SystemTime>,
+    stamp: Option<FileStamp>,
     /// The monitors' shared key.
     mon: Secret,
     /// The file's other keys: the bootstrap keys the database is seeded with.
@@ -95,15 +94,8 @@ impl MonKeys {
     }
 
     fn current(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
-        let modified = std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
-            .ok();
-        let stale = self
-            .loaded
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .modified
-            != modified;
+        let stamp = FileStamp::of(&self.path);
+        let stale = self.loaded.read().unwrap_or_else(|p| p.into_inner()).stamp != stamp;
         if stale {
             match read(&self.path) {
                 Ok(l) => {
@@ -144,6 +136,10 @@ impl MonKeys {
             k.secret = want.clone();
         }
         ring.save(&self.path)?;
+        // What was written is what is in use now, whatever the file's time stamps say.
+        if let Ok(l) = read(&self.path) {
+            *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = l;
+        }
         tracing::info!(keyring = %self.path.display(), "keyring rewritten with the monitors' new key");
         Ok(true)
     }
@@ -270,7 +266,7 @@ impl MonKeys {
 }
 
 fn read(path: &Path) -> Result<Loaded, MonKeysError> {
-    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let stamp = FileStamp::of(path);
     let ring = Keyring::load(path)?;
     let mon = ring
         .keys
@@ -286,7 +282,7 @@ fn read(path: &Path) -> Result<Loaded, MonKeysError> {
         .map(|k| (k.entity, (k.secret, k.caps.unwrap_or_default())))
         .collect();
     Ok(Loaded {
-        modified,
+        stamp,
         mon,
         entities,
     })
@@ -553,6 +549,36 @@ mod tests {
         };
         let svc = service_keys_around(of, unix_now());
         cairn_auth::ticket::open_ticket(&svc, &ticket, unix_now()).is_ok()
+    }
+
+    #[test]
+    fn a_keyring_rewritten_within_one_timestamp_tick_is_read_again() {
+        let dir = std::env::temp_dir().join(format!("cairn-monkeys-tick-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("keyring");
+        let ring_with = |mon: &Secret| Keyring {
+            keys: vec![KeyEntry {
+                entity: Entity::mon(0),
+                secret: mon.clone(),
+                caps: None,
+            }],
+        };
+        let (first, second) = (Secret::generate(), Secret::generate());
+        ring_with(&first).save(&path).expect("save");
+        let when = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        let keys = MonKeys::load(&path, 0, Arc::new(MapView::for_tests())).expect("load");
+        assert_eq!(keys.current().mon, first);
+        // The same length and the same modification time: only the inode tells.
+        ring_with(&second).save(&path).expect("save");
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(when))
+            .expect("set mtime");
+        assert_eq!(keys.current().mon, second);
+        std::fs::remove_dir_all(&dir).expect("clean");
     }
 
     #[test]

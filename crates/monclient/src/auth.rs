@@ -7,8 +7,8 @@
 
 use crate::{expect, protocol, MonClient, MonClientError, Step};
 use cairn_auth::{
-    open, open_secret, seal, Caps, Entity, KeyEntry, Keyring, KeyringError, Secret, ServiceKey,
-    MAX_TICKET,
+    open, open_secret, seal, Caps, Entity, FileStamp, KeyEntry, Keyring, KeyringError, Secret,
+    ServiceKey, MAX_TICKET,
 };
 use cairn_proto::msg::mon::{
     auth_import_aad, auth_key_aad, nbd_psk_aad, AuthListing, AuthReply, AuthRequest, AUTH_COMMAND,
@@ -27,7 +27,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use std::time::SystemTime;
 use tokio::time::Instant;
 
 /// A ticket this client holds (`Debug` shows no secret: the ticket is sealed, the session
@@ -67,17 +66,13 @@ pub struct KeySource {
 struct KeyState {
     secret: Secret,
     previous: Option<Secret>,
-    modified: Option<SystemTime>,
+    stamp: Option<FileStamp>,
 }
 
 impl fmt::Debug for KeySource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "KeySource({})", self.entity)
     }
-}
-
-fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 impl KeySource {
@@ -89,14 +84,14 @@ impl KeySource {
             state: Mutex::new(KeyState {
                 secret,
                 previous: None,
-                modified: None,
+                stamp: None,
             }),
         })
     }
 
     /// The key of `entity` in the keyring at `path`, read again when the file changes.
     pub fn keyring(path: &Path, entity: &Entity) -> Result<Arc<KeySource>, KeyringError> {
-        let seen = modified(path);
+        let seen = FileStamp::of(path);
         let key = Keyring::load_key(path, entity)?;
         Ok(Arc::new(KeySource {
             entity: entity.clone(),
@@ -104,7 +99,7 @@ impl KeySource {
             state: Mutex::new(KeyState {
                 secret: key.secret,
                 previous: None,
-                modified: seen,
+                stamp: seen,
             }),
         }))
     }
@@ -123,9 +118,9 @@ impl KeySource {
     pub fn keys(&self) -> (Secret, Option<Secret>) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(path) = &self.file {
-            let now = modified(path);
-            if now != st.modified {
-                st.modified = now;
+            let now = FileStamp::of(path);
+            if now != st.stamp {
+                st.stamp = now;
                 match Keyring::load_key(path, &self.entity) {
                     Ok(k) if k.secret != st.secret => {
                         tracing::info!(entity = %self.entity, keyring = %path.display(), "using the new key of the keyring");
@@ -438,5 +433,41 @@ impl MonClient {
             auth_step(f, &keys)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_rewritten_within_one_timestamp_tick_is_taken_up() {
+        let dir = std::env::temp_dir().join(format!("cairn-keysource-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("keyring");
+        let who = Entity::admin();
+        let ring_with = |secret: &Secret| Keyring {
+            keys: vec![KeyEntry {
+                entity: who.clone(),
+                secret: secret.clone(),
+                caps: None,
+            }],
+        };
+        let (first, second) = (Secret::generate(), Secret::generate());
+        ring_with(&first).save(&path).expect("save");
+        let when = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        let source = KeySource::keyring(&path, &who).expect("load");
+        assert_eq!(source.current(), first);
+        // The same length and modification time: only the new inode tells.
+        ring_with(&second).save(&path).expect("save");
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(when))
+            .expect("set mtime");
+        assert_eq!(source.keys(), (second, Some(first)));
+        std::fs::remove_dir_all(&dir).expect("clean");
     }
 }
