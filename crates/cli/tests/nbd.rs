@@ -1450,7 +1450,8 @@ fn the_allocation_map_is_persisted_and_an_open_reads_it_instead_of_listing() {
     assert_eq!(objects_with(&c, "default", &shard), vec![shard.clone()]);
     // An object put behind the map's back is not seen by the next open: it reads the map,
     // it does not list the pool.
-    let planted = scratch("nbd-alloc").join("planted");
+    let planted_dir = scratch("nbd-alloc");
+    let planted = planted_dir.join("planted");
     std::fs::write(&planted, vec![0x55u8; 4096]).expect("write");
     let data20 = format!("vdata.{id}.{:016x}", 20);
     c.ok(&["obj", "put", "default", &data20, &p(&planted)]);
@@ -1469,4 +1470,5 @@ fn the_allocation_map_is_persisted_and_an_open_reads_it_instead_of_listing() {
     drop(s3);
     c.ok(&["vol", "rm", "am", "--force"]);
     assert_eq!(objects_with(&c, "default", &id), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&planted_dir);
 }

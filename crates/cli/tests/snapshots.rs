@@ -414,7 +414,8 @@ fn vol_diff_lists_exactly_the_blocks_written_between_snapshots_and_du_counts_the
     assert!(landed >= 1, "no racing create landed");
 
     // A damaged holder registry is a clear error too, naming the object to remove.
-    let junk = scratch("snap-diff-junk").join("junk");
+    let junk_dir = scratch("snap-diff-junk");
+    let junk = junk_dir.join("junk");
     std::fs::write(&junk, b"CAIRNHLD not a registry").expect("write");
     let registry = format!("vholders.{}", volume_id(&c, "d"));
     c.ok(&["obj", "put", "default", &registry, &p(&junk)]);
@@ -438,6 +439,7 @@ fn vol_diff_lists_exactly_the_blocks_written_between_snapshots_and_du_counts_the
         !o.status.success() && err.contains("snapshot table is damaged"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&junk_dir);
 }
 
 /// Writes `tree` under `root`.
@@ -655,7 +657,7 @@ fn scrub_repairs_a_damaged_copy_of_snapshot_data() {
         out.contains("vclone."),
         "the damaged copy is a snapshot clone: {out}"
     );
-    let back = scratch("snap-scrub-back").join("back");
+    let back = dir.join("back");
     tool_ok(&c, 60, "nbdcopy", &[&c.nbd_uri("s@keep"), &p(&back)]);
     let read = std::fs::read(&back).expect("read back");
     assert!(
@@ -668,6 +670,7 @@ fn scrub_repairs_a_damaged_copy_of_snapshot_data() {
         !again.contains("(repaired)") && !again.contains("NOT repaired"),
         "{again}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Blocks of `path` that hold data (not holes), in bytes.
