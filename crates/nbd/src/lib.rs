@@ -14,6 +14,7 @@ mod export;
 mod server;
 mod tls;
 mod transmission;
+mod unwind;
 
 pub mod command;
 pub mod handshake;

@@ -18,6 +18,7 @@ use crate::conn::{skip, wait_shutdown, ConnError, End};
 use crate::exec::{execute, Reply};
 use crate::export::Export;
 use crate::proto::{parse_request, Errno, Request, REQUEST_LEN};
+use crate::unwind::CatchPanic;
 
 /// Requests in flight per connection before the reader pauses.
 pub const MAX_IN_FLIGHT: usize = 128;
@@ -178,15 +179,12 @@ where
     let contexts = Arc::clone(&ctx.contexts);
     let (cookie, structured) = (req.cookie, ctx.session.structured);
     tokio::spawn(async move {
-        // A nested task so that a panicking export becomes an EIO reply instead of a request
-        // the client waits for forever.
-        let result = match tokio::spawn(
-            async move { execute(&*export, op, payload, &contexts).await },
-        )
-        .await
-        {
+        // A panicking export becomes an EIO reply instead of a request the client waits for
+        // forever.
+        let run = CatchPanic::new(async move { execute(&*export, op, payload, &contexts).await });
+        let result = match run.await {
             Ok(r) => r,
-            Err(e) => Err((Errno::Io, format!("command task failed: {e}"))),
+            Err(panic) => Err((Errno::Io, panic)),
         };
         let reply = match result {
             Ok(done) => Reply::done(cookie, structured, done),

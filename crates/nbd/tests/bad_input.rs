@@ -194,6 +194,25 @@ fn out_of_range_requests_are_refused_and_write_nothing() {
 }
 
 #[test]
+fn a_panicking_export_fails_that_request_with_eio_and_the_connection_goes_on() {
+    let mut exports = MemExports::new();
+    let at = 3 * 4096;
+    exports.add("disk", "", MemExport::new(SIZE).with_panicking_reads_at(at));
+    let server = TestServer::start(exports);
+    let mut c = Raw::go(server.port, "disk", false, false);
+    c.request(CMD_READ, 0, 1, at, 512);
+    assert_eq!(
+        c.simple(0),
+        (1, 5, vec![]),
+        "EIO for the read that panicked"
+    );
+    c.request(CMD_READ, 0, 2, 0, 512);
+    let (cookie, error, data) = c.simple(512);
+    assert_eq!((cookie, error, data.len()), (2, 0, 512));
+    still_serving(server.port);
+}
+
+#[test]
 fn unknown_commands_and_flags_get_einval() {
     let (server, _) = server();
     let mut c = Raw::go(server.port, "disk", false, false);

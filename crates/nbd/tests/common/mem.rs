@@ -36,6 +36,8 @@ pub struct MemExport {
     /// Reads starting below this offset are delayed by `slow_delay` (out-of-order replies).
     slow_below: u64,
     slow_delay: Duration,
+    /// A read at this offset panics (after a wait), as a buggy export might.
+    panic_at: Option<u64>,
     pub calls: Calls,
 }
 
@@ -49,6 +51,7 @@ impl MemExport {
             multi_conn: true,
             slow_below: 0,
             slow_delay: Duration::ZERO,
+            panic_at: None,
             calls: Calls::default(),
         }
     }
@@ -57,6 +60,12 @@ impl MemExport {
     pub fn with_slow_reads(mut self, below: u64, delay: Duration) -> MemExport {
         self.slow_below = below;
         self.slow_delay = delay;
+        self
+    }
+
+    /// A read starting at `offset` panics.
+    pub fn with_panicking_reads_at(mut self, offset: u64) -> MemExport {
+        self.panic_at = Some(offset);
         self
     }
 
@@ -125,6 +134,10 @@ impl Export for MemExport {
         self.calls.reads.fetch_add(1, Ordering::SeqCst);
         if offset < self.slow_below {
             tokio::time::sleep(self.slow_delay).await;
+        }
+        if self.panic_at == Some(offset) {
+            tokio::task::yield_now().await;
+            panic!("the test export panics on a read at {offset}");
         }
         let s = self.state();
         Ok(s.data[offset as usize..offset as usize + len as usize].to_vec())

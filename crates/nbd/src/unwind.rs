@@ -1,0 +1,79 @@
+//! A command's future with its panic caught: a panicking export becomes an error reply for
+//! that one request, not a request the client waits for forever. Polled in the command's own
+//! task, so serving a request costs one task, not a second one spawned only to catch a panic
+//! (each spawn moves the whole command future several times: measured at ~4 % of the machine
+//! under 4 KiB random reads).
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Runs `fut`; `Err` holds the panic's message when it panicked.
+pub(crate) struct CatchPanic<F> {
+    /// Boxed, so the task that owns this stays small and moving it is cheap.
+    fut: Option<Pin<Box<F>>>,
+}
+
+impl<F: Future> CatchPanic<F> {
+    pub(crate) fn new(fut: F) -> CatchPanic<F> {
+        CatchPanic {
+            fut: Some(Box::pin(fut)),
+        }
+    }
+}
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // The export's state after a panic is its own business (as with a task's panic);
+        // the future itself is dropped and never polled again.
+        let Some(fut) = self.fut.as_mut() else {
+            return Poll::Ready(Err("polled after it ended".into()));
+        };
+        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => {
+                self.fut = None;
+                Poll::Ready(Ok(v))
+            }
+            Err(panic) => {
+                self.fut = None;
+                Poll::Ready(Err(message(&*panic)))
+            }
+        }
+    }
+}
+
+fn message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => format!("the command panicked: {s}"),
+        (_, Some(s)) => format!("the command panicked: {s}"),
+        _ => "the command panicked".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_result_passes_through_and_a_panic_after_a_wait_becomes_its_message() {
+        let ok = CatchPanic::new(async {
+            tokio::task::yield_now().await;
+            7
+        });
+        assert_eq!(ok.await, Ok(7));
+        let fails = |after_wait: bool| async move {
+            if after_wait {
+                tokio::task::yield_now().await;
+            }
+            panic!("export {} broke", 3);
+        };
+        for after_wait in [false, true] {
+            let r: Result<(), String> = CatchPanic::new(fails(after_wait)).await;
+            assert_eq!(r, Err("the command panicked: export 3 broke".into()));
+        }
+    }
+}
