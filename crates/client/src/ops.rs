@@ -338,7 +338,13 @@ impl Client {
                 why: format!("pg {} has no OSD up", route.pg),
             };
         };
-        let conn = match self.conn(id, &addr).await {
+        // Connecting is rare and its future large (~1.6 KiB): boxed, so that every op's future
+        // (moved and copied as a whole) stays small.
+        let conn = match self.open_conn(id, &addr) {
+            Some(c) => Ok(c),
+            None => Box::pin(self.conn(id, &addr)).await,
+        };
+        let conn = match conn {
             Ok(c) => c,
             Err(e) if e.refused => return Attempt::Denied(e.why),
             Err(e) => {

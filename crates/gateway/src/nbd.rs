@@ -381,18 +381,23 @@ impl Exports for VolumeExports {
 }
 
 impl VolumeExport {
-    /// Runs request `op` (`bytes_in` written, `out` tells the bytes read), counted and timed
+    /// When a request starts, if the server keeps metrics.
+    fn clock(&self) -> Option<std::time::Instant> {
+        self.metrics.as_ref().map(|_| std::time::Instant::now())
+    }
+
+    /// Counts request `op` started at `t0` (`bytes_in` written, `out` tells the bytes read)
     /// when the server keeps metrics.
-    async fn counted<T>(
+    fn count<T>(
         &self,
         op: &'static str,
         bytes_in: u64,
-        fut: impl std::future::Future<Output = Result<T, ExportError>>,
+        t0: Option<std::time::Instant>,
+        r: &Result<T, ExportError>,
         out: impl Fn(&T) -> u64,
-    ) -> Result<T, ExportError> {
-        match &self.metrics {
-            Some((m, name)) => m.timed(name, op, bytes_in, fut, out).await,
-            None => fut.await,
+    ) {
+        if let (Some((m, name)), Some(t0)) = (&self.metrics, t0) {
+            m.record(name, op, bytes_in, t0, r, out);
         }
     }
 
@@ -430,38 +435,38 @@ impl Export for VolumeExport {
 
     async fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>, ExportError> {
         self.check(offset, len.into())?;
-        let read = async {
-            let r = self.volume.read(offset, len.into()).await;
-            r.map_err(export_error)
-        };
-        self.counted("read", 0, read, |d| d.len() as u64).await
+        let t0 = self.clock();
+        let r = self.volume.read(offset, len.into()).await;
+        let r = r.map_err(export_error);
+        self.count("read", 0, t0, &r, |d| d.len() as u64);
+        r
     }
 
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<(), ExportError> {
         self.check(offset, data.len() as u64)?;
-        let bytes = data.len() as u64;
-        let write = async {
-            self.volume
-                .write(offset, &data)
-                .await
-                .map_err(export_error)?;
-            self.fua(fua).await
+        let t0 = self.clock();
+        let r = match self.volume.write(offset, &data).await {
+            Ok(()) => self.fua(fua).await,
+            Err(e) => Err(export_error(e)),
         };
-        self.counted("write", bytes, write, |_| 0).await
+        self.count("write", data.len() as u64, t0, &r, |_| 0);
+        r
     }
 
     async fn flush(&self) -> Result<(), ExportError> {
-        let flush = async { self.volume.flush().await.map_err(export_error) };
-        self.counted("flush", 0, flush, |_| 0).await
+        let t0 = self.clock();
+        let r = self.volume.flush().await.map_err(export_error);
+        self.count("flush", 0, t0, &r, |_| 0);
+        r
     }
 
     async fn trim(&self, offset: u64, len: u32) -> Result<(), ExportError> {
         self.check(offset, len.into())?;
-        let trim = async {
-            let r = self.volume.zero(offset, len.into(), true).await;
-            r.map_err(export_error)
-        };
-        self.counted("trim", 0, trim, |_| 0).await
+        let t0 = self.clock();
+        let r = self.volume.zero(offset, len.into(), true).await;
+        let r = r.map_err(export_error);
+        self.count("trim", 0, t0, &r, |_| 0);
+        r
     }
 
     async fn write_zeroes(
@@ -475,14 +480,13 @@ impl Export for VolumeExport {
         self.check(offset, len.into())?;
         // Every way of zeroing is fast here (remove, in-place zero, or a one-byte sparse
         // write), so FAST_ZERO never has to fail.
-        let zero = async {
-            self.volume
-                .zero(offset, len.into(), may_punch)
-                .await
-                .map_err(export_error)?;
-            self.fua(fua).await
+        let t0 = self.clock();
+        let r = match self.volume.zero(offset, len.into(), may_punch).await {
+            Ok(()) => self.fua(fua).await,
+            Err(e) => Err(export_error(e)),
         };
-        self.counted("write_zeroes", 0, zero, |_| 0).await
+        self.count("write_zeroes", 0, t0, &r, |_| 0);
+        r
     }
 
     async fn dirty_status(
