@@ -39,7 +39,9 @@ impl<F: Future> Future for CatchPanic<F> {
                 Poll::Ready(Ok(v))
             }
             Err(panic) => {
-                self.fut = None;
+                // Its drop may panic too, half-way through as it is: caught as well.
+                let broken = self.fut.take();
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(broken)));
                 Poll::Ready(Err(message(&*panic)))
             }
         }
