@@ -7,6 +7,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use crate::size::human;
+
 /// A warning when the data files of `osds` OSDs of `osd_size` bytes in `dir` may grow past
 /// the space free there; `None` when they fit (or the free space cannot be read).
 pub fn shortfall(dir: &Path, osds: u32, osd_size: u64) -> Option<String> {
@@ -25,14 +27,10 @@ pub fn shortfall(dir: &Path, osds: u32, osd_size: u64) -> Option<String> {
              device\" and those OSDs stop. Free space there, or use a smaller --osd-size for a \
              new cluster",
             dir.display(),
-            gib(may_grow),
-            gib(free)
+            human(may_grow),
+            human(free)
         )
     })
-}
-
-fn gib(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30))
 }
 
 /// Bytes an unprivileged writer may still use on the file system holding `dir`.

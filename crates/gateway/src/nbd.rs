@@ -563,7 +563,6 @@ mod tests {
         // that holds the volume's future by value doubles or triples it (it was 10 KiB).
         let read = future_size(|x, offset, len| x.read(offset, len));
         let write = future_size(|x, offset, data| x.write(offset, data, false));
-        eprintln!("read future {read} bytes, write future {write} bytes");
         assert!(read <= 3 << 10 && write <= 3 << 10, "{read}, {write}");
     }
 

@@ -49,10 +49,13 @@ impl<F: Future> Future for CatchPanic<F> {
 }
 
 fn message(panic: &(dyn std::any::Any + Send)) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(s), _) => format!("the command panicked: {s}"),
-        (_, Some(s)) => format!("the command panicked: {s}"),
-        _ => "the command panicked".into(),
+    let text = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    match text {
+        Some(s) => format!("the command panicked: {s}"),
+        None => "the command panicked".into(),
     }
 }
 
