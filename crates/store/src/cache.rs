@@ -25,7 +25,7 @@
 //! 40% of a store's maintenance thread under 4 KiB random writes went to clearing those pages.
 
 use crate::device::BLOCK_SIZE;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -56,8 +56,10 @@ const CHUNK_BLOCKS: usize = 256;
 
 #[derive(Default)]
 struct Inner {
-    /// Device offset -> slot.
-    blocks: BTreeMap<u64, u32>,
+    /// Device offset -> slot. Hashed, not ordered: every lookup names its blocks, and an
+    /// ordered map's search missed the CPU caches at every level (a B-tree over a large
+    /// cache: ~4 % of the machine under 4 KiB random writes, in `forget` and `insert`).
+    blocks: HashMap<u64, u32>,
     order: VecDeque<u64>,
     slab: Slab,
 }
@@ -241,17 +243,26 @@ impl BlockCache {
     }
 }
 
-/// Drops the cached blocks overlapping `off..off + len`, their slots made free.
+/// Drops the cached blocks overlapping `off..off + len`, their slots made free. Blocks are
+/// cached at whole-block offsets.
 fn drop_range(inner: &mut Inner, off: u64, len: u64) {
     let start = off / B * B;
-    let keys: Vec<u64> = inner
-        .blocks
-        .range(start..off.saturating_add(len))
-        .map(|(k, _)| *k)
-        .collect();
-    for k in keys {
-        if let Some(s) = inner.blocks.remove(&k) {
-            inner.slab.put(s);
+    let end = off.saturating_add(len);
+    let Inner { blocks, slab, .. } = inner;
+    if (end - start).div_ceil(B) > blocks.len() as u64 {
+        // A range larger than the cache: one pass over what is held.
+        blocks.retain(|&k, &mut s| {
+            let inside = (start..end).contains(&k);
+            if inside {
+                slab.put(s);
+            }
+            !inside
+        });
+        return;
+    }
+    for k in (start..end).step_by(BLOCK_SIZE) {
+        if let Some(s) = blocks.remove(&k) {
+            slab.put(s);
         }
     }
 }
@@ -346,8 +357,10 @@ mod tests {
             let mut model: std::collections::HashMap<u64, u8> = Default::default();
             for (key, op, v) in ops {
                 if op == 0 {
-                    c.invalidate(key * B, B);
-                    model.remove(&key);
+                    // Ranges of 1 to 16 blocks: some smaller than what is cached, some larger.
+                    let n = u64::from(v % 16) + 1;
+                    c.invalidate(key * B, n * B);
+                    model.retain(|k, _| !(key..key + n).contains(k));
                 } else {
                     c.insert(key * B, &block(v));
                     model.insert(key, v);
@@ -363,6 +376,12 @@ mod tests {
                     }
                 }
                 proptest::prop_assert!(c.len() <= cap);
+                let inner = c.lock();
+                proptest::prop_assert_eq!(
+                    inner.blocks.len() + inner.slab.free.len(),
+                    inner.slab.made,
+                    "every slot is held or free"
+                );
             }
         }
     }

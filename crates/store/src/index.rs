@@ -5,6 +5,7 @@
 
 use crate::device::BLOCK_SIZE;
 use crate::effect::{Effect, Name, Payload};
+use crate::key::Key;
 use crate::txn::CollId;
 use crate::wal::RecordBuf;
 use std::collections::BTreeMap;
@@ -107,10 +108,11 @@ impl Extent {
     }
 }
 
-/// Attributes of an object, or key/value entries of a collection. Keys and values are shared,
-/// so copying the map (copy-on-write after a checkpoint's snapshot; a PG's log is thousands of
-/// entries) allocates tree nodes only, not two buffers per entry.
-pub type KvMap = BTreeMap<Arc<[u8]>, Arc<[u8]>>;
+/// Attributes of an object, or key/value entries of a collection. Short keys are held in the
+/// tree's nodes ([`Key`]), long keys and values are shared, so copying the map (copy-on-write
+/// after a checkpoint's snapshot; a PG's log is thousands of entries) allocates tree nodes
+/// only, not buffers per entry.
+pub type KvMap = BTreeMap<Key, Arc<[u8]>>;
 
 /// An object: its size, data extents keyed by first block, and attributes.
 #[derive(Debug, Clone, Default)]
@@ -514,7 +516,7 @@ impl Index {
                 if let Some(c) = self.coll_mut(*coll) {
                     if start < end {
                         let range = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
-                        let keys: Vec<Arc<[u8]>> =
+                        let keys: Vec<Key> =
                             c.kv.range::<[u8], _>(range)
                                 .map(|(k, _)| k.clone())
                                 .collect();

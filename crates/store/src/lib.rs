@@ -27,6 +27,7 @@ mod error;
 pub mod fault;
 pub mod format;
 mod index;
+mod key;
 mod maint;
 mod mirror;
 mod read;
