@@ -24,43 +24,89 @@ const EXT_INLINE: u8 = 1;
 /// `replay_seq` is the first WAL record not in it. Returns how many of the body's bytes are
 /// inline data. `direct` maps in-memory extents of direct writes (by id) to (offset in their
 /// buffer, data-device offset): those are encoded as disk extents.
+#[cfg(test)]
 pub fn encode(
     index: &Index,
     replay_seq: u64,
     direct: &HashMap<u64, (usize, u64)>,
     v: &mut Vec<u8>,
 ) -> usize {
+    let mut keep = |_: &mut Vec<u8>| Ok::<(), std::convert::Infallible>(());
+    match encode_in_pieces(index, replay_seq, direct, v, usize::MAX, &mut keep) {
+        Ok(inline) => inline,
+        Err(never) => match never {},
+    }
+}
+
+/// [`encode`], handing the body out in pieces: whenever `v` holds at least `piece` bytes
+/// (between two objects or entries, so a piece may be somewhat larger) and once at the end,
+/// `spill(v)` takes them and leaves `v` empty. The concatenated pieces are the body. A
+/// checkpoint is then written as it is encoded, from one buffer of about `piece` bytes,
+/// instead of from a body the size of the index in fresh memory (which the kernel cleared
+/// page by page: ~2 % of the machine under 4 KiB random writes).
+pub fn encode_in_pieces<E>(
+    index: &Index,
+    replay_seq: u64,
+    direct: &HashMap<u64, (usize, u64)>,
+    v: &mut Vec<u8>,
+    piece: usize,
+    spill: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<usize, E> {
     v.clear();
     let mut w = Writer(v);
     w.bytes(CKPT_MAGIC);
     w.u32(CKPT_VERSION);
     w.u64(replay_seq);
     w.u64(index.colls.len() as u64);
+    let mut out = Spill { v, piece, spill };
     let mut inline = 0;
     for (id, c) in &index.colls {
-        inline += encode_coll(v, *id, c, direct);
+        inline += encode_coll(&mut out, *id, c, direct)?;
     }
-    inline
+    if !out.v.is_empty() {
+        (out.spill)(out.v)?;
+    }
+    Ok(inline)
 }
 
-fn encode_coll(
-    v: &mut Vec<u8>,
+/// The body being encoded and where its full pieces go.
+struct Spill<'a, E> {
+    v: &'a mut Vec<u8>,
+    piece: usize,
+    spill: &'a mut dyn FnMut(&mut Vec<u8>) -> Result<(), E>,
+}
+
+impl<E> Spill<'_, E> {
+    fn maybe_spill(&mut self) -> Result<(), E> {
+        if self.v.len() >= self.piece {
+            (self.spill)(self.v)?;
+        }
+        Ok(())
+    }
+}
+
+fn encode_coll<E>(
+    out: &mut Spill<'_, E>,
     id: u64,
     c: &Collection,
     direct: &HashMap<u64, (usize, u64)>,
-) -> usize {
-    let mut w = Writer(v);
+) -> Result<usize, E> {
+    let mut w = Writer(out.v);
     w.u64(id);
     w.u64(c.kv.len() as u64);
     for (k, val) in &c.kv {
+        let mut w = Writer(out.v);
         w.name(k);
         w.blob(val);
+        out.maybe_spill()?;
     }
-    w.u64(c.objects.len() as u64);
-    c.objects
-        .iter()
-        .map(|(name, o)| encode_obj(v, name, o, direct))
-        .sum()
+    Writer(out.v).u64(c.objects.len() as u64);
+    let mut inline = 0;
+    for (name, o) in &c.objects {
+        inline += encode_obj(out.v, name, o, direct);
+        out.maybe_spill()?;
+    }
+    Ok(inline)
 }
 
 fn encode_obj(
@@ -376,5 +422,57 @@ mod tests {
             pieces: vec![(4096, 10, 7)],
         };
         assert_eq!(Root::decode(&root.encode()).unwrap(), root);
+    }
+
+    /// Written in pieces, the body is the same bytes as in one buffer, and no piece waits
+    /// for more than one object or entry beyond the piece size.
+    #[test]
+    fn a_body_encoded_in_pieces_is_the_whole_body_cut_between_objects() {
+        let mut idx = Index::default();
+        let rec: crate::wal::RecordBuf = Arc::new(vec![5u8; BLOCK_SIZE]);
+        let (mut id, mut out) = (0, ApplyOut::default());
+        idx.apply(&Effect::CreateColl(1), &rec, &mut id, &mut out);
+        for i in 0..50u32 {
+            let obj: Name = Arc::from(format!("object-{i}").as_bytes());
+            let key = format!("log.{i:08}").into_bytes();
+            for e in [
+                Effect::SetSize {
+                    coll: 1,
+                    obj,
+                    size: 4096,
+                },
+                Effect::KvSet {
+                    coll: 1,
+                    key,
+                    value: vec![i as u8; 40],
+                },
+            ] {
+                idx.apply(&e, &rec, &mut id, &mut out);
+            }
+        }
+        let mut whole = Vec::new();
+        encode(&idx, 4, &HashMap::new(), &mut whole);
+        for piece in [1, 100, 1000, whole.len(), usize::MAX] {
+            let mut parts: Vec<Vec<u8>> = Vec::new();
+            let mut buf = Vec::new();
+            let mut take = |v: &mut Vec<u8>| {
+                assert!(!v.is_empty(), "an empty piece");
+                parts.push(std::mem::take(v));
+                Ok::<(), ()>(())
+            };
+            encode_in_pieces(&idx, 4, &HashMap::new(), &mut buf, piece, &mut take).unwrap();
+            assert!(buf.is_empty());
+            assert_eq!(parts.concat(), whole, "piece size {piece}");
+            // An object or entry here encodes in under 100 bytes; the body's and the
+            // collection's headers (44 bytes) go with the entry after them.
+            assert!(parts.iter().all(|p| p.len() < piece.saturating_add(150)));
+            if piece <= 1000 {
+                assert!(parts.len() > 1, "piece size {piece}: one piece");
+            }
+        }
+        // A failing writer stops the encoding with its error.
+        let mut fail = |_: &mut Vec<u8>| Err("device gone");
+        let r = encode_in_pieces(&idx, 4, &HashMap::new(), &mut Vec::new(), 100, &mut fail);
+        assert_eq!(r, Err("device gone"));
     }
 }

@@ -3,11 +3,6 @@
 
 use super::*;
 
-thread_local! {
-    /// The length of the last checkpoint body.
-    static CKPT_BODY_LEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// Takes a checkpoint (also used at open, before the thread starts): write pending data,
 /// snapshot the index, wait until the records it holds end a durable WAL batch, write it to
 /// segments, flush the data devices, then point the WAL header at it and reclaim WAL space.
@@ -35,15 +30,19 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     let (lsn, prev_crc) = wait_for_cut(sh)?;
     // The direct writes the snapshot holds in memory are on the data devices by now (their
     // records are durable, and a batch writes and flushes their data first): named there.
-    // Sized like the last body, so it is not grown (and copied) step by step; not kept
-    // between checkpoints (it is about as large as the index's extents).
-    let mut body = Vec::with_capacity(CKPT_BODY_LEN.get() + CKPT_BODY_LEN.get() / 8);
-    let inline_bytes = checkpoint::encode(&snap, seq, &dest, &mut body);
+    let mut body = BodyWriter::new(sh);
+    let mut buf = Vec::with_capacity(PIECE + PIECE / 4);
+    let inline_bytes =
+        checkpoint::encode_in_pieces(&snap, seq, &dest, &mut buf, PIECE, &mut |v| body.write(v))?;
     drop(snap);
-    CKPT_BODY_LEN.set(body.len());
-    let (root, runs) = write_body(sh, &body, gen)?;
-    let body_len = body.len();
-    drop(body);
+    drop(buf);
+    let body_len = body.total as usize;
+    let root = Root {
+        generation: gen,
+        total_len: body.total,
+        pieces: body.pieces,
+    };
+    let runs = body.runs;
     let root_bytes = root.encode();
     let root_len = root_bytes.len();
     let root_runs = {
@@ -122,39 +121,62 @@ fn contiguous(runs: &[(u64, u32)]) -> Result<u64> {
     }
 }
 
-/// Writes the checkpoint body in pieces; returns the root and the runs it occupies.
-fn write_body(sh: &Shared, body: &[u8], gen: u64) -> Result<(Root, Vec<(u64, u32)>)> {
-    let total_blocks = align_up(body.len() as u64) / B;
-    let runs = {
-        let mut st = sh.lock();
-        alloc(sh, &mut st, total_blocks as u32, Use::Ckpt)?
-    };
-    let mut pieces = Vec::new();
-    let mut at = 0usize;
-    // One buffer for every piece (a fresh zeroed 1 MiB allocation per piece costs page
-    // faults and page clearing every time); freed with the checkpoint.
-    let mut staging = None;
-    for &(off, n) in &runs {
-        let run_bytes = n as usize * BLOCK_SIZE;
-        let mut r_at = 0usize;
-        while r_at < run_bytes && at < body.len() {
-            let len = (run_bytes - r_at).min(PIECE).min(body.len() - at);
-            let chunk = &body[at..at + len];
-            let doff = off + r_at as u64;
-            let buf = AlignedBuf::reuse(&mut staging, len);
-            buf[..len].copy_from_slice(chunk);
-            // The padding to a whole block must not carry an older piece's bytes.
-            buf[len..].fill(0);
-            sh.data.write(buf, doff)?;
-            pieces.push((doff, len as u32, cairn_crc::crc32c(chunk)));
-            at += len;
-            r_at += align_up(len as u64) as usize;
+/// Writes a checkpoint body as it is encoded: each part handed to it goes to blocks
+/// allocated for it, in root pieces of at most [`PIECE`] bytes.
+struct BodyWriter<'a> {
+    sh: &'a Shared,
+    /// One aligned buffer for every piece (a fresh zeroed allocation per piece costs page
+    /// faults and page clearing every time); freed with the checkpoint.
+    staging: Option<AlignedBuf>,
+    /// (data-device offset, length, crc) of each piece, in body order.
+    pieces: Vec<(u64, u32, u32)>,
+    /// The runs the body occupies.
+    runs: Vec<(u64, u32)>,
+    total: u64,
+}
+
+impl<'a> BodyWriter<'a> {
+    fn new(sh: &'a Shared) -> Self {
+        BodyWriter {
+            sh,
+            staging: None,
+            pieces: Vec::new(),
+            runs: Vec::new(),
+            total: 0,
         }
     }
-    let root = Root {
-        generation: gen,
-        total_len: body.len() as u64,
-        pieces,
-    };
-    Ok((root, runs))
+
+    /// Writes the next part of the body (all of `part`, which it empties).
+    fn write(&mut self, part: &mut Vec<u8>) -> Result<()> {
+        let blocks = align_up(part.len() as u64) / B;
+        let runs = {
+            let mut st = self.sh.lock();
+            alloc(self.sh, &mut st, blocks as u32, Use::Ckpt)?
+        };
+        // Counted at once: if a write below fails, the store fails, and these runs are
+        // released with the rest of its state when it is opened again.
+        self.runs.extend_from_slice(&runs);
+        let mut at = 0usize;
+        for &(off, n) in &runs {
+            let run_bytes = n as usize * BLOCK_SIZE;
+            let mut r_at = 0usize;
+            while r_at < run_bytes && at < part.len() {
+                let len = (run_bytes - r_at).min(PIECE).min(part.len() - at);
+                let chunk = &part[at..at + len];
+                let doff = off + r_at as u64;
+                let buf = AlignedBuf::reuse(&mut self.staging, len);
+                buf[..len].copy_from_slice(chunk);
+                // The padding to a whole block must not carry an older piece's bytes.
+                buf[len..].fill(0);
+                self.sh.data.write(buf, doff)?;
+                self.pieces
+                    .push((doff, len as u32, cairn_crc::crc32c(chunk)));
+                at += len;
+                r_at += align_up(len as u64) as usize;
+            }
+        }
+        self.total += part.len() as u64;
+        part.clear();
+        Ok(())
+    }
 }
