@@ -91,13 +91,11 @@ fn encode_coll<E>(
     c: &Collection,
     direct: &HashMap<u64, (usize, u64)>,
 ) -> Result<usize, E> {
-    let mut w = Writer(out.v);
-    w.u64(id);
-    w.u64(c.kv.len() as u64);
+    Writer(out.v).u64(id);
+    Writer(out.v).u64(c.kv.len() as u64);
     for (k, val) in &c.kv {
-        let mut w = Writer(out.v);
-        w.name(k);
-        w.blob(val);
+        Writer(out.v).name(k);
+        Writer(out.v).blob(val);
         out.maybe_spill()?;
     }
     Writer(out.v).u64(c.objects.len() as u64);

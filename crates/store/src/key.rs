@@ -9,7 +9,6 @@
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -17,7 +16,7 @@ use std::sync::Arc;
 /// pointer and tag (24 bytes).
 const INLINE: usize = 22;
 
-/// A key, compared, hashed and borrowed as its bytes.
+/// A key, compared and borrowed as its bytes.
 #[derive(Clone)]
 pub struct Key(Repr);
 
@@ -88,12 +87,6 @@ impl PartialOrd for Key {
 impl Ord for Key {
     fn cmp(&self, other: &Key) -> Ordering {
         self.as_bytes().cmp(other.as_bytes())
-    }
-}
-
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state)
     }
 }
 
