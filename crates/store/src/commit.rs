@@ -530,6 +530,13 @@ pub(crate) fn wake_maint(sh: &Shared, st: &State) {
     }
 }
 
+/// Wakes the flusher thread if it sleeps.
+pub(crate) fn wake_flusher(sh: &Shared, st: &State) {
+    if st.flusher_idle {
+        sh.flush_cv.notify_all();
+    }
+}
+
 /// Blocks data and checkpoints may fill: all segments but the reserve kept for the cleaner,
 /// the flusher and the next checkpoints.
 pub(crate) fn writable_blocks(sh: &Shared, st: &State) -> u64 {
@@ -631,6 +638,7 @@ fn submit_placed<'a>(
             st.waits_for_flusher += 1;
         }
         wake_maint(sh, &st);
+        wake_flusher(sh, &st);
         st = wait(&sh.space_cv, st);
     }
 }
@@ -748,7 +756,10 @@ fn apply_and_log<'a>(
 fn wake_maint_if_needed(sh: &Shared, st: &State) {
     let flush = st.pending_blocks * B >= sh.cfg.flush_batch_bytes;
     let ckpt = sh.wal_used(st) * 100 >= sh.wal.ring_size * sh.cfg.checkpoint_wal_percent as u64;
-    if flush || ckpt {
+    if flush {
+        wake_flusher(sh, st);
+    }
+    if ckpt {
         wake_maint(sh, st);
     }
 }

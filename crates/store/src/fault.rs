@@ -70,6 +70,9 @@ struct Faults {
     fail_writes: bool,
     fail_flush: bool,
     flush_delay: Duration,
+    /// Writes do not wait for a flush in progress (as on most real devices, where a write
+    /// queues beside a cache flush).
+    writes_during_flush: bool,
 }
 
 /// A device that injects faults; see the module documentation.
@@ -122,6 +125,10 @@ impl FaultDevice {
     /// Makes every flush take at least `d`, blocking reads and writes meanwhile.
     pub fn set_flush_delay(&self, d: Duration) {
         lock(&self.faults).flush_delay = d;
+    }
+    /// Lets writes go on while a flush holds the device (reads still wait).
+    pub fn let_writes_through_flush(&self, yes: bool) {
+        lock(&self.faults).writes_during_flush = yes;
     }
     /// Whether a flush is in progress on this device.
     pub fn is_flushing(&self) -> bool {
@@ -225,9 +232,13 @@ impl BlockDevice for FaultDevice {
         Ok(())
     }
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
-        let _g = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        let (fail, through) = {
+            let f = lock(&self.faults);
+            (f.fail_writes, f.writes_during_flush)
+        };
+        let _g = (!through).then(|| self.gate.read().unwrap_or_else(|p| p.into_inner()));
         self.alive()?;
-        if lock(&self.faults).fail_writes {
+        if fail {
             return Err(eio("write error"));
         }
         if self.passthrough {

@@ -842,3 +842,76 @@ fn a_checkpoint_body_that_cannot_be_written_stops_the_store_and_loses_nothing() 
     s.checkpoint().unwrap();
     s.check_space_accounting().unwrap();
 }
+
+/// Pending data keeps going to the data device while a checkpoint waits for that device's
+/// flush, so commits meanwhile never wait for the flusher. (With one background thread for
+/// both, the flusher waited for the checkpoint, pending data reached its limit, and commits
+/// waited for the checkpoint.)
+#[test]
+fn pending_data_is_written_while_a_checkpoint_waits_for_the_data_device() {
+    use cairn_store::fault::{FaultDevice, Power};
+    use std::time::{Duration, Instant};
+    let mem = MemDevs::new(1, 16 << 20, Some(4 << 20));
+    let data = Arc::new(FaultDevice::passthrough(
+        mem.data[0].clone() as Arc<dyn cairn_store::BlockDevice>,
+        Power::new(),
+    ));
+    data.let_writes_through_flush(true);
+    let devs = Devices {
+        data: vec![data.clone() as Arc<dyn cairn_store::BlockDevice>],
+        wal: Some(mem.wal.clone().unwrap() as Arc<dyn cairn_store::BlockDevice>),
+    };
+    let cfg = StoreConfig {
+        checkpoint_interval: Duration::from_secs(3600),
+        wal_size: 4 << 20,
+        ..small_cfg()
+    };
+    let blocks = 4 * cfg.pending_limit_bytes / 4096;
+    Store::mkfs(&devs, &cfg).unwrap();
+    let s = Arc::new(Store::open(&devs, cfg).unwrap());
+    let mut t = Transaction::new();
+    t.create_collection(1);
+    s.commit(&t).unwrap();
+    data.set_flush_delay(Duration::from_millis(1500));
+    let ckpt = {
+        let s = s.clone();
+        std::thread::spawn(move || s.checkpoint())
+    };
+    let start = Instant::now();
+    while !data.is_flushing() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the checkpoint never flushed the data device"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Four times the pending limit, committed while the checkpoint waits for the flush: the
+    // flusher writes three limits' worth meanwhile, else a commit would wait for the
+    // checkpoint.
+    for i in 0..blocks {
+        let mut t = Transaction::new();
+        t.write(1, b"o", i * 4096, &[i as u8; 4096]);
+        s.commit(&t).unwrap();
+    }
+    assert!(
+        data.is_flushing(),
+        "the commits waited for the checkpoint's flush"
+    );
+    // And the rest is written too, before the checkpoint's flush ends.
+    while s.stats().pending_bytes > 0 {
+        assert!(
+            data.is_flushing(),
+            "pending data waited for the checkpoint's flush"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ckpt.join().unwrap().unwrap();
+    data.set_flush_delay(Duration::ZERO);
+    for i in 0..blocks {
+        assert_eq!(
+            s.read(1, b"o", i * 4096, 4096).unwrap(),
+            vec![i as u8; 4096]
+        );
+    }
+    s.check_space_accounting().unwrap();
+}

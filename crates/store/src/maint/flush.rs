@@ -8,7 +8,66 @@ thread_local! {
     pub(super) static FLUSH_BUF: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Writes up to one batch of pending data; returns the number of blocks written.
+/// The flusher thread: writes pending data once a batch of it is pending or the oldest has
+/// waited `flush_max_delay`. Short of segments, it hands over to the maintenance thread
+/// (`Work::MakeSpace`) and waits until that has made space.
+pub(crate) fn run_flusher(sh: Arc<Shared>) {
+    guarded(&sh, "flusher", flusher_loop);
+}
+
+fn flusher_loop(sh: &Arc<Shared>) {
+    let sh = sh.as_ref();
+    let batch = sh.cfg.flush_batch_bytes;
+    let tick = sh.cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
+    let mut st = sh.lock();
+    loop {
+        if st.failed.is_some() || st.shutdown {
+            return;
+        }
+        let aged = st
+            .dirty_since
+            .is_some_and(|t| t.elapsed() >= sh.cfg.flush_max_delay);
+        let due = !st.dirty.is_empty() && (st.pending_blocks * B >= batch || aged);
+        if due && !st.flusher_short {
+            drop(st);
+            let r = flush_some(sh, false);
+            st = sh.lock();
+            match r {
+                Ok(_) => st.flush_rounds += 1,
+                Err(StoreError::NoSpace { .. }) => {
+                    st.flusher_short = true;
+                    sh.maint_cv.notify_all();
+                }
+                Err(e) => {
+                    sh.fail(&mut st, format!("background flush failed: {e}"));
+                    return;
+                }
+            }
+            continue;
+        }
+        // Idle with nothing pending: the staging buffer is not held meanwhile (freed outside
+        // the lock, then everything is looked at again).
+        if st.dirty.is_empty() {
+            if let Some(buf) = FLUSH_BUF.with_borrow_mut(Option::take) {
+                drop(st);
+                drop(buf);
+                st = sh.lock();
+                continue;
+            }
+        }
+        st.flusher_idle = true;
+        st = sh
+            .flush_cv
+            .wait_timeout(st, tick)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+        st.flusher_idle = false;
+    }
+}
+
+/// Writes up to one batch of pending data; returns the number of blocks written. Called by
+/// the flusher thread and, for checkpoints and when making space, by the maintenance thread:
+/// each takes its own pieces off the pending queue under the lock.
 pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
     let (pieces, runs) = {
         let mut st = sh.lock();
@@ -33,7 +92,12 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
             Use::Flush
         };
         let runs = match alloc(sh, &mut st, total as u32, user) {
-            Ok(r) => r,
+            Ok(r) => {
+                // Allocated but not yet in the index: the cleaner must not pick their
+                // segments meanwhile (it runs on the other thread).
+                st.segs.in_flight(&r, true);
+                r
+            }
             Err(e) => {
                 // Put the work back; the caller makes room and retries.
                 let mut back: Vec<Dirty> = Vec::new();
@@ -76,6 +140,7 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
     })?;
     let mut st = sh.lock();
     let st = &mut *st;
+    st.segs.in_flight(&runs, false);
     let mut pos = 0u64; // block position within the laid-out batch
     for p in &pieces {
         for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {

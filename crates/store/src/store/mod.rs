@@ -81,7 +81,8 @@ pub struct ObjectStat {
 /// Thread-safe; share it behind an `Arc`.
 pub struct Store {
     pub(crate) sh: Arc<Shared>,
-    maint: Option<JoinHandle<()>>,
+    /// The maintenance and flusher threads, until stopped.
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Store {
@@ -96,8 +97,9 @@ impl Store {
             st.shutdown = true;
             st.ckpt_wanted = clean;
             self.sh.maint_cv.notify_all();
+            self.sh.flush_cv.notify_all();
         }
-        if let Some(h) = self.maint.take() {
+        for h in self.threads.drain(..) {
             let _ = h.join();
         }
         let st = self.sh.lock();
@@ -234,7 +236,7 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if self.maint.is_some() {
+        if !self.threads.is_empty() {
             let _ = self.stop(false);
         }
     }

@@ -193,6 +193,9 @@ impl Store {
         let mut st = State {
             cv_waiters: 0,
             maint_idle: false,
+            flusher_idle: false,
+            flusher_short: false,
+            flush_rounds: 0,
             index,
             segs,
             next_seq: hdr.replay_seq,
@@ -244,6 +247,7 @@ impl Store {
             durable_cv: Condvar::new(),
             seq_cvs: (0..SEQ_CVS).map(|_| Condvar::new()).collect(),
             maint_cv: Condvar::new(),
+            flush_cv: Condvar::new(),
             space_cv: Condvar::new(),
             wal: region,
             data,
@@ -261,15 +265,26 @@ impl Store {
             // which the next replay could not reach. A checkpoint moves the replay point there.
             crate::maint::checkpoint(&sh)?;
         }
-        let maint_sh = sh.clone();
-        let maint = std::thread::Builder::new()
-            .name("cairn-store-maint".into())
-            .spawn(move || crate::maint::run(maint_sh))
-            .map_err(|e| StoreError::Config(format!("cannot start the maintenance thread: {e}")))?;
-        Ok(Store {
-            sh,
-            maint: Some(maint),
-        })
+        let spawn = |name: &str, f: fn(Arc<Shared>)| {
+            let sh = sh.clone();
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || f(sh))
+                .map_err(|e| StoreError::Config(format!("cannot start the {name} thread: {e}")))
+        };
+        let maint = spawn("cairn-store-maint", crate::maint::run)?;
+        let threads = match spawn("cairn-store-flush", crate::maint::run_flusher) {
+            Ok(flusher) => vec![maint, flusher],
+            Err(e) => {
+                let mut st = sh.lock();
+                st.shutdown = true;
+                sh.maint_cv.notify_all();
+                drop(st);
+                let _ = maint.join();
+                return Err(e);
+            }
+        };
+        Ok(Store { sh, threads })
     }
 }
 

@@ -19,6 +19,13 @@ pub(crate) struct State {
     pub cv_waiters: u32,
     /// The maintenance thread is asleep on `maint_cv` (only then is waking it worth a call).
     pub maint_idle: bool,
+    /// The flusher thread is asleep on `flush_cv`.
+    pub flusher_idle: bool,
+    /// The flusher ran out of segments: it waits until the maintenance thread has made
+    /// space (cleaned, checkpointed) and cleared this.
+    pub flusher_short: bool,
+    /// Flushes the flusher thread finished (the maintenance thread sees progress by it).
+    pub flush_rounds: u64,
     pub index: Index,
     pub segs: Segments,
     pub next_seq: u64,
@@ -87,6 +94,8 @@ pub(crate) struct Shared {
     pub seq_cvs: Vec<Condvar>,
     /// Wakes the maintenance thread.
     pub maint_cv: Condvar,
+    /// Wakes the flusher thread.
+    pub flush_cv: Condvar,
     /// WAL space was reclaimed.
     pub space_cv: Condvar,
     pub wal: WalRegion,
@@ -117,6 +126,7 @@ impl Shared {
         self.seq_cvs.iter().for_each(Condvar::notify_all);
         self.space_cv.notify_all();
         self.maint_cv.notify_all();
+        self.flush_cv.notify_all();
     }
 
     /// The condition variable the committer of record `seq` waits on.
