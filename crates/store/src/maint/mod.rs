@@ -152,7 +152,12 @@ fn next_work(sh: &Shared) -> Work {
         let free = st.segs.free_segments() as u64;
         let keep = sh.flusher_keep_segments(&st);
         let low = free < keep + cfg.clean_below_free_segments as u64;
-        let critical = free <= keep + 1;
+        // Cleaning starts well ahead of `low`, with a sixteenth of the segments free beyond
+        // the flusher's keep: segments it empties come back only at the next checkpoint,
+        // and meanwhile the flusher (~130 MB/s per OSD under 4 KiB random writes on the
+        // development VM) must not run out and stop commits while space is made.
+        let total = st.segs.total_blocks() / st.segs.seg_blocks as u64;
+        let ahead = free < keep + (cfg.clean_below_free_segments as u64).max(total / 16);
         let can_clean = free >= keep;
         let wal_busy = st.tail_lsn != st.head_lsn || !st.queue.is_empty();
         let periodic = wal_busy && st.last_ckpt.elapsed() >= cfg.checkpoint_interval;
@@ -166,10 +171,9 @@ fn next_work(sh: &Shared) -> Work {
         if st.flusher_short {
             return Work::MakeSpace;
         }
-        if low && can_clean && st.segs.clean_candidate().is_some() {
-            return Work::Clean {
-                throttle: !critical,
-            };
+        // Throttled to `clean_rate` while ahead, at full speed once low.
+        if ahead && can_clean && st.segs.clean_candidate().is_some() {
+            return Work::Clean { throttle: !low };
         }
         let mut tick = cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
         if let Some(d) = wal_flush_in {
