@@ -151,14 +151,10 @@ fn next_work(sh: &Shared) -> Work {
             sh.wal_used(&st) * 100 >= sh.wal.ring_size * cfg.checkpoint_wal_percent as u64;
         let free = st.segs.free_segments() as u64;
         let keep = sh.flusher_keep_segments(&st);
-        let low = free < keep + cfg.clean_below_free_segments as u64;
-        // Cleaning starts well ahead of `low`, with a sixteenth of the segments free beyond
-        // the flusher's keep: segments it empties come back only at the next checkpoint,
-        // and meanwhile the flusher (~130 MB/s per OSD under 4 KiB random writes on the
-        // development VM) must not run out and stop commits while space is made.
+        let clean_below = cfg.clean_below_free_segments as u64;
+        let low = free < keep + clean_below;
         let total = st.segs.total_blocks() / st.segs.seg_blocks as u64;
-        let ahead = free < keep + (cfg.clean_below_free_segments as u64).max(total / 16);
-        let can_clean = free >= keep;
+        let pace = cleaner_pace(free, keep, total, clean_below);
         let wal_busy = st.tail_lsn != st.head_lsn || !st.queue.is_empty();
         let periodic = wal_busy && st.last_ckpt.elapsed() >= cfg.checkpoint_interval;
         let wal_flush_in = crate::unflushed::flush_due(sh, &st);
@@ -171,9 +167,10 @@ fn next_work(sh: &Shared) -> Work {
         if st.flusher_short {
             return Work::MakeSpace;
         }
-        // Throttled to `clean_rate` while ahead, at full speed once low.
-        if ahead && can_clean && st.segs.clean_candidate().is_some() {
-            return Work::Clean { throttle: !low };
+        if let Some(throttle) = pace {
+            if st.segs.clean_candidate().is_some() {
+                return Work::Clean { throttle };
+            }
         }
         let mut tick = cfg.flush_max_delay.max(Duration::from_millis(5)) / 2;
         if let Some(d) = wal_flush_in {
@@ -196,6 +193,19 @@ fn next_work(sh: &Shared) -> Work {
             .unwrap_or_else(|p| p.into_inner().0);
         st.maint_idle = false;
     }
+}
+
+/// How the cleaner runs with `free` of `total` segments free while the flusher keeps `keep`:
+/// not at all (`None`: room enough, or none to copy into without taking the checkpoints'
+/// room), throttled to `clean_rate` (`Some(true)`) or at full speed (`Some(false)`, once
+/// fewer than keep + `clean_below` are free). It starts well ahead of that, with a sixteenth
+/// of the segments free beyond the keep: the segments it empties come back only at the next
+/// checkpoint, and meanwhile the flusher (~130 MB/s per OSD under 4 KiB random writes on the
+/// development VM) must not run out of segments and stop commits while space is made.
+fn cleaner_pace(free: u64, keep: u64, total: u64, clean_below: u64) -> Option<bool> {
+    let low = free < keep + clean_below;
+    let ahead = free < keep + clean_below.max(total / 16);
+    (ahead && free >= keep).then_some(!low)
 }
 
 /// A run of pending blocks of one object to write.
@@ -408,4 +418,28 @@ fn split_over_runs(runs: &[(u64, u32)], pos: u64, first: u64, n: u32) -> Vec<(u6
         run_start = run_end;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cleaner_pace;
+
+    #[test]
+    fn the_cleaner_starts_ahead_of_running_low_and_hurries_once_low() {
+        // An 8 GiB OSD: 2,048 segments of 4 MiB; 30 kept for the flusher; clean below 8.
+        let pace = |free| cleaner_pace(free, 30, 2048, 8);
+        assert_eq!(pace(30 + 128), None, "room enough");
+        assert_eq!(
+            pace(30 + 127),
+            Some(true),
+            "ahead of the flusher: throttled"
+        );
+        assert_eq!(pace(30 + 8), Some(true));
+        assert_eq!(pace(30 + 7), Some(false), "low: at full speed");
+        assert_eq!(pace(30), Some(false));
+        assert_eq!(pace(29), None, "no room to copy into");
+        // A small store: the configured threshold rules.
+        assert_eq!(cleaner_pace(10 + 7, 10, 64, 8), Some(false));
+        assert_eq!(cleaner_pace(10 + 8, 10, 64, 8), None);
+    }
 }
