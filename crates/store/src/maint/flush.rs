@@ -45,23 +45,15 @@ fn flusher_loop(sh: &Arc<Shared>) {
             }
             continue;
         }
-        // Idle with nothing pending: the staging buffer is not held meanwhile (freed outside
-        // the lock, then everything is looked at again).
+        // Idle with nothing pending: the staging buffer is not held meanwhile.
         if st.dirty.is_empty() {
-            if let Some(buf) = FLUSH_BUF.with_borrow_mut(Option::take) {
-                drop(st);
-                drop(buf);
-                st = sh.lock();
+            let freed;
+            (st, freed) = drop_staging(sh, st);
+            if freed {
                 continue;
             }
         }
-        st.flusher_idle = true;
-        st = sh
-            .flush_cv
-            .wait_timeout(st, tick)
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0);
-        st.flusher_idle = false;
+        st = sleep_idle(&sh.flush_cv, st, tick, |st| &mut st.flusher_idle);
     }
 }
 

@@ -178,21 +178,44 @@ fn next_work(sh: &Shared) -> Work {
             tick = tick.min(d.max(Duration::from_micros(200)));
         }
         // This thread flushes only for checkpoints and when making space: its staging buffer
-        // is not held while it sleeps (freed outside the lock, then all is looked at again).
-        if let Some(buf) = FLUSH_BUF.with_borrow_mut(Option::take) {
-            drop(st);
-            drop(buf);
-            st = sh.lock();
+        // is not held while it sleeps.
+        let freed;
+        (st, freed) = drop_staging(sh, st);
+        if freed {
             continue;
         }
-        st.maint_idle = true;
-        st = sh
-            .maint_cv
-            .wait_timeout(st, tick)
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0);
-        st.maint_idle = false;
+        st = sleep_idle(&sh.maint_cv, st, tick, |st| &mut st.maint_idle);
     }
+}
+
+/// Frees this thread's flush staging buffer, if it holds one, outside the lock; returns the
+/// lock again and whether it did (the caller then looks at everything again).
+fn drop_staging<'a>(sh: &'a Shared, st: MutexGuard<'a, State>) -> (MutexGuard<'a, State>, bool) {
+    match FLUSH_BUF.with_borrow_mut(Option::take) {
+        Some(buf) => {
+            drop(st);
+            drop(buf);
+            (sh.lock(), true)
+        }
+        None => (st, false),
+    }
+}
+
+/// Sleeps on `cv` for at most `tick` with the thread's idle flag set (wakers notify only
+/// then).
+fn sleep_idle<'a>(
+    cv: &std::sync::Condvar,
+    mut st: MutexGuard<'a, State>,
+    tick: Duration,
+    idle: fn(&mut State) -> &mut bool,
+) -> MutexGuard<'a, State> {
+    *idle(&mut st) = true;
+    let mut st = cv
+        .wait_timeout(st, tick)
+        .map(|(g, _)| g)
+        .unwrap_or_else(|p| p.into_inner().0);
+    *idle(&mut st) = false;
+    st
 }
 
 /// How the cleaner runs with `free` of `total` segments free while the flusher keeps `keep`:
