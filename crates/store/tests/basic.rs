@@ -474,24 +474,9 @@ fn find_containing(dev: &cairn_store::MemDevice, pattern: &[u8]) -> Option<u64> 
 
 #[test]
 fn reads_go_to_the_mirror_device_that_is_not_flushing() {
-    use cairn_store::fault::{FaultDevice, Power};
     use std::time::{Duration, Instant};
     let mem = MemDevs::new(2, 8 << 20, Some(1 << 20));
-    let power = Power::new();
-    let wrap = |d: Arc<cairn_store::MemDevice>| {
-        Arc::new(FaultDevice::passthrough(
-            d as Arc<dyn cairn_store::BlockDevice>,
-            power.clone(),
-        ))
-    };
-    let faults = [wrap(mem.data[0].clone()), wrap(mem.data[1].clone())];
-    let devs = Devices {
-        data: faults
-            .iter()
-            .map(|f| f.clone() as Arc<dyn cairn_store::BlockDevice>)
-            .collect(),
-        wal: Some(mem.wal.clone().unwrap() as Arc<dyn cairn_store::BlockDevice>),
-    };
+    let (devs, faults) = mem.passthrough_data();
     let mut cfg = small_cfg();
     cfg.checkpoint_interval = Duration::from_secs(3600);
     cfg.read_cache_bytes = 0; // this test is about which device reads go to
@@ -849,18 +834,11 @@ fn a_checkpoint_body_that_cannot_be_written_stops_the_store_and_loses_nothing() 
 /// waited for the checkpoint.)
 #[test]
 fn pending_data_is_written_while_a_checkpoint_waits_for_the_data_device() {
-    use cairn_store::fault::{FaultDevice, Power};
     use std::time::{Duration, Instant};
     let mem = MemDevs::new(1, 16 << 20, Some(4 << 20));
-    let data = Arc::new(FaultDevice::passthrough(
-        mem.data[0].clone() as Arc<dyn cairn_store::BlockDevice>,
-        Power::new(),
-    ));
+    let (devs, faults) = mem.passthrough_data();
+    let data = &faults[0];
     data.let_writes_through_flush(true);
-    let devs = Devices {
-        data: vec![data.clone() as Arc<dyn cairn_store::BlockDevice>],
-        wal: Some(mem.wal.clone().unwrap() as Arc<dyn cairn_store::BlockDevice>),
-    };
     let cfg = StoreConfig {
         checkpoint_interval: Duration::from_secs(3600),
         wal_size: 4 << 20,

@@ -36,7 +36,7 @@ fn flusher_loop(sh: &Arc<Shared>) {
                 Ok(_) => st.flush_rounds += 1,
                 Err(StoreError::NoSpace { .. }) => {
                     st.flusher_short = true;
-                    sh.maint_cv.notify_all();
+                    crate::commit::wake_maint(sh, &st);
                 }
                 Err(e) => {
                     sh.fail(&mut st, format!("background flush failed: {e}"));

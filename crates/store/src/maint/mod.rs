@@ -93,7 +93,7 @@ fn run_loop(sh: &Arc<Shared>) {
                 let gained = after.0 > before.0 || after.1 < before.1;
                 fruitless = if gained { 0 } else { fruitless + 1 };
                 st.flusher_short = false;
-                sh.flush_cv.notify_all();
+                crate::commit::wake_flusher(sh, &st);
                 if fruitless > MAX_FRUITLESS_ROUNDS {
                     Err(StoreError::Failed(format!(
                         "{MAX_FRUITLESS_ROUNDS} rounds of making space neither freed a segment nor \

@@ -26,9 +26,11 @@ pub struct StoreConfig {
     /// Memory for the read cache of data blocks (blocks just flushed and blocks read from the
     /// data devices); 0 turns it off. Default 128 MiB.
     pub read_cache_bytes: u64,
-    /// The cleaner starts when fewer segments than this are free. Default 8.
+    /// The cleaner runs at full speed when fewer segments than this are free beyond the
+    /// flusher's reserve (it starts earlier, throttled: `maint::cleaner_pace`). Default 8.
     pub clean_below_free_segments: u32,
-    /// Cleaner copy rate while space is not critical, bytes per second. Default 64 MiB/s.
+    /// Cleaner copy rate while it cleans ahead (above `clean_below_free_segments`), bytes
+    /// per second. Default 64 MiB/s.
     pub clean_rate: u64,
     /// Segments kept free for the cleaner and checkpoints; writes get ENOSPC before
     /// touching them. Default 4.

@@ -273,18 +273,15 @@ impl Store {
                 .map_err(|e| StoreError::Config(format!("cannot start the {name} thread: {e}")))
         };
         let maint = spawn("cairn-store-maint", crate::maint::run)?;
-        let threads = match spawn("cairn-store-flush", crate::maint::run_flusher) {
-            Ok(flusher) => vec![maint, flusher],
-            Err(e) => {
-                let mut st = sh.lock();
-                st.shutdown = true;
-                sh.maint_cv.notify_all();
-                drop(st);
-                let _ = maint.join();
-                return Err(e);
-            }
+        let mut store = Store {
+            sh: sh.clone(),
+            threads: vec![maint],
         };
-        Ok(Store { sh, threads })
+        // On failure, dropping `store` stops the maintenance thread.
+        store
+            .threads
+            .push(spawn("cairn-store-flush", crate::maint::run_flusher)?);
+        Ok(store)
     }
 }
 

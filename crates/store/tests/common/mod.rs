@@ -77,6 +77,28 @@ impl MemDevs {
         (Devices { data, wal }, all)
     }
 
+    /// The data devices behind pass-through fault injectors (slow flushes, no crash
+    /// simulation), the WAL device as it is.
+    pub fn passthrough_data(&self) -> (Devices, Vec<Arc<FaultDevice>>) {
+        let power = Power::new();
+        let faults: Vec<Arc<FaultDevice>> = self
+            .data
+            .iter()
+            .map(|d| {
+                Arc::new(FaultDevice::passthrough(
+                    d.clone() as Arc<dyn BlockDevice>,
+                    power.clone(),
+                ))
+            })
+            .collect();
+        let data = faults
+            .iter()
+            .map(|f| f.clone() as Arc<dyn BlockDevice>)
+            .collect();
+        let wal = self.wal.clone().map(|w| w as Arc<dyn BlockDevice>);
+        (Devices { data, wal }, faults)
+    }
+
     pub fn mkfs_open(&self, cfg: StoreConfig) -> Store {
         Store::mkfs(&self.devices(), &cfg).unwrap();
         Store::open(&self.devices(), cfg).unwrap()
