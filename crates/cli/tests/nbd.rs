@@ -1154,6 +1154,20 @@ fn bench_nbd_measures_tls_against_the_same_path_in_the_clear() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("bench JSON");
     let w = &v["workloads"][0];
     assert_eq!(w["name"], "randwrite-4k-qd1", "{out}");
+    // CPU per op of the cluster's processes, and of the whole host (which runs them too, so
+    // it is not smaller, within the clock ticks' rounding), for Cairn and for the baseline.
+    let num = |k: &str| w[k].as_f64().unwrap_or(0.0);
+    for key in [
+        "cpu_us_per_op",
+        "host_cpu_us_per_op",
+        "baseline_host_cpu_us_per_op",
+    ] {
+        assert!(num(key) > 0.0, "{key}: {out}");
+    }
+    assert!(
+        num("host_cpu_us_per_op") >= 0.8 * num("cpu_us_per_op"),
+        "the host used less CPU than the cluster's processes: {out}"
+    );
     let tls = &w["tls"];
     for key in ["iops", "plain_iops", "iops_ratio_to_plain"] {
         assert!(tls[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {out}");

@@ -2,7 +2,7 @@
 //! each workload next to the same fio job against `nbdkit memory` (the protocol-overhead
 //! ceiling: an NBD server that keeps everything in RAM) run in the same invocation.
 
-use super::objects::{cpu_seconds, cpu_total};
+use super::objects::{cpu_total, host_cpu_seconds};
 use super::report::{round, Obj};
 use super::target::Target;
 use crate::admin::pg_counts;
@@ -40,7 +40,9 @@ The same proxy without TLS, in front of the plain server, is the baseline of tha
 the same proxy hop).
 
 JSON (--json): {\"workloads\": [{\"name\", \"iops\", \"mb_per_s\", \"lat_us\": {p50, p99, p999},
-\"cpu_us_per_op\" (monitors, OSDs and the NBD server), \"baseline_iops\", \"baseline_mb_per_s\",
+\"cpu_us_per_op\" (monitors, OSDs and the NBD server), \"host_cpu_us_per_op\" (the whole host's busy
+time from /proc/stat, fio, the kernel and everything else running included; both counted from
+the end of the ramp, as fio counts operations), \"baseline_iops\", \"baseline_mb_per_s\", \"baseline_host_cpu_us_per_op\",
 \"baseline_lat_us\": {p50, p99, p999}, \"ratio_to_baseline\" (IOPS), \"lat_p50_ratio_to_baseline\",
 with --tls \"tls\": {\"iops\", \"mb_per_s\", \"lat_us\", \"plain_iops\", \"plain_mb_per_s\", \"plain_lat_us\",
 \"iops_ratio_to_plain\"}}]}; with --snapshots also \"snapshots\": {\"create_ms_no_client\",
@@ -230,6 +232,23 @@ fn timed_fio(uri: &str, s: &Spec, a: &BenchNbdArgs) -> Result<Fio> {
     )
 }
 
+/// [`timed_fio`], with the CPU seconds `pids` and the whole host used while fio measured:
+/// sampled when the ramp ends, as fio counts its operations (`total_ios`) from there.
+fn fio_with_cpu(uri: &str, s: &Spec, a: &BenchNbdArgs, pids: &[i32]) -> Result<(Fio, f64, f64)> {
+    let sample = |p: &[i32]| (cpu_total(p), host_cpu_seconds());
+    let (ramp, owned) = (a.ramp, pids.to_vec());
+    let at_ramp_end = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs_f64(ramp.max(0.0)));
+        (cpu_total(&owned), host_cpu_seconds())
+    });
+    let r = timed_fio(uri, s, a)?;
+    let (p1, h1) = sample(pids);
+    let (p0, h0) = at_ramp_end
+        .join()
+        .map_err(|_| anyhow::anyhow!("the CPU sampling thread panicked"))?;
+    Ok((r, p1 - p0, h1 - h0))
+}
+
 /// A fio result's IOPS and latency percentiles (us), as JSON.
 pub fn lat_obj(f: &Fio) -> Obj {
     Obj::new()
@@ -379,12 +398,8 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
         std::thread::sleep(SETTLE);
         let uri = if s.no_merge { &plain_uri } else { &cairn_uri };
         let measured: Vec<i32> = pids.iter().chain(&servers).copied().collect();
-        let c0 = cpu_total(&measured);
-        let r = timed_fio(uri, s, a)?;
-        let c1 = cpu_total(&measured);
-        let k0 = cpu_seconds(kit_pid);
-        let b = timed_fio(&kit_uri, s, a)?;
-        let k1 = cpu_seconds(kit_pid);
+        let (r, cpu, host_cpu) = fio_with_cpu(uri, s, a, &measured)?;
+        let (b, kit_cpu, kit_host_cpu) = fio_with_cpu(&kit_uri, s, a, &[kit_pid])?;
         let per_op = |secs: f64, ops: u64| {
             if ops > 0 {
                 round(secs * 1e6 / ops as f64, 1)
@@ -406,7 +421,8 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
                     .put("p99", r.p99_us)
                     .put("p999", r.p999_us),
             )
-            .put("cpu_us_per_op", per_op(c1 - c0, r.ops))
+            .put("cpu_us_per_op", per_op(cpu, r.ops))
+            .put("host_cpu_us_per_op", per_op(host_cpu, r.ops))
             .put("baseline_iops", round(b.iops, 1))
             .put("baseline_mb_per_s", round(b.mb_per_s, 1))
             .put_obj(
@@ -416,7 +432,8 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
                     .put("p99", b.p99_us)
                     .put("p999", b.p999_us),
             )
-            .put("baseline_cpu_us_per_op", per_op(k1 - k0, b.ops))
+            .put("baseline_cpu_us_per_op", per_op(kit_cpu, b.ops))
+            .put("baseline_host_cpu_us_per_op", per_op(kit_host_cpu, b.ops))
             .put("ratio_to_baseline", round(ratio(r.iops, b.iops), 4))
             .put(
                 "lat_p50_ratio_to_baseline",

@@ -185,6 +185,29 @@ pub(super) fn cpu_total(pids: &[i32]) -> f64 {
     pids.iter().map(|p| cpu_seconds(*p)).sum()
 }
 
+/// CPU seconds the whole host has been busy so far, all CPUs and all processes (fio and the
+/// kernel's network work included): the first line of /proc/stat. 0 where it cannot be read.
+pub(super) fn host_cpu_seconds() -> f64 {
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| host_busy_ticks(&s))
+        .map_or(0.0, |t| t as f64 / hz)
+}
+
+/// Busy ticks of the `cpu` line of /proc/stat: user, nice, system, irq and softirq (guest time
+/// is inside user; idle, iowait and steal are not this host's work).
+fn host_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    (f.len() >= 4).then(|| at(0) + at(1) + at(2) + at(5) + at(6))
+}
+
 /// A deterministic pattern for block `b` of object `o`.
 fn pattern(o: u32, b: u64, len: usize) -> Vec<u8> {
     let seed = ((o as u64) << 40) ^ (b << 8);
@@ -431,4 +454,32 @@ async fn bench(
     let keep = |name: &str| a.only.as_deref().is_none_or(|o| name.contains(o));
     out.extend(super::connect::run(client, dur, a.json, keep).await?);
     Ok(out)
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn host_busy_ticks_counts_work_and_not_idle_or_steal() {
+        let stat = "cpu  100 2 30 9000 50 4 6 700 0 0\ncpu0 50 1 15 4500 25 2 3 350 0 0\n";
+        assert_eq!(host_busy_ticks(stat), Some(100 + 2 + 30 + 4 + 6));
+        assert_eq!(host_busy_ticks("cpu0 1 2 3 4\n"), None);
+        assert_eq!(host_busy_ticks("cpu  1 x 3 4\n"), None);
+    }
+
+    #[test]
+    fn host_cpu_seconds_grow_while_this_process_works() {
+        let t0 = host_cpu_seconds();
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+        let mut x = 0u64;
+        while std::time::Instant::now() < until {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let t1 = host_cpu_seconds();
+        assert!(
+            t1 - t0 >= 0.2,
+            "host busy time went {t0} -> {t1} over 300 ms of spinning"
+        );
+    }
 }
