@@ -321,6 +321,9 @@ impl Object {
     /// Extents overlapping blocks `first..end`, as (first block, extent) clipped to the range.
     pub fn extents_in(&self, first: u64, end: u64) -> Vec<(u64, Extent)> {
         let mut out = Vec::new();
+        if end <= first {
+            return out;
+        }
         // Walked backwards from `end`: one tree search (a fragmented object's map is a deep
         // tree that misses the caches; the flusher, the cleaner and reads all come here).
         // Extents do not overlap, so the first one ending at or before `first` ends the walk.
@@ -805,5 +808,7 @@ mod tests {
         let v = o.extents_in(0, 8);
         assert!(matches!(v[0].1.loc, Loc::Disk(x) if x == 1 << 20));
         assert!(matches!(v[1].1.loc, Loc::Disk(0)));
+        // Empty and reversed ranges hold nothing (and do not underflow).
+        assert!(o.extents_in(5, 5).is_empty() && o.extents_in(6, 2).is_empty());
     }
 }
