@@ -235,18 +235,22 @@ fn timed_fio(uri: &str, s: &Spec, a: &BenchNbdArgs) -> Result<Fio> {
 /// [`timed_fio`], with the CPU seconds `pids` and the whole host used while fio measured:
 /// sampled when the ramp ends, as fio counts its operations (`total_ios`) from there.
 fn fio_with_cpu(uri: &str, s: &Spec, a: &BenchNbdArgs, pids: &[i32]) -> Result<(Fio, f64, f64)> {
-    let sample = |p: &[i32]| (cpu_total(p), host_cpu_seconds());
     let (ramp, owned) = (a.ramp, pids.to_vec());
     let at_ramp_end = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_secs_f64(ramp.max(0.0)));
-        (cpu_total(&owned), host_cpu_seconds())
+        cpu_now(&owned)
     });
     let r = timed_fio(uri, s, a)?;
-    let (p1, h1) = sample(pids);
+    let (p1, h1) = cpu_now(pids);
     let (p0, h0) = at_ramp_end
         .join()
         .map_err(|_| anyhow::anyhow!("the CPU sampling thread panicked"))?;
     Ok((r, p1 - p0, h1 - h0))
+}
+
+/// CPU seconds used so far by `pids`, and by the whole host.
+fn cpu_now(pids: &[i32]) -> (f64, f64) {
+    (cpu_total(pids), host_cpu_seconds())
 }
 
 /// A fio result's IOPS and latency percentiles (us), as JSON.
