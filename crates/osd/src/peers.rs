@@ -188,7 +188,7 @@ async fn read_answers(
     let (peer, inflight) = (conn.key.1, &conn.inflight);
     let limits = Limits::default();
     // Buffered: one receive call brings in every answer that has arrived.
-    let mut r = tokio::io::BufReader::with_capacity(cairn_transport::READ_BUFFER, r);
+    let mut r = cairn_transport::RecvBuf::with_capacity(cairn_transport::READ_BUFFER, r);
     loop {
         let frame = match read_guarded(&mut r, &limits, opener.as_mut()).await {
             Ok(f) => f,

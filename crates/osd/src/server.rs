@@ -476,7 +476,7 @@ fn start_pull(
         match crate::peering::member::pull(&osd.store, pg, &req.object, req.offset, req.len) {
             Ok((obj, bytes)) => {
                 let control = cairn_proto::msg::encode(&obj);
-                let _ = to.send(PG_OBJECT, req_id, &control, &bytes);
+                let _ = to.send_held(PG_OBJECT, req_id, &control, bytes);
             }
             Err(r) => refuse(&to, req_id, r.code, &r.why),
         }
@@ -620,5 +620,20 @@ pub fn osd_stats(osd: &Osd) -> OsdStats {
         pools,
         commits,
         commit_latency_us,
+        copies: payload_copies(&st.copies),
+    }
+}
+
+fn payload_copies(store: &cairn_store::CopyStats) -> cairn_proto::msg::osd::PayloadCopies {
+    let net = cairn_transport::copies::tally();
+    cairn_proto::msg::osd::PayloadCopies {
+        received_bytes: net.received_bytes,
+        receive_copied_bytes: net.receive_copied_bytes,
+        send_queue_copied_bytes: net.queue_copied_bytes,
+        send_queue_held_bytes: net.queue_held_bytes,
+        wal_batch_bytes: store.wal_batch_bytes,
+        partial_block_bytes: store.partial_block_bytes,
+        flush_staged_bytes: store.flush_staged_bytes,
+        direct_staged_bytes: store.direct_staged_bytes,
     }
 }

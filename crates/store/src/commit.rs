@@ -5,6 +5,7 @@
 //! No data-device I/O happens here, except in a batch that carries large writes written once
 //! (`direct.rs`): its writer writes their data and flushes the data devices before the WAL.
 
+use crate::copies::CopyCounters;
 use crate::device::BLOCK_SIZE;
 use crate::direct::{self, Placement, Placements};
 use crate::effect::{self, Effect, Name, Payload};
@@ -403,6 +404,7 @@ fn whole_blocks(
     }
     let at = (offset - first * B) as usize;
     buf[at..at + data.len()].copy_from_slice(data);
+    CopyCounters::add(&sh.copies.partial_block, buf.len());
     Ok(SharedBytes::new(buf))
 }
 
@@ -844,6 +846,8 @@ pub(crate) fn write_batch_then<'a>(
         &sh.wal, tail, &records, first_seq, prev_crc, sh.wal_tag, spare,
     );
     debug_assert_eq!(layout.end_lsn, end);
+    let payloads = records.iter().flat_map(|r| &r.payloads);
+    CopyCounters::add(&sh.copies.wal_batch, payloads.map(|(_, p)| p.len()).sum());
     let result = if !fits {
         Err(StoreError::Failed(
             "WAL ring overflow (accounting bug)".into(),

@@ -12,6 +12,7 @@
 //! blocks no record names, in space the next open counts free. Small writes keep the WAL path:
 //! on NVM a WAL write costs far less than a data-device flush.
 
+use crate::copies::CopyCounters;
 use crate::device::{AlignedBuf, BLOCK_SIZE};
 use crate::effect::{Effect, Name};
 use crate::error::Result;
@@ -257,8 +258,7 @@ pub(crate) fn write_jobs(sh: &Shared, jobs: &[DirectJob]) -> Result<()> {
                 // Kept from the last job: a fresh one costs page faults every time.
                 let staged = AlignedBuf::reuse(slot, len);
                 staged.copy_from_slice(payload);
-                sh.direct_staged_bytes
-                    .fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+                CopyCounters::add(&sh.copies.direct_staged, len);
                 staged
             };
             if j.cache {

@@ -20,6 +20,7 @@ mod cache;
 mod checkpoint;
 pub mod codec;
 mod commit;
+mod copies;
 pub mod device;
 mod direct;
 pub mod effect;
@@ -40,6 +41,7 @@ mod unflushed;
 pub mod wal;
 
 pub use cache::CacheStats;
+pub use copies::CopyStats;
 pub use device::{AlignedBuf, BlockDevice, FileDevice, MemDevice, BLOCK_SIZE};
 pub use error::{Result, StoreError};
 pub use mirror::IoStats;

@@ -57,6 +57,12 @@ impl Deref for SharedBytes {
     }
 }
 
+impl AsRef<[u8]> for SharedBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 impl From<Vec<u8>> for SharedBytes {
     fn from(v: Vec<u8>) -> SharedBytes {
         SharedBytes::new(v)

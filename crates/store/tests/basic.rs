@@ -679,6 +679,18 @@ fn whole_block_writes_are_held_without_a_copy() {
     );
     assert_eq!(s.read(1, b"whole", 4096, 3 * 4096).unwrap(), &whole[..]);
     assert_eq!(s.read(1, b"part", 10, 100).unwrap(), &part[..]);
+    // The counters say the same: each block copied once into the WAL batch, and one block
+    // built for the partial write.
+    let c = s.stats().copies;
+    assert_eq!(
+        (
+            c.wal_batch_bytes,
+            c.partial_block_bytes,
+            c.flush_staged_bytes
+        ),
+        (4 * 4096, 4096, 0),
+        "{c:?}"
+    );
     // Once written to its place, the store lets the buffer go.
     s.checkpoint().unwrap();
     assert_eq!(
@@ -687,6 +699,12 @@ fn whole_block_writes_are_held_without_a_copy() {
         "the store still holds the flushed payload"
     );
     assert_eq!(s.read(1, b"whole", 4096, 3 * 4096).unwrap(), &whole[..]);
+    let c = s.stats().copies;
+    assert_eq!(
+        (c.wal_batch_bytes, c.flush_staged_bytes),
+        (4 * 4096, 4 * 4096),
+        "the flusher copies each block once into its staging buffer: {c:?}"
+    );
 }
 
 /// The tiers of a full store: a primary stops admitting data while copies of admitted writes

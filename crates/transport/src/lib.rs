@@ -11,22 +11,27 @@
 //! - [`tickets`]: the OSD's verifier of tickets ([`TicketVerifier`]).
 //! - [`limits`]: connection caps and idle limits for servers ([`Admission`], [`ConnReader`]).
 //! - [`load`]: caps on the requests (and bytes) in flight per connection ([`ConnLoad`]).
+//! - [`recv`]: a connection's receive buffer; [`copies`]: what connections copy in memory.
 //! - [`frames`]: reading frames (the reader that runs is checked against the fuzzed
 //!   `cairn_proto::Decoder`).
 //!
 //! The framing itself (sans I/O) is `cairn_proto`; the protocol is in `docs/format/wire.md`.
 
+pub mod copies;
 pub mod dial;
 pub mod frames;
 pub mod handshake;
 pub mod limits;
 pub mod load;
 pub mod net;
+mod queue;
+pub mod recv;
 pub mod sender;
 pub mod session;
 pub mod tickets;
 
 pub use cairn_auth::FrameMode;
+pub use copies::CopyTally;
 pub use dial::{Connected, DialError, Dialer};
 pub use frames::{
     check_readers_agree, encode_parts, frame_buffered, frame_buffered_with, read_frame,
@@ -40,6 +45,7 @@ pub use handshake::{
 };
 pub use limits::{Admission, Admitted, ConnLimits, ConnReader};
 pub use load::{ConnLoad, RequestLimits, RequestTicket, REQUEST_OVERHEAD};
+pub use recv::RecvBuf;
 pub use sender::{begin_batch, end_batch, FrameSender, SendClosed};
 pub use session::{CallError, Reply, Session};
 pub use tickets::TicketVerifier;

@@ -2,12 +2,12 @@
 //! how long one may stay idle, with its read buffer released while it waits.
 
 use crate::frames::{frame_buffered_with, read_guarded, ReadError, READ_BUFFER};
+use crate::recv::RecvBuf;
 use cairn_proto::{Frame, Limits};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::BufReader;
 use tokio::net::tcp::OwnedReadHalf;
 
 /// A server's connection limits (`cairn osd run` / `cairn mon run` flags).
@@ -143,7 +143,7 @@ pub struct ConnReader {
 enum State {
     /// Quiet: no buffer held.
     Parked(OwnedReadHalf),
-    Active(BufReader<OwnedReadHalf>),
+    Active(RecvBuf<OwnedReadHalf>),
     /// Between states (only if a read was cancelled mid-switch).
     Gone,
 }
@@ -219,7 +219,7 @@ impl ConnReader {
             Err(_) => return Err(ReadError::Idle(self.idle)),
         }
         if let State::Parked(r) = std::mem::replace(&mut self.state, State::Gone) {
-            self.state = State::Active(BufReader::with_capacity(READ_BUFFER, r));
+            self.state = State::Active(RecvBuf::with_capacity(READ_BUFFER, r));
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 
 use crate::frames::{frame_header, seal_encoded};
 use crate::load::{ConnLoad, RequestTicket};
+use crate::queue::{HeldBytes, SendQueue, HOLD_MIN};
 use cairn_auth::{Sealer, COPY_ALIGN, FRAME_TAGS_LEN};
 use cairn_proto::{clear_body_crc, HEADER_LEN};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +49,7 @@ impl Drop for SenderInner {
 #[derive(Default)]
 struct SendState {
     /// Bytes accepted but not yet written, in order.
-    queue: Vec<u8>,
+    queue: SendQueue,
     closed: bool,
     /// Protects every frame of a protected connection (set when the socket is attached;
     /// frames queued before are sealed then, in order).
@@ -59,8 +60,8 @@ struct SendState {
 enum Wire<'a> {
     Plain([&'a [u8]; 3]),
     Signed([&'a [u8]; 3], [u8; FRAME_TAGS_LEN]),
-    /// The header, the encrypted body (from the offset given: see `protect`) and its tag.
-    Sealed(&'a [u8], Vec<u8>, usize, [u8; FRAME_TAGS_LEN]),
+    /// The header, the encrypted body and its tag.
+    Sealed(&'a [u8], Arc<SealedBody>, [u8; FRAME_TAGS_LEN]),
 }
 
 impl<'a> Wire<'a> {
@@ -69,8 +70,33 @@ impl<'a> Wire<'a> {
         match self {
             Wire::Plain(p) => [p[0], p[1], p[2], &[]],
             Wire::Signed(p, tags) => [p[0], p[1], p[2], tags.as_slice()],
-            Wire::Sealed(h, body, pad, tag) => [h, &body[*pad..], tag.as_slice(), &[]],
+            Wire::Sealed(h, body, tag) => [h, body.bytes(), tag.as_slice(), &[]],
         }
+    }
+
+    /// Which part is the one to hold rather than copy if the frame is queued, and the handle
+    /// to hold it by: the payload given by reference, or an encrypted body (already a copy
+    /// of its own).
+    fn held(&self, payload: Option<&HeldBytes>) -> (usize, Option<HeldBytes>) {
+        match self {
+            Wire::Sealed(_, body, _) => (1, Some(body.clone() as HeldBytes)),
+            _ => (2, payload.cloned()),
+        }
+    }
+}
+
+/// An encrypted frame body: its buffer and where the body starts in it (see `protect`).
+struct SealedBody(Vec<u8>, usize);
+
+impl SealedBody {
+    fn bytes(&self) -> &[u8] {
+        &self.0[self.1..]
+    }
+}
+
+impl AsRef<[u8]> for SealedBody {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
     }
 }
 
@@ -139,8 +165,9 @@ impl FrameSender {
             return Err(stream);
         }
         if let Some(mut sealer) = sealer {
-            match seal_queue(&st.queue, &mut sealer) {
-                Some(q) => st.queue = q,
+            let queued = st.queue.take_all();
+            match seal_queue(&queued, &mut sealer) {
+                Some(q) => st.queue.copy(&q),
                 None => st.closed = true,
             }
             st.sealer = Some(sealer);
@@ -165,7 +192,9 @@ impl FrameSender {
         Ok(st)
     }
 
-    /// Sends one frame made of its parts.
+    /// Sends one frame made of its parts. If the frame cannot be written at once (the socket
+    /// is full, or a batch holds it back), its data part is copied into the queue:
+    /// [`send_held`](Self::send_held) avoids that copy.
     pub fn send(
         &self,
         msg_type: u16,
@@ -173,16 +202,45 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
     ) -> Result<(), SendClosed> {
+        self.send_frame(msg_type, request_id, control, data, None)
+    }
+
+    /// [`send`](Self::send) for a payload the sender may keep a handle on instead of copying
+    /// it when the frame waits in the queue (a shared buffer: the handle is cheap to clone).
+    pub fn send_held<P: AsRef<[u8]> + Send + Sync + 'static>(
+        &self,
+        msg_type: u16,
+        request_id: u64,
+        control: &[u8],
+        data: P,
+    ) -> Result<(), SendClosed> {
+        if data.as_ref().len() < HOLD_MIN {
+            return self.send_frame(msg_type, request_id, control, data.as_ref(), None);
+        }
+        let held: HeldBytes = Arc::new(data);
+        let bytes: &[u8] = (*held).as_ref();
+        self.send_frame(msg_type, request_id, control, bytes, Some(&held))
+    }
+
+    fn send_frame(
+        &self,
+        msg_type: u16,
+        request_id: u64,
+        control: &[u8],
+        data: &[u8],
+        held: Option<&HeldBytes>,
+    ) -> Result<(), SendClosed> {
         let mut hdr = self.header(msg_type, request_id, control, data);
         let mut st = self.open_state()?;
         let wire = protect(&mut st, &mut hdr, control, data)?;
         let parts = wire.parts();
+        let (data_part, held) = wire.held(held);
         let Some(stream) = self.inner.stream.get() else {
-            queue_rest(&mut st.queue, &parts, 0);
+            st.queue.rest_of(&parts, 0, data_part, held);
             return Ok(());
         };
         if !st.queue.is_empty() || defer(self) {
-            queue_rest(&mut st.queue, &parts, 0);
+            st.queue.rest_of(&parts, 0, data_part, held);
             return Ok(());
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
@@ -193,7 +251,7 @@ impl FrameSender {
             return Err(SendClosed);
         };
         if written < total {
-            queue_rest(&mut st.queue, &parts, written);
+            st.queue.rest_of(&parts, written, data_part, held);
             self.inner.wake.notify_one();
         }
         Ok(())
@@ -213,7 +271,8 @@ impl FrameSender {
         let mut st = self.open_state()?;
         let was_empty = st.queue.is_empty();
         let wire = protect(&mut st, &mut hdr, control, data)?;
-        queue_rest(&mut st.queue, &wire.parts(), 0);
+        let (data_part, held) = wire.held(None);
+        st.queue.rest_of(&wire.parts(), 0, data_part, held);
         if was_empty {
             self.inner.wake.notify_one();
         }
@@ -259,11 +318,9 @@ impl FrameSender {
         };
         let mut st = self.state();
         while !st.closed && !st.queue.is_empty() {
-            match stream.try_write(&st.queue) {
+            match stream.try_write_vectored(&st.queue.slices()) {
                 Ok(0) => st.closed = true,
-                Ok(n) => {
-                    st.queue.drain(..n);
-                }
+                Ok(n) => st.queue.consume(n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => st.closed = true,
@@ -333,7 +390,7 @@ fn protect<'a>(
     buf.extend_from_slice(control);
     buf.extend_from_slice(data);
     match sealer.seal(hdr, &mut buf[pad..]) {
-        Ok(tag) => Ok(Wire::Sealed(hdr, buf, pad, tag)),
+        Ok(tag) => Ok(Wire::Sealed(hdr, Arc::new(SealedBody(buf, pad)), tag)),
         Err(_) => {
             st.closed = true;
             Err(SendClosed)
@@ -427,17 +484,6 @@ fn remaining_slices<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<std::io::IoS
     out
 }
 
-fn queue_rest(queue: &mut Vec<u8>, parts: &[&[u8]], mut skip: usize) {
-    for p in parts {
-        if skip >= p.len() {
-            skip -= p.len();
-            continue;
-        }
-        queue.extend_from_slice(&p[skip..]);
-        skip = 0;
-    }
-}
-
 /// Writes queued bytes whenever there are some and the socket is attached; ends when the
 /// sender is dropped or closed.
 async fn drain_queue(weak: Weak<SenderInner>, wake: Arc<Notify>) {
@@ -464,11 +510,9 @@ async fn drain_queue(weak: Weak<SenderInner>, wake: Arc<Notify>) {
         if closed {
             st.closed = true;
         } else {
-            match stream.try_write(&st.queue) {
+            match stream.try_write_vectored(&st.queue.slices()) {
                 Ok(0) => st.closed = true,
-                Ok(n) => {
-                    st.queue.drain(..n);
-                }
+                Ok(n) => st.queue.consume(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => st.closed = true,

@@ -302,7 +302,7 @@ async fn route_replies(
     sender: FrameSender,
 ) {
     // Buffered: one receive call brings in every reply that has arrived.
-    let mut r = tokio::io::BufReader::with_capacity(READ_BUFFER, r);
+    let mut r = crate::RecvBuf::with_capacity(READ_BUFFER, r);
     let why = loop {
         let f = match read_guarded(&mut r, &limits, opener.as_mut()).await {
             Ok(f) => f,

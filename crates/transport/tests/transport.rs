@@ -259,6 +259,68 @@ fn wait_below_holds_until_the_peer_reads() {
     });
 }
 
+/// A shared payload, as an OSD holds one (the frame's buffer).
+struct Shared(std::sync::Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+#[test]
+fn queued_payloads_sent_held_are_not_copied_and_arrive_in_order() {
+    rt().block_on(async {
+        let (_r, w, mut peer) = loopback().await;
+        let sender = FrameSender::new(w);
+        let payloads: Vec<_> = (0..48u8)
+            .map(|i| std::sync::Arc::new(vec![i; 256 << 10]))
+            .collect();
+        // Far more than the socket buffers take while the peer reads nothing: most frames
+        // queue, held ones by reference; small and borrowed ones between them are copied.
+        for (i, p) in payloads.iter().enumerate() {
+            let id = i as u64;
+            if i % 3 == 0 {
+                sender.send(1, id, b"borrowed", p).expect("send");
+            } else {
+                sender
+                    .send_held(1, id, b"held", Shared(p.clone()))
+                    .expect("send");
+            }
+            sender
+                .send_held(2, id, b"small", vec![i as u8; 100])
+                .expect("send");
+        }
+        let held_in_queue = payloads
+            .iter()
+            .filter(|p| std::sync::Arc::strong_count(p) > 1)
+            .count();
+        assert!(
+            held_in_queue >= 20,
+            "only {held_in_queue} payloads held by the queue ({} bytes queued)",
+            sender.queued_bytes()
+        );
+        for (i, p) in payloads.iter().enumerate() {
+            let f = read_frame(&mut peer, &LIMITS).await.expect("frame");
+            let ctl: &[u8] = if i % 3 == 0 { b"borrowed" } else { b"held" };
+            assert_eq!(
+                (f.msg_type, f.request_id, &f.control[..]),
+                (1, i as u64, ctl)
+            );
+            assert!(f.data == **p, "payload {i} changed on the way");
+            let f = read_frame(&mut peer, &LIMITS).await.expect("frame");
+            assert_eq!((f.msg_type, f.data), (2, vec![i as u8; 100]));
+        }
+        sender.wait_below(0).await;
+        assert!(
+            payloads
+                .iter()
+                .all(|p| std::sync::Arc::strong_count(p) == 1),
+            "the queue let go of every payload once written"
+        );
+    });
+}
+
 /// A command-line tool runs each request on a runtime of its own: a session opened on a
 /// runtime that has ended must say it is closed (its reader is gone), not swallow replies.
 #[test]

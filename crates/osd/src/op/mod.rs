@@ -46,6 +46,13 @@ pub fn reply(to: &FrameSender, req_id: u64, r: &OpReply, data: &[u8]) {
     let _ = to.send(OP_REPLY, req_id, &control, data);
 }
 
+/// Sends an op reply carrying data read for it, held (not copied) if the reply must wait in
+/// the connection's queue.
+pub fn reply_data(to: &FrameSender, req_id: u64, r: &OpReply, data: Vec<u8>) {
+    let control = cairn_proto::msg::encode(r);
+    let _ = to.send_held(OP_REPLY, req_id, &control, data);
+}
+
 /// Where a read that needs a data device reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceReads {

@@ -138,8 +138,8 @@ fn answer(
 ) {
     match result {
         Ok((r, data)) => {
-            reply(to, req_id, &r, &data);
             let out = data.len() as u64;
+            super::reply_data(to, req_id, &r, data);
             osd.inflight.totals.op(pg.pool, false, started, 0, out);
             if let Some(m) = &osd.metrics {
                 m.op_done(pg.pool, op, started, (0, out));

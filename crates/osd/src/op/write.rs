@@ -121,7 +121,8 @@ pub fn primary_write(
     let control = cairn_proto::msg::encode(&rep);
     let unsent = links
         .iter()
-        .filter(|l| l.send(REP, w.tid, &control, &data).is_err())
+        // The replicas' frames hold the payload's buffer if they wait in a queue: no copy.
+        .filter(|l| l.send_held(REP, w.tid, &control, data.clone()).is_err())
         .count();
     if unsent > 0 {
         // The connection broke just now: as for a member that cannot be reached (above).

@@ -366,6 +366,33 @@ pub struct OsdStats {
     /// Store commits (WAL writes and flushes) since it started, and their microseconds in all.
     pub commits: u64,
     pub commit_latency_us: u64,
+    /// Object bytes it copied in memory since it started, by where.
+    pub copies: PayloadCopies,
+}
+
+/// Bytes an OSD copied in memory since it started, by where (docs/operator/cluster.md "Copy
+/// by copy"): divided by the bytes it took in, the copies per byte of a workload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayloadCopies {
+    /// Frame bytes its connections read from sockets through a receive buffer (headers
+    /// included).
+    pub received_bytes: u64,
+    /// Of those, bytes copied out of a receive buffer (small frames; a large data part is
+    /// read straight into its own buffer).
+    pub receive_copied_bytes: u64,
+    /// Payload bytes copied into a connection's send queue (a frame that waited and whose
+    /// payload it could not hold by reference).
+    pub send_queue_copied_bytes: u64,
+    /// Payload bytes that waited in a send queue held by reference (not copied).
+    pub send_queue_held_bytes: u64,
+    /// Payloads laid into WAL batches.
+    pub wal_batch_bytes: u64,
+    /// Whole blocks built for writes covering part of a block.
+    pub partial_block_bytes: u64,
+    /// Data the flusher laid into its staging buffer.
+    pub flush_staged_bytes: u64,
+    /// Large writes copied to an aligned buffer before their direct write.
+    pub direct_staged_bytes: u64,
 }
 
 /// Totals of the client ops of one pool an OSD served as primary (rates and mean latencies

@@ -2,6 +2,7 @@
 //! large sequential segment writes, and points the index at where it went.
 
 use super::*;
+use crate::copies::CopyCounters;
 
 thread_local! {
     /// The flusher's staging buffer, reused from one flush to the next.
@@ -124,6 +125,7 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
             buf[at..at + n].copy_from_slice(&p.data[p.data_off..p.data_off + n]);
             at += n;
         }
+        CopyCounters::add(&sh.copies.flush_staged, at);
         write_runs(sh, &buf[..at], &runs)?;
         // Data just written is read from memory once it leaves the pending set; a replica's
         // copies are not kept (`Dirty::cache`).

@@ -66,6 +66,8 @@ pub struct StoreStats {
     /// Bytes of those writes copied into an aligned buffer first (their payload was not
     /// where `O_DIRECT` needs it in memory); the rest were written from the payload itself.
     pub direct_staged_bytes: u64,
+    /// Object bytes copied in memory since the store opened, by where.
+    pub copies: crate::CopyStats,
 }
 
 /// Facts about an object.
@@ -181,10 +183,8 @@ impl Store {
             waits_for_wal_space: st.waits_for_wal_space,
             direct_writes: st.direct_writes,
             direct_bytes: st.direct_bytes,
-            direct_staged_bytes: self
-                .sh
-                .direct_staged_bytes
-                .load(std::sync::atomic::Ordering::Relaxed),
+            direct_staged_bytes: self.sh.copies.get().direct_staged_bytes,
+            copies: self.sh.copies.get(),
         }
     }
 

@@ -257,7 +257,7 @@ impl Store {
             store_id: hdr.store_id,
             data_blocks: data_sb.segment_count * (data_sb.segment_size / BLOCK),
             wal_tag: wal::store_tag(&hdr.store_id),
-            direct_staged_bytes: Default::default(),
+            copies: Default::default(),
         });
         let torn_tail = replay(&sh, &hdr)?;
         if torn_tail {

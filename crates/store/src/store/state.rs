@@ -107,9 +107,8 @@ pub(crate) struct Shared {
     pub data_blocks: u64,
     /// The tag every WAL record of this store carries.
     pub wal_tag: u32,
-    /// Bytes of direct writes copied into an aligned buffer before being written, their
-    /// payload not being where the data devices' `O_DIRECT` needs it in memory.
-    pub direct_staged_bytes: std::sync::atomic::AtomicU64,
+    /// Object bytes copied in memory, by where.
+    pub copies: crate::copies::CopyCounters,
 }
 
 impl Shared {
