@@ -81,7 +81,15 @@ async fn echo_server(who: (Entity, Secret), min: FrameMode) -> std::net::SocketA
                 // Any error ends the connection: a tampered frame (`ReadError::Tampered`)
                 // is never answered.
                 while let Ok(f) = r.next(&Limits::default()).await {
-                    let _ = sender.send(f.msg_type + 1, f.request_id, &f.control, &f.data);
+                    // Replies are held back while more requests are buffered, as an OSD's
+                    // are: they wait in the send queue, their payloads held, in every mode.
+                    if r.frame_buffered() {
+                        cairn_transport::begin_batch();
+                    }
+                    let _ = sender.send_held(f.msg_type + 1, f.request_id, &f.control, f.data);
+                    if !r.frame_buffered() {
+                        cairn_transport::end_batch();
+                    }
                 }
                 sender.close();
             });
