@@ -106,7 +106,11 @@ async fn ping(osd: &Osd, link: &mut Option<Rpc>, id: u32, timeout: Duration) -> 
             *link = Some(Rpc::connect_osd(&osd.map(), id, &osd.dialer).await?);
         }
         match link.as_mut() {
-            Some(rpc) => rpc.call(OSD_PING, OSD_PONG, &[], &[]).await.map(|_| ()),
+            Some(rpc) => rpc
+                .call(OSD_PING, OSD_PONG, &[], &[])
+                .await
+                .map(|_| ())
+                .map_err(String::from),
             None => Err("no connection".to_string()),
         }
     };

@@ -111,7 +111,9 @@ baseline_lat_us {p50,p99}, ratio_to_baseline = iops / baseline_iops (above 1: fa
 baseline), lat_p50_ratio_to_baseline = lat_us.p50 / baseline_lat_us.p50 (below 1: faster), and \
 for the mixes read_lat_us and write_lat_us {p50,p99,p999,max}. Store counters over the timed \
 part: commits, wal_flushes, commits_per_wal_flush (group commit), checkpoints, segments_cleaned, \
-commit_waits {flusher, wal_space} (times a commit waited, by cause; none waits for a checkpoint); large writes \
+commit_waits {flusher, wal_space} (times a commit waited, by cause: for the flusher to write \
+pending data, or for WAL space, which only a checkpoint frees; no commit waits for a checkpoint \
+being written otherwise); large writes \
 also block_bytes, mb_per_s, baseline_mb_per_s and direct_bytes (bytes that skipped the WAL). Latencies are in \
 microseconds (recorded in nanoseconds, reported with 0.1 us resolution).";
 

@@ -1,9 +1,41 @@
 //! Request/response with one member during peering and recovery: a session of its own
 //! (peering is rare; client writes keep their connections), through the transport layer.
 
+use cairn_proto::msg::ErrorCode;
 use cairn_proto::{Frame, Limits};
-use cairn_transport::{node_kind, Dialer, Session};
+use cairn_transport::{node_kind, CallError, DialError, Dialer, Session};
 use std::time::Duration;
+
+/// Why a request to a member failed, typed so that callers can tell a refusal (and its code)
+/// from a member that could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("osd.{0} is not in the map")]
+    NotInMap(u32),
+    #[error(transparent)]
+    Connect(#[from] DialError),
+    /// Closed, timed out, refused (`CallError::Refused` with its code, whether the member
+    /// answered `ERROR` or a `PG_DONE` refusal), or answered with the wrong message.
+    #[error(transparent)]
+    Call(#[from] CallError),
+}
+
+impl RpcError {
+    /// The member's code when it refused the request (it was reached and said no).
+    pub fn refusal(&self) -> Option<ErrorCode> {
+        match self {
+            RpcError::Call(CallError::Refused { code, .. }) => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Peering and recovery report failures as text for people (`cairn pg query`).
+impl From<RpcError> for String {
+    fn from(e: RpcError) -> String {
+        e.to_string()
+    }
+}
 
 /// How long one request may take before the member is treated as unreachable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -14,11 +46,9 @@ pub struct Rpc {
 
 impl Rpc {
     /// Connects to a member with the OSD's `dialer` (it must answer as an OSD).
-    pub async fn connect(addr: &str, dialer: &Dialer) -> Result<Rpc, String> {
+    pub async fn connect(addr: &str, dialer: &Dialer) -> Result<Rpc, RpcError> {
         let dialer = dialer.clone().timeout(CALL_TIMEOUT);
-        let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())
-            .await
-            .map_err(|e| e.to_string())?;
+        let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default()).await?;
         Ok(Rpc { session })
     }
 
@@ -27,12 +57,12 @@ impl Rpc {
         map: &cairn_map::ClusterMap,
         id: u32,
         dialer: &Dialer,
-    ) -> Result<Rpc, String> {
+    ) -> Result<Rpc, RpcError> {
         let addr = map
             .osds
             .get(&id)
             .map(|o| o.addr.clone())
-            .ok_or_else(|| format!("osd.{id} is not in the map"))?;
+            .ok_or(RpcError::NotInMap(id))?;
         Rpc::connect(&addr, dialer).await
     }
 
@@ -43,34 +73,87 @@ impl Rpc {
         want: u16,
         control: &[u8],
         data: &[u8],
-    ) -> Result<Frame, String> {
-        let addr = self.session.addr();
+    ) -> Result<Frame, RpcError> {
         let f = self
             .session
             .call(msg_type, control, data, CALL_TIMEOUT)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if f.msg_type != want {
-            if let Some(why) = refusal(&f) {
-                return Err(format!("{addr} refused: {why}"));
+            let addr = self.session.addr().to_string();
+            return Err(match refusal(&f) {
+                Some((code, message)) => CallError::Refused {
+                    addr,
+                    code,
+                    message,
+                },
+                None => CallError::Unexpected {
+                    addr,
+                    got: f.msg_type,
+                    want,
+                },
             }
-            return Err(format!(
-                "{addr}: unexpected reply type {} to request type {msg_type}",
-                f.msg_type
-            ));
+            .into());
         }
         Ok(f)
     }
 }
 
-/// The reason carried by a `PG_DONE` reply that refuses a request, if it is one.
-fn refusal(f: &Frame) -> Option<String> {
+/// The code and reason of a `PG_DONE` reply that refuses a request, if it is one.
+fn refusal(f: &Frame) -> Option<(ErrorCode, String)> {
     use cairn_proto::msg::peering::{PgDone, PG_DONE};
     match f.msg_type {
         PG_DONE => match cairn_proto::msg::decode::<PgDone>("pg done", &f.control) {
-            Ok(PgDone::Failed { code, why }) => Some(format!("({code}) {why}")),
+            Ok(PgDone::Failed { code, why }) => Some((code, why)),
             _ => None,
         },
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_proto::msg::peering::{PgDone, PG_DONE};
+
+    fn frame(msg_type: u16, control: Vec<u8>) -> Frame {
+        Frame {
+            msg_type,
+            request_id: 1,
+            control,
+            data: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_pg_done_refusal_keeps_its_code() {
+        let failed = PgDone::Failed {
+            code: ErrorCode::NotFound,
+            why: "pg 1.7 does not exist in map epoch 9".into(),
+        };
+        let f = frame(PG_DONE, cairn_proto::msg::encode(&failed));
+        assert_eq!(
+            refusal(&f),
+            Some((
+                ErrorCode::NotFound,
+                "pg 1.7 does not exist in map epoch 9".into()
+            ))
+        );
+        // Not refusals: a PG_DONE that succeeded, another message, bytes that do not decode.
+        assert_eq!(
+            refusal(&frame(PG_DONE, cairn_proto::msg::encode(&PgDone::Done))),
+            None
+        );
+        assert_eq!(
+            refusal(&frame(PG_DONE + 1, cairn_proto::msg::encode(&failed))),
+            None
+        );
+        assert_eq!(refusal(&frame(PG_DONE, vec![0xff; 3])), None);
+        let e = RpcError::from(CallError::Refused {
+            addr: "127.0.0.1:1".into(),
+            code: ErrorCode::NotFound,
+            message: "no".into(),
+        });
+        assert_eq!(e.refusal(), Some(ErrorCode::NotFound));
+        assert_eq!(RpcError::NotInMap(3).refusal(), None);
     }
 }
