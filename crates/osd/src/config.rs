@@ -126,11 +126,33 @@ pub fn default_wal_size(data_size: u64, own_device: bool) -> u64 {
     (data_size / 16).clamp(WAL_DEFAULT_MIN, WAL_DEFAULT_MAX) / 4096 * 4096
 }
 
-/// The read cache's part of a memory target: three quarters. The rest is for the store's
-/// index (about 100 bytes per 4 KiB block stored), data waiting for the flusher (16 MiB),
-/// connections and message buffers.
-pub fn cache_share(memory_target: u64) -> u64 {
-    memory_target / 4 * 3
+/// The read cache's part of a memory target: three quarters less the store's index (its heap
+/// as the store estimates it: ~740 bytes per object and ~150 per extent), and at least a
+/// sixteenth. The last quarter is for data waiting for the flusher (16 MiB), connections and
+/// message buffers.
+pub fn cache_share(memory_target: u64, index_bytes: u64) -> u64 {
+    (memory_target / 4 * 3)
+        .saturating_sub(index_bytes)
+        .max(memory_target / 16)
+}
+
+/// Changes of the cache's share smaller than this wait (the index grows a little with every
+/// object written).
+const FIT_STEP: u64 = 4 << 20;
+
+/// Fits the read cache to what the index leaves of the memory target: called at start (the
+/// index was loaded) and every few seconds (it grows as objects are written).
+pub fn fit_read_cache(store: &cairn_store::Store, memory_target: u64) {
+    let st = store.stats();
+    let want = cache_share(memory_target, st.index_bytes);
+    if want.abs_diff(st.read_cache.capacity) >= FIT_STEP {
+        tracing::debug!(
+            index_bytes = st.index_bytes,
+            cache_bytes = want,
+            "read cache fitted to the memory target"
+        );
+        store.set_read_cache_bytes(want);
+    }
 }
 
 /// This process's resident memory (`VmRSS` of /proc/self/status; 0 when unreadable).
@@ -221,8 +243,58 @@ mod tests {
         assert_eq!(kib_field("MemTotal: lots kB", "MemTotal:"), None);
         let t = default_memory_target();
         assert!((MIN_MEMORY_TARGET..=4 << 30).contains(&t), "{t}");
-        assert_eq!(cache_share(4 << 30), 3 << 30);
         assert!(resident_bytes() > 0);
+    }
+
+    #[test]
+    fn the_index_takes_its_memory_from_the_cache_down_to_a_sixteenth() {
+        assert_eq!(cache_share(4 << 30, 0), 3 << 30);
+        assert_eq!(cache_share(4 << 30, 1 << 30), 2 << 30);
+        assert_eq!(cache_share(4 << 30, 3 << 30), 256 << 20);
+        assert_eq!(cache_share(4 << 30, u64::MAX), 256 << 20);
+    }
+
+    /// A store's cache shrinks as its index grows, by what the index takes, in steps.
+    #[test]
+    fn the_read_cache_is_fitted_to_what_the_index_leaves() {
+        use cairn_store::{Devices, MemDevice, Store, StoreConfig, Transaction};
+        let target = 64 << 20;
+        let cfg = StoreConfig {
+            read_cache_bytes: cache_share(target, 0),
+            ..StoreConfig::default()
+        };
+        let devs = Devices {
+            data: vec![std::sync::Arc::new(MemDevice::new("data", 512 << 20))],
+            wal: None,
+        };
+        Store::mkfs(&devs, &cfg).expect("mkfs");
+        let store = Store::open(&devs, cfg).expect("open");
+        fit_read_cache(&store, target);
+        assert_eq!(
+            store.stats().read_cache.capacity,
+            48 << 20,
+            "an empty index"
+        );
+        let mut t = Transaction::new();
+        t.create_collection(1);
+        store.commit(&t).expect("commit");
+        // 20,000 objects: ~15 MB of index by the store's estimate.
+        for batch in 0..200 {
+            let mut t = Transaction::new();
+            for i in 0..100 {
+                t.write(1, format!("object-{batch}-{i}").as_bytes(), 0, &[7u8; 4096]);
+            }
+            store.commit(&t).expect("commit");
+        }
+        store.checkpoint().expect("checkpoint");
+        fit_read_cache(&store, target);
+        let st = store.stats();
+        assert!(st.index_bytes >= 15_000_000, "{}", st.index_bytes);
+        assert_eq!(
+            st.read_cache.capacity,
+            cache_share(target, st.index_bytes) / 4096 * 4096
+        );
+        assert!(st.read_cache.bytes <= st.read_cache.capacity);
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
         wal,
     };
     let store_cfg = StoreConfig {
-        read_cache_bytes: crate::config::cache_share(cfg.memory_target),
+        read_cache_bytes: crate::config::cache_share(cfg.memory_target, 0),
         direct_write_min_bytes: cfg.direct_write_min,
         wal_flush_delay: cfg.memory_flush_delay,
         ..StoreConfig::default()
@@ -283,8 +283,11 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
     let ticking = osd.clone();
     rt0.spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
-        loop {
+        for second in 0u64.. {
             every.tick().await;
+            if second % 5 == 0 {
+                crate::config::fit_read_cache(&ticking.store, ticking.memory_target);
+            }
             ticking.recovery.tick();
             let slow = ticking.inflight.slow_writes(ticking.slow.threshold);
             ticking.slow.check(ticking.id(), slow);

@@ -595,6 +595,7 @@ pub fn osd_stats(osd: &Osd) -> OsdStats {
         used_bytes: st.used_bytes,
         memory_target_bytes: osd.memory_target,
         memory_used_bytes: crate::config::resident_bytes(),
+        index_bytes: st.index_bytes,
         cache_bytes: st.read_cache.bytes,
         cache_capacity_bytes: st.read_cache.capacity,
         cache_hits: st.read_cache.hits,

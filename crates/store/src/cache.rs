@@ -43,7 +43,6 @@ pub struct CacheStats {
 
 /// Cached blocks with first-in-first-out eviction, bounded in blocks.
 pub struct BlockCache {
-    cap: usize,
     generation: AtomicU64,
     /// Reads answered wholly from the cache, and those that went to a device.
     hits: AtomicU64,
@@ -62,6 +61,8 @@ struct Inner {
     blocks: HashMap<u64, u32>,
     order: VecDeque<u64>,
     slab: Slab,
+    /// The most blocks held ([`BlockCache::set_capacity`] changes it).
+    cap: usize,
 }
 
 /// Fixed-size block slots in chunks; slots are handed out and returned, never freed.
@@ -82,13 +83,46 @@ impl Slab {
         if self.made >= cap {
             return None;
         }
-        if self.made == self.chunks.len() * CHUNK_BLOCKS {
-            let n = CHUNK_BLOCKS.min(cap - self.made);
-            self.chunks
-                .push(vec![0u8; n * BLOCK_SIZE].into_boxed_slice());
+        let base = self.chunks.len().saturating_sub(1) * CHUNK_BLOCKS;
+        let in_chunks = self
+            .chunks
+            .last()
+            .map_or(0, |c| base + c.len() / BLOCK_SIZE);
+        if self.made == in_chunks {
+            match self.chunks.last_mut() {
+                // Cut to an earlier, smaller capacity: grown to the new one (one copy, once).
+                Some(last) if last.len() < CHUNK_BLOCKS * BLOCK_SIZE => {
+                    let mut v = std::mem::take(last).into_vec();
+                    v.resize(CHUNK_BLOCKS.min(cap - base) * BLOCK_SIZE, 0);
+                    *last = v.into_boxed_slice();
+                }
+                _ => {
+                    let n = CHUNK_BLOCKS.min(cap - self.made);
+                    self.chunks
+                        .push(vec![0u8; n * BLOCK_SIZE].into_boxed_slice());
+                }
+            }
         }
         self.made += 1;
         Some((self.made - 1) as u32)
+    }
+
+    /// Slots the chunks have room for.
+    fn slots(&self) -> usize {
+        self.chunks.iter().map(|c| c.len() / BLOCK_SIZE).sum()
+    }
+
+    /// Gives back every slot from `cap` on (their blocks were dropped) and the memory of the
+    /// chunks that held only those.
+    fn cut_to(&mut self, cap: usize) {
+        self.free.retain(|&s| (s as usize) < cap);
+        self.made = self.made.min(cap);
+        let keep = cap.div_ceil(CHUNK_BLOCKS);
+        self.chunks.truncate(keep);
+        let want = (cap - (keep - 1) * CHUNK_BLOCKS) * BLOCK_SIZE;
+        if let Some(last) = self.chunks.last_mut().filter(|l| l.len() > want) {
+            *last = last[..want].to_vec().into_boxed_slice();
+        }
     }
 
     fn put(&mut self, slot: u32) {
@@ -110,12 +144,29 @@ impl BlockCache {
     /// A cache of at most `bytes` (rounded down to whole blocks; at least one block).
     pub fn new(bytes: u64) -> BlockCache {
         BlockCache {
-            // Slots are numbered in u32 (16 TiB of cache).
-            cap: (bytes / B).clamp(1, u32::MAX as u64) as usize,
             generation: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                cap: cap_blocks(bytes),
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Holds at most `bytes` from now on (at least one block): a smaller capacity drops the
+    /// blocks beyond it at once and gives back the memory that held them (the memory target
+    /// leaves the cache less room as the index grows); a larger one fills as blocks come.
+    pub fn set_capacity(&self, bytes: u64) {
+        let cap = cap_blocks(bytes);
+        let mut inner = self.lock();
+        inner.cap = cap;
+        if inner.slab.slots() > cap {
+            let Inner { blocks, slab, .. } = &mut *inner;
+            if slab.made > cap {
+                blocks.retain(|_, s| (*s as usize) < cap);
+            }
+            slab.cut_to(cap);
         }
     }
 
@@ -152,9 +203,13 @@ impl BlockCache {
 
     /// What it holds and how it served, for the store's stats.
     pub fn stats(&self) -> CacheStats {
+        let (held, cap) = {
+            let inner = self.lock();
+            (inner.blocks.len(), inner.cap)
+        };
         CacheStats {
-            bytes: self.len() as u64 * B,
-            capacity: self.cap as u64 * B,
+            bytes: held as u64 * B,
+            capacity: cap as u64 * B,
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
         }
@@ -193,7 +248,7 @@ impl BlockCache {
             inner.slab.block_mut(slot).copy_from_slice(chunk);
         }
         // Keys whose block was invalidated linger in `order`; keep it bounded too.
-        if inner.order.len() > 2 * self.cap {
+        if inner.order.len() > 2 * inner.cap {
             let Inner { blocks, order, .. } = inner;
             order.retain(|k| blocks.contains_key(k));
         }
@@ -202,7 +257,7 @@ impl BlockCache {
     /// A free slot, evicting the oldest block when the cache is full.
     fn slot_for_new(&self, inner: &mut Inner) -> Option<u32> {
         loop {
-            if let Some(s) = inner.slab.take(self.cap) {
+            if let Some(s) = inner.slab.take(inner.cap) {
                 return Some(s);
             }
             // Full: keys in `order` whose block was invalidated are skipped.
@@ -238,9 +293,15 @@ impl BlockCache {
     }
 
     /// Blocks cached.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().blocks.len()
     }
+}
+
+/// A capacity in blocks: at least one; slots are numbered in u32 (16 TiB of cache).
+fn cap_blocks(bytes: u64) -> usize {
+    (bytes / B).clamp(1, u32::MAX as u64) as usize
 }
 
 /// Drops the cached blocks overlapping `off..off + len`, their slots made free. Blocks are
@@ -351,12 +412,17 @@ mod tests {
         #[test]
         fn behaves_like_a_bounded_fifo_map(
             cap in 1usize..12,
-            ops in proptest::collection::vec((0u64..24, 0u8..3, proptest::num::u8::ANY), 1..300),
+            ops in proptest::collection::vec((0u64..24, 0u8..4, proptest::num::u8::ANY), 1..300),
         ) {
+            let mut cap = cap;
             let c = BlockCache::new(cap as u64 * B);
             let mut model: std::collections::HashMap<u64, u8> = Default::default();
             for (key, op, v) in ops {
-                if op == 0 {
+                if op == 3 {
+                    // A new capacity, smaller or larger (blocks beyond a smaller one dropped).
+                    cap = usize::from(v % 12) + 1;
+                    c.set_capacity(cap as u64 * B);
+                } else if op == 0 {
                     // Ranges of 1 to 16 blocks: some smaller than what is cached, some larger.
                     let n = u64::from(v % 16) + 1;
                     c.invalidate(key * B, n * B);
@@ -366,7 +432,7 @@ mod tests {
                     model.insert(key, v);
                 }
                 let mut out = block(0);
-                if op != 0 {
+                if op == 1 || op == 2 {
                     proptest::prop_assert!(c.get_all(key * B, &mut out, |_, _| true));
                 }
                 for k in 0..24u64 {
@@ -382,6 +448,8 @@ mod tests {
                     inner.slab.made,
                     "every slot is held or free"
                 );
+                let slots = inner.slab.slots();
+                proptest::prop_assert!(inner.slab.made <= slots && slots <= cap, "{} {}", slots, cap);
             }
         }
     }

@@ -48,7 +48,10 @@ pub use mirror::IoStats;
 pub use read::ReadPlan;
 pub use scrub::{ScrubIssue, ScrubReport};
 pub use shared::SharedBytes;
-pub use store::{Devices, ObjectStat, Store, StoreConfig, StoreStats};
+pub use store::{
+    Devices, ObjectStat, Store, StoreConfig, StoreStats, INDEX_BYTES_PER_EXTENT,
+    INDEX_BYTES_PER_OBJECT,
+};
 pub use txn::{limits, CollId, Op, Transaction};
 
 /// Decoders of on-disk bytes, exposed for the fuzz targets.

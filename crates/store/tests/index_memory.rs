@@ -229,6 +229,8 @@ fn fresh(devs: &Devs) -> Store {
 struct Measured {
     live: PerItem,
     reopened: PerItem,
+    /// The store's own estimate of the index's heap (`StoreStats::index_bytes`), per item.
+    estimated: f64,
 }
 
 /// Objects with one 4 KiB extent each, names of `name_len` bytes.
@@ -243,9 +245,11 @@ fn measure_objects(name_len: usize, n1: u64, n2: u64) -> Measured {
     add_objects(&s, 0, n1, name_len, &block);
     s.checkpoint().unwrap();
     let at1 = settled();
+    let est1 = s.stats().index_bytes;
     add_objects(&s, n1, n2, name_len, &block);
     s.checkpoint().unwrap();
     let at2 = settled();
+    let est2 = s.stats().index_bytes;
     assert_eq!(s.stats().pending_bytes, 0);
     assert_eq!(s.stats().live_bytes, n2 * B);
     s.close().unwrap();
@@ -259,6 +263,7 @@ fn measure_objects(name_len: usize, n1: u64, n2: u64) -> Measured {
     Measured {
         live: per_item(at1, at2, n2 - n1),
         reopened: per_item(empty, reopened, n2),
+        estimated: (est2 - est1) as f64 / (n2 - n1) as f64,
     }
 }
 
@@ -285,9 +290,11 @@ fn measure_extents(m1: u64, m2: u64) -> Measured {
     add_extents(&s, &vol, &blocks[..m1 as usize], &block);
     s.checkpoint().unwrap();
     let at1 = settled();
+    let est1 = s.stats().index_bytes;
     add_extents(&s, &vol, &blocks[m1 as usize..], &block);
     s.checkpoint().unwrap();
     let at2 = settled();
+    let est2 = s.stats().index_bytes;
     assert_eq!(s.stats().pending_bytes, 0);
     assert_eq!(s.stat(COLL, &vol).unwrap().allocated, m2 * B);
     s.close().unwrap();
@@ -298,6 +305,7 @@ fn measure_extents(m1: u64, m2: u64) -> Measured {
     Measured {
         live: per_item(at1, at2, m2 - m1),
         reopened: per_item(empty, reopened, m2),
+        estimated: (est2 - est1) as f64 / (m2 - m1) as f64,
     }
 }
 
@@ -308,6 +316,7 @@ fn show(what: &str, m: &Measured) {
             p.requested, p.footprint, p.allocations
         );
     }
+    eprintln!("{what:<34} estimated by the store: {:6.1} B", m.estimated);
 }
 
 #[test]
@@ -336,5 +345,17 @@ fn index_memory_per_object_and_per_extent() {
     for p in [ext.live, ext.reopened] {
         assert!(p.footprint < 190.0, "an extent costs {p:?}");
         assert!(p.allocations < 0.5, "an extent costs {p:?}");
+    }
+    // The store's estimate (what an OSD's memory target counts) stays within 20 % of what
+    // the index really takes.
+    for m in [&short, &long, &ext] {
+        for p in [m.live, m.reopened] {
+            let r = m.estimated / p.footprint;
+            assert!(
+                (0.8..1.2).contains(&r),
+                "the store estimates {:.0} B where the index takes {p:?}",
+                m.estimated
+            );
+        }
     }
 }

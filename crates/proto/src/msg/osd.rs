@@ -347,6 +347,9 @@ pub struct OsdStats {
     /// Memory: the OSD's target, and what it uses (resident).
     pub memory_target_bytes: u64,
     pub memory_used_bytes: u64,
+    /// The store's index (its heap, estimated), counted in the memory target: the read
+    /// cache gets three quarters of the target less this.
+    pub index_bytes: u64,
     /// Read cache: bytes held, the most it holds, and data reads answered from it or not
     /// since the OSD started.
     pub cache_bytes: u64,

@@ -68,6 +68,31 @@ pub struct StoreStats {
     pub direct_staged_bytes: u64,
     /// Object bytes copied in memory since the store opened, by where.
     pub copies: crate::CopyStats,
+    /// The heap the index takes, estimated from its objects and extents
+    /// ([`INDEX_BYTES_PER_OBJECT`], [`INDEX_BYTES_PER_EXTENT`]).
+    pub index_bytes: u64,
+}
+
+/// Heap bytes of the index per object besides its extents (a name of ~40 bytes included), and
+/// per extent (its share of the extent B-tree and its segment summary), as
+/// `tests/index_memory.rs` measures them (docs/format/store.md, "Index memory"), which checks
+/// that the estimate stays close. An OSD's memory target counts the index by these.
+pub const INDEX_BYTES_PER_OBJECT: u64 = 740;
+pub const INDEX_BYTES_PER_EXTENT: u64 = 150;
+
+/// The index's heap, estimated: objects from the collections' trees (one length per
+/// collection), extents from the segment summaries (one entry per extent written to a
+/// segment, kept until the cleaner frees it: extents overwritten but not yet cleaned count
+/// too, and data not yet flushed does not).
+fn index_bytes(st: &State) -> u64 {
+    let objects: u64 = st
+        .index
+        .colls
+        .values()
+        .map(|c| c.objects.len() as u64)
+        .sum();
+    let extents: u64 = st.segs.summaries.iter().map(|s| s.len() as u64).sum();
+    objects * INDEX_BYTES_PER_OBJECT + extents * INDEX_BYTES_PER_EXTENT
 }
 
 /// Facts about an object.
@@ -185,6 +210,15 @@ impl Store {
             direct_bytes: st.direct_bytes,
             direct_staged_bytes: self.sh.copies.get().direct_staged_bytes,
             copies: self.sh.copies.get(),
+            index_bytes: index_bytes(&st),
+        }
+    }
+
+    /// Sets the read cache's capacity (none if the store was opened without a cache): a
+    /// smaller one drops the blocks beyond it at once.
+    pub fn set_read_cache_bytes(&self, bytes: u64) {
+        if let Some(c) = &self.sh.data.cache {
+            c.set_capacity(bytes);
         }
     }
 
