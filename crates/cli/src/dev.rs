@@ -89,6 +89,10 @@ pub struct UpArgs {
     /// under heavy writes. Fixed when the cluster is created.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     pub wal_size: Option<u64>,
+    /// Keep each OSD's WAL on its data device instead of in /dev/shm, as on a machine without
+    /// NVM: every commit then waits for the disk. Fixed when the cluster is created.
+    #[arg(long)]
+    pub wal_on_data: bool,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written) [default: 10G, or less so that it fits: what the pool can hold, rounded down
     /// to whole GiB].
@@ -345,7 +349,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
         .map(|_| free_port().map(|p| format!("{bind}:{p}")))
         .collect::<Result<Vec<_>>>()?;
     let shm = Path::new("/dev/shm");
-    let wal_dir = shm.is_dir().then(|| shm.join(format!("cairn-{fsid}")));
+    let wal_dir = (!a.wal_on_data && shm.is_dir()).then(|| shm.join(format!("cairn-{fsid}")));
     Ok(DevState {
         fsid,
         mons,
@@ -411,6 +415,9 @@ fn check_fixed(a: &UpArgs, s: &DevState) -> Result<()> {
         if f != s.frames() {
             differ.push(format!("--frames {f} (it has {})", s.frames()));
         }
+    }
+    if a.wal_on_data && s.wal_dir.is_some() {
+        differ.push("--wal-on-data (its WALs are in /dev/shm)".to_string());
     }
     if let Some(ip) = a.bind.filter(|ip| ip.to_string() != s.bind()) {
         differ.push(format!("--bind {ip} (it has {})", s.bind()));

@@ -17,6 +17,11 @@ async fn copies(client: &cairn_client::Client) -> PayloadCopies {
         let s = cairn_client::osd_stats(&o.addr, client.auth(), Duration::from_secs(5))
             .await
             .expect("osd stats");
+        // For the record (how long its WAL syncs take decides where they run: `wal_pace.rs`).
+        println!(
+            "osd.{}: quickest of the last 64 WAL syncs {} us, {} syncs handed to the syncer",
+            s.osd, s.wal_sync_floor_us, s.wal_syncs_handed_off
+        );
         let c = s.copies;
         sum.received_bytes += c.received_bytes;
         sum.receive_copied_bytes += c.receive_copied_bytes;

@@ -47,8 +47,10 @@ pub struct Osd {
     pub request_limits: cairn_transport::RequestLimits,
     /// The reader threads (`readers.rs`), for client reads that need a data device.
     pub readers: crate::readers::Readers,
-    /// The syncer thread (`syncer.rs`), for syncs that would wait for a data device.
+    /// The syncer thread (`syncer.rs`), for syncs that would wait for a device.
     pub syncer: crate::syncer::SyncTx,
+    /// How long WAL syncs take, and so whether shards sync inline (`wal_pace.rs`).
+    pub wal_pace: crate::wal_pace::WalPace,
     /// Collections still to split after a pool's PG count grew (`split.rs`).
     pub splits: crate::split::Splits,
     /// Writes that took too long (`slowops.rs`).

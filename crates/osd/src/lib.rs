@@ -43,6 +43,7 @@ mod split;
 mod syncer;
 #[cfg(test)]
 mod test_store;
+mod wal_pace;
 
 pub use auth::OsdKey;
 pub use config::{

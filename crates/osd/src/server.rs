@@ -589,6 +589,7 @@ pub fn osd_stats(osd: &Osd) -> OsdStats {
     let held = osd.store.list_collections();
     let (down_pgs, lost_write_pgs) = osd.pg_troubles();
     let (pools, commits, commit_latency_us) = osd.inflight.totals.snapshot();
+    let (wal_sync_floor_us, wal_syncs_handed_off) = osd.wal_pace.figures();
     OsdStats {
         osd: osd.id(),
         // What fills up to a NoSpace refusal, so the full ratio means what it says.
@@ -621,6 +622,8 @@ pub fn osd_stats(osd: &Osd) -> OsdStats {
         pools,
         commits,
         commit_latency_us,
+        wal_sync_floor_us,
+        wal_syncs_handed_off,
         copies: payload_copies(&st.copies),
     }
 }

@@ -293,23 +293,19 @@ impl Shard {
     }
 
     /// Makes every submitted write durable (one WAL write and flush for all of them) and
-    /// completes them; on the syncer thread when that would wait for a data device (or a
-    /// sync is already there), so that this thread goes on serving meanwhile. Writes of
+    /// completes them; on the syncer thread when that would wait for a data device, when the
+    /// WAL is on a device rather than in memory (`wal_pace.rs`), or when a sync is already
+    /// there, so that this thread goes on serving meanwhile (cache hits included). Writes of
     /// `memory` pools alone are only written to the WAL device (the store flushes them
     /// within its `wal_flush_delay`), which a crash of any process cannot undo.
     pub fn sync(&mut self) {
         if self.unsynced.is_empty() && self.unwritten.is_empty() {
             return;
         }
-        let off_thread = self.syncing > 0 || self.osd.store.sync_waits_for_data_device();
-        if self.unsynced.is_empty() && !off_thread {
-            let done = std::mem::take(&mut self.unwritten);
-            let t0 = std::time::Instant::now();
-            let result = self.osd.store.write_through(self.last_seq);
-            self.osd.note_commit(t0);
-            self.complete(done, result.as_ref());
-            return;
-        }
+        let direct = self.osd.store.sync_waits_for_data_device();
+        let slow_wal = !self.osd.wal_pace.inline();
+        let off_thread = self.syncing > 0 || direct || slow_wal;
+        let flush = !self.unsynced.is_empty();
         // A flush makes them written too.
         let mut done = std::mem::take(&mut self.unsynced);
         done.append(&mut self.unwritten);
@@ -318,10 +314,15 @@ impl Shard {
                 shard: self.index,
                 seq: self.last_seq,
                 done,
+                flush,
+                paced: !direct,
             };
             match self.osd.syncer.send(job) {
                 Ok(()) => {
                     self.syncing += 1;
+                    if slow_wal {
+                        self.osd.wal_pace.handed_off();
+                    }
                     return;
                 }
                 // The syncer is gone (the OSD is stopping): sync here.
@@ -331,7 +332,12 @@ impl Shard {
             done
         };
         let t0 = std::time::Instant::now();
-        let result = self.osd.store.sync_through(self.last_seq).map(|_| ());
+        let result = if flush {
+            self.osd.store.sync_through(self.last_seq).map(|_| ())
+        } else {
+            self.osd.store.write_through(self.last_seq)
+        };
+        self.osd.wal_pace.note(t0.elapsed());
         self.osd.note_commit(t0);
         self.complete(done, result.as_ref());
     }

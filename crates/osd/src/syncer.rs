@@ -1,6 +1,7 @@
 //! Makes a shard's submitted writes durable off the shard's thread when that would wait for
-//! a data device: a batch that carries large writes written once writes and flushes their
-//! data before its WAL records (`cairn_store`'s `direct.rs`), milliseconds during which the
+//! a device: a batch that carries large writes written once writes and flushes their data
+//! before its WAL records (`cairn_store`'s `direct.rs`), and a WAL on a device rather than in
+//! memory takes tens of microseconds or more per batch (`wal_pace.rs`): time during which the
 //! shard's event loop would serve nobody. The syncer thread waits instead and hands the
 //! completions back to the shard, in order ([`ShardMsg::Synced`]).
 
@@ -14,6 +15,12 @@ pub struct SyncJob {
     pub shard: usize,
     pub seq: u64,
     pub done: Vec<OnDurable>,
+    /// Flush the WAL (some write asked for durability against power loss); else written
+    /// through to the device is enough (`memory` durability).
+    pub flush: bool,
+    /// Whether the sync's time tells how fast the WAL is (not when it also writes large
+    /// writes' data to a data device).
+    pub paced: bool,
 }
 
 /// The queue to the syncer thread.
@@ -31,7 +38,14 @@ fn run(osd: Weak<Osd>, rx: Receiver<SyncJob>) {
     while let Ok(job) = rx.recv() {
         let Some(osd) = osd.upgrade() else { return };
         let t0 = std::time::Instant::now();
-        let result = osd.store.sync_through(job.seq).map(|_| ());
+        let result = if job.flush {
+            osd.store.sync_through(job.seq).map(|_| ())
+        } else {
+            osd.store.write_through(job.seq)
+        };
+        if job.paced {
+            osd.wal_pace.note(t0.elapsed());
+        }
         osd.note_commit(t0);
         osd.queue_shard(
             job.shard,

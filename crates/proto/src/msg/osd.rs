@@ -369,6 +369,10 @@ pub struct OsdStats {
     /// Store commits (WAL writes and flushes) since it started, and their microseconds in all.
     pub commits: u64,
     pub commit_latency_us: u64,
+    /// The quickest of its last 64 WAL syncs (microseconds), and the syncs its shards handed
+    /// to the syncer thread because that says the WAL is on a device, not in memory.
+    pub wal_sync_floor_us: u64,
+    pub wal_syncs_handed_off: u64,
     /// Object bytes it copied in memory since it started, by where.
     pub copies: PayloadCopies,
 }
