@@ -93,6 +93,10 @@ pub struct UpArgs {
     /// NVM: every commit then waits for the disk. Fixed when the cluster is created.
     #[arg(long)]
     pub wal_on_data: bool,
+    /// The OSDs' `--wal-inline-max-us`: shards write the WAL themselves while its quickest
+    /// recent sync took at most this many microseconds [default: the OSDs', 30].
+    #[arg(long, value_name = "US")]
+    pub wal_inline_max_us: Option<u64>,
     /// Size of the volume `disk0` created with the `default` pool (thin: uses no space until
     /// written) [default: 10G, or less so that it fits: what the pool can hold, rounded down
     /// to whole GiB].
@@ -166,6 +170,9 @@ struct DevState {
     /// size).
     #[serde(default)]
     wal_size: Option<u64>,
+    /// The OSDs' `--wal-inline-max-us` (absent: their default).
+    #[serde(default)]
+    wal_inline_max_us: Option<u64>,
     /// Daemons and clients run without authentication (`--auth none`).
     #[serde(default)]
     no_auth: bool,
@@ -365,6 +372,7 @@ fn new_state(a: &UpArgs) -> Result<DevState> {
             .direct_write_min
             .unwrap_or(cairn_osd::DEFAULT_DIRECT_WRITE_MIN),
         wal_size: a.wal_size,
+        wal_inline_max_us: a.wal_inline_max_us,
         no_auth: a.auth == Some(crate::daemon_auth::AuthMode::None),
         frames: a.frames.map(|f| f.to_string()),
         bind: a.bind.map(|ip| ip.to_string()),
@@ -405,6 +413,11 @@ fn check_fixed(a: &UpArgs, s: &DevState) -> Result<()> {
         Some(s.direct_write_min),
     );
     check("wal-size", a.wal_size, s.wal_size);
+    check(
+        "wal-inline-max-us",
+        a.wal_inline_max_us,
+        s.wal_inline_max_us,
+    );
     if let Some(mode) = a.auth {
         if (mode == crate::daemon_auth::AuthMode::None) != s.no_auth {
             let have = if s.no_auth { "none" } else { "key" };
@@ -1009,6 +1022,10 @@ fn start_osds(dir: &Path, s: &DevState, mon: &MonClient, timeout: Duration) -> R
         if let Some(size) = s.wal_size {
             args.push("--wal-size".into());
             args.push(size.to_string());
+        }
+        if let Some(us) = s.wal_inline_max_us {
+            args.push("--wal-inline-max-us".into());
+            args.push(us.to_string());
         }
         if s.no_auth {
             args.extend(["--auth".into(), "none".into()]);

@@ -163,6 +163,12 @@ pub struct RunArgs {
     /// milliseconds; a power loss of every member inside that window can lose them. 1..=1000.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub memory_flush_ms: u64,
+    /// Each shard writes its WAL batches itself (fastest on NVM: a few microseconds) while
+    /// the quickest of the last 64 WAL syncs took at most this many microseconds; above it
+    /// (the WAL is on a disk or SSD) every sync goes to a thread of its own, so that reads the
+    /// cache can answer do not wait behind the device. 0 = always that thread.
+    #[arg(long, default_value_t = 30, value_name = "US")]
+    pub wal_inline_max_us: u64,
     #[command(flatten)]
     pub metrics: crate::metrics_args::MetricsArgs,
     /// A write this OSD leads that takes longer than this many milliseconds is reported as
@@ -306,6 +312,7 @@ fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     cfg.recovery_max_active = a.recovery_max_active;
     cfg.direct_write_min = a.direct_write_min;
     cfg.memory_flush_delay = std::time::Duration::from_millis(a.memory_flush_ms);
+    cfg.wal_inline_max = std::time::Duration::from_micros(a.wal_inline_max_us);
     cfg.metrics_listen = a.metrics.listen()?;
     cfg.slow_op = std::time::Duration::from_millis(a.slow_op_ms);
     if let Some(m) = a.memory_target {

@@ -99,6 +99,10 @@ struct OsdPerf {
     osd: u32,
     commit_lat_ms: Option<f64>,
     apply_lat_ms: Option<f64>,
+    /// The quickest of its last 64 WAL syncs, and the syncs per second its shards handed to
+    /// its syncer thread because that is above their bound (the WAL is on a device).
+    wal_sync_floor_us: u64,
+    wal_syncs_handed_off_per_s: f64,
     #[serde(flatten)]
     rates: Rates,
 }
@@ -120,10 +124,26 @@ fn osd_perf_lines(a: &Sample, b: &Sample) -> Vec<OsdPerf> {
                 osd: *id,
                 commit_lat_ms: (commits > 0).then(|| us as f64 / commits as f64 / 1000.0),
                 apply_lat_ms: r.write_lat_ms,
+                wal_sync_floor_us: sb.wal_sync_floor_us,
+                wal_syncs_handed_off_per_s: sb
+                    .wal_syncs_handed_off
+                    .saturating_sub(sa.wal_syncs_handed_off)
+                    as f64
+                    / secs,
                 rates: r,
             })
         })
         .collect()
+}
+
+/// The quickest recent WAL sync, marked `*` while syncs go to the syncer thread.
+fn wal_sync(l: &OsdPerf) -> String {
+    let off = if l.wal_syncs_handed_off_per_s > 0.0 {
+        "*"
+    } else {
+        ""
+    };
+    format!("{}{off}", l.wal_sync_floor_us)
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -171,16 +191,24 @@ pub fn osd_perf(conf: Option<&Path>, a: &PerfArgs) -> Result<()> {
             return Ok(());
         }
         println!(
-            "{:<8} {:>15} {:>14} {:>9} {:>9} {:>9} {:>9}",
-            "OSD", "COMMIT_LAT(ms)", "APPLY_LAT(ms)", "R_OPS/s", "W_OPS/s", "R_MB/s", "W_MB/s"
+            "{:<8} {:>15} {:>14} {:>13} {:>9} {:>9} {:>9} {:>9}",
+            "OSD",
+            "COMMIT_LAT(ms)",
+            "APPLY_LAT(ms)",
+            "WAL_SYNC(us)",
+            "R_OPS/s",
+            "W_OPS/s",
+            "R_MB/s",
+            "W_MB/s"
         );
         for l in &lines {
             let r = &l.rates;
             println!(
-                "osd.{:<4} {:>15} {:>14} {:>9.0} {:>9.0} {:>9.1} {:>9.1}",
+                "osd.{:<4} {:>15} {:>14} {:>13} {:>9.0} {:>9.0} {:>9.1} {:>9.1}",
                 l.osd,
                 ms(l.commit_lat_ms),
                 ms(l.apply_lat_ms),
+                wal_sync(l),
                 r.read_ops,
                 r.write_ops,
                 r.read_mb,

@@ -19,7 +19,14 @@ fn in_memory(path: &std::path::Path) -> bool {
 
 #[test]
 fn a_wal_on_a_device_is_synced_off_the_shards_and_reads_are_still_served() {
-    let c = Cluster::up_with("walpace", 1, 1, &["--wal-on-data"]);
+    // A bound below this VM's disk (~80 us per sync; memory takes ~5 us) and above memory,
+    // so that the test sees the hand-off whatever the default.
+    let c = Cluster::up_with(
+        "walpace",
+        1,
+        1,
+        &["--wal-on-data", "--wal-inline-max-us", "30"],
+    );
     if in_memory(&std::env::temp_dir()) {
         // The data device is then memory as well: nothing to hand off.
         println!("skipped: the test directory is on tmpfs");
@@ -64,7 +71,7 @@ fn a_wal_on_a_device_is_synced_off_the_shards_and_reads_are_still_served() {
             s.wal_sync_floor_us, s.wal_syncs_handed_off
         );
         assert!(
-            s.wal_sync_floor_us > 50,
+            s.wal_sync_floor_us > 30,
             "a WAL on the disk synced in {} us",
             s.wal_sync_floor_us
         );

@@ -56,6 +56,10 @@ pub struct OsdConfig {
     /// their metadata in the WAL (`StoreConfig::direct_write_min_bytes`); 0 = off. Default
     /// [`DEFAULT_DIRECT_WRITE_MIN`] (what was measured: docs/operator/store.md).
     pub direct_write_min: u64,
+    /// Shards write their WAL batches themselves while the quickest of the last 64 WAL syncs
+    /// took at most this (zero: never); else the syncer thread does (`wal_pace.rs`). Default
+    /// 30 us.
+    pub wal_inline_max: std::time::Duration,
     /// Writes of pools with `memory` durability are acknowledged once written to the WAL
     /// device and flushed at most this long after (`StoreConfig::wal_flush_delay`): the
     /// window in which a power loss of every member could take them. Default 5 ms.
@@ -202,6 +206,7 @@ impl OsdConfig {
             lease: Duration::from_secs(2),
             memory_target: default_memory_target(),
             direct_write_min: DEFAULT_DIRECT_WRITE_MIN,
+            wal_inline_max: crate::wal_pace::DEFAULT_INLINE_MAX,
             memory_flush_delay: Duration::from_millis(5),
             key: None,
             frames: cairn_transport::FrameMode::Plain,

@@ -198,7 +198,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         memory_target: cfg.memory_target,
         request_limits: cfg.request_limits,
         syncer: sync_tx,
-        wal_pace: Default::default(),
+        wal_pace: crate::wal_pace::WalPace::new(cfg.wal_inline_max),
         readers: crate::readers::Readers::start(cfg.read_threads).map_err(OsdError::Runtime)?,
         splits: crate::split::Splits::default(),
         metrics: crate::metrics::op_metrics(metrics_endpoint.is_some()),

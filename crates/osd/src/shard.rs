@@ -332,12 +332,14 @@ impl Shard {
             done
         };
         let t0 = std::time::Instant::now();
-        let result = if flush {
-            self.osd.store.sync_through(self.last_seq).map(|_| ())
-        } else {
-            self.osd.store.write_through(self.last_seq)
-        };
-        self.osd.wal_pace.note(t0.elapsed());
+        let (store, seq) = (&self.osd.store, self.last_seq);
+        let result = self.osd.wal_pace.timed(store, || {
+            if flush {
+                store.sync_through(seq).map(|_| ())
+            } else {
+                store.write_through(seq)
+            }
+        });
         self.osd.note_commit(t0);
         self.complete(done, result.as_ref());
     }

@@ -38,14 +38,18 @@ fn run(osd: Weak<Osd>, rx: Receiver<SyncJob>) {
     while let Ok(job) = rx.recv() {
         let Some(osd) = osd.upgrade() else { return };
         let t0 = std::time::Instant::now();
-        let result = if job.flush {
-            osd.store.sync_through(job.seq).map(|_| ())
-        } else {
-            osd.store.write_through(job.seq)
+        let sync = || {
+            if job.flush {
+                osd.store.sync_through(job.seq).map(|_| ())
+            } else {
+                osd.store.write_through(job.seq)
+            }
         };
-        if job.paced {
-            osd.wal_pace.note(t0.elapsed());
-        }
+        let result = if job.paced {
+            osd.wal_pace.timed(&osd.store, sync)
+        } else {
+            sync()
+        };
         osd.note_commit(t0);
         osd.queue_shard(
             job.shard,

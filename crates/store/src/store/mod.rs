@@ -214,6 +214,15 @@ impl Store {
         }
     }
 
+    /// WAL device writes so far (a caller that times a sync can tell whether it wrote, or
+    /// found its records already written).
+    pub fn wal_writes(&self) -> u64 {
+        self.sh
+            .wal_counters
+            .writes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Sets the read cache's capacity (none if the store was opened without a cache): a
     /// smaller one drops the blocks beyond it at once.
     pub fn set_read_cache_bytes(&self, bytes: u64) {
