@@ -158,5 +158,41 @@ fn a_write_is_copied_once_into_memory_and_once_into_the_wal_on_each_osd() {
             "1 MiB writes: {:.3} copies per payload byte",
             large.receive_copied_bytes as f64 / payload as f64
         );
+
+        // The client side (this process's connections): at queue depth 8 most writes wait in
+        // the send queue; borrowed data is copied there, a shared buffer is held.
+        let (n, len) = (32u64, 1024 * KIB);
+        for shared in [false, true] {
+            let before = cairn_transport::copies::tally();
+            let mut tasks = tokio::task::JoinSet::new();
+            for lane in 0..8u64 {
+                let client = client.clone();
+                tasks.spawn(async move {
+                    let data = cairn_client::Bytes::from(vec![lane as u8; len as usize]);
+                    for i in (lane..n).step_by(8) {
+                        let (name, at) = (format!("client-{}", i % 8), (i / 8) * len);
+                        let r = if shared {
+                            client.write_shared(pool, name.as_bytes(), at, &data).await
+                        } else {
+                            client.write(pool, name.as_bytes(), at, &data).await
+                        };
+                        r.unwrap_or_else(|e| panic!("write {i}: {e}"));
+                    }
+                });
+            }
+            while let Some(r) = tasks.join_next().await {
+                r.expect("writer");
+            }
+            let after = cairn_transport::copies::tally();
+            let copied = after.queue_copied_bytes - before.queue_copied_bytes;
+            let held = after.queue_held_bytes - before.queue_held_bytes;
+            println!("client, 1 MiB writes at QD8, shared {shared}: {copied} bytes copied into send queues, {held} held");
+            if shared {
+                assert_eq!(copied, 0, "a shared buffer was copied into the send queue");
+                assert!(held >= 8 * len, "the writes did not wait in the queue ({held} held)");
+            } else {
+                assert!(copied >= 8 * len, "borrowed data waited in the queue without a copy?");
+            }
+        }
     });
 }

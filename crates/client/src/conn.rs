@@ -49,6 +49,23 @@ struct Merge {
     wake: tokio::sync::Notify,
 }
 
+/// A request's data part: borrowed from the caller (copied if the request must wait in the
+/// connection's send queue), or a shared buffer the queue holds instead.
+#[derive(Clone, Copy)]
+pub enum Payload<'a> {
+    Slice(&'a [u8]),
+    Shared(&'a bytes::Bytes),
+}
+
+impl Payload<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Slice(s) => s,
+            Payload::Shared(b) => b,
+        }
+    }
+}
+
 /// The connection broke or could not be opened.
 #[derive(Debug, Clone)]
 pub struct ConnError {
@@ -127,9 +144,10 @@ impl OsdConn {
     pub async fn call(
         &self,
         req: &OpRequest,
-        data: &[u8],
+        payload: Payload<'_>,
         small: bool,
     ) -> Result<Answer, ConnError> {
+        let data = payload.bytes();
         let (reply, in_flight) = self
             .session
             .expect_reply()
@@ -146,7 +164,11 @@ impl OsdConn {
             // Alone on the connection: write now (lowest latency). With others in flight,
             // let the ops issued in this turn of the event loop go out in one write.
             if in_flight > 1 {
-                sender.send_deferred(OP, id, &control, data)
+                match payload {
+                    // Held by the queue while it waits: no copy.
+                    Payload::Shared(b) => sender.send_deferred_held(OP, id, &control, b.clone()),
+                    Payload::Slice(s) => sender.send_deferred(OP, id, &control, s),
+                }
             } else {
                 sender.send(OP, id, &control, data)
             }

@@ -12,6 +12,7 @@ mod ops;
 mod route;
 mod stats;
 
+pub use bytes::Bytes;
 pub use cairn_proto::msg::osd::{contents_tag, FailCode, OsdStats};
 pub use error::ClientError;
 pub use ops::{

@@ -1,6 +1,6 @@
 //! The client API: object ops with transparent retries across map changes and failures.
 
-use crate::conn::{Answer, ConnError, MergeCounters, OsdConn, MERGE_MAX_BYTES};
+use crate::conn::{Answer, ConnError, MergeCounters, OsdConn, Payload, MERGE_MAX_BYTES};
 use crate::error::ClientError;
 use crate::route::{MapView, Route};
 use cairn_map::{ClusterMap, PgId};
@@ -328,7 +328,7 @@ impl Client {
         &self,
         route: Route,
         req: &OpRequest,
-        data: &[u8],
+        data: Payload<'_>,
         deadline: Instant,
     ) -> Attempt {
         let epoch = req.epoch;
@@ -356,7 +356,7 @@ impl Client {
         };
         let small = match req.kind {
             OpKind::Read { len, .. } => len <= MERGE_MAX_BYTES,
-            _ => data.len() as u64 <= MERGE_MAX_BYTES,
+            _ => data.bytes().len() as u64 <= MERGE_MAX_BYTES,
         };
         // An OSD cut off by the network never answers: the op is sent again once the map no
         // longer has it as the PG's primary, or fails at its deadline.
@@ -444,6 +444,20 @@ impl Client {
         target: Target<'_>,
         kind: OpKind,
         data: &[u8],
+    ) -> Result<(OpReply, Vec<u8>, u32), ClientError> {
+        self.submit_payload(what, pool, target, kind, Payload::Slice(data))
+            .await
+    }
+
+    /// Sends an op to the PG's primary until it is answered (following map changes) or its
+    /// deadline passes; the answer, its data and the attempts made.
+    async fn submit_payload(
+        &self,
+        what: &'static str,
+        pool: u32,
+        target: Target<'_>,
+        kind: OpKind,
+        data: Payload<'_>,
     ) -> Result<(OpReply, Vec<u8>, u32), ClientError> {
         let deadline = Instant::now() + self.inner.cfg.op_timeout;
         let mut last_why = String::new();
@@ -537,6 +551,28 @@ impl Client {
                 Target::Object(name),
                 OpKind::Write { offset },
                 data,
+            )
+            .await?;
+        self.final_version(r, pool, name)
+    }
+
+    /// [`Client::write`] of a shared buffer: a write that waits in its connection's send queue
+    /// (others in flight) is held there instead of copied.
+    pub async fn write_shared(
+        &self,
+        pool: u32,
+        name: &[u8],
+        offset: u64,
+        data: &bytes::Bytes,
+    ) -> Result<u64, ClientError> {
+        let kind = OpKind::Write { offset };
+        let (r, _, _) = self
+            .submit_payload(
+                "write",
+                pool,
+                Target::Object(name),
+                kind,
+                Payload::Shared(data),
             )
             .await?;
         self.final_version(r, pool, name)

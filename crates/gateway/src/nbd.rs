@@ -445,11 +445,15 @@ impl Export for VolumeExport {
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<(), ExportError> {
         self.check(offset, data.len() as u64)?;
         let t0 = self.clock();
-        let r = match self.volume.write(offset, &data).await {
+        let len = data.len() as u64;
+        // Shared, not borrowed: a part that waits in a connection's send queue is held there,
+        // not copied.
+        let data = cairn_client::Bytes::from(data);
+        let r = match self.volume.write_shared(offset, &data).await {
             Ok(()) => self.fua(fua).await,
             Err(e) => Err(export_error(e)),
         };
-        self.count("write", data.len() as u64, t0, &r, |_| 0);
+        self.count("write", len, t0, &r, |_| 0);
         r
     }
 

@@ -267,11 +267,39 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
     ) -> Result<(), SendClosed> {
+        self.defer_frame(msg_type, request_id, control, data, None)
+    }
+
+    /// [`send_deferred`](Self::send_deferred) of a payload the queue holds instead of copying
+    /// (as [`send_held`](Self::send_held)).
+    pub fn send_deferred_held<P: AsRef<[u8]> + Send + Sync + 'static>(
+        &self,
+        msg_type: u16,
+        request_id: u64,
+        control: &[u8],
+        data: P,
+    ) -> Result<(), SendClosed> {
+        if data.as_ref().len() < HOLD_MIN {
+            return self.defer_frame(msg_type, request_id, control, data.as_ref(), None);
+        }
+        let held: HeldBytes = Arc::new(data);
+        let bytes: &[u8] = (*held).as_ref();
+        self.defer_frame(msg_type, request_id, control, bytes, Some(&held))
+    }
+
+    fn defer_frame(
+        &self,
+        msg_type: u16,
+        request_id: u64,
+        control: &[u8],
+        data: &[u8],
+        held: Option<&HeldBytes>,
+    ) -> Result<(), SendClosed> {
         let mut hdr = self.header(msg_type, request_id, control, data);
         let mut st = self.open_state()?;
         let was_empty = st.queue.is_empty();
         let wire = protect(&mut st, &mut hdr, control, data)?;
-        let (data_part, held) = wire.held(None);
+        let (data_part, held) = wire.held(held);
         st.queue.rest_of(&wire.parts(), 0, data_part, held);
         if was_empty {
             self.inner.wake.notify_one();

@@ -8,7 +8,7 @@ use crate::layout::{pieces, Piece};
 use crate::lease::LAPSE_PATIENCE;
 use crate::objmap::ObjectMap;
 use crate::snaps::Snap;
-use cairn_client::{Client, ClientError};
+use cairn_client::{Bytes, Client, ClientError};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,23 @@ pub struct Allocation {
     pub len: u64,
     /// Whether data objects back the range (it may still read as zeros).
     pub allocated: bool,
+}
+
+/// A write's bytes as the volume got them: borrowed from the caller, or a shared buffer that
+/// each object's part is a slice of (no copy).
+#[derive(Clone, Copy)]
+enum WriteData<'a> {
+    Slice(&'a [u8]),
+    Shared(&'a Bytes),
+}
+
+impl WriteData<'_> {
+    fn len(&self) -> usize {
+        match self {
+            WriteData::Slice(d) => d.len(),
+            WriteData::Shared(b) => b.len(),
+        }
+    }
 }
 
 /// An open volume. Share it (in an `Arc`) between all users in one process: its object map is
@@ -459,13 +476,24 @@ impl Volume {
 
     /// Writes `data` at `offset`. Durable at the pool's durability level when it returns.
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<(), VolumeError> {
-        self.throttle(data.len() as u64).await;
+        self.write_data(offset, WriteData::Slice(data)).await
+    }
+
+    /// [`Volume::write`] of a shared buffer: each object's part of it is a slice of the same
+    /// buffer, which a connection holds instead of copying when the write has to wait.
+    pub async fn write_shared(&self, offset: u64, data: &Bytes) -> Result<(), VolumeError> {
+        self.write_data(offset, WriteData::Shared(data)).await
+    }
+
+    async fn write_data(&self, offset: u64, data: WriteData<'_>) -> Result<(), VolumeError> {
+        let len = data.len() as u64;
+        self.throttle(len).await;
         self.gated(|| self.write_ungated(offset, data)).await?;
-        self.lease.count(true, data.len() as u64);
+        self.lease.count(true, len);
         Ok(())
     }
 
-    async fn write_ungated(&self, offset: u64, data: &[u8]) -> Result<(), VolumeError> {
+    async fn write_ungated(&self, offset: u64, data: WriteData<'_>) -> Result<(), VolumeError> {
         self.check_writable()?;
         self.check_range(offset, data.len() as u64)?;
         let ps = pieces(self.object_size(), offset, data.len() as u64);
@@ -474,10 +502,16 @@ impl Volume {
             self.copy_up(p.objno).await?;
             self.note_writing(p.objno).await?;
             let name = data_object(self.header.id, p.objno);
-            let slice = &data[p.at as usize..(p.at + p.len) as usize];
-            self.client
-                .write(self.pool, &name, p.offset, slice)
-                .await
+            let range = p.at as usize..(p.at + p.len) as usize;
+            let (pool, at) = (self.pool, p.offset);
+            let written = match data {
+                WriteData::Slice(d) => self.client.write(pool, &name, at, &d[range]).await,
+                WriteData::Shared(b) => {
+                    let part = b.slice(range);
+                    self.client.write_shared(pool, &name, at, &part).await
+                }
+            };
+            written
                 .map(|_| ())
                 .map_err(|e| self.object_error("write", p.objno, e))
         };
