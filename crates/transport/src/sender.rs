@@ -214,12 +214,9 @@ impl FrameSender {
         control: &[u8],
         data: P,
     ) -> Result<(), SendClosed> {
-        if data.as_ref().len() < HOLD_MIN {
-            return self.send_frame(msg_type, request_id, control, data.as_ref(), None);
-        }
-        let held: HeldBytes = Arc::new(data);
-        let bytes: &[u8] = (*held).as_ref();
-        self.send_frame(msg_type, request_id, control, bytes, Some(&held))
+        hold_then(data, |d, held| {
+            self.send_frame(msg_type, request_id, control, d, held)
+        })
     }
 
     fn send_frame(
@@ -279,12 +276,9 @@ impl FrameSender {
         control: &[u8],
         data: P,
     ) -> Result<(), SendClosed> {
-        if data.as_ref().len() < HOLD_MIN {
-            return self.defer_frame(msg_type, request_id, control, data.as_ref(), None);
-        }
-        let held: HeldBytes = Arc::new(data);
-        let bytes: &[u8] = (*held).as_ref();
-        self.defer_frame(msg_type, request_id, control, bytes, Some(&held))
+        hold_then(data, |d, held| {
+            self.defer_frame(msg_type, request_id, control, d, held)
+        })
     }
 
     fn defer_frame(
@@ -383,6 +377,19 @@ impl FrameSender {
         self.inner.wake.notify_one();
         self.inner.drained.notify_waiters();
     }
+}
+
+/// Calls `send` with the payload's bytes and a handle the queue may hold them by (none for a
+/// payload too small to be worth holding).
+fn hold_then<P: AsRef<[u8]> + Send + Sync + 'static>(
+    data: P,
+    send: impl FnOnce(&[u8], Option<&HeldBytes>) -> Result<(), SendClosed>,
+) -> Result<(), SendClosed> {
+    if data.as_ref().len() < HOLD_MIN {
+        return send(data.as_ref(), None);
+    }
+    let held: HeldBytes = Arc::new(data);
+    send((*held).as_ref(), Some(&held))
 }
 
 /// The frame `hdr` + `control` + `data` as it goes on the wire: as is, with its tag
