@@ -202,7 +202,7 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
     ) -> Result<(), SendClosed> {
-        self.send_frame(msg_type, request_id, control, data, None)
+        self.send_frame(msg_type, request_id, control, data, None, false)
     }
 
     /// [`send`](Self::send) for a payload the sender may keep a handle on instead of copying
@@ -215,10 +215,12 @@ impl FrameSender {
         data: P,
     ) -> Result<(), SendClosed> {
         hold_then(data, |d, held| {
-            self.send_frame(msg_type, request_id, control, d, held)
+            self.send_frame(msg_type, request_id, control, d, held, false)
         })
     }
 
+    /// Writes a frame now if it can (`deferred`: queues it for the drain task instead); what
+    /// is queued holds `held` rather than a copy of the data part.
     fn send_frame(
         &self,
         msg_type: u16,
@@ -226,12 +228,21 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
         held: Option<&HeldBytes>,
+        deferred: bool,
     ) -> Result<(), SendClosed> {
         let mut hdr = self.header(msg_type, request_id, control, data);
         let mut st = self.open_state()?;
+        let was_empty = st.queue.is_empty();
         let wire = protect(&mut st, &mut hdr, control, data)?;
         let parts = wire.parts();
         let (data_part, held) = wire.held(held);
+        if deferred {
+            st.queue.rest_of(&parts, 0, data_part, held);
+            if was_empty {
+                self.inner.wake.notify_one();
+            }
+            return Ok(());
+        }
         let Some(stream) = self.inner.stream.get() else {
             st.queue.rest_of(&parts, 0, data_part, held);
             return Ok(());
@@ -264,7 +275,7 @@ impl FrameSender {
         control: &[u8],
         data: &[u8],
     ) -> Result<(), SendClosed> {
-        self.defer_frame(msg_type, request_id, control, data, None)
+        self.send_frame(msg_type, request_id, control, data, None, true)
     }
 
     /// [`send_deferred`](Self::send_deferred) of a payload the queue holds instead of copying
@@ -277,28 +288,8 @@ impl FrameSender {
         data: P,
     ) -> Result<(), SendClosed> {
         hold_then(data, |d, held| {
-            self.defer_frame(msg_type, request_id, control, d, held)
+            self.send_frame(msg_type, request_id, control, d, held, true)
         })
-    }
-
-    fn defer_frame(
-        &self,
-        msg_type: u16,
-        request_id: u64,
-        control: &[u8],
-        data: &[u8],
-        held: Option<&HeldBytes>,
-    ) -> Result<(), SendClosed> {
-        let mut hdr = self.header(msg_type, request_id, control, data);
-        let mut st = self.open_state()?;
-        let was_empty = st.queue.is_empty();
-        let wire = protect(&mut st, &mut hdr, control, data)?;
-        let (data_part, held) = wire.held(held);
-        st.queue.rest_of(&wire.parts(), 0, data_part, held);
-        if was_empty {
-            self.inner.wake.notify_one();
-        }
-        Ok(())
     }
 
     /// The header of a frame of these parts, made before taking the lock (its body crc is the
