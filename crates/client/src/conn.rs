@@ -163,14 +163,15 @@ impl OsdConn {
             let control = cairn_proto::msg::encode(req);
             // Alone on the connection: write now (lowest latency). With others in flight,
             // let the ops issued in this turn of the event loop go out in one write.
-            if in_flight > 1 {
-                match payload {
-                    // Held by the queue while it waits: no copy.
-                    Payload::Shared(b) => sender.send_deferred_held(OP, id, &control, b.clone()),
-                    Payload::Slice(s) => sender.send_deferred(OP, id, &control, s),
+            // A shared payload is held by the queue, not copied, whenever it waits there:
+            // deferred, or sent now but only partly taken by a full socket.
+            match (in_flight > 1, payload) {
+                (true, Payload::Shared(b)) => {
+                    sender.send_deferred_held(OP, id, &control, b.clone())
                 }
-            } else {
-                sender.send(OP, id, &control, data)
+                (true, Payload::Slice(s)) => sender.send_deferred(OP, id, &control, s),
+                (false, Payload::Shared(b)) => sender.send_held(OP, id, &control, b.clone()),
+                (false, Payload::Slice(s)) => sender.send(OP, id, &control, s),
             }
         };
         if sent.is_err() {
