@@ -3,8 +3,8 @@
 //! is in `daemon.rs`.
 
 use crate::inflight::Inflight;
+use crate::mailbox::{shard_of, ShardHandle, ShardMsg, ShardState};
 use crate::peers::Peers;
-use crate::shard::{shard_of, Shard, ShardHandle, ShardMsg};
 use cairn_map::{ClusterMap, PgId, PgPlacement};
 use cairn_placement::Placer;
 use cairn_store::{Store, StoreError};
@@ -38,7 +38,7 @@ pub struct Osd {
     /// Recovery progress and pacing.
     pub recovery: crate::recovery::Recovery,
     /// What this OSD's scrubs found.
-    pub scrub: crate::scrub::ScrubStats,
+    pub scrub: crate::scrub::stats::ScrubStats,
     /// The monitors, for peering's questions (past intervals).
     pub mon: cairn_monclient::MonClient,
     /// Memory this OSD aims to use (`OsdConfig::memory_target`), reported in its stats.
@@ -48,11 +48,11 @@ pub struct Osd {
     /// The reader threads (`readers.rs`), for client reads that need a data device.
     pub readers: crate::readers::Readers,
     /// The syncer thread (`syncer.rs`), for syncs that would wait for a device.
-    pub syncer: crate::syncer::SyncTx,
+    pub syncer: crate::mailbox::SyncTx,
     /// How long WAL syncs take, and so whether shards sync inline (`wal_pace.rs`).
     pub wal_pace: crate::wal_pace::WalPace,
-    /// Collections still to split after a pool's PG count grew (`split.rs`).
-    pub splits: crate::split::Splits,
+    /// Collections still to split after a pool's PG count grew (`split/pending.rs`).
+    pub splits: crate::split::pending::Splits,
     /// Writes that took too long (`slowops.rs`).
     pub slow: crate::slowops::SlowOps,
     /// Op-path metrics, when this OSD serves metrics (`metrics.rs`).
@@ -143,27 +143,22 @@ impl Osd {
     /// Runs a message on shard `i`'s state at once (the caller runs on that shard's thread).
     pub fn handle_on_shard(&self, i: usize, msg: ShardMsg) {
         if let Some(s) = self.shards().get(i) {
-            s.state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .handle(msg);
+            s.state.handle_now(msg);
         }
     }
 
     /// Makes the writes shard `i` submitted durable and completes them.
     pub fn sync_shard(&self, i: usize) {
         if let Some(s) = self.shards().get(i) {
-            s.state.lock().unwrap_or_else(|p| p.into_inner()).sync();
+            s.state.sync_now();
         }
     }
 
-    /// Runs `f` on the state of the shard owning `pg` (from a task on that shard's thread,
-    /// between the messages it handles).
-    pub fn with_pg_shard<R>(&self, pg: PgId, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
+    /// The state of the shard owning `pg` (`shard::with_pg` runs code on it).
+    pub fn shard_state(&self, pg: PgId) -> Option<&dyn ShardState> {
         let shards = self.shards();
         let s = shards.get(shard_of(pg, shards.len()))?;
-        let mut guard = s.state.lock().unwrap_or_else(|p| p.into_inner());
-        Some(f(&mut guard))
+        Some(s.state.as_ref())
     }
 
     /// PGs this OSD leads that are down (with the OSDs each waits for), and those that went
@@ -174,47 +169,17 @@ impl Osd {
         Vec<cairn_proto::msg::osd::DownPg>,
         Vec<cairn_proto::msg::osd::DownPg>,
     ) {
-        use cairn_proto::msg::osd::DownPg;
         let me = self.id();
         let (mut down, mut lost) = (Vec::new(), Vec::new());
         for s in self.shards() {
-            let shard = s.state.lock().unwrap_or_else(|p| p.into_inner());
-            for (pg, st) in &shard.pgs {
-                if st.placement.primary() != Some(me) {
-                    continue;
-                }
-                let entry = |osds: Vec<u32>| DownPg {
-                    pool: pg.pool,
-                    pg: pg.pg,
-                    osds,
-                };
-                if let Some(d) = &st.down {
-                    down.push(entry(d.waiting_for.clone()));
-                }
-                if !st.lost_intervals.is_empty() {
-                    let mut osds: Vec<u32> = st
-                        .lost_intervals
-                        .iter()
-                        .flat_map(|iv| iv.acting.iter().copied())
-                        .collect();
-                    osds.sort_unstable();
-                    osds.dedup();
-                    lost.push(entry(osds));
-                }
-            }
+            s.state.troubles(me, &mut down, &mut lost);
         }
         (down, lost)
     }
 
     /// PGs this OSD leads whose peering (or recovery) is under way.
     pub fn peering_pgs(&self) -> u64 {
-        self.shards()
-            .iter()
-            .map(|s| {
-                let shard = s.state.lock().unwrap_or_else(|p| p.into_inner());
-                shard.pgs.values().filter(|st| st.peering.is_some()).count() as u64
-            })
-            .sum()
+        self.shards().iter().map(|s| s.state.peering_count()).sum()
     }
 
     /// Queues a message to every shard.

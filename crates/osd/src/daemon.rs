@@ -5,8 +5,9 @@ use crate::config::OsdConfig;
 use crate::context::Osd;
 use crate::error::OsdError;
 use crate::inflight::Inflight;
+use crate::mailbox::{ShardHandle, ShardMsg};
 use crate::peers::Peers;
-use crate::shard::{serve_queue, Shard, ShardHandle, ShardMsg};
+use crate::shard::{serve_queue, Shard};
 use cairn_placement::{Hierarchy, Placer};
 use cairn_store::{BlockDevice, Devices, FileDevice, Store, StoreConfig};
 use std::collections::HashMap;
@@ -69,7 +70,7 @@ pub fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
 fn start_shard(
     i: usize,
     state: Arc<Mutex<Shard>>,
-    rx: tokio::sync::mpsc::UnboundedReceiver<crate::shard::Queued>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<crate::mailbox::Queued>,
     backlog: Arc<crate::backlog::Backlog>,
 ) -> Result<(tokio::runtime::Handle, std::thread::JoinHandle<()>), OsdError> {
     runtime_thread(format!("osd-shard-{i}"), serve_queue(state, rx, backlog))
@@ -193,14 +194,14 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
             cfg.recovery_sleep,
             cfg.recovery_max_active,
         ),
-        scrub: crate::scrub::ScrubStats::default(),
+        scrub: crate::scrub::stats::ScrubStats::default(),
         mon: mon.clone(),
         memory_target: cfg.memory_target,
         request_limits: cfg.request_limits,
         syncer: sync_tx,
         wal_pace: crate::wal_pace::WalPace::new(cfg.wal_inline_max),
         readers: crate::readers::Readers::start(cfg.read_threads).map_err(OsdError::Runtime)?,
-        splits: crate::split::Splits::default(),
+        splits: crate::split::pending::Splits::default(),
         metrics: crate::metrics::op_metrics(metrics_endpoint.is_some()),
         slow: crate::slowops::SlowOps::new(cfg.slow_op),
     });
@@ -246,7 +247,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         let (rt, thread) = start_shard(i, state.clone(), rx, backlog.clone())?;
         handles.push(ShardHandle {
             tx,
-            state,
+            state: state as Arc<dyn crate::mailbox::ShardState>,
             rt,
             backlog,
         });
@@ -278,7 +279,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         );
         rt0.spawn(cairn_metrics::serve(
             endpoint,
-            crate::metrics::exporter(&osd),
+            crate::metrics::exporter(osd.metrics.as_ref(), scrape_sample(&osd)),
         ));
     }
     let ticking = osd.clone();
@@ -305,4 +306,19 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         let _ = t.join();
     }
     Ok(())
+}
+
+/// What `osd`'s metrics read at each scrape, while it runs.
+fn scrape_sample(osd: &Arc<Osd>) -> impl Fn() -> Option<crate::metrics::Sample> + Send + Sync {
+    let weak = Arc::downgrade(osd);
+    move || {
+        let osd = weak.upgrade()?;
+        Some(crate::metrics::Sample {
+            store: osd.store.stats(),
+            osd: crate::server::osd_stats(&osd),
+            data_room: osd.store.admissible_bytes().0,
+            up_from: osd.up_from.load(std::sync::atomic::Ordering::Relaxed),
+            slow_recent: osd.slow.recent_count(),
+        })
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! The flow of a client write (see `op/write.rs`):
 //! the connection's reader on its shard's event loop (`server.rs`) -> the shard that owns the
-//! PG (`shard.rs`; inline when it is the same shard, else queued to it) -> the primary assigns
+//! PG (`shard/`; inline when it is the same shard, else queued to it) -> the primary assigns
 //! the PG version, sends the write to every replica (`peers.rs`) and submits it to the local
 //! store -> at the end of the run of requests already received, one WAL flush makes the shard's
 //! writes durable -> replicas do the same and answer -> the last answer completes the write
@@ -23,6 +23,7 @@ mod error;
 mod fullness;
 mod inflight;
 mod lease;
+mod mailbox;
 mod mapwatch;
 mod metrics;
 mod op;

@@ -197,7 +197,7 @@ fn install(osd: &Osd, map: Arc<ClusterMap>) {
     if epoch <= old.epoch {
         return;
     }
-    // Before any shard can see the new PG counts: the copies to split (`split.rs`).
+    // Before any shard can see the new PG counts: the copies to split (`split/pending.rs`).
     osd.splits.note(&osd.store, Some(&old), &map);
     if !osd.set_map(map.clone()) {
         return;
@@ -208,7 +208,7 @@ fn install(osd: &Osd, map: Arc<ClusterMap>) {
     osd.inflight
         .fail_waiting_on(|m| !map.osds.get(&m).is_some_and(|o| o.up), &OpReply::Retry);
     // PGs whose acting set changed peer now, not at their next client op.
-    osd.queue_all(|| crate::shard::ShardMsg::MapChanged);
+    osd.queue_all(|| crate::mailbox::ShardMsg::MapChanged);
 }
 
 async fn heartbeats(osd: Arc<Osd>, mon: MonClient, every: Duration) {
@@ -236,7 +236,7 @@ fn pg_starts(osd: &Osd, round: usize) -> Vec<PgStarted> {
     for (&pool, p) in &map.pools {
         for pg in (0..p.pg_count).map(|pg| PgId { pool, pg }) {
             if osd.placement(&map, pg).primary() == Some(me) {
-                let epoch = crate::peering::member::last_epoch_started(&osd.store, pg);
+                let epoch = crate::peering::copy::last_epoch_started(&osd.store, pg);
                 all.push(PgStarted {
                     pool,
                     pg: pg.pg,

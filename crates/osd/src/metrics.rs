@@ -3,13 +3,12 @@
 //! at each scrape (space, WAL, flusher, cleaner, cache, recovery, scrub, PGs). Names and
 //! meanings: `docs/operator/metrics.md`. Without `--metrics-addr` none of it is updated.
 
-use crate::context::Osd;
 use cairn_metrics::{
     latency_family, latency_histogram, Counter, EncodeLabelSet, Exporter, Family, Gauge, Histogram,
     LatencyFamily, Unit,
 };
 use cairn_proto::msg::osd::OpKind;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A client op of a pool, by kind.
@@ -356,13 +355,12 @@ impl StateMetrics {
         );
     }
 
-    fn refresh(&self, osd: &Osd) {
-        let st = osd.store.stats();
-        let stats = crate::server::osd_stats(osd);
+    fn refresh(&self, sample: &Sample) {
+        let (st, stats) = (&sample.store, &sample.osd);
         let g = |g: &Gauge, v: u64| {
             g.set(i64::try_from(v).unwrap_or(i64::MAX));
         };
-        let (data_room, _) = osd.store.admissible_bytes();
+        let data_room = sample.data_room;
         g(&self.capacity, st.writable_bytes);
         g(&self.used, st.used_bytes);
         g(&self.full, u64::from(data_room < 4 << 20));
@@ -397,12 +395,9 @@ impl StateMetrics {
         set_counter(&self.scrub_repaired, stats.scrub_repaired);
         g(&self.scrub_unrepaired, stats.scrub_unrepaired);
         g(&self.memory, stats.memory_used_bytes);
-        g(
-            &self.up_from,
-            osd.up_from.load(std::sync::atomic::Ordering::Relaxed),
-        );
+        g(&self.up_from, sample.up_from);
         set_counter(&self.slow_total, stats.slow_ops_total);
-        g(&self.slow_recent, osd.slow.recent_count());
+        g(&self.slow_recent, sample.slow_recent);
     }
 }
 
@@ -411,10 +406,26 @@ pub fn op_metrics(serving: bool) -> Option<Arc<OsdMetrics>> {
     serving.then(|| Arc::new(OsdMetrics::new()))
 }
 
-/// The exporter of `osd` (whose `metrics` are the op-path ones).
-pub fn exporter(osd: &Arc<Osd>) -> Arc<Exporter> {
+/// The OSD's state the scrape-time metrics read: its stats as `OSD_STATS` reports them, and
+/// a few figures they leave out.
+pub struct Sample {
+    pub store: cairn_store::StoreStats,
+    pub osd: cairn_proto::msg::osd::OsdStats,
+    /// Bytes the data device can still take (`Store::admissible_bytes`).
+    pub data_room: u64,
+    pub up_from: u64,
+    /// Slow writes of the last minute.
+    pub slow_recent: u64,
+}
+
+/// The exporter of an OSD's `op` metrics and of the state `sample` reads at each scrape
+/// (`None` once the OSD is gone).
+pub fn exporter(
+    op: Option<&Arc<OsdMetrics>>,
+    sample: impl Fn() -> Option<Sample> + Send + Sync + 'static,
+) -> Arc<Exporter> {
     let mut e = Exporter::new("cairn_osd");
-    if let Some(m) = &osd.metrics {
+    if let Some(m) = op {
         let r = e.registry();
         r.register(
             "client_ops",
@@ -447,10 +458,9 @@ pub fn exporter(osd: &Arc<Osd>) -> Arc<Exporter> {
     }
     let state = Arc::new(StateMetrics::default());
     state.register(&mut e);
-    let weak: Weak<Osd> = Arc::downgrade(osd);
     e.on_scrape(move || {
-        if let Some(osd) = weak.upgrade() {
-            state.refresh(&osd);
+        if let Some(s) = sample() {
+            state.refresh(&s);
         }
     });
     Arc::new(e)

@@ -71,7 +71,7 @@ pub struct PgState {
     /// OSD saw them so (`interval_since`): a client op sent with an older map was sent to
     /// an earlier interval, and may have been sent again elsewhere since (a request held up
     /// in the network through a partition), so it is not run (`op::check`).
-    pub acting_lives: crate::peering::Interval,
+    pub acting_lives: crate::peering::outcome::Interval,
     pub interval_since: u64,
     /// Whether the store collection exists.
     pub coll_exists: bool,
@@ -82,13 +82,13 @@ pub struct PgState {
     /// Watches waiting for a write, by object (`op::read::watch`).
     pub watchers: HashMap<Vec<u8>, Vec<Watcher>>,
     /// The interval (acting members and their lives) this OSD, as primary, last peered.
-    pub peered: Option<crate::peering::Interval>,
+    pub peered: Option<crate::peering::outcome::Interval>,
     /// The map epoch at which `peered` was last found current (saves the check per op).
     pub active_epoch: u64,
     /// The peering task running, and the interval it peers.
-    pub peering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
+    pub peering: Option<(crate::peering::outcome::Interval, tokio::task::AbortHandle)>,
     /// The background recovery task running (members still lack objects), and its interval.
-    pub recovering: Option<(crate::peering::Interval, tokio::task::AbortHandle)>,
+    pub recovering: Option<(crate::peering::outcome::Interval, tokio::task::AbortHandle)>,
     /// Client ops waiting for peering, or for an object the primary lacks.
     pub waiting: Vec<WaitingOp>,
     /// Writes waiting, in order, for a connection to a member to open (`peers.rs`): a write
@@ -109,7 +109,7 @@ pub struct PgState {
     /// The PG is down, waiting for one of these OSDs (this OSD as primary).
     pub down: Option<Down>,
     /// What the last peering found about the past intervals.
-    pub report: Option<crate::peering::Report>,
+    pub report: Option<crate::peering::outcome::Report>,
     /// Why the last peering failed, while it has not succeeded since.
     pub failure: Option<String>,
     /// Intervals (first, last epoch) given up since this OSD started: their OSDs were
@@ -185,7 +185,7 @@ impl PgState {
         self.writes.insert(object.to_vec(), w);
         if let Some(waiting) = self.watchers.remove(object) {
             for w in waiting {
-                crate::op::read::watch_answer(&w.reply, w.req_id);
+                watch_answer(&w.reply, w.req_id);
             }
         }
     }
@@ -197,7 +197,7 @@ impl PgState {
             list.retain(|w| {
                 let live = w.until > now;
                 if !live {
-                    crate::op::read::watch_answer(&w.reply, w.req_id);
+                    watch_answer(&w.reply, w.req_id);
                 }
                 live
             });
@@ -214,4 +214,15 @@ impl PgState {
         self.watchers.entry(object.to_vec()).or_default().push(w);
         Ok(())
     }
+}
+
+/// Answers a watch: the object changed, or its time ran out (the watcher reads it again
+/// either way).
+pub fn watch_answer(to: &cairn_transport::FrameSender, req_id: u64) {
+    let r = cairn_proto::msg::osd::OpReply::Ok {
+        version: 0,
+        size: 0,
+    };
+    let control = cairn_proto::msg::encode(&r);
+    let _ = to.send(cairn_proto::msg::osd::OP_REPLY, req_id, &control, &[]);
 }

@@ -49,7 +49,7 @@ pub fn start(shard: &mut Shard, pg: PgId) {
 async fn run(osd: Arc<Osd>, pg: PgId) {
     let mut removed = 0u64;
     loop {
-        match osd.with_pg_shard(pg, |s| delete_some(s, pg)) {
+        match crate::shard::with_pg(&osd, pg, |s| delete_some(s, pg)) {
             None => return,
             Some(Ok(None)) => {
                 tracing::info!(pg = %pg, objects = removed, "deleted this OSD's copy of a PG of a removed pool");

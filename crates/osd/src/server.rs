@@ -3,7 +3,7 @@
 
 use crate::access::{op_needs, Access};
 use crate::context::Osd;
-use crate::shard::ShardMsg;
+use crate::mailbox::ShardMsg;
 use cairn_auth::Perms;
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{
@@ -473,7 +473,7 @@ fn start_pull(
         if let Err(r) = crate::peering::member::not_splitting(&osd, pg) {
             return refuse(&to, req_id, r.code, &r.why);
         }
-        match crate::peering::member::pull(&osd.store, pg, &req.object, req.offset, req.len) {
+        match crate::peering::copy::pull(&osd.store, pg, &req.object, req.offset, req.len) {
             Ok((obj, bytes)) => {
                 let control = cairn_proto::msg::encode(&obj);
                 let _ = to.send_held(PG_OBJECT, req_id, &control, bytes);

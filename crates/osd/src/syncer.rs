@@ -6,25 +6,9 @@
 //! completions back to the shard, in order ([`ShardMsg::Synced`]).
 
 use crate::context::Osd;
-use crate::shard::{OnDurable, ShardMsg};
-use std::sync::mpsc::{Receiver, Sender};
+use crate::mailbox::{ShardMsg, SyncJob};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Weak};
-
-/// Writes of shard `shard` up to store sequence `seq`, and what to do once they are durable.
-pub struct SyncJob {
-    pub shard: usize,
-    pub seq: u64,
-    pub done: Vec<OnDurable>,
-    /// Flush the WAL (some write asked for durability against power loss); else written
-    /// through to the device is enough (`memory` durability).
-    pub flush: bool,
-    /// Whether the sync's time tells how fast the WAL is (not when it also writes large
-    /// writes' data to a data device).
-    pub paced: bool,
-}
-
-/// The queue to the syncer thread.
-pub type SyncTx = Sender<SyncJob>;
 
 /// Starts the syncer thread on the jobs of `rx`; it ends when the OSD is gone.
 pub fn start(osd: Weak<Osd>, rx: Receiver<SyncJob>) -> std::io::Result<()> {

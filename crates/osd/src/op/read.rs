@@ -3,8 +3,9 @@
 
 use super::{reply, DeviceReads};
 use crate::context::Osd;
+use crate::mailbox::ShardMsg;
 use crate::pgstate::{coll_of, ParkedRead, Watcher};
-use crate::shard::{Shard, ShardMsg};
+use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{
     contents_tag as contents_tag_of, OpKind, OpReply, OpRequest, MAX_LIST, MAX_WATCH_OBJECT,
@@ -106,7 +107,7 @@ pub fn read(
                         let osd = shard.osd.clone();
                         tokio::spawn(async move {
                             tokio::time::sleep(wait).await;
-                            osd.queue(pg, crate::shard::ShardMsg::WatchDue(pg));
+                            osd.queue(pg, crate::mailbox::ShardMsg::WatchDue(pg));
                         });
                         return;
                     }
@@ -196,19 +197,6 @@ fn hand_to_reader(read: Handed, plan: ReadPlan) {
     if let Err(job) = osd.readers.submit(bytes, job) {
         job();
     }
-}
-
-/// Answers a watch: read the object again.
-pub fn watch_answer(to: &FrameSender, req_id: u64) {
-    reply(
-        to,
-        req_id,
-        &OpReply::Ok {
-            version: 0,
-            size: 0,
-        },
-        &[],
-    );
 }
 
 /// Whether an object exists, and the tag of its contents (0 when absent): what a watch

@@ -3,9 +3,10 @@
 //! at the pool's durability level (`inflight.rs`). Replicas apply the same transaction.
 
 use super::{reply, txn};
+use crate::mailbox::OnDurable;
 use crate::peers::Link;
 use crate::pgstate::WaitingOp;
-use crate::shard::{OnDurable, Shard};
+use crate::shard::Shard;
 use cairn_map::{ClusterMap, Durability, PgId};
 use cairn_proto::msg::osd::{
     FailCode, OpKind, OpReply, OpRequest, RepOp, RepReply, REP, REP_REPLY,

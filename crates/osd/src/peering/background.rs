@@ -7,57 +7,19 @@
 //! mark. Paced like all recovery, except pulls client ops wait for.
 
 use super::dirty::Dirty;
+use super::outcome::{Backlog, Own, Work};
 use super::rpc::Rpc;
 use super::transfer::{Ctx, End};
 use super::Interval;
 use crate::context::Osd;
+use crate::mailbox::ShardMsg;
 use crate::recovery::Pending;
-use crate::shard::ShardMsg;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::PgDone;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
-
-/// What one member still lacks.
-pub struct Work {
-    pub member: u32,
-    pub objects: Vec<(Vec<u8>, Dirty)>,
-}
-
-/// What the primary's own copy lacks, and the acting member to pull it from (members get
-/// every write, so its copies of these objects stay current: writes to them wait here).
-pub struct Own {
-    pub from: u32,
-    pub objects: Vec<(Vec<u8>, Dirty)>,
-}
-
-/// Everything peering leaves to do in the background.
-#[derive(Default)]
-pub struct Backlog {
-    pub own: Option<Own>,
-    pub members: Vec<Work>,
-}
-
-impl Backlog {
-    pub fn is_empty(&self) -> bool {
-        self.own.is_none() && self.members.is_empty()
-    }
-
-    /// Objects the primary's own copy lacks.
-    pub fn own_missing(&self) -> impl Iterator<Item = &Vec<u8>> {
-        self.own
-            .iter()
-            .flat_map(|o| o.objects.iter().map(|(n, _)| n))
-    }
-
-    fn len(&self) -> u64 {
-        let own = self.own.as_ref().map_or(0, |o| o.objects.len());
-        let members: usize = self.members.iter().map(|w| w.objects.len()).sum();
-        (own + members) as u64
-    }
-}
 
 /// Pause after a member could not be reached or refused a copy for another reason.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -255,10 +217,8 @@ impl Ctx {
         dirty: &Dirty,
     ) -> Result<PgDone, String> {
         let pg = self.pg;
-        let hold = |on| {
-            self.osd
-                .with_pg_shard(pg, |s| super::set_copying(s, pg, object, on))
-        };
+        let hold =
+            |on| crate::shard::with_pg(&self.osd, pg, |s| super::set_copying(s, pg, object, on));
         hold(true);
         let r = self.copy_object(src, dst, object, dirty, true).await;
         hold(false);

@@ -17,74 +17,32 @@
 //! answered: newest `last_epoch_started` first, then newest log head.
 
 mod background;
+pub mod copy;
 mod dirty;
 pub mod member;
+pub mod outcome;
 mod primary;
+pub(crate) mod refusal;
 pub(crate) mod rpc;
 mod status;
 mod stray;
 pub(crate) mod transfer;
 
-use crate::shard::{Shard, ShardMsg};
+pub use outcome::{interval, Interval, PeerError, PeerResult, Peered, Report};
+
+use crate::mailbox::ShardMsg;
+use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
 use cairn_proto::msg::osd::{OpKind, OpRequest};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// The acting set with each member's life: a member that restarted makes a new interval.
-pub type Interval = Vec<(u32, u64)>;
-
-/// What peering leaves to background recovery, or why the PG did not go active.
-pub type PeerResult = Result<Peered, PeerError>;
-
-/// A peering that brought the acting set to the authoritative history.
-pub struct Peered {
-    pub backlog: background::Backlog,
-    pub report: Report,
-}
-
-/// Why peering did not make the PG active.
-pub enum PeerError {
-    /// Some interval that may have acknowledged writes has no member that answered.
-    Down(Report),
-    /// Anything else (a member unreachable, a store error ...): tried again shortly.
-    Failed(String),
-}
-
-impl From<String> for PeerError {
-    fn from(e: String) -> Self {
-        PeerError::Failed(e)
-    }
-}
-
-/// What a peering found about the PG's past intervals (`cairn pg query`).
-#[derive(Clone, Debug, Default)]
-pub struct Report {
-    /// The epoch the intervals start at.
-    pub from: u64,
-    pub intervals: Vec<cairn_map::PastInterval>,
-    pub answered: std::collections::BTreeSet<u32>,
-    pub coverage: cairn_map::intervals::Coverage,
-    /// When down: the OSDs it waits for (any one of them answering may unblock it).
-    pub waiting_for: Vec<u32>,
-    /// When down for another reason than an uncovered interval: why.
-    pub reason: Option<String>,
-}
-
 /// Delay before peering is tried again after it failed.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Delay before a down PG asks again whether the OSDs it waits for are back (a map change
 /// that brings one up peers it at once).
 const DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
-
-/// The acting set with each member's life in `map`.
-pub(crate) fn interval(map: &ClusterMap, acting: &[u32]) -> Interval {
-    acting
-        .iter()
-        .map(|id| (*id, map.osds.get(id).map_or(0, |o| o.up_from)))
-        .collect()
-}
 
 /// Whether `pg` (of which this OSD is primary) is peered for its current acting set; if not,
 /// starts peering (once) and returns false.
@@ -122,7 +80,7 @@ fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
     };
     if osd.splits.pool_pending(pg.pool) {
         // Its objects may still be in a parent's collection here: peered once the split is
-        // done (`split.rs` then tells every shard).
+        // done (`split/` then tells every shard).
         return;
     }
     let st = shard.pg(map, pg);
@@ -163,7 +121,7 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
             note_given_up(pg, st, &report);
             st.report = Some(report);
             st.peered = Some(iv.clone());
-            st.last_version = member::last_version(&osd.store, pg);
+            st.last_version = copy::last_version(&osd.store, pg);
             st.coll_exists = osd.store.collection_exists(crate::pgstate::coll_of(pg));
             tracing::info!(pg = %pg, version = st.last_version, "PG active");
             if let Some((_, old)) = st.recovering.take() {
@@ -400,7 +358,7 @@ pub fn on_map(shard: &mut Shard) {
     pgs.dedup();
     for pg in pgs {
         let known = map.pools.get(&pg.pool).is_some_and(|p| pg.pg < p.pg_count);
-        if crate::shard::shard_of(pg, n) != shard.index {
+        if crate::mailbox::shard_of(pg, n) != shard.index {
             continue;
         }
         if !known {
@@ -454,7 +412,7 @@ fn led(shard: &Shard, map: &ClusterMap) -> Vec<PgId> {
     let mut out = Vec::new();
     for (&pool, p) in &map.pools {
         for pg in (0..p.pg_count).map(|pg| PgId { pool, pg }) {
-            if crate::shard::shard_of(pg, n) == shard.index
+            if crate::mailbox::shard_of(pg, n) == shard.index
                 && shard.osd.placement(map, pg).primary() == Some(me)
             {
                 out.push(pg);

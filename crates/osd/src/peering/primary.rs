@@ -7,9 +7,9 @@
 //! after a rebalance, which gets no writes) does the primary copy what it lacks before the
 //! PG serves. Last, every acting member records the epoch the PG goes active at.
 
-use super::background::{Backlog, Own, Work};
+use super::copy;
 use super::dirty::Dirty;
-use super::member;
+use super::outcome::{Backlog, Own, Work};
 use super::rpc::Rpc;
 use super::transfer::{Ctx, End};
 use super::{PeerError, Peered, Report};
@@ -157,7 +157,7 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
     }
     for id in acting {
         if id == me {
-            let (info, entries) = member::info(&osd.store, pg, 0)?;
+            let (info, entries) = copy::info(&osd.store, pg, 0)?;
             members.push(Member {
                 id,
                 rpc: None,

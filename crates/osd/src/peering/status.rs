@@ -9,7 +9,7 @@ use cairn_proto::msg::peering::{IntervalStatus, PgStatus};
 pub fn of(shard: &mut Shard, pg: PgId) -> PgStatus {
     let map = shard.osd.map();
     let me = shard.osd.id();
-    let les = super::member::last_epoch_started(&shard.osd.store, pg);
+    let les = super::copy::last_epoch_started(&shard.osd.store, pg);
     let st = shard.pg(&map, pg);
     let report = st.report.clone().unwrap_or_default();
     let primary = st.placement.primary() == Some(me);

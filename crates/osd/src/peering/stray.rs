@@ -49,13 +49,15 @@ async fn run(osd: Arc<Osd>, pg: PgId) {
             continue;
         };
         match ask(&osd, &map, pg, primary).await {
-            Ok(PgDone::Done) => match osd.with_pg_shard(pg, |s| drop_copy(s, pg, map.epoch)) {
-                Some(Ok(true)) => return,
-                Some(Ok(false)) | None => {}
-                Some(Err(e)) => {
-                    tracing::warn!(pg = %pg, error = %e, "deleting this OSD's old copy of the PG failed; retrying")
+            Ok(PgDone::Done) => {
+                match crate::shard::with_pg(&osd, pg, |s| drop_copy(s, pg, map.epoch)) {
+                    Some(Ok(true)) => return,
+                    Some(Ok(false)) | None => {}
+                    Some(Err(e)) => {
+                        tracing::warn!(pg = %pg, error = %e, "deleting this OSD's old copy of the PG failed; retrying")
+                    }
                 }
-            },
+            }
             Ok(answer) => {
                 tracing::debug!(pg = %pg, primary, ?answer, "PG not clean yet: keeping this OSD's old copy")
             }

@@ -2,6 +2,7 @@
 //! repair): reads (pulls) from a source, pushes to a destination, either side this OSD's
 //! store or a member over its connection.
 
+use super::copy;
 use super::dirty::Dirty;
 use super::member;
 use super::rpc::Rpc;
@@ -56,7 +57,7 @@ impl Ctx {
             End::Local => {
                 let (osd, pg, object) = (self.osd.clone(), self.pg, object.to_vec());
                 tokio::task::spawn_blocking(move || {
-                    member::pull(&osd.store, pg, &object, offset, len).map_err(|r| r.why)
+                    copy::pull(&osd.store, pg, &object, offset, len).map_err(|r| r.why)
                 })
                 .await
                 .map_err(|e| format!("reading for recovery: {e}"))?
@@ -102,8 +103,7 @@ impl Ctx {
         match dst {
             End::Local => {
                 let pg = self.pg;
-                self.osd
-                    .with_pg_shard(pg, |shard| member::apply(shard, pg, &kind, data))
+                crate::shard::with_pg(&self.osd, pg, |shard| member::apply(shard, pg, &kind, data))
                     .ok_or_else(|| "no shard".to_string())
             }
             End::Remote(rpc) => {
@@ -170,7 +170,7 @@ impl Ctx {
         let mut after: Option<Vec<u8>> = None;
         loop {
             let page: PgNames = match src {
-                End::Local => member::list(&self.osd.store, self.pg, after.as_deref())?,
+                End::Local => copy::list(&self.osd.store, self.pg, after.as_deref())?,
                 End::Remote(rpc) => {
                     let l = PgList {
                         epoch: self.epoch,

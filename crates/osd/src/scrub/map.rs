@@ -1,7 +1,7 @@
 //! A member's scrub map: a digest of each object of a range, taken on the PG's shard so that
 //! all of them describe the PG at one version.
 
-use crate::peering::member::last_version;
+use crate::peering::copy::last_version;
 use crate::pgstate::coll_of;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::RECOVERY_CHUNK;

@@ -12,6 +12,7 @@
 
 pub mod compare;
 pub mod map;
+pub mod stats;
 
 use crate::context::Osd;
 use crate::peering::rpc::Rpc;
@@ -129,7 +130,7 @@ async fn wait_active(
     let deadline = tokio::time::Instant::now() + ACTIVE_WAIT;
     loop {
         let map = osd.map();
-        let state = osd.with_pg_shard(pg, |shard| {
+        let state = crate::shard::with_pg(osd, pg, |shard| {
             let primary = shard.pg(&map, pg).placement.primary();
             if primary != Some(shard.osd.id()) {
                 return Err(match primary {
@@ -167,7 +168,9 @@ async fn wait_active(
 /// intervals); the next scrub starts over.
 fn still_active(osd: &Arc<Osd>, pg: PgId, iv: &crate::peering::Interval) -> Result<(), String> {
     let map = osd.map();
-    let same = osd.with_pg_shard(pg, |shard| shard.pg(&map, pg).peered.as_ref() == Some(iv));
+    let same = crate::shard::with_pg(osd, pg, |shard| {
+        shard.pg(&map, pg).peered.as_ref() == Some(iv)
+    });
     match same {
         Some(true) => Ok(()),
         _ => Err(format!(
@@ -183,8 +186,7 @@ async fn gather(ctx: &Ctx, links: &mut [Link], req: &PgScrub) -> Result<Vec<PgSc
         let m = match link {
             None => {
                 let pg = ctx.pg;
-                ctx.osd
-                    .with_pg_shard(pg, |shard| map::build(&shard.osd.store, pg, req))
+                crate::shard::with_pg(&ctx.osd, pg, |shard| map::build(&shard.osd.store, pg, req))
                     .ok_or("the OSD is shutting down")??
             }
             Some(rpc) => {
@@ -366,42 +368,6 @@ fn pair<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
     } else {
         let (l, r) = v.split_at_mut(a);
         (&mut r[0], &mut l[b])
-    }
-}
-
-/// What the latest scrubs found, for `OSD_STATS`.
-#[derive(Default)]
-pub struct ScrubStats {
-    inner: std::sync::Mutex<StatsInner>,
-}
-
-#[derive(Default)]
-struct StatsInner {
-    /// Per PG led by this OSD: wrong copies its latest scrub left unrepaired.
-    unrepaired: std::collections::HashMap<PgId, u64>,
-    repaired: u64,
-    scrubbed: u64,
-}
-
-impl ScrubStats {
-    /// Records a scrub's outcome (a scrub that stopped early replaces an earlier count only
-    /// when it found something itself).
-    pub fn note(&self, pg: PgId, rep: &ScrubReport) {
-        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        s.repaired += rep.repaired;
-        if rep.error.is_none() {
-            s.scrubbed += 1;
-        }
-        if rep.error.is_none() || rep.inconsistent > 0 {
-            s.unrepaired
-                .insert(pg, rep.inconsistent.saturating_sub(rep.repaired));
-        }
-    }
-
-    /// (copies left wrong by the latest scrubs, copies repaired, PGs scrubbed) since start.
-    pub fn totals(&self) -> (u64, u64, u64) {
-        let s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        (s.unrepaired.values().sum(), s.repaired, s.scrubbed)
     }
 }
 

@@ -14,83 +14,18 @@
 //! object that no longer hashes to the PG they name are refused (`op::write`,
 //! `peering::member`): nothing enters a parent after its split.
 
+pub mod pending;
+
 use crate::pglog;
-use crate::pgstate::{coll_of, pg_of, LES_KEY, VERSION_KEY};
+use crate::pgstate::{coll_of, LES_KEY, VERSION_KEY};
 use cairn_map::{ClusterMap, PgId};
 use cairn_store::{Store, Transaction};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 
 /// Objects listed per store call while splitting.
 const LIST_BATCH: usize = 1024;
 /// Bytes of an object copied per transaction when it moves to its new PG.
 const MOVE_PIECE: u64 = 4 << 20;
-
-/// The collections this OSD must still split.
-#[derive(Default)]
-pub struct Splits {
-    pending: Mutex<BTreeSet<PgId>>,
-}
-
-impl Splits {
-    /// Notes the collections of every pool whose PG count grows from `old` to `new` (every
-    /// pool when `old` is `None`: at start). Call before installing `new`.
-    pub fn note(&self, store: &Store, old: Option<&ClusterMap>, new: &ClusterMap) {
-        let grown: BTreeSet<u32> = new
-            .pools
-            .iter()
-            .filter(|(id, p)| match old.map(|m| m.pools.get(id)) {
-                None => true,
-                Some(None) => false,
-                Some(Some(o)) => p.pg_count > o.pg_count,
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        // Most maps grow nothing: the store is not asked.
-        if grown.is_empty() {
-            return;
-        }
-        let held: Vec<PgId> = store
-            .list_collections()
-            .into_iter()
-            .map(pg_of)
-            .filter(|pg| grown.contains(&pg.pool))
-            .collect();
-        if !held.is_empty() {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            p.extend(held);
-        }
-    }
-
-    /// Whether collections of `pool` are still to be split here.
-    pub fn pool_pending(&self, pool: u32) -> bool {
-        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        has_pool(&p, pool)
-    }
-
-    /// The pending collections shard `index` of `n` owns.
-    fn of_shard(&self, index: usize, n: usize) -> Vec<PgId> {
-        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        p.iter()
-            .copied()
-            .filter(|pg| crate::shard::shard_of(*pg, n) == index)
-            .collect()
-    }
-
-    /// `pg` is split; returns whether its pool has nothing left to split.
-    fn done(&self, pg: PgId) -> bool {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        p.remove(&pg);
-        !has_pool(&p, pg.pool)
-    }
-}
-
-fn has_pool(pending: &BTreeSet<PgId>, pool: u32) -> bool {
-    pending
-        .range(PgId { pool, pg: 0 }..=PgId { pool, pg: u32::MAX })
-        .next()
-        .is_some()
-}
 
 /// Splits the pending collections of `shard` for `map`; when a pool is done, every shard is
 /// told (its PGs may peer now).
@@ -112,7 +47,7 @@ pub fn run(shard: &mut crate::shard::Shard, map: &ClusterMap) {
         }
         if osd.splits.done(pg) {
             tracing::info!(pool = pg.pool, "PG split done on this OSD");
-            osd.queue_all(|| crate::shard::ShardMsg::MapChanged);
+            osd.queue_all(|| crate::mailbox::ShardMsg::MapChanged);
         }
     }
 }
@@ -154,7 +89,7 @@ pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, String>
         }
         after = Some(last);
     }
-    for o in crate::peering::member::missing(store, pg)? {
+    for o in crate::peering::copy::missing(store, pg)? {
         let c = child_of(&o);
         if c != pg.pg {
             children.entry(c).or_default().marks.push(o);
@@ -199,7 +134,7 @@ fn start_child(store: &Store, pc: u64, cc: u64, child: &Child) -> Result<(), Str
         t.kv_rm(pc, &pglog::key(e.version));
     }
     for o in &child.marks {
-        let key = crate::peering::member::missing_key(o);
+        let key = crate::peering::copy::missing_key(o);
         t.kv_rm(pc, &key);
         t.kv_set(cc, &key, &[]);
     }
@@ -316,7 +251,7 @@ mod tests {
         let marked = &names[1];
         t.kv_set(
             coll,
-            &crate::peering::member::missing_key(marked.as_bytes()),
+            &crate::peering::copy::missing_key(marked.as_bytes()),
             &[],
         );
         s.submit(&t).expect("fill");
@@ -352,7 +287,7 @@ mod tests {
                 );
                 let log = pglog::read_after(&s, coll_of(pg), 0, usize::MAX).expect("log");
                 assert!(log.iter().any(|e| e.object == n.as_bytes()), "{n}'s entry");
-                let v = crate::peering::member::last_version(&s, pg);
+                let v = crate::peering::copy::last_version(&s, pg);
                 assert!(v == 41 || pg == big_child, "child {pg} version {v}");
             }
         }
@@ -361,7 +296,7 @@ mod tests {
             .iter()
             .all(|e| after.object_pg(1, &e.object) == Some(parent)));
         let mark_pg = after.object_pg(1, marked.as_bytes()).expect("pg");
-        let marks = crate::peering::member::missing(&s, mark_pg).expect("marks");
+        let marks = crate::peering::copy::missing(&s, mark_pg).expect("marks");
         assert_eq!(marks, vec![marked.as_bytes().to_vec()]);
         // Again: nothing left to move.
         assert_eq!(split(&s, &after, parent).expect("again"), 0);

@@ -1,150 +1,16 @@
-//! Shards: each is a thread running its own event loop, owning the PGs that hash to it and
-//! the connections assigned to it. An op for one of its PGs arriving on one of its
-//! connections runs to completion right there (no hand-off between threads); an op for
-//! another shard's PG is queued to that shard. The shard's state sits behind a mutex only
-//! that thread takes in practice (uncontended), never one shared between shards.
+//! Running a shard's messages: the dispatch of each to its handler (`op`, `peering`, ...),
+//! and making the shard's submitted writes durable then completing them. Handlers take the
+//! shard's state (`Shard`, in `mod.rs`) and never this module, so dispatch sits above them.
 
-use crate::context::Osd;
+use super::Shard;
+use crate::mailbox::{OnDurable, Queued, ShardMsg, ShardState};
 use crate::op;
-use crate::pgstate::PgState;
-use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{OpRequest, RepOp, OSD_SYNC_REPLY};
+use cairn_map::PgId;
+use cairn_proto::msg::osd::{DownPg, OSD_SYNC_REPLY};
 use cairn_store::SharedBytes;
-use cairn_transport::{begin_batch, end_batch, FrameSender};
-use std::collections::HashMap;
+use cairn_transport::{begin_batch, end_batch};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-
-/// Work for a shard.
-pub enum ShardMsg {
-    /// A client op on a PG of this shard.
-    Op {
-        reply: FrameSender,
-        req_id: u64,
-        req: OpRequest,
-        data: SharedBytes,
-    },
-    /// A write forwarded by a primary.
-    Rep {
-        reply: FrameSender,
-        req_id: u64,
-        op: RepOp,
-        data: SharedBytes,
-    },
-    /// A write with parked reads completed in this PG.
-    WriteDone(PgId),
-    /// A watch of this PG may have reached its time: answer the ones that did.
-    WatchDue(PgId),
-    /// This shard's connection to OSD `.0` is up, or opening it failed: writes waiting for
-    /// it run again.
-    PeerLinked(u32),
-    /// A peering or recovery request from a primary.
-    Peer {
-        reply: FrameSender,
-        req_id: u64,
-        msg_type: u16,
-        control: Vec<u8>,
-        data: Vec<u8>,
-    },
-    /// Peering of `pg` for `interval` ended.
-    PeeringDone {
-        pg: PgId,
-        interval: crate::peering::Interval,
-        result: crate::peering::PeerResult,
-    },
-    /// Background recovery of `pg` for `interval` finished: every member is current.
-    RecoveryDone {
-        pg: PgId,
-        interval: crate::peering::Interval,
-    },
-    /// The primary's copy of `object` is current again (it was pulled in the background).
-    ObjectRecovered {
-        pg: PgId,
-        interval: crate::peering::Interval,
-        object: Vec<u8>,
-    },
-    /// Try peering `pg` again.
-    Repeer(PgId),
-    /// A member of `pg` missed a write: peer it again even though the acting set is the same.
-    Unpeer(PgId),
-    /// The map changed: peer the PGs whose acting set changed.
-    MapChanged,
-    /// A client asks that every write this OSD acknowledged be durable (`OSD_SYNC`).
-    Sync { reply: FrameSender, req_id: u64 },
-    /// The syncer thread made writes durable (or failed to): complete them.
-    Synced {
-        done: Vec<OnDurable>,
-        result: Result<(), Arc<cairn_store::StoreError>>,
-    },
-    /// A read a reader thread could not finish from its plan (a block moved since, or is
-    /// damaged): run it again on the shard, reading in place (`readers.rs`).
-    ReadAgain {
-        reply: FrameSender,
-        req_id: u64,
-        req: OpRequest,
-    },
-}
-
-/// The shard index of a PG among `n` shards.
-pub fn shard_of(pg: PgId, n: usize) -> usize {
-    let h = (pg.pool as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ pg.pg as u64;
-    (h % n.max(1) as u64) as usize
-}
-
-/// Something to do once the shard's submitted writes are durable.
-pub enum OnDurable {
-    /// This OSD's copy of in-flight write `tid` is durable.
-    Local { tid: u64 },
-    /// Acknowledge a replicated write to its primary.
-    Ack { to: FrameSender, req_id: u64 },
-    /// Answer an `OSD_SYNC` request.
-    SyncReply { to: FrameSender, req_id: u64 },
-}
-
-/// One shard's state.
-pub struct Shard {
-    pub osd: Arc<Osd>,
-    /// This shard's index.
-    pub index: usize,
-    pub pgs: HashMap<PgId, PgState>,
-    /// Writes submitted to the store, not yet known durable, with what to do then.
-    pub unsynced: Vec<OnDurable>,
-    /// Writes of pools with `memory` durability, submitted to the store and not yet known
-    /// written to its WAL device, with what to do then.
-    pub unwritten: Vec<OnDurable>,
-    /// Store sequence number of the last submitted write.
-    pub last_seq: u64,
-    /// Syncs handed to the syncer thread and not completed yet: later ones follow them
-    /// there, so that completions keep their order and this thread never waits behind one.
-    pub syncing: usize,
-    /// Deletions of this OSD's copies of removed pools' PGs (`crate::reclaim`).
-    pub reclaiming: HashMap<PgId, tokio::task::AbortHandle>,
-}
-
-/// A queued message and the bytes it counts in the shard's backlog (0 for what the OSD
-/// queues itself).
-pub type Queued = (ShardMsg, usize);
-
-/// How other threads reach a shard.
-pub struct ShardHandle {
-    pub tx: UnboundedSender<Queued>,
-    pub state: Arc<Mutex<Shard>>,
-    pub rt: tokio::runtime::Handle,
-    /// What connections have queued for it (`crate::backlog`).
-    pub backlog: Arc<crate::backlog::Backlog>,
-}
-
-impl ShardMsg {
-    /// What this request costs in a shard's backlog.
-    pub fn backlog_bytes(&self) -> usize {
-        let payload = match self {
-            ShardMsg::Op { data, .. } | ShardMsg::Rep { data, .. } => data.len(),
-            ShardMsg::Peer { control, data, .. } => control.len() + data.len(),
-            _ => 0,
-        };
-        payload + crate::backlog::MESSAGE_OVERHEAD
-    }
-}
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// Runs the messages queued to a shard, on its thread, until every sender is gone.
 pub async fn serve_queue(
@@ -253,45 +119,6 @@ impl Shard {
         }
     }
 
-    /// The state of `pg`, loaded on first use, with its placement current for `map`.
-    pub fn pg(&mut self, map: &ClusterMap, pg: PgId) -> &mut PgState {
-        let osd = &self.osd;
-        let st = self
-            .pgs
-            .entry(pg)
-            .or_insert_with(|| PgState::load(&osd.store, pg));
-        if !st.coll_exists && osd.store.collection_exists(crate::pgstate::coll_of(pg)) {
-            // Made since it was loaded without a copy: a split here gave it one.
-            let fresh = PgState::load(&osd.store, pg);
-            st.coll_exists = fresh.coll_exists;
-            st.last_version = fresh.last_version;
-        }
-        if st.placement_epoch != map.epoch {
-            st.placement = osd.placement(map, pg);
-            st.placement_epoch = map.epoch;
-            let lives = crate::peering::interval(map, &st.placement.acting);
-            if lives != st.acting_lives || st.interval_since == 0 {
-                st.acting_lives = lives;
-                st.interval_since = map.epoch;
-            }
-        }
-        st
-    }
-
-    /// Remembers a write submitted to the store (sequence `seq`) and what to do when it is
-    /// durable.
-    pub fn after_sync(&mut self, seq: u64, then: OnDurable) {
-        self.last_seq = self.last_seq.max(seq);
-        self.unsynced.push(then);
-    }
-
-    /// Remembers a write of a pool with `memory` durability submitted to the store (sequence
-    /// `seq`) and what to do once it is written to the WAL device (not necessarily flushed).
-    pub fn after_write(&mut self, seq: u64, then: OnDurable) {
-        self.last_seq = self.last_seq.max(seq);
-        self.unwritten.push(then);
-    }
-
     /// Makes every submitted write durable (one WAL write and flush for all of them) and
     /// completes them; on the syncer thread when that would wait for a data device, when the
     /// WAL is on a device rather than in memory (`wal_pace.rs`), or when a sync is already
@@ -310,7 +137,7 @@ impl Shard {
         let mut done = std::mem::take(&mut self.unsynced);
         done.append(&mut self.unwritten);
         let done = if off_thread {
-            let job = crate::syncer::SyncJob {
+            let job = crate::mailbox::SyncJob {
                 shard: self.index,
                 seq: self.last_seq,
                 done,
@@ -413,5 +240,51 @@ impl Shard {
         for p in std::mem::take(&mut st.parked) {
             op::handle_client_op(self, p.reply, p.req_id, p.req, SharedBytes::default());
         }
+    }
+}
+
+impl ShardState for Mutex<Shard> {
+    fn handle_now(&self, msg: ShardMsg) {
+        self.lock().unwrap_or_else(|p| p.into_inner()).handle(msg);
+    }
+
+    fn sync_now(&self) {
+        self.lock().unwrap_or_else(|p| p.into_inner()).sync();
+    }
+
+    fn troubles(&self, me: u32, down: &mut Vec<DownPg>, lost: &mut Vec<DownPg>) {
+        let shard = self.lock().unwrap_or_else(|p| p.into_inner());
+        for (pg, st) in &shard.pgs {
+            if st.placement.primary() != Some(me) {
+                continue;
+            }
+            let entry = |osds: Vec<u32>| DownPg {
+                pool: pg.pool,
+                pg: pg.pg,
+                osds,
+            };
+            if let Some(d) = &st.down {
+                down.push(entry(d.waiting_for.clone()));
+            }
+            if !st.lost_intervals.is_empty() {
+                let mut osds: Vec<u32> = st
+                    .lost_intervals
+                    .iter()
+                    .flat_map(|iv| iv.acting.iter().copied())
+                    .collect();
+                osds.sort_unstable();
+                osds.dedup();
+                lost.push(entry(osds));
+            }
+        }
+    }
+
+    fn peering_count(&self) -> u64 {
+        let shard = self.lock().unwrap_or_else(|p| p.into_inner());
+        shard.pgs.values().filter(|st| st.peering.is_some()).count() as u64
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
