@@ -95,8 +95,22 @@ fn a_write_is_copied_once_into_memory_and_once_into_the_wal_on_each_osd() {
         // (the shard holds them back while more requests are buffered).
         let (n, len) = (3000, 4 * KIB);
         let before = copies(&client).await;
+        let (client_before, merge_before) = (cairn_transport::copies::tally(), client.merge_stats());
         write_at_depth(&client, pool, len, n, 32).await;
         let small = delta(&before, &copies(&client).await);
+        // The client: ops merged into one message (temporal merge) are laid out in the batch's
+        // buffer, which a send queue holds rather than copies; only ops sent on their own from
+        // borrowed data are copied when they wait.
+        let merged = client.merge_stats().ops - merge_before.ops;
+        let client_copied =
+            cairn_transport::copies::tally().queue_copied_bytes - client_before.queue_copied_bytes;
+        println!("client, 4 KiB writes at QD32: {merged} of {n} merged, {client_copied} bytes copied into send queues");
+        assert!(merged > 0, "no op was merged at QD32");
+        assert!(
+            client_copied <= (n - merged) * len,
+            "{client_copied} bytes copied into the client's send queues for {} ops sent alone",
+            n - merged
+        );
         let payload = 3 * n * len; // on each of the 3 OSDs
         println!("4 KiB writes, QD32: {small:?} for {payload} payload bytes");
         assert_eq!(

@@ -274,13 +274,14 @@ impl Merge {
 fn send_batch(p: Pending, sender: &FrameSender) -> Result<(), SendClosed> {
     match p.batch.ops.as_slice() {
         [] => Ok(()),
+        // The batch's data is its own buffer: held, not copied again, if it must wait.
         [op] => {
             let control = cairn_proto::msg::encode(&op.req);
-            sender.send(OP, op.request_id, &control, &p.data)
+            sender.send_held(OP, op.request_id, &control, p.data)
         }
         _ => {
             let control = cairn_proto::msg::encode(&p.batch);
-            sender.send(OP_BATCH, 0, &control, &p.data)
+            sender.send_held(OP_BATCH, 0, &control, p.data)
         }
     }
 }
