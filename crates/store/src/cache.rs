@@ -59,6 +59,10 @@ struct Inner {
     /// ordered map's search missed the CPU caches at every level (a B-tree over a large
     /// cache: ~4 % of the machine under 4 KiB random writes, in `forget` and `insert`).
     blocks: HashMap<u64, u32>,
+    /// Slot -> the device offset it was last filled for (stale once the slot is freed or
+    /// refilled: checked against `blocks`). Lets a smaller capacity drop just the blocks in
+    /// the slots it gives back, instead of walking every block held under the lock.
+    keys: Vec<u64>,
     order: VecDeque<u64>,
     slab: Slab,
     /// The most blocks held ([`BlockCache::set_capacity`] changes it).
@@ -162,10 +166,15 @@ impl BlockCache {
         let mut inner = self.lock();
         inner.cap = cap;
         if inner.slab.slots() > cap {
-            let Inner { blocks, slab, .. } = &mut *inner;
-            if slab.made > cap {
-                blocks.retain(|_, s| (*s as usize) < cap);
+            let Inner {
+                blocks, keys, slab, ..
+            } = &mut *inner;
+            for (slot, key) in keys.iter().enumerate().skip(cap) {
+                if blocks.get(key) == Some(&(slot as u32)) {
+                    blocks.remove(key);
+                }
             }
+            keys.truncate(cap);
             slab.cut_to(cap);
         }
     }
@@ -240,6 +249,7 @@ impl BlockCache {
                     Some(s) => {
                         inner.blocks.insert(at, s);
                         inner.order.push_back(at);
+                        note_key(&mut inner.keys, s, at);
                         s
                     }
                     None => return,
@@ -297,6 +307,15 @@ impl BlockCache {
     pub fn len(&self) -> usize {
         self.lock().blocks.len()
     }
+}
+
+/// Records that `slot` now holds the block at `key`.
+fn note_key(keys: &mut Vec<u64>, slot: u32, key: u64) {
+    let i = slot as usize;
+    if keys.len() <= i {
+        keys.resize(i + 1, u64::MAX);
+    }
+    keys[i] = key;
 }
 
 /// A capacity in blocks: at least one; slots are numbered in u32 (16 TiB of cache).
@@ -448,6 +467,9 @@ mod tests {
                     inner.slab.made,
                     "every slot is held or free"
                 );
+                for (k, s) in &inner.blocks {
+                    proptest::prop_assert_eq!(inner.keys.get(*s as usize), Some(k), "slot {} of key {}", s, k);
+                }
                 let slots = inner.slab.slots();
                 proptest::prop_assert!(inner.slab.made <= slots && slots <= cap, "{} {}", slots, cap);
             }
