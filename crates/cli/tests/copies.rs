@@ -84,9 +84,7 @@ fn a_write_is_copied_once_into_memory_and_once_into_the_wal_on_each_osd() {
     c.pool_create("p", 3, 2, 8);
     let rt = runtime();
     rt.block_on(async {
-        let client = cairn_client::Client::connect(c.client_config())
-            .await
-            .expect("client");
+        let client = c.client().await;
         let pool = client.pool_id("p").expect("pool");
         // Every PG active and every connection open before counting.
         write_at_depth(&client, pool, 4 * KIB, 64, 8).await;

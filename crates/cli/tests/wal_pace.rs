@@ -35,9 +35,7 @@ fn a_wal_on_a_device_is_synced_off_the_shards_and_reads_are_still_served() {
     c.pool_create("p", 1, 1, 8);
     let rt = runtime();
     rt.block_on(async {
-        let client = cairn_client::Client::connect(c.client_config())
-            .await
-            .expect("client");
+        let client = c.client().await;
         let pool = client.pool_id("p").expect("pool");
         client
             .write_full(pool, b"cached", &[5u8; 4096])

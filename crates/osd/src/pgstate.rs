@@ -223,6 +223,5 @@ pub fn watch_answer(to: &cairn_transport::FrameSender, req_id: u64) {
         version: 0,
         size: 0,
     };
-    let control = cairn_proto::msg::encode(&r);
-    let _ = to.send(cairn_proto::msg::osd::OP_REPLY, req_id, &control, &[]);
+    crate::op::reply::reply(to, req_id, &r, &[]);
 }

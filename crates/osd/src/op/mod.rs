@@ -2,12 +2,15 @@
 //! (`read.rs`) or writes (`write.rs`).
 
 pub mod read;
+pub mod reply;
 pub mod txn;
 pub mod write;
 
+pub use reply::{reply, reply_data};
+
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{FailCode, OpReply, OpRequest, RepReply, MAX_OBJECT_NAME, OP_REPLY};
+use cairn_proto::msg::osd::{FailCode, OpReply, OpRequest, RepReply, MAX_OBJECT_NAME};
 use cairn_store::{SharedBytes, StoreError};
 use cairn_transport::FrameSender;
 use std::sync::Arc;
@@ -38,19 +41,6 @@ pub fn rep_store_failed(e: &StoreError) -> RepReply {
         code: fail_code(e),
         why: e.to_string(),
     }
-}
-
-/// Sends an op reply (a client that went away needs none).
-pub fn reply(to: &FrameSender, req_id: u64, r: &OpReply, data: &[u8]) {
-    let control = cairn_proto::msg::encode(r);
-    let _ = to.send(OP_REPLY, req_id, &control, data);
-}
-
-/// Sends an op reply carrying data read for it, held (not copied) if the reply must wait in
-/// the connection's queue.
-pub fn reply_data(to: &FrameSender, req_id: u64, r: &OpReply, data: Vec<u8>) {
-    let control = cairn_proto::msg::encode(r);
-    let _ = to.send_held(OP_REPLY, req_id, &control, data);
 }
 
 /// Where a read that needs a data device reads it.
