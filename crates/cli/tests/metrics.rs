@@ -70,6 +70,17 @@ fn sum_over(pages: &[String], name: &str, labels: &[&str]) -> f64 {
     pages.iter().map(|p| sum(p, name, labels)).sum()
 }
 
+/// The `--memory-target` a running OSD was started with (its command line).
+fn memory_target_arg(pid: i32) -> u64 {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let at = args
+        .iter()
+        .position(|a| *a == b"--memory-target")
+        .expect("the OSD was given --memory-target");
+    text(args[at + 1]).trim().parse().expect("a byte count")
+}
+
 #[test]
 fn every_daemon_serves_metrics_that_count_exactly_the_ops_issued() {
     let c = Cluster::up_with_nbd("metrics", 3);
@@ -181,6 +192,15 @@ fn every_daemon_serves_metrics_that_count_exactly_the_ops_issued() {
         assert!(sum(page, "cairn_osd_commit_latency_seconds_count", &[]) > 0.0);
         assert!(sum(page, "cairn_osd_used_bytes", &[]) > 0.0);
         assert!(sum(page, "cairn_osd_capacity_bytes", &[]) > 0.0);
+    }
+    // Each OSD lets as much data wait for its flusher as its memory target gives it.
+    for (i, page) in after.iter().enumerate() {
+        let target = memory_target_arg(c.pid(&format!("osd.{i}")));
+        assert_eq!(
+            sum(page, "cairn_osd_flusher_pending_limit_bytes", &[]),
+            cairn_osd::pending_share(target) as f64,
+            "osd.{i}, memory target {target}"
+        );
     }
 
     // The monitor: one leader, every OSD up and in, the map it holds.

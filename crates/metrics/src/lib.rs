@@ -26,6 +26,9 @@ use std::sync::Mutex;
 /// A gauge of floating-point values (ratios, seconds).
 pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
+/// A counter of floating-point values (seconds spent).
+pub type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+
 /// A family of histograms built with [`latency_histogram`].
 pub type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 

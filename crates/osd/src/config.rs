@@ -132,12 +132,27 @@ pub fn default_wal_size(data_size: u64, own_device: bool) -> u64 {
 
 /// The read cache's part of a memory target: three quarters less the store's index (its heap
 /// as the store estimates it: ~740 bytes per object and ~150 per extent), and at least a
-/// sixteenth. The last quarter is for data waiting for the flusher (16 MiB), connections and
-/// message buffers.
+/// sixteenth. The last quarter is for data waiting for the flusher ([`pending_share`]),
+/// connections and message buffers.
 pub fn cache_share(memory_target: u64, index_bytes: u64) -> u64 {
     (memory_target / 4 * 3)
         .saturating_sub(index_bytes)
         .max(memory_target / 16)
+}
+
+/// Smallest and largest [`pending_share`].
+const PENDING_MIN: u64 = 16 << 20;
+const PENDING_MAX: u64 = 64 << 20;
+
+/// How much written data may wait in memory for the flusher (the store's pending limit;
+/// commits wait beyond it): a sixty-fourth of the memory target, from 16 to 64 MiB. A data
+/// device's flush (a checkpoint's `fdatasync`) can hold every write to it, the flusher's too,
+/// for a few hundred milliseconds (100-370 ms on the project's VM): at ~120 MB/s per OSD, 16
+/// MiB filled in ~130 ms and every commit stopped for the rest of the flush; 64 MiB covers
+/// ~0.5 s (`docs/operator/store.md`, "A data device's flush stops the flusher").
+pub fn pending_share(memory_target: u64) -> u64 {
+    // Whole 4 KiB blocks: the store counts its limit in blocks.
+    (memory_target / 64).clamp(PENDING_MIN, PENDING_MAX) / 4096 * 4096
 }
 
 /// Changes of the cache's share smaller than this wait (the index grows a little with every
@@ -239,6 +254,16 @@ pub fn default_host() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pending_limit_grows_with_the_memory_target_within_its_bounds() {
+        assert_eq!(pending_share(MIN_MEMORY_TARGET), 16 << 20);
+        assert_eq!(pending_share(2 << 30), 32 << 20);
+        assert_eq!(pending_share(4 << 30), 64 << 20);
+        assert_eq!(pending_share(64 << 30), 64 << 20);
+        assert_eq!(pending_share(3 << 30 | 12345), 48 << 20);
+        assert_eq!(pending_share((3 << 30) + (65 << 12)), (48 << 20) + 4096);
+    }
 
     #[test]
     fn memory_figures() {

@@ -53,6 +53,7 @@ pub fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
         read_cache_bytes: crate::config::cache_share(cfg.memory_target, 0),
         direct_write_min_bytes: cfg.direct_write_min,
         wal_flush_delay: cfg.memory_flush_delay,
+        pending_limit_bytes: crate::config::pending_share(cfg.memory_target),
         ..StoreConfig::default()
     };
     let err = |source| OsdError::Store {

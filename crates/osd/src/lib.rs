@@ -48,8 +48,8 @@ mod wal_pace;
 
 pub use auth::OsdKey;
 pub use config::{
-    default_memory_target, default_wal_size, machine_memory, OsdConfig, DEFAULT_DIRECT_WRITE_MIN,
-    MIN_MEMORY_TARGET,
+    default_memory_target, default_wal_size, machine_memory, pending_share, OsdConfig,
+    DEFAULT_DIRECT_WRITE_MIN, MIN_MEMORY_TARGET,
 };
 pub use daemon::{open_store, run};
 pub use error::OsdError;

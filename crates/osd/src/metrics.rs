@@ -4,8 +4,8 @@
 //! meanings: `docs/operator/metrics.md`. Without `--metrics-addr` none of it is updated.
 
 use cairn_metrics::{
-    latency_family, latency_histogram, Counter, EncodeLabelSet, Exporter, Family, Gauge, Histogram,
-    LatencyFamily, Unit,
+    latency_family, latency_histogram, Counter, EncodeLabelSet, Exporter, Family, FloatCounter,
+    Gauge, Histogram, LatencyFamily, Unit,
 };
 use cairn_proto::msg::osd::OpKind;
 use std::sync::Arc;
@@ -109,6 +109,9 @@ struct StateMetrics {
     wal_used: Gauge,
     wal_size: Gauge,
     pending: Gauge,
+    pending_limit: Gauge,
+    ckpt_write_seconds: FloatCounter,
+    ckpt_flush_seconds: FloatCounter,
     checkpoint_bytes: Gauge,
     segments_free: Gauge,
     segments_total: Gauge,
@@ -144,6 +147,15 @@ struct StateMetrics {
 /// Sets a counter read from state to `v` (state counters only grow; a restart starts over,
 /// which Prometheus handles as a counter reset).
 fn set_counter(c: &Counter, v: u64) {
+    let now = c.get();
+    if v > now {
+        c.inc_by(v - now);
+    }
+}
+
+/// Raises a seconds counter to a total kept in microseconds.
+fn set_seconds(c: &FloatCounter, micros: u64) {
+    let v = micros as f64 / 1e6;
     let now = c.get();
     if v > now {
         c.inc_by(v - now);
@@ -196,6 +208,12 @@ impl StateMetrics {
             self.pending.clone(),
         );
         r.register_with_unit(
+            "flusher_pending_limit",
+            "Bytes that may wait for the flusher before commits wait for it",
+            bytes.clone(),
+            self.pending_limit.clone(),
+        );
+        r.register_with_unit(
             "checkpoint",
             "Bytes of the store's checkpoints",
             bytes.clone(),
@@ -220,6 +238,18 @@ impl StateMetrics {
             "store_checkpoints",
             "Checkpoints the store took",
             self.checkpoints.clone(),
+        );
+        r.register_with_unit(
+            "checkpoint_write",
+            "Time checkpoints spent writing their index snapshot to the data devices",
+            Unit::Seconds,
+            self.ckpt_write_seconds.clone(),
+        );
+        r.register_with_unit(
+            "checkpoint_device_flush",
+            "Time checkpoints spent flushing the data devices (it can hold the flusher's writes)",
+            Unit::Seconds,
+            self.ckpt_flush_seconds.clone(),
         );
         r.register(
             "cleaner_segments",
@@ -368,6 +398,9 @@ impl StateMetrics {
         g(&self.wal_used, st.wal_used_bytes);
         g(&self.wal_size, st.wal_size);
         g(&self.pending, st.pending_bytes);
+        g(&self.pending_limit, st.pending_limit_bytes);
+        set_seconds(&self.ckpt_write_seconds, st.checkpoint_write_micros);
+        set_seconds(&self.ckpt_flush_seconds, st.checkpoint_flush_micros);
         g(&self.checkpoint_bytes, st.checkpoint_bytes);
         g(&self.segments_free, st.segments_free.into());
         g(&self.segments_total, st.segments_total.into());

@@ -862,7 +862,8 @@ fn pending_data_is_written_while_a_checkpoint_waits_for_the_data_device() {
         wal_size: 4 << 20,
         ..small_cfg()
     };
-    let blocks = 4 * cfg.pending_limit_bytes / 4096;
+    let limit = cfg.pending_limit_bytes;
+    let blocks = 4 * limit / 4096;
     Store::mkfs(&devs, &cfg).unwrap();
     let s = Arc::new(Store::open(&devs, cfg).unwrap());
     let mut t = Transaction::new();
@@ -903,6 +904,14 @@ fn pending_data_is_written_while_a_checkpoint_waits_for_the_data_device() {
     }
     ckpt.join().unwrap().unwrap();
     data.set_flush_delay(Duration::ZERO);
+    let st = s.stats();
+    assert_eq!(st.pending_limit_bytes, limit);
+    assert!(
+        st.checkpoint_flush_micros >= 1_500_000,
+        "the checkpoint's 1.5 s flush counted as {} us",
+        st.checkpoint_flush_micros
+    );
+    assert!(st.checkpoint_write_micros > 0);
     for i in 0..blocks {
         assert_eq!(
             s.read(1, b"o", i * 4096, 4096).unwrap(),

@@ -28,6 +28,7 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
         )
     };
     let (lsn, prev_crc) = wait_for_cut(sh)?;
+    let write_start = Instant::now();
     // The direct writes the snapshot holds in memory are on the data devices by now (their
     // records are durable, and a batch writes and flushes their data first): named there.
     let mut body = BodyWriter::new(sh);
@@ -57,7 +58,9 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     let root_off = contiguous(&root_runs)?;
     sh.data
         .write(&AlignedBuf::from_slice(&root_bytes), root_off)?;
+    let flush_start = Instant::now();
     sh.data.flush()?;
+    let flushed = Instant::now();
     let header_gen = sh.lock().header_gen + 1;
     let hdr = WalHeader {
         store_id: sh.store_id,
@@ -86,6 +89,8 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     st.segs.release_limbo();
     st.last_ckpt = Instant::now();
     st.checkpoints += 1;
+    st.ckpt_write_time += flush_start - write_start;
+    st.ckpt_flush_time += flushed - flush_start;
     sh.space_cv.notify_all();
     Ok(())
 }

@@ -36,6 +36,13 @@ pub struct StoreStats {
     pub wal_io: IoStats,
     pub commits: u64,
     pub checkpoints: u64,
+    /// Microseconds checkpoints spent writing their body and root to the data devices, and
+    /// flushing the data devices after (which can hold every write to them meanwhile).
+    pub checkpoint_write_micros: u64,
+    pub checkpoint_flush_micros: u64,
+    /// Most data that may wait in memory for the flusher before commits wait
+    /// ([`crate::StoreConfig::pending_limit_bytes`], capped by the device's size).
+    pub pending_limit_bytes: u64,
     pub segments_total: u32,
     pub segments_free: u32,
     /// Bytes of the segment area.
@@ -79,6 +86,10 @@ pub struct StoreStats {
 /// that the estimate stays close. An OSD's memory target counts the index by these.
 pub const INDEX_BYTES_PER_OBJECT: u64 = 740;
 pub const INDEX_BYTES_PER_EXTENT: u64 = 150;
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
 
 /// The index's heap, estimated: objects from the collections' trees (one length per
 /// collection), extents from the segment summaries (one entry per extent written to a
@@ -201,6 +212,9 @@ impl Store {
             cleaned_bytes: st.cleaned_bytes,
             live_bytes: st.segs.live_blocks() * BLOCK,
             pending_bytes: st.pending_blocks * BLOCK,
+            pending_limit_bytes: self.sh.pending_limit_blocks() * BLOCK,
+            checkpoint_write_micros: micros(st.ckpt_write_time),
+            checkpoint_flush_micros: micros(st.ckpt_flush_time),
             checkpoint_bytes: st.segs.ckpt_blocks_total() * BLOCK,
             wal_used_bytes: self.sh.wal_used(&st),
             wal_size: self.sh.wal.ring_size,

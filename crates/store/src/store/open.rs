@@ -9,7 +9,7 @@ use crate::segments::Segments;
 use crate::wal::{self, WalRegion};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::recover::{load_checkpoint, replay};
 use super::{Devices, Shared, State, Store, StoreConfig, SEQ_CVS};
@@ -229,6 +229,8 @@ impl Store {
             last_ckpt: Instant::now(),
             commits: 0,
             checkpoints: 0,
+            ckpt_write_time: Duration::ZERO,
+            ckpt_flush_time: Duration::ZERO,
             cleaned_segments: 0,
             cleaned_bytes: 0,
             waits_for_flusher: 0,

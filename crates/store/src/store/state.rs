@@ -69,6 +69,10 @@ pub(crate) struct State {
     pub last_ckpt: Instant,
     pub commits: u64,
     pub checkpoints: u64,
+    /// Time checkpoints spent writing their body and root, and flushing the data devices
+    /// after (the flush can hold the flusher's writes too: `docs/operator/store.md`).
+    pub ckpt_write_time: std::time::Duration,
+    pub ckpt_flush_time: std::time::Duration,
     pub cleaned_segments: u64,
     pub cleaned_bytes: u64,
     pub waits_for_flusher: u64,
