@@ -131,7 +131,7 @@ pub fn default_wal_size(data_size: u64, own_device: bool) -> u64 {
 }
 
 /// The read cache's part of a memory target: three quarters less the store's index (its heap
-/// as the store estimates it: ~740 bytes per object and ~150 per extent), and at least a
+/// as the store estimates it: ~810 bytes per object and ~150 per extent), and at least a
 /// sixteenth. The last quarter is for data waiting for the flusher ([`pending_share`]),
 /// connections and message buffers.
 pub fn cache_share(memory_target: u64, index_bytes: u64) -> u64 {

@@ -1,8 +1,11 @@
 //! The in-memory object index: collections -> objects -> extents, attributes and collection
 //! entries. It is the whole metadata of the store, so the write path never reads metadata from
 //! a device. Collections and objects sit behind `Arc`s and are copied on write, which makes a
-//! consistent snapshot for a checkpoint cost one map clone instead of a deep copy.
+//! consistent snapshot for a checkpoint cost one map clone instead of a deep copy; an object's
+//! extents and a collection's entries are [`CowMap`]s, so a write after a snapshot copies the
+//! chunk of them it changes rather than all of them.
 
+use crate::cowmap::CowMap;
 use crate::device::BLOCK_SIZE;
 use crate::effect::{Effect, Name, Payload};
 use crate::key::Key;
@@ -112,13 +115,13 @@ impl Extent {
 /// tree's nodes ([`Key`]), long keys and values are shared, so copying the map (copy-on-write
 /// after a checkpoint's snapshot; a PG's log is thousands of entries) allocates tree nodes
 /// only, not buffers per entry.
-pub type KvMap = BTreeMap<Key, Arc<[u8]>>;
+pub type KvMap = CowMap<Key, Arc<[u8]>>;
 
 /// An object: its size, data extents keyed by first block, and attributes.
 #[derive(Debug, Clone, Default)]
 pub struct Object {
     pub size: u64,
-    pub extents: BTreeMap<u64, Extent>,
+    pub extents: CowMap<u64, Extent>,
     pub attrs: KvMap,
 }
 

@@ -21,6 +21,7 @@ mod checkpoint;
 pub mod codec;
 mod commit;
 mod copies;
+pub mod cowmap;
 pub mod device;
 mod direct;
 pub mod effect;

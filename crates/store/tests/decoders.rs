@@ -980,8 +980,10 @@ fn wal_record_header_fields_are_where_the_format_says() {
 }
 
 /// A decoded key/value map with owned keys and values, to compare with a model's.
-fn kv_owned<K: AsRef<[u8]>, V: AsRef<[u8]>>(m: &BTreeMap<K, V>) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    m.iter()
+fn kv_owned<'a, K: AsRef<[u8]> + 'a, V: AsRef<[u8]> + 'a>(
+    m: impl IntoIterator<Item = (&'a K, &'a V)>,
+) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    m.into_iter()
         .map(|(k, v)| (k.as_ref().to_vec(), v.as_ref().to_vec()))
         .collect()
 }

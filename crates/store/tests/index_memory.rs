@@ -331,7 +331,7 @@ fn index_memory_per_object_and_per_extent() {
     let per_name_byte = (long.live.footprint - short.live.footprint) / 48.0;
     eprintln!("name: {per_name_byte:.2} B of footprint per name byte");
     // Regression bounds, about 25 % above what was measured when they were set (see the
-    // format document): an object with one extent and a 64-byte name ~910 B, an extent
+    // format document): an object with one extent and a 64-byte name ~1,000 B, an extent
     // ~130-150 B. A single-block extent allocates nothing of its own (its crc is inline): the
     // fraction left is its share of B-tree nodes, which a copy-on-write clone also pays.
     for m in [&short, &long] {
