@@ -314,9 +314,11 @@ fn scrape_sample(osd: &Arc<Osd>) -> impl Fn() -> Option<crate::metrics::Sample> 
     let weak = Arc::downgrade(osd);
     move || {
         let osd = weak.upgrade()?;
+        // Read once: taking them means the store's lock and a walk of its collections.
+        let store = osd.store.stats();
         Some(crate::metrics::Sample {
-            store: osd.store.stats(),
-            osd: crate::server::osd_stats(&osd),
+            osd: crate::server::osd_stats_with(&osd, &store),
+            store,
             data_room: osd.store.admissible_bytes().0,
             up_from: osd.up_from.load(std::sync::atomic::Ordering::Relaxed),
             slow_recent: osd.slow.recent_count(),

@@ -583,7 +583,11 @@ fn refuse(to: &FrameSender, req_id: u64, code: ErrorCode, why: &str) {
 
 /// This OSD's usage and state, as `cairn status` and the metrics show them.
 pub fn osd_stats(osd: &Osd) -> OsdStats {
-    let st = osd.store.stats();
+    osd_stats_with(osd, &osd.store.stats())
+}
+
+/// [`osd_stats`] from the store's figures `st`, read once by a caller that needs them too.
+pub fn osd_stats_with(osd: &Osd, st: &cairn_store::StoreStats) -> OsdStats {
     let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
     let progress = osd.recovery.progress();
     let held = osd.store.list_collections();
