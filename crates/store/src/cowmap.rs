@@ -237,17 +237,6 @@ impl<'a, K: Ord + Clone, V: Clone> IntoIterator for &'a CowMap<K, V> {
     }
 }
 
-impl<K: Ord + Clone + Borrow<Q>, V: Clone, Q: Ord + ?Sized> std::ops::Index<&Q> for CowMap<K, V> {
-    type Output = V;
-    /// Panics when `q` is missing, as `BTreeMap`'s does: for tests and known keys.
-    fn index(&self, q: &Q) -> &V {
-        match self.get(q) {
-            Some(v) => v,
-            None => panic!("no such key in the map"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

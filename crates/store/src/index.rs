@@ -667,7 +667,10 @@ mod tests {
         );
         // A copy-on-write copy of the object shares the longer crc lists.
         let copy = o.clone();
-        let (a, b) = (&o.extents[&0].crcs, &copy.extents[&0].crcs);
+        let (a, b) = (
+            &o.extents.get(&0).expect("extent at 0").crcs,
+            &copy.extents.get(&0).expect("extent at 0").crcs,
+        );
         assert!(matches!((a, b), (Crcs::Many(x), Crcs::Many(y)) if Arc::ptr_eq(x, y)));
     }
 

@@ -745,7 +745,7 @@ proptest! {
                 prop_assert_eq!(&kv_owned(&o.attrs), &mo.attrs);
                 prop_assert_eq!(o.extents.len(), mo.extents.len());
                 for (first, me) in &mo.extents {
-                    let e = &o.extents[first];
+                    let e = o.extents.get(first).expect("the model's extent");
                     prop_assert_eq!(e.nblocks, me.nblocks);
                     prop_assert_eq!(&e.crcs[..], &me.crcs[..]);
                     match me.loc {
