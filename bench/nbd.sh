@@ -7,7 +7,9 @@
 # have) unless --volume-size is given, and each workload is measured for 20 s after a 5 s ramp
 # (the issue's method) unless --seconds is given. --snapshots and --volumes add the volume
 # features' measurements (snapshots; QoS beside a noisy neighbour, opening a 1 TiB volume);
-# --snapshots copies the whole volume once, so give it OSD_SIZE=12G.
+# --snapshots copies the whole volume once, so give it OSD_SIZE=12G. After write-1m-qd8
+# the data disk itself is measured beside the OSDs' data (a file of the volume's size per
+# replica, removed afterwards: ~12 GiB free for the default; --no-device skips it).
 # Extra arguments go to the bench, e.g.
 #   ./bench/nbd.sh --seconds 3 --ramp 1 --only randwrite --volume-size 1G
 set -euo pipefail

@@ -1178,6 +1178,65 @@ fn bench_nbd_measures_tls_against_the_same_path_in_the_clear() {
     );
 }
 
+#[test]
+fn bench_nbd_measures_the_data_disk_beside_the_osds_for_large_writes() {
+    let c = Cluster::up_with_nbd("nbd-bench-disk", 1);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "nbd",
+            "--json",
+            "--size",
+            "1",
+            "--volume-size",
+            "16M",
+            "--seconds",
+            "0.5",
+            "--ramp",
+            "0",
+            "--only",
+            "write-1m",
+        ];
+        args.extend_from_slice(extra);
+        let out = c.ok(&args);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("bench JSON");
+        (v["workloads"][0].clone(), out)
+    };
+    let (w, out) = run(&[]);
+    assert_eq!(w["name"], "write-1m-qd8", "{out}");
+    let d = &w["device"];
+    let osd_dir = c.dir.join("osd.0");
+    assert_eq!(d["dir"].as_str(), osd_dir.to_str(), "{out}");
+    // One OSD holds the pool's one replica: one job.
+    assert_eq!(d["jobs"], 1, "{out}");
+    let num = |o: &serde_json::Value, k: &str| o[k].as_f64().unwrap_or(0.0);
+    assert!(num(d, "mb_per_s") > 0.0, "{out}");
+    assert!(num(&d["lat_us"], "p99") > 0.0, "{out}");
+    assert!(num(d, "synced_mb_per_s") > 0.0, "{out}");
+    let synced = num(d, "synced_ceiling_mb_per_s");
+    assert!((synced - num(d, "synced_mb_per_s")).abs() < 0.2, "{out}");
+    let want = num(&w, "mb_per_s") / synced;
+    assert!(
+        (num(d, "ratio_to_synced_ceiling") - want).abs() < 0.01,
+        "{out}"
+    );
+    assert!(
+        (num(d, "ceiling_mb_per_s") - num(d, "mb_per_s")).abs() < 0.2,
+        "{out}"
+    );
+    let want = num(&w, "mb_per_s") / num(d, "ceiling_mb_per_s");
+    assert!((num(d, "ratio_to_ceiling") - want).abs() < 0.01, "{out}");
+    let left: Vec<_> = std::fs::read_dir(&osd_dir)
+        .expect("osd dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cairn-bench-device"))
+        .collect();
+    assert!(left.is_empty(), "the measurement left {left:?}");
+    let (w, out) = run(&["--no-device"]);
+    assert!(w["device"].is_null(), "{out}");
+}
+
 /// Reads block 0 of `uri`: its first byte.
 const FIRST_BYTE: &str = r#"
 import nbd, os

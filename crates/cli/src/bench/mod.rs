@@ -7,6 +7,7 @@
 //! -> one JSON object. Files are removed at the end, also after an error or Ctrl-C.
 
 mod connect;
+mod device;
 mod echo;
 pub mod measure;
 pub mod nbd;

@@ -32,6 +32,12 @@ finish flushing outside any measurement):
   write-1m-qd8         1 MiB sequential writes, 8 in flight
 The pool (and the volume) are removed at the end.
 
+The sequential writes also measure the data disk itself (`device`): fio writes the same
+block size at the same depth with O_DIRECT to files beside the OSDs' data (--device-dir), one
+job per replica on that file system, together; once without flushes, once with an fdatasync
+per depth of writes. A replicated write is written once per replica, so the unflushed MB/s
+over the replicas bounds what a client can write through the cluster on this machine.
+
 With --tls, each workload also runs through TLS: fio's nbd engine cannot read a PSK file
 (libnbd forbids local files in its URIs), so fio talks plain NBD to an nbdkit nbd-plugin proxy
 that connects to a `cairn nbd serve --tls require` with this process's key (as an NBD user).
@@ -45,7 +51,10 @@ time from /proc/stat, fio, the kernel and everything else running included; both
 the end of the ramp, as fio counts operations), \"baseline_iops\", \"baseline_mb_per_s\", \"baseline_host_cpu_us_per_op\",
 \"baseline_lat_us\": {p50, p99, p999}, \"ratio_to_baseline\" (IOPS), \"lat_p50_ratio_to_baseline\",
 with --tls \"tls\": {\"iops\", \"mb_per_s\", \"lat_us\", \"plain_iops\", \"plain_mb_per_s\", \"plain_lat_us\",
-\"iops_ratio_to_plain\"}}]}; with --snapshots also \"snapshots\": {\"create_ms_no_client\",
+\"iops_ratio_to_plain\"}; write-1m-qd8 also \"device\": {\"dir\", \"jobs\", \"mb_per_s\" (all jobs, no flushes), \"lat_us\",
+\"synced_mb_per_s\" (all jobs, fdatasync per depth), \"ceiling_mb_per_s\" (mb_per_s / jobs), \"ratio_to_ceiling\" (the workload's MB/s / ceiling),
+\"synced_ceiling_mb_per_s\" (synced_mb_per_s / jobs), \"ratio_to_synced_ceiling\"} or
+{\"skipped\": why}}]}; with --snapshots also \"snapshots\": {\"create_ms_no_client\",
 \"create_ms_served\", \"first_write_after_snapshot_us\" (one 4 KiB write into each data object,
 QD1, right after a snapshot: each copies its object first), \"randwrite_4k_qd1_with_snapshot\",
 \"randwrite_4k_qd1_without\" (same run, before the snapshot), \"qd1_p50_ratio_with_to_without\",
@@ -90,6 +99,14 @@ pub struct BenchNbdArgs {
     /// a pool of --open-volumes volumes.
     #[arg(long)]
     pub volumes: bool,
+    /// Folder on the data disk for the device measurement of the large sequential writes
+    /// (default: beside the first local OSD's data).
+    #[arg(long, value_name = "DIR")]
+    pub device_dir: Option<std::path::PathBuf>,
+    /// Do not measure the data disk (it writes a file of the volume's size, at least 1 GiB,
+    /// per replica).
+    #[arg(long)]
+    pub no_device: bool,
     /// The neighbour's IOPS limit in --volumes.
     #[arg(long, default_value_t = 2000)]
     pub qos_iops: u64,
@@ -308,11 +325,17 @@ pub fn fio_with(
             &format!("--ramp_time={}ms", (ramp * 1000.0) as u64),
         ]);
     }
+    run_fio(&mut cmd, rw, &format!("fio {rw} bs={bs} qd={qd} on {uri}"))
+}
+
+/// Runs a fio command given `--output-format=json` and reads the first job's `rw` side
+/// (`--group_reporting` sums the jobs into it); `what` names the run in errors.
+pub fn run_fio(cmd: &mut Command, rw: &str, what: &str) -> Result<Fio> {
     let out = cmd.output().context("cannot run fio")?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
-            "fio {rw} bs={bs} qd={qd} on {uri} failed: {}",
+            "{what} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
@@ -394,6 +417,7 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
     }
     fio(&cairn_uri, "write", 1 << 20, 8, a.volume_size, None)?;
     fio(&kit_uri, "write", 1 << 20, 8, a.volume_size, None)?;
+    let device = super::device::plan(a.device_dir.as_deref(), a.no_device, pids, a.size.into());
     let mut out = Vec::new();
     for s in WORKLOADS
         .iter()
@@ -445,6 +469,17 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
             );
         let o = match &tls {
             Some(pair) => o.put_obj("tls", pair.measure(s, a)?),
+            None => o,
+        };
+        let o = match device.as_ref().filter(|_| s.rw == "write") {
+            Some(plan) => {
+                let timing = (a.ramp, a.seconds);
+                let m = super::device::measure(plan, s.bs, s.qd, a.volume_size, timing);
+                if !a.json {
+                    eprintln!("{:<26} {}", s.name, super::device::summary(&m));
+                }
+                o.put_obj("device", super::device::report(&m, r.mb_per_s))
+            }
             None => o,
         };
         if !a.json {

@@ -30,7 +30,10 @@ measurement):
   write-1m-qd8   1 MiB writes of whole objects, 8 in flight (last: it leaves the OSDs
                  flushing for a while)
 Each workload is followed by its baseline: a bare request/response echo of the same payload
-over loopback TCP at the same queue depth. Then two connection workloads, one connection
+over loopback TCP at the same queue depth; write-1m-qd8 also measures the data disk
+itself (`device`, as in `cairn bench nbd --help`: fio writing 1 MiB at QD8 with O_DIRECT
+to files beside the OSDs' data, one job per replica, together, without and with an fdatasync
+per 8 writes; the unflushed MB/s over the replicas bounds replicated writes here). Then two connection workloads, one connection
 after another (at most 5000), each followed by a bare loopback TCP connect + accept:
   connect-mon    connect, handshake and key authentication to a monitor
   connect-osd    connect, handshake and ticket authentication to an OSD
@@ -44,7 +47,9 @@ JSON (--json): {\"workloads\": [{\"name\", \"frames\", \"iops\", \"mb_per_s\", \
 \"cpu_us_per_op\" (all monitor and OSD processes), \"client_cpu_us_per_op\",
 \"baseline_iops\", \"baseline_lat_us\": {p50,p99,p999,max}, \"ratio_to_baseline\" (IOPS),
 \"lat_p50_ratio_to_baseline\", \"iops_ratio_to_plain\" (other modes, when plain ran too),
-\"lat_p50_ratio_to_plain\"}, ...]}; a connection workload has {\"name\", \"connections\",
+\"lat_p50_ratio_to_plain\", for write-1m-qd8 \"device\": {\"dir\", \"jobs\", \"mb_per_s\", \"lat_us\",
+\"synced_mb_per_s\", \"ceiling_mb_per_s\", \"ratio_to_ceiling\", \"synced_ceiling_mb_per_s\",
+\"ratio_to_synced_ceiling\"} or {\"skipped\": why}}, ...]}; a connection workload has {\"name\", \"connections\",
 \"per_s\", \"lat_us\", \"baseline_per_s\", \"baseline_lat_us\", \"lat_p50_ratio_to_baseline\"}.
 Every read is checked against what was written.";
 
@@ -68,6 +73,13 @@ pub struct BenchObjectsArgs {
     /// Run only the workloads whose name contains this.
     #[arg(long)]
     pub only: Option<String>,
+    /// Folder on the data disk for the device measurement of write-1m-qd8 (default: beside
+    /// the first local OSD's data).
+    #[arg(long, value_name = "DIR")]
+    pub device_dir: Option<std::path::PathBuf>,
+    /// Do not measure the data disk (it writes a file of at least 1 GiB per replica).
+    #[arg(long)]
+    pub no_device: bool,
     /// Frame protection modes to run each I/O workload in, comma-separated (plain, signed,
     /// secure), one client each, in the same run; entries say their mode and, with plain
     /// among them, their IOPS ratio to plain. A cluster that requires more gives more.
@@ -370,6 +382,7 @@ async fn bench(
     // The fill is set-up, not a workload: let the OSDs write it to their data devices before
     // the first measurement instead of measuring that background work as part of it.
     tokio::time::sleep(SETTLE).await;
+    let device = super::device::plan(a.device_dir.as_deref(), a.no_device, pids, a.size.into());
     let mut out = Vec::new();
     for spec in WORKLOADS
         .iter()
@@ -401,6 +414,23 @@ async fn bench(
         }
         runs.sort_by_key(|r| r.0);
         let base = tokio::task::spawn_blocking(move || echo::run(block, qd, dur)).await??;
+        let disk = match device.clone().filter(|_| spec.block >= 1 << 20) {
+            Some(plan) => {
+                tokio::time::sleep(SETTLE).await;
+                let ws = u64::from(a.objects) * OBJ_SIZE;
+                let secs = dur.as_secs_f64();
+                Some(
+                    tokio::task::spawn_blocking(move || {
+                        super::device::measure(&plan, block, qd, ws, (0.0, secs))
+                    })
+                    .await?,
+                )
+            }
+            None => None,
+        };
+        if let Some(m) = disk.as_ref().filter(|_| !a.json) {
+            eprintln!("{:<14} {}", spec.name, super::device::summary(m));
+        }
         let biops = base.ops as f64 / base.elapsed.as_secs_f64();
         let bp50 = q(&base.lat, 0.5);
         let plain = runs
@@ -441,6 +471,10 @@ async fn bench(
                 o = o
                     .put("iops_ratio_to_plain", ratio(iops, piops, 4))
                     .put("lat_p50_ratio_to_plain", ratio(p50, pp50, 3));
+            }
+            if let Some(m) = &disk {
+                let mb = r.bytes as f64 / r.elapsed.as_secs_f64() / 1e6;
+                o = o.put_obj("device", super::device::report(m, mb));
             }
             if !a.json {
                 eprintln!(
