@@ -28,7 +28,10 @@ fn flusher_loop(sh: &Arc<Shared>) {
         let aged = st
             .dirty_since
             .is_some_and(|t| t.elapsed() >= sh.cfg.flush_max_delay);
-        let due = !st.dirty.is_empty() && (st.pending_blocks * B >= batch || aged);
+        // A batch, or all a commit may leave pending (on a small data device the limit is
+        // below a batch: commits would wait for the flusher until the oldest data aged).
+        let full = st.pending_blocks >= sh.pending_limit_blocks();
+        let due = !st.dirty.is_empty() && (st.pending_blocks * B >= batch || full || aged);
         if due && !st.flusher_short {
             drop(st);
             let r = flush_some(sh, false);
@@ -74,7 +77,23 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
                 available: 0,
             });
         }
-        let pieces = take_pieces(&mut st, budget.min(MAX_FLUSH_BLOCKS));
+        let budget = budget.min(MAX_FLUSH_BLOCKS);
+        let mut pieces = Vec::new();
+        let mut taken = 0u64;
+        loop {
+            let more = take_pieces(&mut st, budget - taken, PIECES_PER_HOLD);
+            taken += more.iter().map(|p| p.nblocks as u64).sum::<u64>();
+            pieces.extend(more);
+            if taken >= budget || st.dirty.is_empty() {
+                break;
+            }
+            // Commits go on between two holds; what they overwrite of the pieces taken is
+            // found stale when they are pointed at their new place, as for commits made
+            // while the pieces are written.
+            drop(st);
+            between_holds(sh, "take");
+            st = sh.lock();
+        }
         if pieces.is_empty() {
             return Ok(0);
         }
@@ -132,11 +151,18 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         cache_written(sh, &buf[..at], &pieces, &runs, |p, _| p.cache);
         Ok::<(), StoreError>(())
     })?;
-    let mut st = sh.lock();
-    let st = &mut *st;
-    st.segs.in_flight(&runs, false);
+    let mut guard = sh.lock();
     let mut pos = 0u64; // block position within the laid-out batch
-    for p in &pieces {
+    for (i, p) in pieces.iter().enumerate() {
+        if i > 0 && i % PIECES_PER_HOLD == 0 {
+            if guard.cv_waiters > 0 {
+                sh.space_cv.notify_all();
+            }
+            drop(guard);
+            between_holds(sh, "repoint");
+            guard = sh.lock();
+        }
+        let st = &mut *guard;
         for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
             let rel = (blk - p.first) as usize * BLOCK_SIZE;
             let from = match &p.from {
@@ -152,6 +178,10 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         }
         pos += p.nblocks as u64;
     }
+    let st = &mut *guard;
+    // Only now may the cleaner pick these segments: until every piece is in the index, its
+    // blocks are counted live with no summary naming them.
+    st.segs.in_flight(&runs, false);
     // What is left is younger than what was written (roughly): restart its clock, or every
     // later round would count as overdue and flush a few blocks at a time.
     st.dirty_since = (!st.dirty.is_empty()).then(Instant::now);
@@ -161,13 +191,36 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
     Ok(total)
 }
 
-/// Takes dirty entries (up to one batch) and collects what of them is still pending.
-/// Takes dirty entries worth at most `budget` blocks; an entry that does not fit is split
-/// and its rest stays queued.
-fn take_pieces(st: &mut State, budget: u64) -> Vec<Piece> {
+/// A test's look at the flusher with the store's lock released in the middle of a batch.
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+static BETWEEN_HOLDS: std::sync::Mutex<Option<([u8; 16], Arc<dyn Fn(&str) + Send + Sync>)>> =
+    std::sync::Mutex::new(None);
+
+fn between_holds(_sh: &Shared, _phase: &str) {
+    #[cfg(test)]
+    {
+        let hook = BETWEEN_HOLDS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|(id, _)| *id == _sh.store_id)
+            .map(|(_, f)| f.clone());
+        if let Some(f) = hook {
+            f(_phase);
+        }
+    }
+}
+
+/// Takes at most `entries` dirty entries worth at most `budget` blocks and collects what of
+/// them is still pending; an entry that does not fit is split and its rest stays queued.
+fn take_pieces(st: &mut State, budget: u64, entries: usize) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let mut blocks = 0u64;
-    while blocks < budget {
+    for _ in 0..entries {
+        if blocks >= budget {
+            break;
+        }
         let Some(d) = st.dirty.pop_front() else { break };
         let mut found = Vec::new();
         collect_dirty(st, &d, &mut found);
@@ -245,5 +298,162 @@ pub(super) fn flush_all(sh: &Shared) -> Result<()> {
             Err(StoreError::NoSpace { .. }) => return Ok(()),
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{BlockDevice, MemDevice};
+    use crate::{Devices, Store, StoreConfig, Transaction};
+    use std::sync::mpsc;
+
+    const PIECES: u64 = 1024;
+
+    fn block(i: u64, version: u8) -> Vec<u8> {
+        let mut b = vec![version; BLOCK_SIZE];
+        b[..8].copy_from_slice(&i.to_le_bytes());
+        b
+    }
+
+    fn check(s: &Store, newer: &[u64]) {
+        for i in 0..PIECES {
+            let v = if newer.contains(&i) { 2 } else { 1 };
+            let got = s.read(1, b"o", i * 2 * B, B).unwrap_or_default();
+            assert!(got == block(i, v), "block {i}: want version {v}");
+        }
+    }
+
+    /// A batch of 1,024 pieces is taken and pointed at its new place in holds of the store's
+    /// lock of 64 pieces: between two, commits go on (here while the flusher is held there),
+    /// and a piece they overwrite before it is pointed at its new place is not brought back.
+    #[test]
+    fn commits_go_on_between_the_flushers_holds_and_overwrites_win() {
+        let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("data0", 256 << 20));
+        let wal: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("wal", 32 << 20));
+        let devs = Devices {
+            data: vec![data],
+            wal: Some(wal),
+        };
+        let cfg = StoreConfig {
+            wal_size: 16 << 20,
+            flush_batch_bytes: PIECES * B,
+            pending_limit_bytes: 16 << 20,
+            flush_max_delay: Duration::from_secs(3600),
+            checkpoint_interval: Duration::from_secs(3600),
+            ..StoreConfig::default()
+        };
+        let id = Store::mkfs(&devs, &cfg).expect("mkfs");
+        let s = Store::open(&devs, cfg.clone()).expect("open");
+        let (at_hold, held) = mpsc::channel::<()>();
+        let (go, wait_go) = mpsc::channel::<()>();
+        let wait_go = std::sync::Mutex::new(wait_go);
+        let released = std::sync::Mutex::new(Some(at_hold));
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = timed_out.clone();
+        let hook: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(move |phase: &str| {
+            // The first hold of the repoint phase: 64 pieces are in place, 960 are not.
+            let first = (phase == "repoint")
+                .then(|| released.lock().ok().and_then(|mut g| g.take()))
+                .flatten();
+            if let Some(tx) = first {
+                let _ = tx.send(());
+                let rx = wait_go.lock().unwrap_or_else(|p| p.into_inner());
+                if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+                    t.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        *BETWEEN_HOLDS.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, hook));
+        let mut t = Transaction::new();
+        t.create_collection(1);
+        s.commit(&t).expect("create");
+        // Every other block: 1,024 writes that stay 1,024 pieces; the last one makes the
+        // flusher due.
+        for i in 0..PIECES {
+            let mut t = Transaction::new();
+            t.write(1, b"o", i * 2 * B, &block(i, 1));
+            s.commit(&t).expect("write");
+        }
+        held.recv_timeout(Duration::from_secs(20))
+            .expect("the flusher never released the lock in the middle of the batch");
+        // The flusher waits between two holds: these commits need the lock, and overwrite a
+        // piece in place (0) and one not yet pointed at its new place (1023).
+        let newer = [0, 1023];
+        for &i in &newer {
+            let mut t = Transaction::new();
+            t.write(1, b"o", i * 2 * B, &block(i, 2));
+            s.commit(&t).expect("overwrite");
+        }
+        check(&s, &newer);
+        go.send(()).expect("flusher hook gone");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while s.stats().pending_bytes > 2 * B && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        *BETWEEN_HOLDS.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        assert!(!timed_out.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(
+            s.stats().pending_bytes <= 2 * B,
+            "the batch was not written"
+        );
+        check(&s, &newer);
+        drop(s); // no clean shutdown: the WAL is replayed over what the flusher wrote
+        let s = Store::open(&devs, cfg.clone()).expect("reopen");
+        check(&s, &newer);
+        s.checkpoint().expect("checkpoint");
+        s.close().expect("close");
+        let s = Store::open(&devs, cfg).expect("reopen after checkpoint");
+        check(&s, &newer);
+        assert!(s.scrub().issues.is_empty());
+    }
+
+    /// On a data device so small that the pending limit (a sixteenth of it) is below a flush
+    /// batch, commits that reach the limit are not left waiting until the oldest data ages.
+    #[test]
+    fn the_flusher_starts_at_the_pending_limit_below_a_batch() {
+        let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("data0", 16 << 20));
+        let wal: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("wal", 32 << 20));
+        let devs = Devices {
+            data: vec![data],
+            wal: Some(wal),
+        };
+        let cfg = StoreConfig {
+            wal_size: 16 << 20,
+            segment_size: 256 << 10,
+            flush_batch_bytes: 4 << 20,
+            flush_max_delay: Duration::from_secs(3600),
+            checkpoint_interval: Duration::from_secs(3600),
+            ..StoreConfig::default()
+        };
+        Store::mkfs(&devs, &cfg).expect("mkfs");
+        let s = Arc::new(Store::open(&devs, cfg).expect("open"));
+        let limit = s.stats().pending_limit_bytes;
+        assert!(limit < 4 << 20, "the limit {limit} is not below a batch");
+        let (done, finished) = mpsc::channel();
+        let writer = s.clone();
+        std::thread::spawn(move || {
+            let mut t = Transaction::new();
+            t.create_collection(1);
+            let mut r = writer.commit(&t).map(|_| ());
+            // Twice the limit: the second half waits for the flusher.
+            for i in 0..2 * limit / B {
+                if r.is_err() {
+                    break;
+                }
+                let mut t = Transaction::new();
+                t.write(1, b"o", i * B, &block(i, 1));
+                r = writer.commit(&t).map(|_| ());
+            }
+            let _ = done.send(r);
+        });
+        let r = finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("commits waited for a flusher that was not due");
+        assert!(r.is_ok(), "{r:?}");
+        assert!(
+            s.stats().waits_for_flusher > 0,
+            "no commit reached the limit"
+        );
     }
 }
