@@ -7,7 +7,7 @@
 //! unflushed rate divided by those replicas bounds what a client can write through the cluster
 //! on this machine: the ceiling the benchmark reports beside its own figure.
 
-use super::nbd::{run_fio, Fio};
+use super::nbd::{lat_us, run_fio, Fio};
 use super::report::{round, Obj};
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -262,13 +262,7 @@ pub fn report(m: &Measured, mb_per_s: f64) -> Obj {
         .put("dir", dir.display().to_string())
         .put("jobs", *jobs)
         .put("mb_per_s", round(d.mb_per_s, 1))
-        .put_obj(
-            "lat_us",
-            Obj::new()
-                .put("p50", d.p50_us)
-                .put("p99", d.p99_us)
-                .put("p999", d.p999_us),
-        )
+        .put_obj("lat_us", lat_us(d))
         .put("synced_mb_per_s", round(synced.mb_per_s, 1))
         .put("ceiling_mb_per_s", round(ceiling, 1))
         .put(

@@ -270,6 +270,14 @@ fn cpu_now(pids: &[i32]) -> (f64, f64) {
     (cpu_total(pids), host_cpu_seconds())
 }
 
+/// A fio result's latency percentiles (us), as JSON.
+pub fn lat_us(f: &Fio) -> Obj {
+    Obj::new()
+        .put("p50", f.p50_us)
+        .put("p99", f.p99_us)
+        .put("p999", f.p999_us)
+}
+
 /// A fio result's IOPS and latency percentiles (us), as JSON.
 pub fn lat_obj(f: &Fio) -> Obj {
     Obj::new()
@@ -442,24 +450,12 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
             .put("block_bytes", s.bs)
             .put("iops", round(r.iops, 1))
             .put("mb_per_s", round(r.mb_per_s, 1))
-            .put_obj(
-                "lat_us",
-                Obj::new()
-                    .put("p50", r.p50_us)
-                    .put("p99", r.p99_us)
-                    .put("p999", r.p999_us),
-            )
+            .put_obj("lat_us", lat_us(&r))
             .put("cpu_us_per_op", per_op(cpu, r.ops))
             .put("host_cpu_us_per_op", per_op(host_cpu, r.ops))
             .put("baseline_iops", round(b.iops, 1))
             .put("baseline_mb_per_s", round(b.mb_per_s, 1))
-            .put_obj(
-                "baseline_lat_us",
-                Obj::new()
-                    .put("p50", b.p50_us)
-                    .put("p99", b.p99_us)
-                    .put("p999", b.p999_us),
-            )
+            .put_obj("baseline_lat_us", lat_us(&b))
             .put("baseline_cpu_us_per_op", per_op(kit_cpu, b.ops))
             .put("baseline_host_cpu_us_per_op", per_op(kit_host_cpu, b.ops))
             .put("ratio_to_baseline", round(ratio(r.iops, b.iops), 4))

@@ -316,6 +316,16 @@ mod tests {
         b
     }
 
+    /// A data device of `size` bytes and a WAL device, in memory.
+    fn mem_devices(size: u64) -> Devices {
+        let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("data0", size));
+        let wal: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("wal", 32 << 20));
+        Devices {
+            data: vec![data],
+            wal: Some(wal),
+        }
+    }
+
     fn check(s: &Store, newer: &[u64]) {
         for i in 0..PIECES {
             let v = if newer.contains(&i) { 2 } else { 1 };
@@ -329,12 +339,7 @@ mod tests {
     /// and a piece they overwrite before it is pointed at its new place is not brought back.
     #[test]
     fn commits_go_on_between_the_flushers_holds_and_overwrites_win() {
-        let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("data0", 256 << 20));
-        let wal: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("wal", 32 << 20));
-        let devs = Devices {
-            data: vec![data],
-            wal: Some(wal),
-        };
+        let devs = mem_devices(256 << 20);
         let cfg = StoreConfig {
             wal_size: 16 << 20,
             flush_batch_bytes: PIECES * B,
@@ -412,12 +417,7 @@ mod tests {
     /// batch, commits that reach the limit are not left waiting until the oldest data ages.
     #[test]
     fn the_flusher_starts_at_the_pending_limit_below_a_batch() {
-        let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("data0", 16 << 20));
-        let wal: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("wal", 32 << 20));
-        let devs = Devices {
-            data: vec![data],
-            wal: Some(wal),
-        };
+        let devs = mem_devices(16 << 20);
         let cfg = StoreConfig {
             wal_size: 16 << 20,
             segment_size: 256 << 10,
