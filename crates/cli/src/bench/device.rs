@@ -22,34 +22,30 @@ const MIN_FILE: u64 = 1 << 30;
 const SPARE: u64 = 1 << 30;
 
 /// One large-write workload to measure the disk under.
-pub struct DeviceRun {
+struct DeviceRun {
     /// Where to write: the folder of the OSDs' data.
-    pub dir: PathBuf,
+    dir: PathBuf,
     /// Replicas the cluster writes to this file system: one job each.
-    pub jobs: usize,
-    pub block: usize,
-    pub qd: usize,
+    jobs: usize,
+    block: usize,
+    qd: usize,
     /// Bytes each job writes over (the benchmark's working set, at least 1 GiB).
-    pub file_bytes: u64,
-    pub ramp: f64,
-    pub seconds: f64,
+    file_bytes: u64,
+    ramp: f64,
+    seconds: f64,
     /// An `fdatasync` after every `qd` writes.
-    pub synced: bool,
+    synced: bool,
 }
 
 /// Where the local OSDs keep their data (the folder of `--data`, else `--dir`), from their
 /// command lines: how many OSDs share the first one's file system, and that folder. None when no
 /// OSD runs here; an error when the data is a block device (files cannot be written beside it).
-pub fn osd_data_dir(pids: &[i32]) -> Result<Option<(PathBuf, usize)>> {
+fn osd_data_dir(pids: &[i32]) -> Result<Option<(PathBuf, usize)>> {
     let mut dirs = Vec::new();
     for pid in pids {
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        let Some(args) = super::objects::cmdline(*pid) else {
             continue;
         };
-        let args: Vec<String> = cmd
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
         if args.get(1).map(String::as_str) != Some("osd") {
             continue;
         }
@@ -131,7 +127,7 @@ impl Drop for Cleanup<'_> {
 
 impl DeviceRun {
     /// Runs the jobs together and sums them.
-    pub fn measure(&self) -> Result<Fio> {
+    fn measure(&self) -> Result<Fio> {
         let need = (self.file_bytes.saturating_mul(self.jobs as u64)).saturating_add(SPARE);
         let free = free_bytes(&self.dir)?;
         if free < need {

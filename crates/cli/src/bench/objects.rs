@@ -164,17 +164,30 @@ pub(super) fn cluster_pids(conf: &Path) -> Vec<i32> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+        let Some(args) = cmdline(pid) else {
             continue;
         };
-        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        let is_cairn = args.first().is_some_and(|a| a.ends_with(b"cairn"));
-        let role = args.get(1).copied().unwrap_or_default();
-        if is_cairn && (role == b"mon" || role == b"osd") {
+        let is_cairn = args.first().is_some_and(|a| a.ends_with("cairn"));
+        let role = args.get(1).map(String::as_str).unwrap_or_default();
+        if is_cairn && (role == "mon" || role == "osd") {
             pids.push(pid);
         }
     }
     pids
+}
+
+/// The arguments `pid` was started with (lossy UTF-8), or None when it is gone.
+pub(super) fn cmdline(pid: i32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    // The list ends with a NUL: no empty last argument.
+    if args.last().is_some_and(String::is_empty) {
+        args.pop();
+    }
+    Some(args)
 }
 
 /// CPU seconds used so far by `pid` (user + system).
@@ -500,6 +513,14 @@ mod cpu_tests {
         assert_eq!(host_busy_ticks(stat), Some(100 + 2 + 30 + 4 + 6));
         assert_eq!(host_busy_ticks("cpu0 1 2 3 4\n"), None);
         assert_eq!(host_busy_ticks("cpu  1 x 3 4\n"), None);
+    }
+
+    #[test]
+    fn cmdline_reads_this_process_arguments_and_none_for_a_gone_one() {
+        let own = cmdline(std::process::id() as i32).unwrap_or_default();
+        let argv: Vec<String> = std::env::args().collect();
+        assert_eq!(own, argv);
+        assert_eq!(cmdline(-1), None);
     }
 
     #[test]
