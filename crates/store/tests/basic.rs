@@ -207,6 +207,71 @@ fn overwrites_are_cleaned_and_data_survives() {
 }
 
 #[test]
+fn a_sequential_overwrite_is_made_room_for_by_checkpoints_not_by_cleaning() {
+    // A volume's object written in large writes, then dotted with 4 KiB overwrites (every
+    // segment of it keeps a dead block, so each is a cleaning candidate), then overwritten
+    // again from start to end: the segments the sweep empties wait in limbo for a checkpoint,
+    // and the store must take one rather than copy the nearly full segments it could clean.
+    let cfg = StoreConfig {
+        direct_write_min_bytes: 64 * 1024,
+        // Room for a large write to take the WAL path when segments run short.
+        pending_limit_bytes: 4 << 20,
+        wal_size: 8 << 20,
+        checkpoint_interval: std::time::Duration::from_secs(600),
+        ..small_cfg()
+    };
+    let devs = MemDevs::new(1, 96 << 20, None);
+    let s = devs.mkfs_open(cfg);
+    s.commit(Transaction::new().create_collection(1)).unwrap();
+    const MIB: u64 = 1 << 20;
+    let size = 64 * MIB;
+    let sweep = |seed: u8| {
+        for off in (0..size).step_by(MIB as usize) {
+            let mut t = Transaction::new();
+            t.write(
+                1,
+                b"volume",
+                off,
+                &vec![seed ^ (off / MIB) as u8; MIB as usize],
+            );
+            s.commit(&t).unwrap();
+        }
+    };
+    sweep(1);
+    for off in (0..size).step_by(64 * 1024) {
+        let mut t = Transaction::new();
+        t.write(1, b"volume", off + 4096, &[0xEE; 4096]);
+        s.commit(&t).unwrap();
+    }
+    s.checkpoint().unwrap();
+    let before = s.stats();
+    let segments_swept = (size / (64 * 1024)) as u32;
+    assert!(
+        segments_swept > 3 * before.segments_free,
+        "the sweep must need room made several times over: {before:?}"
+    );
+    sweep(2);
+    let after = s.stats();
+    assert!(
+        after.checkpoints > before.checkpoints,
+        "no checkpoint released the swept segments: {after:?}"
+    );
+    assert_eq!(
+        after.cleaned_bytes - before.cleaned_bytes,
+        0,
+        "the cleaner copied live blocks a checkpoint would have freed"
+    );
+    for off in (0..size).step_by(MIB as usize) {
+        let got = s.read(1, b"volume", off, MIB).unwrap();
+        assert!(
+            got.iter().all(|&b| b == 2 ^ (off / MIB) as u8),
+            "MiB {off} differs"
+        );
+    }
+    s.check_space_accounting().unwrap();
+}
+
+#[test]
 fn wrong_devices_are_refused_with_clear_errors() {
     let a = MemDevs::new(1, 4 << 20, None);
     let b = MemDevs::new(1, 4 << 20, None);
