@@ -246,11 +246,12 @@ fn cleaner_lead(total: u64, clean_below: u64) -> u64 {
 /// blocks all died waiting for one. A checkpoint releases them all and copies nothing; the
 /// cleaner copies the live blocks of a segment and that segment then waits in limbo too. So a
 /// checkpoint comes first once space is wanted and limbo holds half the cleaner's lead, and
-/// whenever free space is low. Without the first rule, a sequential overwrite of a volume
-/// earlier written at random (cleaner running, ~800 dead segments of 2,048 in limbo, the next
-/// checkpoint far off) copied 30-55 MB/s of live blocks per OSD that a checkpoint would have
-/// left alone, and large writes fell back to the WAL path for want of free segments. Not for
-/// less: each checkpoint encodes the whole index.
+/// whenever free space is low. Without the first rule, rewriting from start to end a volume
+/// whose every segment had one dead block had the cleaner copy those nearly full segments while
+/// the ones the rewrite emptied waited for a checkpoint (the store test
+/// `a_sequential_overwrite_is_made_room_for_by_checkpoints_not_by_cleaning`). Not for less
+/// limbo: each checkpoint encodes and writes the whole index (20-85 MB for a randomly written
+/// 4 GiB volume).
 fn checkpoint_for_space(free: u64, keep: u64, total: u64, clean_below: u64, limbo: u64) -> bool {
     let lead = cleaner_lead(total, clean_below);
     let wanted = free < keep + lead;
