@@ -8,7 +8,7 @@
 //! on this machine: the ceiling the benchmark reports beside its own figure.
 
 use super::nbd::{lat_us, run_fio, Fio};
-use super::report::{round, Obj};
+use super::report::{ratio, round, Obj};
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -239,11 +239,16 @@ pub fn summary(m: &Measured) -> String {
             dir.display(),
             d.mb_per_s,
             synced.mb_per_s,
-            d.mb_per_s / (*jobs).max(1) as f64,
-            synced.mb_per_s / (*jobs).max(1) as f64
+            per_replica(d, *jobs),
+            per_replica(synced, *jobs)
         ),
         Err(why) => format!("data disk not measured: {why}"),
     }
+}
+
+/// What the disk took per replica: the most a client can write through the cluster here.
+fn per_replica(f: &Fio, jobs: usize) -> f64 {
+    f.mb_per_s / jobs.max(1) as f64
 }
 
 /// The `device` object of a workload that wrote `mb_per_s` through the cluster.
@@ -252,8 +257,8 @@ pub fn report(m: &Measured, mb_per_s: f64) -> Obj {
         Ok(x) => x,
         Err(why) => return Obj::new().put("skipped", why.as_str()),
     };
-    let ceiling = d.mb_per_s / (*jobs).max(1) as f64;
-    let synced_ceiling = synced.mb_per_s / (*jobs).max(1) as f64;
+    let ceiling = per_replica(d, *jobs);
+    let synced_ceiling = per_replica(synced, *jobs);
     Obj::new()
         .put("dir", dir.display().to_string())
         .put("jobs", *jobs)
@@ -261,14 +266,11 @@ pub fn report(m: &Measured, mb_per_s: f64) -> Obj {
         .put_obj("lat_us", lat_us(d))
         .put("synced_mb_per_s", round(synced.mb_per_s, 1))
         .put("ceiling_mb_per_s", round(ceiling, 1))
-        .put(
-            "ratio_to_ceiling",
-            super::report::ratio(mb_per_s, ceiling, 4),
-        )
+        .put("ratio_to_ceiling", ratio(mb_per_s, ceiling, 4))
         .put("synced_ceiling_mb_per_s", round(synced_ceiling, 1))
         .put(
             "ratio_to_synced_ceiling",
-            super::report::ratio(mb_per_s, synced_ceiling, 4),
+            ratio(mb_per_s, synced_ceiling, 4),
         )
 }
 

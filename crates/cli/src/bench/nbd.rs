@@ -3,7 +3,7 @@
 //! ceiling: an NBD server that keeps everything in RAM) run in the same invocation.
 
 use super::objects::{cpu_total, host_cpu_seconds};
-use super::report::{round, Obj};
+use super::report::{ratio, round, Obj};
 use super::target::Target;
 use crate::admin::pg_counts;
 use anyhow::{bail, Context, Result};
@@ -443,7 +443,6 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
                 0.0
             }
         };
-        let ratio = |x: f64, y: f64| if y > 0.0 { x / y } else { 0.0 };
         let o = Obj::new()
             .put("name", s.name)
             .put("qd", s.qd)
@@ -458,11 +457,8 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
             .put_obj("baseline_lat_us", lat_us(&b))
             .put("baseline_cpu_us_per_op", per_op(kit_cpu, b.ops))
             .put("baseline_host_cpu_us_per_op", per_op(kit_host_cpu, b.ops))
-            .put("ratio_to_baseline", round(ratio(r.iops, b.iops), 4))
-            .put(
-                "lat_p50_ratio_to_baseline",
-                round(ratio(r.p50_us, b.p50_us), 3),
-            );
+            .put("ratio_to_baseline", ratio(r.iops, b.iops, 4))
+            .put("lat_p50_ratio_to_baseline", ratio(r.p50_us, b.p50_us, 3));
         let o = match &tls {
             Some(pair) => o.put_obj("tls", pair.measure(s, a)?),
             None => o,
@@ -578,25 +574,14 @@ impl TlsPair {
         };
         let plain = run(&self.plain_uri)?;
         let tls = run(&self.tls_uri)?;
-        let lat = |f: &Fio| {
-            Obj::new()
-                .put("p50", f.p50_us)
-                .put("p99", f.p99_us)
-                .put("p999", f.p999_us)
-        };
-        let ratio = if plain.iops > 0.0 {
-            tls.iops / plain.iops
-        } else {
-            0.0
-        };
         Ok(Obj::new()
             .put("iops", round(tls.iops, 1))
             .put("mb_per_s", round(tls.mb_per_s, 1))
-            .put_obj("lat_us", lat(&tls))
+            .put_obj("lat_us", lat_us(&tls))
             .put("plain_iops", round(plain.iops, 1))
             .put("plain_mb_per_s", round(plain.mb_per_s, 1))
-            .put_obj("plain_lat_us", lat(&plain))
-            .put("iops_ratio_to_plain", round(ratio, 4)))
+            .put_obj("plain_lat_us", lat_us(&plain))
+            .put("iops_ratio_to_plain", ratio(tls.iops, plain.iops, 4)))
     }
 }
 

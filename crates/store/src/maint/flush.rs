@@ -81,9 +81,7 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         let mut pieces = Vec::new();
         let mut taken = 0u64;
         loop {
-            let more = take_pieces(&mut st, budget - taken, PIECES_PER_HOLD);
-            taken += more.iter().map(|p| p.nblocks as u64).sum::<u64>();
-            pieces.extend(more);
+            taken += take_pieces(&mut st, budget - taken, PIECES_PER_HOLD, &mut pieces);
             if taken >= budget || st.dirty.is_empty() {
                 break;
             }
@@ -212,19 +210,19 @@ fn between_holds(_sh: &Shared, _phase: &str) {
     }
 }
 
-/// Takes at most `entries` dirty entries worth at most `budget` blocks and collects what of
-/// them is still pending; an entry that does not fit is split and its rest stays queued.
-fn take_pieces(st: &mut State, budget: u64, entries: usize) -> Vec<Piece> {
-    let mut pieces = Vec::new();
+/// Takes at most `entries` dirty entries worth at most `budget` blocks and appends what of
+/// them is still pending to `pieces`; an entry that does not fit is split and its rest stays
+/// queued. Returns the blocks taken.
+fn take_pieces(st: &mut State, budget: u64, entries: usize, pieces: &mut Vec<Piece>) -> u64 {
     let mut blocks = 0u64;
+    let mut found = Vec::new();
     for _ in 0..entries {
         if blocks >= budget {
             break;
         }
         let Some(d) = st.dirty.pop_front() else { break };
-        let mut found = Vec::new();
         collect_dirty(st, &d, &mut found);
-        for mut p in found {
+        for mut p in found.drain(..) {
             let room = budget - blocks;
             if room == 0 || (p.nblocks as u64) > room {
                 let take = room.min(p.nblocks as u64) as u32;
@@ -242,13 +240,13 @@ fn take_pieces(st: &mut State, budget: u64, entries: usize) -> Vec<Piece> {
                     p.nblocks = take;
                     pieces.push(p);
                 }
-                return pieces;
+                return blocks + take as u64;
             }
             blocks += p.nblocks as u64;
             pieces.push(p);
         }
     }
-    pieces
+    blocks
 }
 
 fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
