@@ -14,6 +14,7 @@
 
 use crate::ticket::{seal_ticket, ServiceKey, TicketBody};
 use crate::{Caps, Entity, Secret};
+use cairn_failstop::RwLockOrDie;
 use hkdf::Hkdf;
 use sha2::Sha256;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,17 +96,17 @@ impl ServiceKeys {
 
     /// Replaces the keys held.
     pub fn set(&self, keys: Vec<ServiceKey>) {
-        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+        *self.keys.write_or_die() = keys;
     }
 
     /// The keys held.
     pub fn get(&self) -> Vec<ServiceKey> {
-        self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.keys.read_or_die().clone()
     }
 
     /// The key to seal new tickets with at `now`: the current period's, else the newest held.
     pub fn current(&self, now: u64) -> Option<ServiceKey> {
-        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let keys = self.keys.read_or_die();
         let id = service_key_id(now);
         keys.iter()
             .find(|k| k.id == id)

@@ -69,6 +69,7 @@ impl DaemonAuth {
             .find(|k| k.entity.kind() == EntityKind::Osd)
             .with_context(|| format!("keyring {} has no OSD key (osd.N)", path.display()))?;
         tracing::info!(entity = %key.entity, keyring = %path.display(), "authenticating as");
+        cairn_failstop::name_daemon(&key.entity.to_string());
         let source = cairn_monclient::auth::KeySource::keyring(&path, &key.entity)?;
         Ok(Some(cairn_osd::OsdKey(source)))
     }

@@ -38,6 +38,7 @@ mod blocklist_cmd;
 mod bootstrap;
 mod capacity;
 mod conf;
+mod crash;
 mod daemon_auth;
 mod dashboard;
 mod dev;
@@ -171,6 +172,11 @@ fn main() -> ExitCode {
             | Cmd::Dashboard(_)
     );
     let _log = logging::init(daemon);
+    if let Some((entity, crash_dir)) = crash::daemon_of(&cli.cmd) {
+        cairn_failstop::install(&entity, crash_dir);
+    }
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let conf = cli.conf.as_deref();
     let ok = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let r = match cli.cmd {

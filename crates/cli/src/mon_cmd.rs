@@ -163,6 +163,9 @@ pub fn run(args: MonArgs, conf: Option<&Path>) -> Result<()> {
             .context("--join needs the cluster's fsid: give --fsid, or the configuration")?;
         args.fsid = Some(c.cluster.fsid);
     }
+    if let Some(id) = args.id {
+        cairn_failstop::name_daemon(&format!("mon.{id}"));
+    }
     let cfg = config(&args)?;
     let listen = args
         .listen

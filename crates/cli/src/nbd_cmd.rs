@@ -62,7 +62,7 @@ pub struct ServeArgs {
     /// Address to listen on (NBD's port is 10809). Anything but loopback needs --tls require
     /// (or --insecure).
     #[arg(long, default_value = "127.0.0.1:10809")]
-    listen: String,
+    pub(crate) listen: String,
     /// Whether clients must authenticate with TLS-PSK (see below).
     #[arg(long, value_enum, default_value = "off")]
     tls: TlsMode,

@@ -4,6 +4,7 @@
 
 mod common;
 
+use cairn_failstop::LockOrDie;
 use common::cluster::{text, Cluster};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 /// (a cluster created meanwhile by another test could pick the same port).
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+    LOCK.lock_or_die()
 }
 
 fn cairn(args: &[&str]) -> Output {

@@ -7,6 +7,7 @@
 //! tasks that are ready now, so ops issued in the same turn of the event loop travel
 //! together). Below the threshold nothing waits.
 
+use cairn_failstop::LockOrDie;
 use cairn_proto::msg::osd::{
     BatchedOp, OpBatch, OpReply, OpRequest, OP, OP_BATCH, OP_REPLY, OSD_SYNC, OSD_SYNC_REPLY,
 };
@@ -219,7 +220,7 @@ struct Pending {
 
 impl Merge {
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        self.pending.lock_or_die()
     }
 
     /// Adds an op to the pending batch; sends the batch at once when it is full.

@@ -3,6 +3,7 @@
 use crate::conn::{Answer, ConnError, MergeCounters, OsdConn, Payload, MERGE_MAX_BYTES};
 use crate::error::ClientError;
 use crate::route::{MapView, Route};
+use cairn_failstop::LockOrDie;
 use cairn_map::{ClusterMap, PgId};
 use cairn_monclient::MonClient;
 use cairn_proto::msg::osd::{OpKind, OpReply, OpRequest, MAX_LIST};
@@ -217,7 +218,7 @@ impl Client {
 
     fn view(&self) -> Arc<MapView> {
         let newest = self.inner.maps.borrow().clone();
-        let mut v = self.inner.view.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = self.inner.view.lock_or_die();
         if newest.epoch > v.map.epoch {
             *v = Arc::new(MapView::new(newest));
         }
@@ -287,8 +288,7 @@ impl Client {
     fn open_conn(&self, id: u32, addr: &str) -> Option<Arc<OsdConn>> {
         self.inner
             .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_die()
             .get(&id)
             .filter(|c| c.addr == addr && c.is_open())
             .cloned()
@@ -301,8 +301,7 @@ impl Client {
         let lock = self
             .inner
             .connecting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_die()
             .entry(id)
             .or_default()
             .clone();
@@ -316,11 +315,7 @@ impl Client {
             .frames(cfg.frames);
         let c =
             OsdConn::connect(addr, dialer, cfg.merge_threshold, self.inner.merged.clone()).await?;
-        self.inner
-            .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, c.clone());
+        self.inner.conns.lock_or_die().insert(id, c.clone());
         Ok(c)
     }
 

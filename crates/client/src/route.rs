@@ -1,6 +1,7 @@
 //! The map as the client uses it: one value per epoch with the placement hierarchy computed
 //! once and PG placements cached, so routing an op costs a hash and a lookup.
 
+use cairn_failstop::LockOrDie;
 use cairn_map::{ClusterMap, PgId, PgPlacement};
 use cairn_placement::Placer;
 use std::collections::HashMap;
@@ -32,7 +33,7 @@ impl MapView {
 
     /// Where `pg` lives.
     pub fn placement(&self, pg: PgId) -> PgPlacement {
-        let mut cache = self.placements.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.placements.lock_or_die();
         cache
             .entry(pg)
             .or_insert_with(|| self.map.pg_placement_in(&self.placer, pg))

@@ -2,6 +2,7 @@
 //! errors and latency per export and request kind, connections, and QoS throttling per open
 //! volume. Names and meanings: `docs/operator/metrics.md`.
 
+use cairn_failstop::LockOrDie;
 use cairn_metrics::{
     latency_family, Counter, EncodeLabelSet, Exporter, Family, Gauge, LatencyFamily, Unit,
 };
@@ -150,10 +151,7 @@ impl NbdMetrics {
     /// counted since they were last read.
     pub fn throttled(&self, export: &str, volume: usize, waits: u64, waited: std::time::Duration) {
         let secs = waited.as_secs_f64();
-        let mut last = self
-            .last_throttled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last_throttled.lock_or_die();
         let seen = last.entry(export.to_string()).or_insert((volume, 0, 0.0));
         if seen.0 != volume {
             *seen = (volume, 0, 0.0);

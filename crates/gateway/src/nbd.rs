@@ -3,6 +3,7 @@
 use crate::metrics::NbdMetrics;
 use crate::users::NbdUsers;
 use cairn_client::{Client, ClientError, FailCode};
+use cairn_failstop::LockOrDie;
 use cairn_nbd::{ClientId, Dirty, Export, ExportError, Exports, Extent, Opened};
 use cairn_volume::{read_header, Volume, VolumeError};
 use std::collections::HashMap;
@@ -79,7 +80,7 @@ impl VolumeExports {
     fn lock_releases(
         &self,
     ) -> std::sync::MutexGuard<'_, Vec<(String, tokio::sync::watch::Receiver<bool>)>> {
-        self.releases.lock().unwrap_or_else(|p| p.into_inner())
+        self.releases.lock_or_die()
     }
 
     /// Waits (at most a lease's life) until every earlier open of export `name` that is being

@@ -9,6 +9,7 @@
 //! one stops being accepted within `refresh`.
 
 use cairn_auth::{Caps, Perms, Secret};
+use cairn_failstop::RwLockOrDie;
 use cairn_monclient::auth::{AuthAnswer, KeySource};
 use cairn_monclient::{MonClient, MonClientError};
 use cairn_nbd::{ClientId, PskKeys};
@@ -52,7 +53,7 @@ impl NbdUsers {
             .map(|(entity, caps, psk)| (entity.to_string(), User { psk, caps }))
             .collect();
         let n = table.len();
-        *self.table.write().unwrap_or_else(|p| p.into_inner()) = table;
+        *self.table.write_or_die() = table;
         Ok(n)
     }
 
@@ -85,7 +86,7 @@ impl NbdUsers {
         let Some(identity) = client.identity.as_deref() else {
             return Err("permission denied: the client has not authenticated (TLS)".into());
         };
-        let table = self.table.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.table.read_or_die();
         let Some(user) = table.get(identity) else {
             return Err(format!(
                 "permission denied: {identity} is no longer an NBD user"
@@ -102,7 +103,7 @@ impl NbdUsers {
 
     /// How many users the table holds.
     pub fn len(&self) -> usize {
-        self.table.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.table.read_or_die().len()
     }
 
     /// Whether the table is empty.
@@ -113,7 +114,7 @@ impl NbdUsers {
 
 impl PskKeys for NbdUsers {
     fn psk(&self, identity: &str) -> Option<Vec<u8>> {
-        let table = self.table.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.table.read_or_die();
         let found = table.get(identity).map(|u| u.psk.0.to_vec());
         if found.is_none() {
             self.unknown_seen.notify_one();

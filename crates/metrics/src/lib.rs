@@ -13,6 +13,7 @@ pub mod http;
 pub mod text;
 
 pub use access::{AccessError, Listen, Token};
+use cairn_failstop::LockOrDie;
 pub use endpoint::{serve, Endpoint};
 pub use prometheus_client::encoding::EncodeLabelSet;
 pub use prometheus_client::metrics::counter::Counter;
@@ -76,7 +77,7 @@ impl Exporter {
     }
 
     fn lock_refresh(&self) -> std::sync::MutexGuard<'_, Vec<Refresh>> {
-        self.refresh.lock().unwrap_or_else(|p| p.into_inner())
+        self.refresh.lock_or_die()
     }
 
     /// Every metric, refreshed, in the OpenMetrics text format.

@@ -23,6 +23,7 @@ use cairn_auth::{
     key_id, seal, unix_now, Caps, Entity, EntityKind, FileStamp, Keyring, MonKeySet, Perms, Secret,
     KEY_ID_LEN, TICKET_TTL_SECS,
 };
+use cairn_failstop::RwLockOrDie;
 use cairn_map::{ClusterMap, MapChange};
 use cairn_proto::auth::{AuthInit, AUTH_KEY};
 use cairn_proto::msg::mon::{service_keys_aad, ticket_session_aad, ServiceKeysReply, TicketReply};
@@ -95,17 +96,17 @@ impl MonKeys {
 
     fn current(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
         let stamp = FileStamp::of(&self.path);
-        let stale = self.loaded.read().unwrap_or_else(|p| p.into_inner()).stamp != stamp;
+        let stale = self.loaded.read_or_die().stamp != stamp;
         if stale {
             match read(&self.path) {
                 Ok(l) => {
                     tracing::info!(keyring = %self.path.display(), keys = l.entities.len(), "keyring re-read");
-                    *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = l;
+                    *self.loaded.write_or_die() = l;
                 }
                 Err(e) => tracing::warn!("keeping the keys read before: {e}"),
             }
         }
-        self.loaded.read().unwrap_or_else(|p| p.into_inner())
+        self.loaded.read_or_die()
     }
 
     /// The monitors' keys in use now (`cairn_auth::mon_key`).
@@ -138,7 +139,7 @@ impl MonKeys {
         ring.save(&self.path)?;
         // What was written is what is in use now, whatever the file's time stamps say.
         if let Ok(l) = read(&self.path) {
-            *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = l;
+            *self.loaded.write_or_die() = l;
         }
         tracing::info!(keyring = %self.path.display(), "keyring rewritten with the monitors' new key");
         Ok(true)

@@ -13,6 +13,7 @@
 //! Marking it down only then keeps the OSD's lease promise: it has stopped serving (its lease
 //! ran out) before another OSD takes over its PGs.
 
+use cairn_failstop::LockOrDie;
 use cairn_map::{ClusterMap, MapChange};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -55,7 +56,7 @@ impl FailureDetector {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_or_die()
     }
 
     /// The grace period.

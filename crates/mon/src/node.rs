@@ -10,6 +10,7 @@ use crate::raft_net::{self, Network};
 use crate::state_machine::StateMachine;
 use crate::types::{BasicNode, Proposal, Raft};
 use crate::{server, store};
+use cairn_failstop::LockOrDie;
 use cairn_transport::{AllowNone, Auth, NoAuth, Verifier};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{ServerState, SnapshotPolicy};
@@ -131,12 +132,13 @@ pub async fn run(
             _ = shutdown => {}
             why = fatal => {
                 tracing::error!("raft stopped unexpectedly: {why}; stopping the monitor");
-                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                *failed.lock_or_die() = Some(why);
             }
         }
     };
     server::serve(listener, ctx.clone(), stop).await;
     background.shutdown().await;
+    // An Option<String> set in one assignment: a panic cannot leave it half-written.
     let failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
     drop(ctx);
     if let Err(e) = raft.shutdown().await {

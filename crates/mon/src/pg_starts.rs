@@ -7,6 +7,7 @@
 //! OSDs are all down is never reported, and holds the history where it is. A report is
 //! taken only from the OSD the map makes the PG's primary, for an epoch not in the future.
 
+use cairn_failstop::LockOrDie;
 use cairn_map::{ClusterMap, PgId};
 use cairn_placement::Placer;
 use cairn_proto::msg::mon::PgStarted;
@@ -29,7 +30,7 @@ pub(crate) struct PgStarts {
 
 impl PgStarts {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_or_die()
     }
 
     /// Forgets every report when leadership changes (a new leader starts from nothing).

@@ -12,6 +12,7 @@
 //! A session is dialed as a monitor and the peer must answer as one.
 
 use crate::types::{BasicNode, MonRaft, NodeId, Raft};
+use cairn_failstop::LockOrDie;
 use cairn_proto::msg::{decode, encode, ErrorCode, ErrorReply};
 use cairn_proto::{Frame, Limits};
 use cairn_transport::{node_kind, CallError, DialError, Dialer, Session};
@@ -136,7 +137,7 @@ impl Network {
 
     /// The open session to `target` at `addr`, if there is one.
     fn session(&self, target: NodeId, addr: &str) -> Option<Arc<Session>> {
-        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let sessions = self.sessions.lock_or_die();
         sessions
             .get(&target)
             .filter(|s| s.is_open() && s.addr() == addr)
@@ -154,7 +155,7 @@ impl Network {
             .timeout(timeout)
             .frames(self.frames);
         let s = Arc::new(Session::open(&dialer, addr, node_kind::MON, PEER_LIMITS).await?);
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sessions = self.sessions.lock_or_die();
         sessions.insert(target, s.clone());
         Ok(s)
     }

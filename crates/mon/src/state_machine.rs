@@ -9,6 +9,7 @@ use crate::types::{
     StorageError, StoredMembership,
 };
 use cairn_auth::KeyDb;
+use cairn_failstop::RwLockOrDie;
 use cairn_map::{ChangeOutcome, ClusterMap, Incremental, MapChange, PastInterval, PgId};
 use cairn_proto::msg::mon::MapUpdate;
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -80,11 +81,11 @@ impl MapView {
     // A panic while holding the lock cannot leave the map half-applied (`apply` only
     // changes it on success), so a poisoned lock is still safe to use.
     fn read(&self) -> RwLockReadGuard<'_, Live> {
-        self.live.read().unwrap_or_else(|p| p.into_inner())
+        self.live.read_or_die()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Live> {
-        self.live.write().unwrap_or_else(|p| p.into_inner())
+        self.live.write_or_die()
     }
 
     /// Runs `f` on the current map.

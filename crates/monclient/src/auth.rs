@@ -10,6 +10,7 @@ use cairn_auth::{
     open, open_secret, seal, Caps, Entity, FileStamp, KeyEntry, Keyring, KeyringError, Secret,
     ServiceKey, MAX_TICKET,
 };
+use cairn_failstop::LockOrDie;
 use cairn_proto::msg::mon::{
     auth_import_aad, auth_key_aad, nbd_psk_aad, AuthListing, AuthReply, AuthRequest, AUTH_COMMAND,
     AUTH_REPLY,
@@ -116,7 +117,7 @@ impl KeySource {
 
     /// The current key and the one held before it, if any.
     pub fn keys(&self) -> (Secret, Option<Secret>) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.lock_or_die();
         if let Some(path) = &self.file {
             let now = FileStamp::of(path);
             if now != st.stamp {

@@ -19,6 +19,7 @@ mod conn;
 mod error;
 mod follow;
 
+use cairn_failstop::{LockOrDie, RwLockOrDie};
 pub use error::MonClientError;
 
 use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
@@ -72,12 +73,12 @@ impl Addrs {
     }
 
     pub(crate) fn get(&self) -> Vec<String> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.read_or_die().clone()
     }
 
     /// Adds the addresses not known yet (up to [`MAX_KNOWN_MONITORS`]); true if any was new.
     fn learn<'a>(&self, addrs: impl Iterator<Item = &'a str>) -> bool {
-        let mut known = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.0.write_or_die();
         let mut added = false;
         for a in addrs {
             if known.len() < MAX_KNOWN_MONITORS && !known.iter().any(|k| k == a) {
@@ -438,7 +439,7 @@ impl MonClient {
     }
 
     fn set_hint(&self, addr: String) {
-        *self.inner.hint.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
+        *self.inner.hint.lock_or_die() = Some(addr);
     }
 
     /// The live connection, or a new one: to the hinted leader first, then to each monitor
@@ -451,12 +452,7 @@ impl MonClient {
             return Ok(c.clone());
         }
         *cur = None;
-        let hint = self
-            .inner
-            .hint
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let hint = self.inner.hint.lock_or_die().take();
         let addrs = self.inner.addrs.get();
         let start = self.inner.next.load(Ordering::Relaxed);
         let order = (0..addrs.len()).map(|i| &addrs[(start + i) % addrs.len()]);

@@ -5,6 +5,7 @@
 use crate::inflight::Inflight;
 use crate::mailbox::{shard_of, ShardHandle, ShardMsg, ShardState};
 use crate::peers::Peers;
+use cairn_failstop::{LockOrDie, RwLockOrDie};
 use cairn_map::{ClusterMap, PgId, PgPlacement};
 use cairn_placement::Placer;
 use cairn_store::{Store, StoreError};
@@ -82,12 +83,12 @@ impl Osd {
 
     /// The current map.
     pub fn map(&self) -> Arc<ClusterMap> {
-        self.map.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.map.read_or_die().clone()
     }
 
     /// Installs a newer map; returns false (and keeps the old one) when it is not newer.
     pub fn set_map(&self, m: Arc<ClusterMap>) -> bool {
-        let mut cur = self.map.write().unwrap_or_else(|p| p.into_inner());
+        let mut cur = self.map.write_or_die();
         if m.epoch <= cur.epoch {
             return false;
         }
@@ -98,7 +99,7 @@ impl Osd {
     /// Where `pg` lives in `map` (the hierarchy is computed once per epoch).
     pub fn placement(&self, map: &ClusterMap, pg: PgId) -> PgPlacement {
         let h = {
-            let mut cached = self.placer.lock().unwrap_or_else(|p| p.into_inner());
+            let mut cached = self.placer.lock_or_die();
             if cached.0 != map.epoch {
                 *cached = (map.epoch, Arc::new(map.placer()));
             }

@@ -4,6 +4,7 @@
 //! copies, and this keeps primaries from using it up. See "A full store" in
 //! `docs/format/wire.md`.
 
+use cairn_failstop::LockOrDie;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -34,7 +35,7 @@ impl FullMembers {
         if full.is_none() && !self.any.load(Ordering::Relaxed) {
             return;
         }
-        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut marks = self.marks.lock_or_die();
         match full {
             Some(metadata_too) => {
                 if !marks.contains_key(&peer) {
@@ -62,7 +63,7 @@ impl FullMembers {
         if !self.any.load(Ordering::Relaxed) {
             return None;
         }
-        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut marks = self.marks.lock_or_die();
         let now = Instant::now();
         marks.retain(|_, m| now.duration_since(m.at) < HOLDS_FOR);
         self.any.store(!marks.is_empty(), Ordering::Relaxed);

@@ -6,6 +6,7 @@
 //! behind client ops. A write can also fail as a whole (a member's connection broke, the
 //! acting set changed): the client then resends it.
 
+use cairn_failstop::LockOrDie;
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{OpReply, OP_REPLY};
 use cairn_transport::FrameSender;
@@ -76,7 +77,7 @@ impl WriteWhat {
 
 impl InflightWrite {
     fn lock(&self) -> MutexGuard<'_, WriteState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_or_die()
     }
 
     /// Whether the write has completed (acknowledged or failed).
@@ -155,9 +156,7 @@ impl Inflight {
     }
 
     fn slot(&self, tid: u64) -> MutexGuard<'_, HashMap<u64, Arc<InflightWrite>>> {
-        self.table[(tid as usize) % TABLE_SHARDS]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.table[(tid as usize) % TABLE_SHARDS].lock_or_die()
     }
 
     /// Registers a write waiting for `members` (this OSD included).
@@ -251,7 +250,7 @@ impl Inflight {
     pub fn fail_waiting_on(&self, is_gone: impl Fn(u32) -> bool, reply: &OpReply) {
         let mut victims = Vec::new();
         for slot in &self.table {
-            let slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = slot.lock_or_die();
             for w in slot.values() {
                 if w.lock().waiting.iter().any(|m| is_gone(*m)) {
                     victims.push(w.tid);
@@ -297,7 +296,7 @@ impl Inflight {
         let mut out = Vec::new();
         for slot in &self.table {
             let writes: Vec<Arc<InflightWrite>> = {
-                let s = slot.lock().unwrap_or_else(|p| p.into_inner());
+                let s = slot.lock_or_die();
                 s.values().cloned().collect()
             };
             for w in writes {
@@ -325,10 +324,7 @@ impl Inflight {
 
     /// Writes in flight.
     pub fn count(&self) -> usize {
-        self.table
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
-            .sum()
+        self.table.iter().map(|s| s.lock_or_die().len()).sum()
     }
 }
 

@@ -3,6 +3,7 @@
 //! `cairn top` and the dashboard compute rates and mean latencies from two samples, with or
 //! without a metrics endpoint.
 
+use cairn_failstop::LockOrDie;
 use cairn_proto::msg::osd::PoolOps;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +27,7 @@ impl OpTotals {
     /// `bytes_in` and returned `bytes_out`.
     pub fn op(&self, pool: u32, write: bool, started: Instant, bytes_in: u64, bytes_out: u64) {
         let us = micros(started);
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pools = self.pools.lock_or_die();
         let p = pools.entry(pool).or_insert_with(|| PoolOps {
             pool,
             ..PoolOps::default()
@@ -50,7 +51,7 @@ impl OpTotals {
 
     /// Per-pool totals, and (commits, their microseconds in all).
     pub fn snapshot(&self) -> (Vec<PoolOps>, u64, u64) {
-        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pools = self.pools.lock_or_die();
         (
             pools.values().cloned().collect(),
             self.commits.load(Ordering::Relaxed),

@@ -5,6 +5,7 @@
 //! or cannot be opened fails the writes waiting on that peer so their clients resend.
 
 use crate::inflight::Inflight;
+use cairn_failstop::LockOrDie;
 use cairn_map::ClusterMap;
 use cairn_proto::msg::osd::{OpReply, RepReply, REP_REPLY};
 use cairn_proto::Limits;
@@ -80,7 +81,7 @@ impl Peers {
         };
         // Decided under the lock; only the sender is cloned (this runs for every write).
         let known = {
-            let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            let conns = self.conns.lock_or_die();
             match conns.get(&(shard, peer)).filter(|c| c.addr == addr) {
                 Some(c) if !c.sender.is_closed() && c.sender.is_attached() => {
                     Some(Link::Up(c.sender.clone()))
@@ -103,7 +104,7 @@ impl Peers {
         let sender = FrameSender::unconnected();
         let dialer = self.dialer.clone();
         {
-            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            let mut conns = self.conns.lock_or_die();
             let conn = PeerConn {
                 addr: addr.to_string(),
                 sender: sender.clone(),
@@ -161,7 +162,7 @@ impl Conn {
     fn end(self, failed: bool) {
         self.sender.close();
         {
-            let mut c = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            let mut c = self.conns.lock_or_die();
             let ours = c
                 .get(&self.key)
                 .is_some_and(|pc| pc.sender.ptr_eq(&self.sender));

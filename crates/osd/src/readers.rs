@@ -11,6 +11,7 @@
 //! The queue is bounded in jobs and in buffered bytes; when it is full the shard reads in
 //! place, which is the backpressure: it stops taking new ops until the device answers.
 
+use cairn_failstop::LockOrDie;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -83,10 +84,7 @@ impl Readers {
 fn run(rx: &Mutex<Receiver<ReadJob>>) {
     loop {
         // One thread waits in `recv`, the others on the lock: a job wakes exactly one.
-        let job = match rx.lock() {
-            Ok(r) => r.recv(),
-            Err(p) => p.into_inner().recv(),
-        };
+        let job = rx.lock_or_die().recv();
         match job {
             Ok(job) => job(),
             Err(_) => return,

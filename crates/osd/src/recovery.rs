@@ -5,6 +5,7 @@
 //! its slot for a pause so that recovery takes at most `share` of the time (`share` 0.5: it
 //! pauses as long as the copy took). Without client ops it runs at full speed.
 
+use cairn_failstop::LockOrDie;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -107,7 +108,7 @@ impl Recovery {
             self.objects.load(Ordering::Relaxed),
             self.bytes.load(Ordering::Relaxed),
         );
-        let mut s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.samples.lock_or_die();
         s.push_back(now);
         while s.len() > RATE_WINDOW + 1 {
             s.pop_front();
@@ -115,7 +116,7 @@ impl Recovery {
     }
 
     pub fn progress(&self) -> Progress {
-        let s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.samples.lock_or_die();
         let (objects_per_sec, bytes_per_sec) = match (s.front(), s.back()) {
             (Some(a), Some(b)) if s.len() > 1 => {
                 let secs = (s.len() - 1) as u64;

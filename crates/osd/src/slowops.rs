@@ -4,6 +4,7 @@
 //! minute for `cairn status` (through `OsdStats::slow_ops`) and the metrics.
 
 use crate::inflight::SlowWrite;
+use cairn_failstop::LockOrDie;
 use cairn_proto::msg::osd::SlowOps as SlowSummary;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,7 +47,7 @@ impl SlowOps {
             return;
         }
         let now = Instant::now();
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recent = self.recent.lock_or_die();
         for w in found {
             let waiting: Vec<String> = w.waiting.iter().map(|m| format!("osd.{m}")).collect();
             let held = match w.held {
@@ -80,7 +81,7 @@ impl SlowOps {
 
     /// Slow writes of the last minute.
     pub fn recent_count(&self) -> u64 {
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let recent = self.recent.lock_or_die();
         recent.iter().filter(|s| s.at.elapsed() <= KEPT_FOR).count() as u64
     }
 
@@ -91,7 +92,7 @@ impl SlowOps {
 
     /// The last minute's slow writes, by the member they waited for.
     pub fn summary(&self) -> Vec<SlowSummary> {
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recent = self.recent.lock_or_die();
         while recent.front().is_some_and(|s| s.at.elapsed() > KEPT_FOR) {
             recent.pop_front();
         }

@@ -25,6 +25,7 @@
 //! 40% of a store's maintenance thread under 4 KiB random writes went to clearing those pages.
 
 use crate::device::BLOCK_SIZE;
+use cairn_failstop::LockOrDie;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -180,7 +181,7 @@ impl BlockCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_or_die()
     }
 
     /// The invalidation generation; pass it to [`BlockCache::insert_if_current`].

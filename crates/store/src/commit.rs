@@ -15,6 +15,7 @@ use crate::shared::SharedBytes;
 use crate::store::{Shared, State, Store};
 use crate::txn::{limits, CollId, Op, Transaction};
 use crate::wal::{self, layout_batch, RecordBuf};
+use cairn_failstop::CondvarOrDie;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
@@ -520,7 +521,7 @@ fn forget_freed(sh: &Shared, freed: &[Freed]) {
 
 fn wait<'a>(cv: &std::sync::Condvar, mut g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
     g.cv_waiters += 1;
-    let mut g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+    let mut g = cv.wait_or_die(g);
     g.cv_waiters -= 1;
     g
 }

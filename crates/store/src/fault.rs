@@ -10,6 +10,7 @@
 //! e.g. at the Nth flush of any of them.
 
 use crate::device::{AlignedBuf, BlockDevice};
+use cairn_failstop::{LockOrDie, RwLockOrDie};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -95,7 +96,7 @@ fn eio(what: &str) -> io::Error {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock_or_die()
 }
 
 impl FaultDevice {
@@ -165,7 +166,7 @@ impl FaultDevice {
     pub fn crash(&self, mode: CrashMode, rng: &mut impl FnMut() -> u64) -> io::Result<usize> {
         self.power.cut();
         self.dead.store(true, Ordering::SeqCst);
-        let _g = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let _g = self.gate.write_or_die();
         let writes = std::mem::take(&mut *lock(&self.overlay));
         let mut damaged = 0;
         for (off, data) in writes {
@@ -214,7 +215,7 @@ impl BlockDevice for FaultDevice {
         self.inner.size()
     }
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        let _g = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        let _g = self.gate.read_or_die();
         self.alive()?;
         if lock(&self.faults).fail_reads {
             return Err(eio("read error"));
@@ -236,7 +237,7 @@ impl BlockDevice for FaultDevice {
             let f = lock(&self.faults);
             (f.fail_writes, f.writes_during_flush)
         };
-        let _g = (!through).then(|| self.gate.read().unwrap_or_else(|p| p.into_inner()));
+        let _g = (!through).then(|| self.gate.read_or_die());
         self.alive()?;
         if fail {
             return Err(eio("write error"));
@@ -260,7 +261,7 @@ impl BlockDevice for FaultDevice {
             let f = lock(&self.faults);
             (f.fail_flush, f.flush_delay)
         };
-        let _g = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let _g = self.gate.write_or_die();
         self.alive()?;
         if self.power.on_flush() {
             return Err(eio("power cut at flush"));

@@ -8,6 +8,7 @@
 use crate::commit::write_batch_then;
 use crate::error::{Result, StoreError};
 use crate::store::{Shared, State, Store, SEQ_CVS};
+use cairn_failstop::CondvarOrDie;
 use std::sync::MutexGuard;
 
 impl Store {
@@ -33,7 +34,7 @@ impl Store {
             // Batches are written in order: the one after the written prefix wakes this.
             let cv = sh.seq_cv(st.written_seq + 1);
             st.cv_waiters += 1;
-            st = cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = cv.wait_or_die(st);
             st.cv_waiters -= 1;
         }
     }

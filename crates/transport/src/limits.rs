@@ -3,6 +3,7 @@
 
 use crate::frames::{frame_buffered_with, read_guarded, ReadError, READ_BUFFER};
 use crate::recv::RecvBuf;
+use cairn_failstop::LockOrDie;
 use cairn_proto::{Frame, Limits};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -86,7 +87,7 @@ impl Admission {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_or_die()
     }
 
     /// Connections held now.

@@ -5,6 +5,7 @@ use crate::frames::{frame_header, seal_encoded};
 use crate::load::{ConnLoad, RequestTicket};
 use crate::queue::{HeldBytes, SendQueue, HOLD_MIN};
 use cairn_auth::{Sealer, COPY_ALIGN, FRAME_TAGS_LEN};
+use cairn_failstop::LockOrDie;
 use cairn_proto::{clear_body_crc, HEADER_LEN};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -180,7 +181,7 @@ impl FrameSender {
     }
 
     fn state(&self) -> MutexGuard<'_, SendState> {
-        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.state.lock_or_die()
     }
 
     /// The send state, unless the connection is closed.
@@ -516,7 +517,7 @@ async fn drain_queue(weak: Weak<SenderInner>, wake: Arc<Notify>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let idle = {
-            let st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = inner.state.lock_or_die();
             if st.closed {
                 return;
             }
@@ -532,7 +533,7 @@ async fn drain_queue(weak: Weak<SenderInner>, wake: Arc<Notify>) {
             continue;
         };
         let closed = stream.writable().await.is_err();
-        let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = inner.state.lock_or_die();
         if closed {
             st.closed = true;
         } else {

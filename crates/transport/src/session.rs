@@ -6,6 +6,7 @@
 use crate::dial::{DialError, Dialer};
 use crate::frames::{read_guarded, READ_BUFFER};
 use crate::sender::FrameSender;
+use cairn_failstop::LockOrDie;
 use cairn_proto::msg::{decode, is_error, ErrorCode, ErrorReply};
 use cairn_proto::{Frame, Limits};
 use std::collections::HashMap;
@@ -54,7 +55,7 @@ struct Waiters {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Waiters> {
-        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+        self.waiters.lock_or_die()
     }
 
     fn why_closed(&self) -> String {

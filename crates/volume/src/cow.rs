@@ -13,6 +13,7 @@ use crate::layout::Piece;
 use crate::snaps::clone_object;
 use crate::volume::Volume;
 use cairn_client::ClientError;
+use cairn_failstop::LockOrDie;
 
 impl Volume {
     /// Makes sure data object `objno` may change: its bytes are kept for the newest active
@@ -114,7 +115,7 @@ impl Volume {
     }
 
     fn lock_resolved(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, u64>> {
-        self.resolved.lock().unwrap_or_else(|p| p.into_inner())
+        self.resolved.lock_or_die()
     }
 
     /// Sets data object `objno` back to what snapshot `snap` saw, given the ids of its clones

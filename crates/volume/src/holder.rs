@@ -18,6 +18,7 @@ use crate::snaps::{snaps_object, SnapTable, MAX_SNAPS_LEN};
 use crate::volume::read_header;
 use cairn_client::contents_tag;
 use cairn_client::{Client, ClientError};
+use cairn_failstop::LockOrDie;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,7 +94,7 @@ impl SnapView {
         self.lock().insert(objno);
     }
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
-        self.preserved.lock().unwrap_or_else(|p| p.into_inner())
+        self.preserved.lock_or_die()
     }
 }
 
@@ -316,11 +317,7 @@ impl HeldLease {
         if own.is_limited() {
             return own;
         }
-        *self
-            .shared
-            .pool_qos
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        *self.shared.pool_qos.lock_or_die()
     }
 
     /// The snapshot table adopted last: stable while an [`IoPermit`] is held.
@@ -361,14 +358,14 @@ impl Shared {
     }
 
     fn object(&self) -> Vec<u8> {
-        let holder = self.record.lock().unwrap_or_else(|p| p.into_inner()).holder;
+        let holder = self.record.lock_or_die().holder;
         lease_object(self.id, holder)
     }
 
     /// I/O rates since the last sample.
     fn sample_rates(&self) -> IoRates {
         let now: [u64; 4] = std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed));
-        let mut s = self.sampled.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.sampled.lock_or_die();
         let secs = s.0.elapsed().as_secs_f64().max(0.001);
         let rate = |i: usize| (now[i].saturating_sub(s.1[i]) as f64 / secs) as u64;
         let r = IoRates {
@@ -383,7 +380,7 @@ impl Shared {
 
     async fn write_record(&self) -> Result<(), VolumeError> {
         let bytes = {
-            let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = self.record.lock_or_die();
             r.expires_at_ms = now_ms() + LEASE_FOR.as_millis() as u64;
             r.encode()
         };
@@ -401,7 +398,7 @@ impl Shared {
             Err(e) => tracing::warn!(volume = %self.name, error = %e,
                 "could not remove the volume's open lease; it expires by itself"),
         }
-        let holder = [self.record.lock().unwrap_or_else(|p| p.into_inner()).holder];
+        let holder = [self.record.lock_or_die().holder];
         let r = crate::registry::unregister(&self.client, self.pool, &self.name, self.id, &holder);
         if let Err(e) = r.await {
             tracing::warn!(volume = %self.name, error = %e,
@@ -472,14 +469,14 @@ impl Shared {
     /// Re-reads the pool's default QoS limits (kept as they were if that fails).
     async fn refresh_pool_qos(&self) {
         match crate::pool_qos::read(&self.client, self.pool).await {
-            Ok(q) => *self.pool_qos.lock().unwrap_or_else(|p| p.into_inner()) = q,
+            Ok(q) => *self.pool_qos.lock_or_die() = q,
             Err(e) => tracing::warn!(volume = %self.name, error = %e,
                 "could not read the pool's default QoS limits"),
         }
     }
 
     fn snap_view(&self) -> Arc<SnapView> {
-        self.snaps.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.snaps.lock_or_die().clone()
     }
 
     /// Reads and adopts the table at open; a snapshot being read must exist and be active.
@@ -492,7 +489,7 @@ impl Shared {
             }
         }
         let generation = t.generation;
-        *self.snaps.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(SnapView {
+        *self.snaps.lock_or_die() = Arc::new(SnapView {
             table: t,
             preserved: Mutex::default(),
         });
@@ -506,7 +503,7 @@ impl Shared {
     }
 
     fn is_writer(&self) -> bool {
-        self.record.lock().unwrap_or_else(|p| p.into_inner()).writer
+        self.record.lock_or_die().writer
     }
 
     /// Adopts a newer snapshot table while no I/O runs, then acknowledges it. Returns why the
@@ -532,7 +529,7 @@ impl Shared {
             } else {
                 HashSet::new()
             };
-            *self.snaps.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(SnapView {
+            *self.snaps.lock_or_die() = Arc::new(SnapView {
                 table: t,
                 preserved: Mutex::new(preserved),
             });
@@ -545,10 +542,7 @@ impl Shared {
     }
 
     async fn ack(&self, generation: u64) -> Result<(), VolumeError> {
-        self.record
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .acked_gen = generation;
+        self.record.lock_or_die().acked_gen = generation;
         self.write_record().await
     }
 
@@ -661,7 +655,7 @@ async fn renew(s: Arc<Shared>) {
         let started = Instant::now();
         s.refresh_pool_qos().await;
         let rates = s.sample_rates();
-        s.record.lock().unwrap_or_else(|p| p.into_inner()).rates = rates;
+        s.record.lock_or_die().rates = rates;
         if let Err(e) = s.write_record().await {
             if e.is_fenced() {
                 let why = "another server took it over after this one's lease expired (this \

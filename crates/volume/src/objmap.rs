@@ -7,6 +7,7 @@
 //! the persisted map surely marks. It is exact only while this process is the volume's one writer (one
 //! `cairn nbd serve` per volume; any number of connections to it).
 
+use cairn_failstop::LockOrDie;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
@@ -47,7 +48,7 @@ impl ObjectMap {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_or_die()
     }
 
     /// Whether the object may exist (reads must ask the OSD).

@@ -5,6 +5,7 @@
 //! order at exactly the rate, with bursts up to the bucket's size after a quiet spell.
 
 use crate::snaps::Qos;
+use cairn_failstop::LockOrDie;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -66,7 +67,7 @@ impl Limiter {
         if !qos.is_limited() {
             return Duration::ZERO;
         }
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock_or_die();
         if s.qos != *qos {
             *s = Buckets {
                 qos: *qos,

@@ -9,6 +9,7 @@ use crate::lease::LAPSE_PATIENCE;
 use crate::objmap::ObjectMap;
 use crate::snaps::Snap;
 use cairn_client::{Bytes, Client, ClientError};
+use cairn_failstop::LockOrDie;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -249,8 +250,7 @@ impl Volume {
     /// The lock that keeps writes of allocation-map shard `shard` one at a time.
     fn alloc_lock(&self, shard: u64) -> Arc<tokio::sync::Mutex<()>> {
         self.alloc_locks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_die()
             .entry(shard)
             .or_default()
             .clone()

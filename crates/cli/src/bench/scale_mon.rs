@@ -7,6 +7,7 @@
 use super::objects::cpu_seconds;
 use super::report::{lat, ratio, round, Obj};
 use anyhow::{bail, Context, Result};
+use cairn_failstop::RwLockOrDie;
 use cairn_map::{ChangeOutcome, Durability, MapChange};
 use cairn_monclient::MonClient;
 use hdrhistogram::Histogram;
@@ -76,10 +77,7 @@ async fn boot_all(mon: &MonClient, n: u32, booted: &Booted) -> Result<Histogram<
             bail!("the monitor did not boot simulated osd {i}");
         };
         h.record(t.elapsed().as_nanos() as u64)?;
-        booted
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((id, epoch));
+        booted.write_or_die().push((id, epoch));
     }
     Ok(h)
 }
@@ -97,8 +95,7 @@ async fn heartbeats(
     while !stop.load(Ordering::Relaxed) {
         let round = Instant::now();
         let mine: Vec<(u32, u64)> = booted
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .read_or_die()
             .iter()
             .skip(k)
             .step_by(CONNECTIONS)

@@ -9,6 +9,7 @@ mod gather;
 mod web;
 
 use anyhow::{bail, Context, Result};
+use cairn_failstop::LockOrDie;
 use cairn_metrics::http;
 use clap::Args;
 use std::net::SocketAddr;
@@ -87,7 +88,7 @@ pub fn run(conf: Option<&Path>, a: DashboardArgs) -> Result<()> {
             loop {
                 every.tick().await;
                 let v = g.snapshot().await;
-                *s.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = v.to_string();
+                *s.snapshot.lock_or_die() = v.to_string();
             }
         });
         let login = if required {
@@ -150,13 +151,7 @@ async fn serve(mut conn: TcpStream, state: &State) -> std::io::Result<()> {
             let end = (r.head_len + r.content_length.unwrap_or(0)).min(buf.len());
             login(state, &buf[r.head_len.min(end)..end]).await
         }
-        Ok(r) => web::route(&r, &state.sessions, || {
-            state
-                .snapshot
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        }),
+        Ok(r) => web::route(&r, &state.sessions, || state.snapshot.lock_or_die().clone()),
     };
     conn.write_all(&answer).await?;
     let _ = conn.shutdown().await;

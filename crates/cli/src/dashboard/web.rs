@@ -2,6 +2,7 @@
 //! (checked by authenticating to the monitors with them and reading the map, so it takes
 //! `mon r`), and gets a session cookie. A cluster without authentication needs no login.
 
+use cairn_failstop::LockOrDie;
 use cairn_metrics::http::{self, Request};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -45,7 +46,7 @@ impl Sessions {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Instant)>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+        self.live.lock_or_die()
     }
 
     /// Whether `req` may see the cluster.

@@ -1,5 +1,6 @@
 //! What this OSD's scrubs found, kept for `OSD_STATS` (the OSD's shared context holds it).
 
+use cairn_failstop::LockOrDie;
 use cairn_map::PgId;
 use cairn_proto::msg::scrub::ScrubReport;
 
@@ -21,7 +22,7 @@ impl ScrubStats {
     /// Records a scrub's outcome (a scrub that stopped early replaces an earlier count only
     /// when it found something itself).
     pub fn note(&self, pg: PgId, rep: &ScrubReport) {
-        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.inner.lock_or_die();
         s.repaired += rep.repaired;
         if rep.error.is_none() {
             s.scrubbed += 1;
@@ -34,7 +35,7 @@ impl ScrubStats {
 
     /// (copies left wrong by the latest scrubs, copies repaired, PGs scrubbed) since start.
     pub fn totals(&self) -> (u64, u64, u64) {
-        let s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.inner.lock_or_die();
         (s.unrepaired.values().sum(), s.repaired, s.scrubbed)
     }
 }

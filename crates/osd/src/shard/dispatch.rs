@@ -5,6 +5,7 @@
 use super::Shard;
 use crate::mailbox::{OnDurable, Queued, ShardMsg, ShardState};
 use crate::op;
+use cairn_failstop::LockOrDie;
 use cairn_map::PgId;
 use cairn_proto::msg::osd::{DownPg, OSD_SYNC_REPLY};
 use cairn_store::SharedBytes;
@@ -22,7 +23,7 @@ pub async fn serve_queue(
         if counted > 0 {
             backlog.sub(counted);
         }
-        let mut shard = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shard = state.lock_or_die();
         shard.handle(msg);
         if rx.is_empty() {
             shard.sync();
@@ -245,15 +246,15 @@ impl Shard {
 
 impl ShardState for Mutex<Shard> {
     fn handle_now(&self, msg: ShardMsg) {
-        self.lock().unwrap_or_else(|p| p.into_inner()).handle(msg);
+        self.lock_or_die().handle(msg);
     }
 
     fn sync_now(&self) {
-        self.lock().unwrap_or_else(|p| p.into_inner()).sync();
+        self.lock_or_die().sync();
     }
 
     fn troubles(&self, me: u32, down: &mut Vec<DownPg>, lost: &mut Vec<DownPg>) {
-        let shard = self.lock().unwrap_or_else(|p| p.into_inner());
+        let shard = self.lock_or_die();
         for (pg, st) in &shard.pgs {
             if st.placement.primary() != Some(me) {
                 continue;
@@ -280,7 +281,7 @@ impl ShardState for Mutex<Shard> {
     }
 
     fn peering_count(&self) -> u64 {
-        let shard = self.lock().unwrap_or_else(|p| p.into_inner());
+        let shard = self.lock_or_die();
         shard.pgs.values().filter(|st| st.peering.is_some()).count() as u64
     }
 

@@ -11,6 +11,7 @@
 
 mod dispatch;
 
+use cairn_failstop::LockOrDie;
 pub use dispatch::serve_queue;
 
 use crate::context::Osd;
@@ -87,6 +88,6 @@ impl Shard {
 pub fn with_pg<R>(osd: &Osd, pg: PgId, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
     let state = osd.shard_state(pg)?;
     let cell = state.as_any().downcast_ref::<Mutex<Shard>>()?;
-    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = cell.lock_or_die();
     Some(f(&mut guard))
 }

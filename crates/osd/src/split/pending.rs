@@ -2,6 +2,7 @@
 //! installed and taken off as each shard splits them (the OSD's shared context holds them).
 
 use crate::pgstate::pg_of;
+use cairn_failstop::LockOrDie;
 use cairn_map::{ClusterMap, PgId};
 use cairn_store::Store;
 use std::collections::BTreeSet;
@@ -38,20 +39,20 @@ impl Splits {
             .filter(|pg| grown.contains(&pg.pool))
             .collect();
         if !held.is_empty() {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = self.pending.lock_or_die();
             p.extend(held);
         }
     }
 
     /// Whether collections of `pool` are still to be split here.
     pub fn pool_pending(&self, pool: u32) -> bool {
-        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let p = self.pending.lock_or_die();
         has_pool(&p, pool)
     }
 
     /// The pending collections shard `index` of `n` owns.
     pub(super) fn of_shard(&self, index: usize, n: usize) -> Vec<PgId> {
-        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let p = self.pending.lock_or_die();
         p.iter()
             .copied()
             .filter(|pg| crate::mailbox::shard_of(*pg, n) == index)
@@ -60,7 +61,7 @@ impl Splits {
 
     /// `pg` is split; returns whether its pool has nothing left to split.
     pub(super) fn done(&self, pg: PgId) -> bool {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock_or_die();
         p.remove(&pg);
         !has_pool(&p, pg.pool)
     }

@@ -2,6 +2,7 @@
 //! can be reused. Commits never wait for one (`docs/format/store.md`, section 9).
 
 use super::*;
+use cairn_failstop::CondvarOrDie;
 
 /// Takes a checkpoint (also used at open, before the thread starts): write pending data,
 /// snapshot the index, wait until the records it holds end a durable WAL batch, write it to
@@ -112,7 +113,7 @@ fn wait_for_cut(sh: &Shared) -> Result<(u64, u32)> {
             st = crate::commit::write_batch(sh, st);
             continue;
         }
-        st = sh.durable_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        st = sh.durable_cv.wait_or_die(st);
     }
 }
 

@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::copies::CopyCounters;
+#[cfg(test)]
+use cairn_failstop::LockOrDie;
 
 thread_local! {
     /// The flusher's staging buffer, reused from one flush to the next.
@@ -199,8 +201,7 @@ fn between_holds(_sh: &Shared, _phase: &str) {
     #[cfg(test)]
     {
         let hook = BETWEEN_HOLDS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_die()
             .as_ref()
             .filter(|(id, _)| *id == _sh.store_id)
             .map(|(_, f)| f.clone());
@@ -361,13 +362,13 @@ mod tests {
                 .flatten();
             if let Some(tx) = first {
                 let _ = tx.send(());
-                let rx = wait_go.lock().unwrap_or_else(|p| p.into_inner());
+                let rx = wait_go.lock_or_die();
                 if rx.recv_timeout(Duration::from_secs(20)).is_err() {
                     t.store(true, std::sync::atomic::Ordering::SeqCst);
                 }
             }
         });
-        *BETWEEN_HOLDS.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, hook));
+        *BETWEEN_HOLDS.lock_or_die() = Some((id, hook));
         let mut t = Transaction::new();
         t.create_collection(1);
         s.commit(&t).expect("create");
@@ -394,7 +395,7 @@ mod tests {
         while s.stats().pending_bytes > 2 * B && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        *BETWEEN_HOLDS.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *BETWEEN_HOLDS.lock_or_die() = None;
         assert!(!timed_out.load(std::sync::atomic::Ordering::SeqCst));
         assert!(
             s.stats().pending_bytes <= 2 * B,

@@ -14,6 +14,7 @@ use crate::format::WalHeader;
 use crate::index::{Dirty, Loc, LocMatch};
 use crate::segments::{Head, Summary};
 use crate::store::{Shared, State};
+use cairn_failstop::CondvarOrDie;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -216,10 +217,7 @@ fn sleep_idle<'a>(
     idle: fn(&mut State) -> &mut bool,
 ) -> MutexGuard<'a, State> {
     *idle(&mut st) = true;
-    let mut st = cv
-        .wait_timeout(st, tick)
-        .map(|(g, _)| g)
-        .unwrap_or_else(|p| p.into_inner().0);
+    let (mut st, _) = cv.wait_timeout_or_die(st, tick);
     *idle(&mut st) = false;
     st
 }

@@ -8,6 +8,7 @@ mod open;
 mod recover;
 mod state;
 
+use cairn_failstop::CondvarOrDie;
 pub use config::StoreConfig;
 pub(crate) use state::{Shared, State, SEQ_CVS};
 
@@ -256,7 +257,7 @@ impl Store {
                 return Err(StoreError::Failed(f.clone()));
             }
             st.cv_waiters += 1;
-            st = self.sh.space_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = self.sh.space_cv.wait_or_die(st);
             st.cv_waiters -= 1;
         }
         Ok(())

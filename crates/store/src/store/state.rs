@@ -7,6 +7,7 @@ use crate::mirror::{IoCounters, Mirror};
 use crate::segments::Segments;
 use crate::txn::limits;
 use crate::wal::WalRegion;
+use cairn_failstop::LockOrDie;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -117,7 +118,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.st.lock().unwrap_or_else(|p| p.into_inner())
+        self.st.lock_or_die()
     }
 
     /// Stops writes after a background failure and wakes everyone waiting.
