@@ -1,7 +1,7 @@
 //! Crashes: which commands are daemons that fail stop (a panic aborts them after a crash
 //! report, `cairn_failstop`), and where their reports go.
 
-use crate::{mon_cmd::MonCmd, nbd_cmd::NbdCmd, osd_cmd::OsdCmd, Cmd};
+use crate::{mon_cmd::MonCmd, nbd_cmd::NbdCmd, osd_cmd::OsdCmd, store_cmd::StoreCmd, Cmd};
 use cairn_failstop::CRASH_DIR_ENV;
 use std::path::PathBuf;
 
@@ -25,6 +25,8 @@ pub(crate) fn daemon_of(cmd: &Cmd) -> Option<(String, Option<PathBuf>)> {
         ),
         Cmd::Nbd(NbdCmd::Serve(a)) => (format!("nbd-server@{}", a.listen), env_dir),
         Cmd::Dashboard(_) => ("dashboard".to_string(), env_dir),
+        // The store under an OSD's load, for the crash tests: it fails stop like an OSD.
+        Cmd::Store(StoreCmd::Torture(_)) => ("store-torture".to_string(), env_dir),
         _ => return None,
     })
 }

@@ -715,6 +715,8 @@ fn apply_and_log<'a>(
                     .index
                     .apply(e, &no_record, &mut st_ref.next_id, &mut out),
             }
+            // Half of a transaction's effects applied to the index, the store's lock held.
+            fail::fail_point!("store_index_apply");
         }
     }
     if txn.replica_copy {
@@ -856,7 +858,11 @@ pub(crate) fn write_batch_then<'a>(
     } else if !jobs.is_empty() {
         direct::write_jobs(sh, &jobs)
             .and_then(|()| sh.data.flush())
-            .and_then(|()| write_layout(sh, &layout, flush))
+            .and_then(|()| {
+                // A direct write's data durable on the data device, its record not written.
+                fail::fail_point!("store_direct_data_written");
+                write_layout(sh, &layout, flush)
+            })
     } else {
         write_layout(sh, &layout, flush)
     };

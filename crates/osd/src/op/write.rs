@@ -135,6 +135,8 @@ pub fn primary_write(
     let memory = pool.durability == Durability::Memory;
     match osd.store.submit(&t) {
         Ok(seq) => {
+            // Sent to every member and applied here, not yet synced to this OSD's WAL.
+            fail::fail_point!("osd_primary_before_wal_sync");
             osd.note_applied(pg.pool, true);
             st.coll_exists = true;
             st.last_version = version;
@@ -328,6 +330,8 @@ pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, da
     };
     match osd.store.submit(&t) {
         Ok(seq) => {
+            // A replica applied a write, not yet synced nor answered.
+            fail::fail_point!("osd_replica_applied");
             osd.note_applied(pg.pool, false);
             st.coll_exists = true;
             st.last_version = st.last_version.max(op.version);

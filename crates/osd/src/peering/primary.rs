@@ -199,6 +199,8 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
         .iter()
         .map(|m| (&m.info, m.entries.as_slice()))
         .collect();
+    // Every member's history gathered, the authority chosen, nothing changed yet.
+    fail::fail_point!("osd_peering_mid");
     let source = source_of_missing(&histories, auth_i, mine);
     let mut copied_here = BTreeSet::new();
     match source {

@@ -79,6 +79,8 @@ impl Ctx {
     }
 
     pub async fn push(&self, dst: &mut End<'_>, kind: PushKind, data: &[u8]) -> Result<(), String> {
+        // A recovery or backfill between two pushes of its objects.
+        fail::fail_point!("osd_recovery_push");
         match self.push_reply(dst, kind, data).await? {
             PgDone::Done => Ok(()),
             PgDone::Stale { epoch } => Err(format!(

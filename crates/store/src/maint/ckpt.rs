@@ -39,6 +39,8 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     drop(snap);
     drop(buf);
     let body_len = body.total as usize;
+    // The checkpoint's body written, its root and the WAL header that names it not.
+    fail::fail_point!("store_checkpoint_body_written");
     let root = Root {
         generation: gen,
         total_len: body.total,

@@ -146,6 +146,9 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         }
         CopyCounters::add(&sh.copies.flush_staged, at);
         write_runs(sh, &buf[..at], &runs)?;
+        // A flush batch written to its segment, the index still pointing at the pending
+        // copies.
+        fail::fail_point!("store_flusher_written");
         // Data just written is read from memory once it leaves the pending set; a replica's
         // copies are not kept (`Dirty::cache`).
         cache_written(sh, &buf[..at], &pieces, &runs, |p, _| p.cache);
