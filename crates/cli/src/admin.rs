@@ -605,10 +605,15 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let mut unreachable = Vec::new();
     // (reporting OSD, its slow writes of the last minute by the member they waited for)
     let mut slow = Vec::new();
+    // (OSD, its recent crashes)
+    let mut crashes = Vec::new();
     for (id, r) in &usage {
         match r {
             Ok(s) => {
                 totals.add(s);
+                if !s.crashes.is_empty() {
+                    crashes.push((*id, s.crashes.clone()));
+                }
                 slow.extend(s.slow_ops.iter().map(|o| (*id, o.clone())));
                 down_pgs.extend(s.down_pgs.iter().cloned());
                 lost_pgs.extend(s.lost_write_pgs.iter().cloned());
@@ -690,6 +695,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         || !overcommitted.is_empty()
         || !few_pgs.is_empty()
         || !slow.is_empty()
+        || !crashes.is_empty()
     {
         "HEALTH_WARN"
     } else {
@@ -738,6 +744,11 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
              (see the OSD logs; `cairn pg scrub` repairs what has a good copy)"
         ));
     }
+    problems.extend(
+        crashes
+            .iter()
+            .map(|(osd, c)| crate::crash::status_line(*osd, c)),
+    );
     if peering > 0 {
         problems.push(format!(
             "{peering} pgs peering or recovering: I/O to them waits until they are active"
@@ -833,6 +844,8 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                          "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
                          "seconds_left": seconds_left},
             "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
+            "crashes": crashes.iter().flat_map(|(osd, c)| c.iter().map(move |c|
+                crate::crash::json(*osd, c))).collect::<Vec<_>>(),
             "slow_ops": slow.iter().map(|(osd, s)| serde_json::json!({
                 "osd": osd, "waiting_for": s.waiting_for, "count": s.count,
                 "longest_ms": s.longest_ms})).collect::<Vec<_>>(),

@@ -27,6 +27,10 @@ pub enum DevCmd {
     Up(Box<UpArgs>),
     /// Stop the local cluster in DIR (data is kept unless --purge).
     Down(DownArgs),
+    /// Run one daemon and start it again when it crashes (what `dev up` starts each daemon
+    /// under).
+    #[command(hide = true)]
+    Supervise(crate::supervise::SuperviseArgs),
 }
 
 #[derive(Args)]
@@ -234,6 +238,7 @@ pub fn run(cmd: DevCmd) -> Result<()> {
     match cmd {
         DevCmd::Up(a) => up(*a),
         DevCmd::Down(a) => down(a),
+        DevCmd::Supervise(a) => crate::supervise::run(a),
     }
 }
 
@@ -468,7 +473,8 @@ fn read_pid(path: &Path) -> Option<i32> {
 }
 
 /// Starts `cairn <args>` detached (own process group, so a Ctrl-C in the shell that ran
-/// `dev up` does not stop the cluster), logging to `log`, and records its pid.
+/// `dev up` does not stop the cluster) under `cairn dev supervise`, which starts it again when
+/// it crashes (`supervise.rs`), logging to `log`; returns once its pid is recorded.
 fn spawn(dir: &Path, name: &str, args: &[String]) -> Result<()> {
     let pidfile = dir.join("run").join(format!("{name}.pid"));
     if read_pid(&pidfile).is_some_and(pid_alive) {
@@ -481,8 +487,26 @@ fn spawn(dir: &Path, name: &str, args: &[String]) -> Result<()> {
         .append(true)
         .open(&log_path)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
-    let child = Command::new(exe)
+    // A supervisor waiting to restart a crashed daemon would start a second one.
+    let supfile = dir.join("run").join(format!("{name}.sup"));
+    if let Some(pid) = read_pid(&supfile).filter(|p| pid_alive(*p)) {
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let _ = std::fs::remove_file(&pidfile);
+    let run_dir = dir.join("run").display().to_string();
+    let crash_dir = dir.join("crash");
+    let mut child = Command::new(exe)
+        .args([
+            "dev",
+            "supervise",
+            "--name",
+            name,
+            "--run-dir",
+            &run_dir,
+            "--",
+        ])
         .args(args)
+        .env(cairn_failstop::CRASH_DIR_ENV, &crash_dir)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -493,8 +517,22 @@ fn spawn(dir: &Path, name: &str, args: &[String]) -> Result<()> {
         .process_group(0)
         .spawn()
         .with_context(|| format!("cannot start {name}"))?;
-    std::fs::write(&pidfile, child.id().to_string())
-        .with_context(|| format!("cannot write {}", pidfile.display()))?;
+    let start = Instant::now();
+    while read_pid(&pidfile).is_none() {
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "{name}'s supervisor ended at once ({status}); see {}",
+                log_path.display()
+            );
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            bail!(
+                "{name} did not start within 10 s; see {}",
+                log_path.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     Ok(())
 }
 
@@ -564,6 +602,13 @@ fn running(dir: &Path) -> Vec<String> {
 
 /// Stops daemon `name` (`nbd`, `osd.1`) of the cluster in `dir`: SIGTERM, SIGKILL after 10 s.
 fn stop_one(dir: &Path, name: &str) {
+    // Its supervisor first, which could otherwise start it again if it is between a crash
+    // and its restart.
+    let supfile = dir.join("run").join(format!("{name}.sup"));
+    if let Some(pid) = read_pid(&supfile).filter(|p| pid_alive(*p)) {
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let _ = std::fs::remove_file(supfile);
     let pidfile = dir.join("run").join(format!("{name}.pid"));
     if let Some(pid) = read_pid(&pidfile).filter(|p| pid_alive(*p)) {
         unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -590,7 +635,10 @@ fn dead_daemon(dir: &Path) -> Option<String> {
             continue;
         }
         let file = e.file_name().to_string_lossy().into_owned();
-        let name = file.strip_suffix(".pid").unwrap_or(&file).to_string();
+        // Supervisors (`NAME.sup`) end with their daemon.
+        let Some(name) = file.strip_suffix(".pid").map(str::to_string) else {
+            continue;
+        };
         let log = dir.join("log").join(format!("{name}.log"));
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();

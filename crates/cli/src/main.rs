@@ -62,6 +62,7 @@ mod qos_cmd;
 mod size;
 mod snap_cmd;
 mod store_cmd;
+mod supervise;
 mod torture;
 mod vol_cmd;
 mod vol_io;
@@ -95,6 +96,9 @@ enum Cmd {
     Dev(dev::DevCmd),
     /// Cluster health, OSDs, PGs and pools at a glance.
     Status(admin::StatusArgs),
+    /// Daemons' recent crashes (panics: a daemon aborts, is restarted, and reports them).
+    #[command(subcommand)]
+    Crash(crash::CrashCmd),
     /// Serve a read-only web dashboard of the cluster (health, OSDs, pools, volumes, PGs,
     /// recovery, live IOPS/throughput/latency charts) on 127.0.0.1:7480.
     Dashboard(dashboard::DashboardArgs),
@@ -182,6 +186,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Dev(c) => ok(dev::run(c)),
         Cmd::Status(a) => ok(admin::status(conf, &a)),
+        Cmd::Crash(c) => ok(crash::run(c, conf)),
         Cmd::Top(a) => ok(perf::top(conf, &a)),
         Cmd::Dashboard(a) => ok(dashboard::run(conf, a)),
         Cmd::Pool(c) => ok(admin::pool(c, conf)),

@@ -318,6 +318,7 @@ fn run_daemon(mut a: RunArgs, conf: Option<&std::path::Path>) -> Result<()> {
     if let Some(m) = a.memory_target {
         cfg.memory_target = m;
     }
+    cfg.crash_dir = Some(crate::crash::dir_of(&cfg.dir));
     cairn_osd::run(cfg)?;
     Ok(())
 }

@@ -78,3 +78,72 @@ fn a_panic_at_each_store_failpoint_aborts_the_process_and_loses_no_acknowledged_
 fn kill9_at_each_store_failpoint_loses_no_acknowledged_commit() {
     each_store_point("failpoint_kill9", "sleep(60000)");
 }
+
+mod common;
+
+/// An OSD of a `dev up` cluster whose every peering panics (`osd_peering_mid`): it aborts
+/// with a crash report, its supervisor starts it again, and after five crashes gives up.
+/// Started again without the failpoint, it reports those crashes, which `cairn status`
+/// (HEALTH_WARN, one line naming where it panicked) and `cairn crash ls` show.
+#[test]
+fn a_panicking_osd_is_restarted_until_its_crash_loop_limit_and_status_names_its_crashes() {
+    use common::cluster::{text, Cluster};
+    let c = Cluster::at("crashloop");
+    let d = c.dir.display().to_string();
+    let up = |failpoints: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["dev", "up", "--dir", &d, "--osds", "1", "--osd-size", "1G"])
+            .args(["--no-pool", "--timeout", "60"]);
+        if let Some(f) = failpoints {
+            cmd.env("FAILPOINTS", f);
+        }
+        let o = cmd.output().expect("run dev up");
+        assert!(
+            o.status.success(),
+            "dev up: {}\n{}",
+            text(&o.stderr),
+            c.logs()
+        );
+    };
+    up(Some("osd_peering_mid=panic"));
+    c.pool_create("p", 1, 1, 1);
+    let log = c.dir.join("log").join("osd.0.log");
+    let t0 = Instant::now();
+    loop {
+        let l = std::fs::read_to_string(&log).unwrap_or_default();
+        if l.contains("not starting it again") {
+            assert_eq!(l.matches("starting it again in").count(), 4, "{l}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "no crash loop:\n{l}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (reports, bad) = cairn_failstop::pending_reports(&c.dir.join("crash"));
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(reports.len(), 5, "one report per crash: {reports:?}");
+    for (_, r) in &reports {
+        assert_eq!(r.entity, "osd.0", "{r:?}");
+        assert!(r.message.contains("osd_peering_mid"), "{r:?}");
+        assert!(r.backtrace.contains("peering::primary"), "{r:?}");
+    }
+    // Up again without the failpoint: the PG goes active, the crashes are reported.
+    up(None);
+    let s = c.wait_status("the crashes", Duration::from_secs(60), |s| {
+        s["pgs"]["active_clean"] == 1 && s["capacity"]["osds_reporting"] == 1
+    });
+    assert_eq!(s["health"], "HEALTH_WARN", "{s}");
+    let crashes = s["crashes"].as_array().expect("crashes");
+    assert_eq!(crashes.len(), 5, "{s}");
+    assert!(crashes.iter().all(|x| x["osd"] == 0), "{s}");
+    let plain = c.ok(&["status"]);
+    assert!(
+        plain.contains("osd.0 crashed 5 time(s)") && plain.contains("peering"),
+        "{plain}"
+    );
+    let ls = c.ok(&["crash", "ls"]);
+    assert_eq!(ls.lines().count(), 6, "a header and five crashes: {ls}");
+    assert!(ls.contains(&reports[0].1.id), "{ls}");
+}

@@ -90,6 +90,9 @@ pub struct OsdConfig {
     /// A write this OSD leads that takes longer is reported as slow (logged with where it
     /// waits, counted in `cairn status`). Default 1 s.
     pub slow_op: Duration,
+    /// Where this OSD's crash reports are (`cairn_failstop`); the recent ones are in its
+    /// stats. Default none.
+    pub crash_dir: Option<PathBuf>,
 }
 
 /// Default [`OsdConfig::direct_write_min`]: 128 KiB. Written once, large writes go 1.4-2.2x
@@ -231,6 +234,7 @@ impl OsdConfig {
             max_pulls: 8,
             metrics_listen: None,
             slow_op: crate::slowops::DEFAULT_SLOW_OP,
+            crash_dir: None,
         }
     }
 

@@ -58,6 +58,8 @@ pub struct Osd {
     pub slow: crate::slowops::SlowOps,
     /// Op-path metrics, when this OSD serves metrics (`metrics.rs`).
     pub metrics: Option<Arc<crate::metrics::OsdMetrics>>,
+    /// Its recent crashes, read from its crash directory when it started (`crashes.rs`).
+    pub crashes: Vec<cairn_proto::msg::osd::CrashSummary>,
 }
 
 impl Osd {

@@ -205,6 +205,7 @@ pub fn run(cfg: OsdConfig) -> Result<(), OsdError> {
         splits: crate::split::pending::Splits::default(),
         metrics: crate::metrics::op_metrics(metrics_endpoint.is_some()),
         slow: crate::slowops::SlowOps::new(cfg.slow_op),
+        crashes: crate::crashes::recent(cfg.crash_dir.as_deref()),
     });
     if let Some(m) = &osd.metrics {
         osd.inflight.set_metrics(m.clone());

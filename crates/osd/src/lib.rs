@@ -18,6 +18,7 @@ mod auth;
 mod backlog;
 mod config;
 mod context;
+mod crashes;
 mod daemon;
 mod error;
 mod fullness;

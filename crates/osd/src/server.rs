@@ -620,6 +620,7 @@ pub fn osd_stats_with(osd: &Osd, st: &cairn_store::StoreStats) -> OsdStats {
         pgs_misplaced: crate::peering::misplaced_copies(osd, &held),
         pgs_reclaiming: crate::reclaim::removed_copies(&osd.map(), &held),
         down_pgs,
+        crashes: osd.crashes.clone(),
         lost_write_pgs,
         slow_ops: osd.slow.summary(),
         slow_ops_total: osd.slow.total(),

@@ -306,6 +306,25 @@ pub enum RepReply {
     DoneButFull { metadata_too: bool },
 }
 
+/// A crash of an OSD (a panic: it aborted and was restarted), from the report it left in its
+/// crash directory; `cairn status` and `cairn crash ls` show them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashSummary {
+    /// The report's id (`<UTC time>_<entity>_<pid>`), its file name in the crash directory.
+    pub id: String,
+    /// Seconds since the Unix epoch.
+    pub time_secs: u64,
+    /// `file:line:column` of the panic.
+    pub location: String,
+    /// The panic's message, cut at 512 bytes.
+    pub message: String,
+}
+
+/// Crashes an OSD reports: the newest, within [`RECENT_CRASH_SECS`].
+pub const MAX_REPORTED_CRASHES: usize = 8;
+/// How long a crash counts as recent (Ceph's RECENT_CRASH warns for two weeks too).
+pub const RECENT_CRASH_SECS: u64 = 14 * 86_400;
+
 /// An OSD's usage, for `cairn status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdStats {
@@ -341,6 +360,8 @@ pub struct OsdStats {
     pub pgs_misplaced: u64,
     /// PGs this OSD leads that are down, each with the OSDs it waits for.
     pub down_pgs: Vec<DownPg>,
+    /// This OSD's recent crashes (its earlier lives' panics), newest first.
+    pub crashes: Vec<CrashSummary>,
     /// PGs this OSD leads that went active without some interval's writes (its OSDs were
     /// declared lost), since it started.
     pub lost_write_pgs: Vec<DownPg>,
