@@ -607,10 +607,12 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     let mut slow = Vec::new();
     // (OSD, its recent crashes)
     let mut crashes = Vec::new();
+    let mut failed_pgs = Vec::new();
     for (id, r) in &usage {
         match r {
             Ok(s) => {
                 totals.add(s);
+                failed_pgs.extend(s.failed_pgs.iter().cloned());
                 if !s.crashes.is_empty() {
                     crashes.push((*id, s.crashes.clone()));
                 }
@@ -682,7 +684,12 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         })
         .collect();
     let few_pgs = too_few_pgs(&map);
-    let health = if pgs.inactive > 0 || scrub_bad > 0 || !down_pgs.is_empty() || full {
+    let health = if pgs.inactive > 0
+        || scrub_bad > 0
+        || !down_pgs.is_empty()
+        || !failed_pgs.is_empty()
+        || full
+    {
         "HEALTH_ERR"
     } else if pgs.degraded > 0
         || up < osds
@@ -742,6 +749,17 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         problems.push(format!(
             "{scrub_bad} object copies found inconsistent by scrub and not repaired \
              (see the OSD logs; `cairn pg scrub` repairs what has a good copy)"
+        ));
+    }
+    for f in &failed_pgs {
+        let pg = cairn_map::PgId {
+            pool: f.pool,
+            pg: f.pg,
+        };
+        problems.push(format!(
+            "pg {pg} cannot go active: {} ({}; not retried until the map changes; `cairn pg \
+             query {pg}`)",
+            f.why, f.class
         ));
     }
     problems.extend(
@@ -844,6 +862,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                          "bytes_per_sec": rec_bps, "objects_per_sec": rec_ops,
                          "seconds_left": seconds_left},
             "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
+            "failed_pgs": failed_pgs.iter().map(|f| serde_json::json!({
+                "pg": cairn_map::PgId { pool: f.pool, pg: f.pg }.to_string(),
+                "class": f.class, "why": f.why})).collect::<Vec<_>>(),
             "crashes": crashes.iter().flat_map(|(osd, c)| c.iter().map(move |c|
                 crate::crash::json(*osd, c))).collect::<Vec<_>>(),
             "slow_ops": slow.iter().map(|(osd, s)| serde_json::json!({

@@ -125,6 +125,14 @@ fn print_status(pg: PgId, primary: u32, st: &cairn_proto::msg::peering::PgStatus
     if let Some(r) = &st.reason {
         println!("  reason: {r}");
     }
+    if let Some(c) = &st.failure_class {
+        let retried = if matches!(c.as_str(), "transient" | "stale_map") {
+            "retried with backoff"
+        } else {
+            "not retried until the map changes"
+        };
+        println!("  failure class: {c} ({retried})");
+    }
     if st.degraded_objects > 0 {
         println!("  {} objects still to recover", st.degraded_objects);
     }

@@ -147,3 +147,110 @@ fn a_panicking_osd_is_restarted_until_its_crash_loop_limit_and_status_names_its_
     assert_eq!(ls.lines().count(), 6, "a header and five crashes: {ls}");
     assert!(ls.contains(&reports[0].1.id), "{ls}");
 }
+
+/// `cairn pg query PG --json` of a test cluster.
+fn pg_query(c: &common::cluster::Cluster, pg: &str) -> serde_json::Value {
+    let out = c.ok(&["pg", "query", pg, "--json"]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("pg query output: {e}: {out}"))
+}
+
+/// Waits until `pg query` shows the PG failing with `class`; returns the query. A write (in
+/// the background: it waits for the PG) makes the primary peer it again.
+fn wait_failure_class(c: &common::cluster::Cluster, pg: &str, class: &str) -> serde_json::Value {
+    let conf = c.conf.display().to_string();
+    let nudge = std::thread::spawn(move || {
+        let _ = Command::new(BIN)
+            .args(["-c", &conf, "obj", "put", "p", "nudge", "/etc/hostname"])
+            .stdin(Stdio::null())
+            .output();
+    });
+    let t0 = Instant::now();
+    let q = loop {
+        let q = pg_query(c, pg);
+        if q["failure_class"] == class {
+            break q;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "pg {pg} never failed with class {class}: {q:#}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The write gives up by itself (the PG answers it PgDown until the map changes).
+    drop(nudge);
+    q
+}
+
+/// A replica whose store is full when its primary peers the PG again: the failure has its
+/// class in `cairn pg query` and `cairn status` and is not retried every second like a
+/// network blip. Then the replica's store is corrupt: the OSD stops by itself (exit status
+/// 74, which supervisors do not restart) with a clear log line, and the PG goes on without it.
+#[test]
+fn a_full_and_a_corrupt_member_store_fail_with_their_own_class_and_are_not_retried() {
+    use common::cluster::Cluster;
+    let c = Cluster::up("classes", 1, 2);
+    c.pool_create("p", 2, 1, 1);
+    let file = c.dir.join("obj");
+    std::fs::write(&file, vec![7u8; 64 << 10]).unwrap();
+    let f = file.display().to_string();
+    c.ok(&["obj", "put", "p", "before", &f]);
+    let q = pg_query(&c, "1.0");
+    let primary = q["primary"].as_u64().expect("primary") as u32;
+    let replica = 1 - primary;
+    let name = format!("osd.{replica}");
+    // Writes while the replica is down, so that peering must push them to it.
+    c.kill9(&name);
+    for i in 0..4 {
+        c.ok(&["obj", "put", "p", &format!("while-down-{i}"), &f]);
+    }
+    c.start_osd_with(replica, &[("FAILPOINTS", "store_commit_no_space=return")]);
+    wait_failure_class(&c, "1.0", "store_full");
+    let s = c.status();
+    assert_eq!(s["health"], "HEALTH_ERR", "{s:#}");
+    let failed = &s["failed_pgs"];
+    assert_eq!(failed[0]["class"], "store_full", "{s:#}");
+    assert_eq!(failed[0]["pg"], "1.0", "{s:#}");
+    // Not tried again while the map stays as it is: one failure logged, not one a second.
+    let log = c.dir.join("log").join(format!("osd.{primary}.log"));
+    let failures = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("not retried until the map changes")
+            .count()
+    };
+    let before = failures();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(failures(), before, "a full member was asked again");
+
+    // The replica comes back with a store whose metadata fails its checks: it stops by
+    // itself as soon as it reads it (at start, checking its PGs for splits), with a log line
+    // that says why, instead of serving or being retried.
+    c.kill9(&name);
+    c.start_osd_with(replica, &[("FAILPOINTS", "store_read_corrupt=return")]);
+    let pid = c.pid(&name);
+    let t0 = Instant::now();
+    while common::cluster::alive(pid) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{name} kept running"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rlog = std::fs::read_to_string(c.dir.join("log").join(format!("{name}.log"))).unwrap();
+    assert!(
+        rlog.contains("the store is corrupt or its device failed (store_corrupt)"),
+        "{rlog}"
+    );
+    // Marked down, the PG goes on without it (the full store's failure is gone with it).
+    c.wait_status(
+        "the PG active without the corrupt OSD",
+        Duration::from_secs(60),
+        |s| s["pgs"]["inactive"] == 0 && s["failed_pgs"].as_array().is_some_and(|f| f.is_empty()),
+    );
+    // Healthy again, the replica catches up.
+    c.start_osd(replica);
+    c.wait_status("the PG active and clean", Duration::from_secs(60), |s| {
+        s["pgs"]["active_clean"] == 1 && s["failed_pgs"].as_array().is_some_and(|f| f.is_empty())
+    });
+}

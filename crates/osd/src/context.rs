@@ -164,20 +164,15 @@ impl Osd {
         Some(s.state.as_ref())
     }
 
-    /// PGs this OSD leads that are down (with the OSDs each waits for), and those that went
-    /// active giving up intervals whose OSDs were declared lost (with those OSDs).
-    pub fn pg_troubles(
-        &self,
-    ) -> (
-        Vec<cairn_proto::msg::osd::DownPg>,
-        Vec<cairn_proto::msg::osd::DownPg>,
-    ) {
+    /// The PGs this OSD leads that are down, that went active giving up lost writes, and
+    /// whose peering failed for good.
+    pub fn pg_troubles(&self) -> crate::mailbox::PgTroubles {
         let me = self.id();
-        let (mut down, mut lost) = (Vec::new(), Vec::new());
+        let mut t = crate::mailbox::PgTroubles::default();
         for s in self.shards() {
-            s.state.troubles(me, &mut down, &mut lost);
+            s.state.troubles(me, &mut t);
         }
-        (down, lost)
+        t
     }
 
     /// PGs this OSD leads whose peering (or recovery) is under way.
@@ -219,6 +214,43 @@ impl Osd {
 
     /// Stops the process when the store has failed: serving on would risk acknowledging
     /// writes it cannot keep. Acknowledged writes are durable, so exiting loses nothing.
+    /// This OSD's store failed its checks (corrupt data, a failed device): the OSD stops
+    /// instead of serving or retrying on it; an operator replaces the device, or the OSD is
+    /// marked out and its data rebuilt elsewhere. Exit status 74 (EX_IOERR), which supervisors
+    /// do not restart.
+    pub fn store_corrupt(&self, f: &crate::failure::Failure) -> ! {
+        tracing::error!(class = %f.class, error = %f, "the store is corrupt or its device failed; the OSD stops (replace the device, or mark the OSD out)");
+        // Also on stderr directly: the non-blocking log writer may not get its line out
+        // before the process exits.
+        eprintln!(
+            "cairn osd.{}: the store is corrupt or its device failed ({}): {f}; exiting (replace \
+             the device, or mark the OSD out)",
+            self.id(),
+            f.class
+        );
+        std::process::exit(74);
+    }
+
+    /// `r`; if it failed because this OSD's own store is corrupt, this OSD stops a moment
+    /// later (time for the refusal that says so to reach the peer that asked, so that its
+    /// primary classes the failure): a member must not go on serving from a store that
+    /// failed its checks.
+    pub fn stop_if_corrupt<T>(
+        self: &Arc<Self>,
+        r: Result<T, crate::failure::Failure>,
+    ) -> Result<T, crate::failure::Failure> {
+        if let Err(f) = &r {
+            if f.local_store && f.class == crate::failure::FailClass::StoreCorrupt {
+                let (osd, f) = (self.clone(), f.clone());
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    osd.store_corrupt(&f)
+                });
+            }
+        }
+        r
+    }
+
     pub fn note_store_error(&self, e: &StoreError) {
         if let Some(why) = self.store.failure() {
             tracing::error!(error = %e, failure = %why, "store failed; OSD exits");

@@ -21,6 +21,7 @@ mod context;
 mod crashes;
 mod daemon;
 mod error;
+pub mod failure;
 mod fullness;
 mod inflight;
 mod lease;

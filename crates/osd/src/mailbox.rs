@@ -5,7 +5,7 @@
 //! state is (`shard/`), so the handlers, which use the context, form no loop with it.
 
 use cairn_map::PgId;
-use cairn_proto::msg::osd::{DownPg, OpRequest, RepOp};
+use cairn_proto::msg::osd::{OpRequest, RepOp};
 use cairn_store::SharedBytes;
 use cairn_transport::FrameSender;
 use std::sync::mpsc::Sender;
@@ -13,6 +13,14 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Work for a shard.
+/// PGs in trouble, for the OSD's stats (`cairn status`).
+#[derive(Default)]
+pub struct PgTroubles {
+    pub down: Vec<cairn_proto::msg::osd::DownPg>,
+    pub lost: Vec<cairn_proto::msg::osd::DownPg>,
+    pub failed: Vec<cairn_proto::msg::osd::FailedPg>,
+}
+
 pub enum ShardMsg {
     /// A client op on a PG of this shard.
     Op {
@@ -132,7 +140,7 @@ pub trait ShardState: Send + Sync {
     fn sync_now(&self);
     /// Adds the PGs led by OSD `me` that are down (with the OSDs each waits for) to `down`,
     /// and those that went active giving up intervals of lost OSDs (with those OSDs) to `lost`.
-    fn troubles(&self, me: u32, down: &mut Vec<DownPg>, lost: &mut Vec<DownPg>);
+    fn troubles(&self, me: u32, t: &mut crate::mailbox::PgTroubles);
     /// PGs whose peering (or recovery) is under way.
     fn peering_count(&self) -> u64;
     /// The state itself, for `shard::with_pg`.

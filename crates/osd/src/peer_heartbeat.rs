@@ -106,12 +106,8 @@ async fn ping(osd: &Osd, link: &mut Option<Rpc>, id: u32, timeout: Duration) -> 
             *link = Some(Rpc::connect_osd(&osd.map(), id, &osd.dialer).await?);
         }
         match link.as_mut() {
-            Some(rpc) => rpc
-                .call(OSD_PING, OSD_PONG, &[], &[])
-                .await
-                .map(|_| ())
-                .map_err(String::from),
-            None => Err("no connection".to_string()),
+            Some(rpc) => rpc.call(OSD_PING, OSD_PONG, &[], &[]).await.map(|_| ()),
+            None => Err(crate::peering::rpc::RpcError::NotInMap(id)),
         }
     };
     let ok = matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(())));

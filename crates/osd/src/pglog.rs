@@ -58,6 +58,20 @@ pub enum LogError {
     Store(#[from] StoreError),
 }
 
+impl From<LogError> for crate::failure::Failure {
+    /// A damaged entry is this OSD's store failing its checks.
+    fn from(e: LogError) -> crate::failure::Failure {
+        match e {
+            LogError::Store(e) => e.into(),
+            damaged @ LogError::Damaged { .. } => crate::failure::Failure {
+                class: crate::failure::FailClass::StoreCorrupt,
+                what: damaged.to_string(),
+                local_store: true,
+            },
+        }
+    }
+}
+
 /// The key of the entry of `version`.
 pub fn key(version: u64) -> Vec<u8> {
     let mut k = LOG_PREFIX.to_vec();
@@ -102,25 +116,26 @@ pub fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry, LogError> {
 /// push): at most [`MAX_PEER_ENTRIES`] entries, each for an object name the protocol
 /// allows, in increasing version order, so nothing a peer sends can be stored as a log this
 /// OSD could not read back.
-pub fn decode_peer_entries(data: &[u8]) -> Result<Vec<LogEntry>, String> {
-    let entries: Vec<LogEntry> =
-        cairn_proto::msg::decode("pg log entries", data).map_err(|e| e.to_string())?;
+pub fn decode_peer_entries(data: &[u8]) -> Result<Vec<LogEntry>, crate::failure::Failure> {
+    let entries: Vec<LogEntry> = cairn_proto::msg::decode("pg log entries", data)?;
     if entries.len() > MAX_PEER_ENTRIES {
-        return Err(format!(
+        return Err(crate::failure::Failure::protocol(format!(
             "{} log entries; at most {MAX_PEER_ENTRIES} are taken from a peer",
             entries.len()
-        ));
+        )));
     }
     let max_name = cairn_proto::msg::osd::MAX_OBJECT_NAME;
     if let Some(e) = entries.iter().find(|e| e.object.len() > max_name) {
-        return Err(format!(
+        return Err(crate::failure::Failure::protocol(format!(
             "log entry {} names an object of {} bytes (at most {max_name})",
             e.version,
             e.object.len()
-        ));
+        )));
     }
     if entries.windows(2).any(|w| w[1].version <= w[0].version) {
-        return Err("log entries are not in increasing version order".into());
+        return Err(crate::failure::Failure::protocol(
+            "log entries are not in increasing version order",
+        ));
     }
     Ok(entries)
 }
@@ -169,15 +184,18 @@ mod tests {
         unordered.swap(3, 4);
         assert!(decode_peer_entries(&enc(&unordered))
             .unwrap_err()
+            .what
             .contains("increasing"));
         let mut long = good.clone();
         long[2].object = vec![b'x'; 5000];
         assert!(decode_peer_entries(&enc(&long))
             .unwrap_err()
+            .what
             .contains("5000 bytes"));
         let many: Vec<LogEntry> = (1..=MAX_PEER_ENTRIES as u64 + 1).map(entry).collect();
         assert!(decode_peer_entries(&enc(&many))
             .unwrap_err()
+            .what
             .contains("at most"));
         assert!(decode_peer_entries(b"\xff\xff").is_err());
     }

@@ -111,7 +111,10 @@ pub struct PgState {
     /// What the last peering found about the past intervals.
     pub report: Option<crate::peering::outcome::Report>,
     /// Why the last peering failed, while it has not succeeded since.
-    pub failure: Option<String>,
+    pub failure: Option<crate::failure::Failure>,
+    /// The map epoch of that failure, and how many peerings in a row failed (the backoff).
+    pub failure_epoch: u64,
+    pub failures: u32,
     /// Intervals (first, last epoch) given up since this OSD started: their OSDs were
     /// declared lost, so writes acknowledged in them may be lost.
     pub lost_intervals: Vec<cairn_map::PastInterval>,
@@ -162,6 +165,8 @@ impl PgState {
             down: None,
             report: None,
             failure: None,
+            failure_epoch: 0,
+            failures: 0,
             lost_intervals: Vec::new(),
         }
     }

@@ -591,7 +591,7 @@ pub fn osd_stats_with(osd: &Osd, st: &cairn_store::StoreStats) -> OsdStats {
     let (scrub_unrepaired, scrub_repaired, scrubbed_pgs) = osd.scrub.totals();
     let progress = osd.recovery.progress();
     let held = osd.store.list_collections();
-    let (down_pgs, lost_write_pgs) = osd.pg_troubles();
+    let troubles = osd.pg_troubles();
     let (pools, commits, commit_latency_us) = osd.inflight.totals.snapshot();
     let (wal_sync_floor_us, wal_syncs_handed_off) = osd.wal_pace.figures();
     OsdStats {
@@ -619,9 +619,10 @@ pub fn osd_stats_with(osd: &Osd, st: &cairn_store::StoreStats) -> OsdStats {
         pgs_held: held.len() as u64,
         pgs_misplaced: crate::peering::misplaced_copies(osd, &held),
         pgs_reclaiming: crate::reclaim::removed_copies(&osd.map(), &held),
-        down_pgs,
+        down_pgs: troubles.down,
+        failed_pgs: troubles.failed,
         crashes: osd.crashes.clone(),
-        lost_write_pgs,
+        lost_write_pgs: troubles.lost,
         slow_ops: osd.slow.summary(),
         slow_ops_total: osd.slow.total(),
         pools,

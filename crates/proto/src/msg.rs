@@ -53,6 +53,10 @@ pub enum ErrorCode {
     Internal,
     /// The sender may not make this request (authentication and capabilities).
     Denied,
+    /// The server's store has no space for it.
+    StoreFull,
+    /// The server's store failed its checks (corrupt data, a failed device): it stops.
+    StoreCorrupt,
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -64,6 +68,8 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::Invalid => "invalid request",
             ErrorCode::Internal => "server failure",
             ErrorCode::Denied => "permission denied",
+            ErrorCode::StoreFull => "store full",
+            ErrorCode::StoreCorrupt => "store corrupt",
         })
     }
 }

@@ -588,6 +588,11 @@ pub(crate) fn client_writable_blocks(sh: &Shared, st: &State) -> u64 {
 }
 
 fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State>, u64)> {
+    // A store with no space left (`return`), for the tests of how its users class that.
+    fail::fail_point!("store_commit_no_space", |_| Err(StoreError::NoSpace {
+        needed: 1,
+        available: 0
+    }));
     let placed = direct::place(sh, txn)?;
     let r = submit_placed(sh, txn, &placed);
     if r.is_err() && !placed.is_empty() {

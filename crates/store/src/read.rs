@@ -305,6 +305,14 @@ impl Store {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        // A store whose metadata fails its checks (`return`), for the tests of how its
+        // users class that.
+        fail::fail_point!("store_read_corrupt", |_| Err(StoreError::corrupt(
+            "collection entries",
+            "data",
+            0,
+            "failpoint store_read_corrupt"
+        )));
         let st = self.sh.lock();
         let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
         Ok(c.kv

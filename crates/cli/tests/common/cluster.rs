@@ -257,6 +257,11 @@ impl Cluster {
     /// Starts OSD `i` alone (as `dev up` would, with its directory, WAL and monitors), leaving
     /// every other stopped process stopped.
     pub fn start_osd(&self, i: u32) {
+        self.start_osd_with(i, &[]);
+    }
+
+    /// [`Cluster::start_osd`] with extra environment variables (e.g. `FAILPOINTS`).
+    pub fn start_osd_with(&self, i: u32, env: &[(&str, &str)]) {
         use std::os::unix::process::CommandExt;
         let t = std::fs::read_to_string(self.dir.join("dev.toml")).expect("read dev.toml");
         let v: toml::Value = toml::from_str(&t).expect("parse dev.toml");
@@ -288,6 +293,7 @@ impl Cluster {
             .expect("open the OSD log");
         let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .args(&args)
+            .envs(env.iter().copied())
             .env("CAIRN_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().expect("log"))

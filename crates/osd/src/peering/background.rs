@@ -12,6 +12,7 @@ use super::rpc::Rpc;
 use super::transfer::{Ctx, End};
 use super::Interval;
 use crate::context::Osd;
+use crate::failure::{FailClass, Failure};
 use crate::mailbox::ShardMsg;
 use crate::recovery::Pending;
 use cairn_map::PgId;
@@ -136,8 +137,15 @@ async fn pull_own(
                 queue.push_front(object);
                 tokio::time::sleep(RETRY_AFTER).await;
             }
+            Err(e) if !e.class.retries() => {
+                tracing::error!(pg = %pg, from = own.from, class = %e.class, error = %e, "catching up: copy failed; stopping until the map changes");
+                if e.local_store && e.class == FailClass::StoreCorrupt {
+                    ctx.osd.store_corrupt(&e);
+                }
+                return;
+            }
             Err(e) => {
-                tracing::warn!(pg = %pg, from = own.from, error = %e, "catching up: copy failed; retrying");
+                tracing::warn!(pg = %pg, from = own.from, class = %e.class, error = %e, "catching up: copy failed; retrying");
                 link = None;
                 queue.push_front(object);
                 tokio::time::sleep(RETRY_AFTER).await;
@@ -175,8 +183,21 @@ async fn push_member(ctx: &Ctx, w: Work, pending: &mut Pending<'_>) -> bool {
                 tracing::info!(pg = %pg, member = w.member, epoch, "background recovery: a newer map has another primary; stopping");
                 return false;
             }
-            Ok(PgDone::Failed { why: e, .. }) | Err(e) => {
-                tracing::warn!(pg = %pg, member = w.member, error = %e, "background recovery: copy failed; retrying");
+            r => {
+                let e = match r {
+                    Err(e) => e,
+                    Ok(done) => crate::failure::refused(&format!("osd.{}", w.member), &done),
+                };
+                if !e.class.retries() {
+                    // A full or corrupt store does not get better by asking again every
+                    // second: the PG peers again when the map changes.
+                    tracing::error!(pg = %pg, member = w.member, class = %e.class, error = %e, "background recovery: copy failed; stopping until the map changes");
+                    if e.local_store && e.class == FailClass::StoreCorrupt {
+                        ctx.osd.store_corrupt(&e);
+                    }
+                    return false;
+                }
+                tracing::warn!(pg = %pg, member = w.member, class = %e.class, error = %e, "background recovery: copy failed; retrying");
                 link = None;
                 queue.push_front((object, dirty));
                 tokio::time::sleep(RETRY_AFTER).await;
@@ -215,7 +236,7 @@ impl Ctx {
         dst: &mut End<'_>,
         object: &[u8],
         dirty: &Dirty,
-    ) -> Result<PgDone, String> {
+    ) -> Result<PgDone, Failure> {
         let pg = self.pg;
         let hold =
             |on| crate::shard::with_pg(&self.osd, pg, |s| super::set_copying(s, pg, object, on));

@@ -4,6 +4,7 @@
 //! scrub and the primary read them too.
 
 use super::refusal::Refusal;
+use crate::failure::Failure;
 use crate::pglog::{self, LogEntry};
 use crate::pgstate::{coll_of, LES_KEY, VERSION_KEY};
 use cairn_map::PgId;
@@ -25,14 +26,12 @@ pub fn missing_key(object: &[u8]) -> Vec<u8> {
 }
 
 /// The objects marked missing in this OSD's copy of `pg`.
-pub fn missing(store: &Store, pg: PgId) -> Result<Vec<Vec<u8>>, String> {
+pub fn missing(store: &Store, pg: PgId) -> Result<Vec<Vec<u8>>, Failure> {
     let coll = coll_of(pg);
     if !store.collection_exists(coll) {
         return Ok(Vec::new());
     }
-    let marks = store
-        .kv_range(coll, MISSING_PREFIX, Some(MISSING_END), usize::MAX)
-        .map_err(|e| e.to_string())?;
+    let marks = store.kv_range(coll, MISSING_PREFIX, Some(MISSING_END), usize::MAX)?;
     Ok(marks
         .into_iter()
         .map(|(k, _)| k[MISSING_PREFIX.len()..].to_vec())
@@ -60,7 +59,7 @@ fn stored_u64(store: &Store, pg: PgId, key: &[u8]) -> u64 {
 }
 
 /// This OSD's info of `pg` and its log entries after `since`.
-pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry>), String> {
+pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry>), Failure> {
     let coll = coll_of(pg);
     if !store.collection_exists(coll) {
         let empty = PgInfo {
@@ -72,15 +71,13 @@ pub fn info(store: &Store, pg: PgId, since: u64) -> Result<(PgInfo, Vec<LogEntry
         };
         return Ok((empty, Vec::new()));
     }
-    let entries = pglog::read_after(store, coll, since, pglog::LOG_KEEP as usize)
-        .map_err(|e| e.to_string())?;
+    let entries = pglog::read_after(store, coll, since, pglog::LOG_KEEP as usize)?;
     let last_v = last_version(store, pg);
-    let last =
-        pglog::read_after(store, coll, last_v.saturating_sub(1), 1).map_err(|e| e.to_string())?;
+    let last = pglog::read_after(store, coll, last_v.saturating_sub(1), 1)?;
     let info = PgInfo {
         last_version: last_v,
         last_epoch: last.first().map_or(0, |e| e.epoch),
-        tail: pglog::tail(store, coll).map_err(|e| e.to_string())?,
+        tail: pglog::tail(store, coll)?,
         missing: missing(store, pg)?,
         last_epoch_started: last_epoch_started(store, pg),
     };
@@ -107,9 +104,7 @@ pub fn pull(
     match store.stat(coll, object) {
         Ok(st) => {
             let n = len.min(RECOVERY_CHUNK);
-            let bytes = store
-                .read(coll, object, offset, n)
-                .map_err(|e| e.to_string())?;
+            let bytes = store.read(coll, object, offset, n)?;
             let obj = PgObject {
                 exists: true,
                 size: st.size,
@@ -129,7 +124,7 @@ pub fn pull(
 }
 
 /// Object names of the PG after `after`.
-pub fn list(store: &Store, pg: PgId, after: Option<&[u8]>) -> Result<PgNames, String> {
+pub fn list(store: &Store, pg: PgId, after: Option<&[u8]>) -> Result<PgNames, Failure> {
     let coll = coll_of(pg);
     if !store.collection_exists(coll) {
         return Ok(PgNames {
@@ -137,9 +132,7 @@ pub fn list(store: &Store, pg: PgId, after: Option<&[u8]>) -> Result<PgNames, St
             more: false,
         });
     }
-    let mut names = store
-        .list_objects(coll, after, MAX_NAMES as usize + 1)
-        .map_err(|e| e.to_string())?;
+    let mut names = store.list_objects(coll, after, MAX_NAMES as usize + 1)?;
     let more = names.len() > MAX_NAMES as usize;
     names.truncate(MAX_NAMES as usize);
     Ok(PgNames { names, more })

@@ -7,6 +7,7 @@ pub use super::refusal::Refusal;
 use super::copy::{
     info, last_epoch_started, last_version, list, missing_key, pg_id, MISSING_END, MISSING_PREFIX,
 };
+use crate::failure::Failure;
 use crate::pglog;
 use crate::pgstate::{coll_of, LES_KEY, VERSION_KEY};
 use crate::shard::Shard;
@@ -34,7 +35,10 @@ pub fn handle(
         PG_QUERY => {
             let q: PgQuery = decode("pg query", control)?;
             not_splitting(&shard.osd, pg_id(q.pool, q.pg))?;
-            let (info, entries) = info(store, pg_id(q.pool, q.pg), q.since)?;
+            let (info, entries) =
+                shard
+                    .osd
+                    .stop_if_corrupt(info(store, pg_id(q.pool, q.pg), q.since))?;
             send(
                 &to,
                 PG_INFO,
@@ -46,7 +50,10 @@ pub fn handle(
         PG_LIST => {
             let l: PgList = decode("pg list", control)?;
             not_splitting(&shard.osd, pg_id(l.pool, l.pg))?;
-            let names = list(store, pg_id(l.pool, l.pg), l.after.as_deref())?;
+            let names =
+                shard
+                    .osd
+                    .stop_if_corrupt(list(store, pg_id(l.pool, l.pg), l.after.as_deref()))?;
             send(&to, PG_NAMES, req_id, &names, &[]);
         }
         PG_PUSH => {
@@ -94,7 +101,9 @@ pub fn handle(
                 );
                 return Err(Refusal::new(ErrorCode::Invalid, why));
             }
-            let m = crate::scrub::map::build(store, pg, &q)?;
+            let m = shard
+                .osd
+                .stop_if_corrupt(crate::scrub::map::build(store, pg, &q))?;
             send(&to, PG_SCRUB_MAP, req_id, &m, &[]);
         }
         other => {
@@ -195,7 +204,7 @@ pub fn apply(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> PgDon
         Some(Err(e)) => Err(e),
         None | Some(Ok(false)) => apply_store(shard, pg, kind, data),
     };
-    match r {
+    match shard.osd.stop_if_corrupt(r) {
         Ok(()) => PgDone::Done,
         Err(e) => Refusal::from(e).reply(),
     }
@@ -203,22 +212,21 @@ pub fn apply(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> PgDon
 
 /// Whether a log entry after `since` touched `object` (also when the log no longer reaches
 /// back to `since`: it cannot tell).
-fn changed_since(store: &Store, pg: PgId, object: &[u8], since: u64) -> Result<bool, String> {
+fn changed_since(store: &Store, pg: PgId, object: &[u8], since: u64) -> Result<bool, Failure> {
     let coll = coll_of(pg);
     let last = last_version(store, pg);
     if last <= since {
         return Ok(false);
     }
-    let tail = pglog::tail(store, coll).map_err(|e| e.to_string())?;
+    let tail = pglog::tail(store, coll)?;
     if tail.is_none_or(|t| t > since.saturating_add(1)) {
         return Ok(true);
     }
-    let entries = pglog::read_after(store, coll, since, pglog::LOG_KEEP as usize)
-        .map_err(|e| e.to_string())?;
+    let entries = pglog::read_after(store, coll, since, pglog::LOG_KEEP as usize)?;
     Ok(entries.iter().any(|e| e.object == object))
 }
 
-fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Result<(), String> {
+fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Result<(), Failure> {
     let coll = coll_of(pg);
     let osd = shard.osd.clone();
     let store = &osd.store;
@@ -280,10 +288,10 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
         }
         PushKind::MarkMissing { objects } => {
             if objects.len() > MAX_NAMES as usize {
-                return Err(format!(
+                return Err(Failure::protocol(format!(
                     "{} objects to mark missing; at most {MAX_NAMES} per push",
                     objects.len()
-                ));
+                )));
             }
             for o in objects {
                 t.kv_set(coll, &missing_key(o), &[]);
@@ -324,8 +332,8 @@ fn apply_store(shard: &mut Shard, pg: PgId, kind: &PushKind, data: &[u8]) -> Res
             t.kv_set(coll, LES_KEY, &epoch.to_le_bytes());
         }
     }
-    let seq = store.submit(&t).map_err(|e| e.to_string())?;
-    store.sync_through(seq).map_err(|e| e.to_string())?;
+    let seq = store.submit(&t)?;
+    store.sync_through(seq)?;
     let map = shard.osd.map();
     let st = shard.pg(&map, pg);
     st.coll_exists = true;

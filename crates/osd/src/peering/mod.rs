@@ -30,6 +30,7 @@ pub(crate) mod transfer;
 
 pub use outcome::{interval, Interval, PeerError, PeerResult, Peered, Report};
 
+use crate::failure::FailClass;
 use crate::mailbox::ShardMsg;
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
@@ -38,8 +39,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Delay before peering is tried again after it failed.
+/// Delay before peering is tried again after a transient failure, doubled for each failure
+/// in a row up to [`RETRY_MAX`].
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Delay before a down PG asks again whether the OSDs it waits for are back (a map change
 /// that brings one up peers it at once).
 const DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -56,8 +59,14 @@ pub fn ready(shard: &mut Shard, map: &ClusterMap, pg: PgId) -> bool {
         st.active_epoch = map.epoch;
         return true;
     }
-    // A down PG peers again on a new map or when its retry is due, not per client op.
-    let down_now = st.down.as_ref().is_some_and(|d| d.epoch == map.epoch);
+    // A down PG peers again on a new map or when its retry is due, not per client op; so
+    // does one whose peering failed in a way that asking again cannot fix (a full or corrupt
+    // store, a protocol violation, unfound objects).
+    let down_now = st.down.as_ref().is_some_and(|d| d.epoch == map.epoch)
+        || st
+            .failure
+            .as_ref()
+            .is_some_and(|f| !f.class.retries() && st.failure_epoch == map.epoch);
     if st.peering.is_none() && !down_now {
         start(shard, map, pg);
     }
@@ -118,6 +127,7 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
         Ok(Peered { backlog, report }) if interval(&map, &st.placement.acting) == iv => {
             st.down = None;
             st.failure = None;
+            st.failures = 0;
             note_given_up(pg, st, &report);
             st.report = Some(report);
             st.peered = Some(iv.clone());
@@ -164,9 +174,21 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
                     DOWN_RETRY_AFTER
                 }
                 PeerError::Failed(e) => {
-                    tracing::warn!(pg = %pg, error = %e, "peering failed; retrying");
-                    st.failure = Some(e);
-                    RETRY_AFTER
+                    if e.local_store && e.class == FailClass::StoreCorrupt {
+                        osd.store_corrupt(&e);
+                    }
+                    st.failures = st.failures.saturating_add(1);
+                    st.failure_epoch = map.epoch;
+                    let retries = e.class.retries();
+                    st.failure = Some(e.clone());
+                    if !retries {
+                        tracing::error!(pg = %pg, class = %e.class, error = %e, "peering failed; not retried until the map changes");
+                        answer_failed(shard, pg);
+                        return;
+                    }
+                    let after = backoff(st.failures);
+                    tracing::warn!(pg = %pg, class = %e.class, error = %e, ?after, "peering failed; retrying");
+                    after
                 }
             };
             if let Some(rt) = osd.shard_runtime(shard.index) {
@@ -187,6 +209,27 @@ fn note_given_up(pg: PgId, st: &mut crate::pgstate::PgState, report: &Report) {
         }
         tracing::error!(pg = %pg, first = iv.first, last = iv.last, acting = ?iv.acting, "PG went active without the writes of an interval whose OSDs were declared lost: writes acknowledged then may be lost");
         st.lost_intervals.push(iv.clone());
+    }
+}
+
+/// The wait before the `n`th retry in a row: 1 s, 2 s, 4 s ... at most 30 s.
+fn backoff(n: u32) -> Duration {
+    RETRY_AFTER
+        .saturating_mul(1 << n.saturating_sub(1).min(5))
+        .min(RETRY_MAX)
+}
+
+/// Answers the client ops waiting for a PG whose peering failed for good (until the map
+/// changes): as for a down PG, the client retries until its deadline.
+fn answer_failed(shard: &mut Shard, pg: PgId) {
+    let Some(st) = shard.pgs.get_mut(&pg) else {
+        return;
+    };
+    for w in std::mem::take(&mut st.waiting) {
+        let r = cairn_proto::msg::osd::OpReply::PgDown {
+            waiting_for: Vec::new(),
+        };
+        crate::op::reply(&w.reply, w.req_id, &r, &[]);
     }
 }
 

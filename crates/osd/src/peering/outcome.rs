@@ -21,12 +21,13 @@ pub struct Peered {
 pub enum PeerError {
     /// Some interval that may have acknowledged writes has no member that answered.
     Down(Report),
-    /// Anything else (a member unreachable, a store error ...): tried again shortly.
-    Failed(String),
+    /// Anything else (a member unreachable, a store error ...): tried again with backoff
+    /// when its class is transient, else only once the map changes.
+    Failed(crate::failure::Failure),
 }
 
-impl From<String> for PeerError {
-    fn from(e: String) -> Self {
+impl From<crate::failure::Failure> for PeerError {
+    fn from(e: crate::failure::Failure) -> Self {
         PeerError::Failed(e)
     }
 }

@@ -14,6 +14,7 @@ use super::rpc::Rpc;
 use super::transfer::{Ctx, End};
 use super::{PeerError, Peered, Report};
 use crate::context::Osd;
+use crate::failure::{FailClass, Failure};
 use crate::pglog::LogEntry;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{PgDone, PgInfo, PgQuery, PushKind, MAX_NAMES, PG_INFO, PG_QUERY};
@@ -221,11 +222,11 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
             members[auth_i].info.missing.len()
         );
         // Down, waiting for the OSDs of its intervals that did not answer: one of them may
-        // hold those objects. With every one of them declared lost, nothing can be done but
-        // retry (there is no way yet to give up unfound objects).
+        // hold those objects. With every one of them declared lost, asking again cannot help
+        // until the map changes (there is no way yet to give up unfound objects).
         report.waiting_for = not_answered(&report, &map);
         if report.waiting_for.is_empty() {
-            return Err(PeerError::Failed(why));
+            return Err(PeerError::Failed(Failure::new(FailClass::Unfound, why)));
         }
         report.reason = Some(why);
         return Err(PeerError::Down(report));
@@ -251,7 +252,7 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
         tracing::info!(pg = %pg, from = auth_id, plan = %summary(&p, &members[mine].info), in_background = acting_auth, "recovering this OSD's copy");
         let Some(rpc) = members[auth_i].rpc.as_mut() else {
             let why = "the authority is this OSD but its plan is not up to date";
-            return Err(PeerError::Failed(why.into()));
+            return Err(PeerError::Failed(Failure::protocol(why)));
         };
         let objects = ctx
             .start(
@@ -340,9 +341,9 @@ async fn copy_missing_from(
         objects = objects.len(),
         "the newest history lacks objects another member has current: copying them here first");
     let Some(rpc) = members[src].rpc.as_mut() else {
-        return Err(PeerError::Failed(
-            "the source of the missing objects is this OSD".into(),
-        ));
+        return Err(PeerError::Failed(Failure::protocol(
+            "the source of the missing objects is this OSD",
+        )));
     };
     for o in &objects {
         let done = ctx
@@ -355,10 +356,11 @@ async fn copy_missing_from(
             )
             .await?;
         if done != PgDone::Done {
-            return Err(PeerError::Failed(format!(
-                "copying an object the authority lacks from osd.{}: {done:?}",
+            let who = format!(
+                "copying an object the authority lacks from osd.{}",
                 members[src].id
-            )));
+            );
+            return Err(PeerError::Failed(crate::failure::refused(&who, &done)));
         }
     }
     Ok(objects)
@@ -397,7 +399,9 @@ async fn past_intervals(
         .mon
         .past_intervals(pg, since, map.epoch)
         .await
-        .map_err(|e| format!("asking the monitors for the past intervals: {e}"))?;
+        .map_err(|e| {
+            Failure::transient(format!("asking the monitors for the past intervals: {e}"))
+        })?;
     let coverage = cairn_map::intervals::check(&intervals, &answered, map);
     Ok(Report {
         from,
@@ -422,7 +426,7 @@ fn not_answered(report: &Report, map: &cairn_map::ClusterMap) -> Vec<u32> {
 }
 
 /// Tells every acting member (this OSD too) that the PG goes active at this epoch.
-async fn activate(ctx: &Ctx, members: &mut [Member]) -> Result<(), String> {
+async fn activate(ctx: &Ctx, members: &mut [Member]) -> Result<(), Failure> {
     for m in members {
         let kind = PushKind::Activate { epoch: ctx.epoch };
         match m.rpc.as_mut() {
@@ -439,7 +443,7 @@ async fn recover_now(
     ctx: &Ctx,
     auth: &mut Rpc,
     objects: Vec<(Vec<u8>, Dirty)>,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     // Not paced: the PG's client I/O waits for this, pausing would only make it wait longer.
     let mut pending = ctx.osd.recovery.plan(objects.len() as u64);
     for (o, dirty) in &objects {
@@ -447,7 +451,10 @@ async fn recover_now(
             .copy_object(&mut End::Remote(auth), &mut End::Local, o, dirty, false)
             .await?;
         if done != PgDone::Done {
-            return Err(format!("recovering an object from the authority: {done:?}"));
+            return Err(crate::failure::refused(
+                "recovering an object from the authority",
+                &done,
+            ));
         }
         pending.done_one();
     }
@@ -464,7 +471,7 @@ impl Ctx {
         auth: &PgInfo,
         auth_entries: &[LogEntry],
         src: &mut End<'_>,
-    ) -> Result<Vec<(Vec<u8>, Dirty)>, String> {
+    ) -> Result<Vec<(Vec<u8>, Dirty)>, Failure> {
         let (common, objects): (u64, Vec<(Vec<u8>, Dirty)>) = match plan {
             Plan::UpToDate => return Ok(Vec::new()),
             Plan::Delta { common, objects } => (common, objects.into_iter().collect()),
@@ -496,7 +503,7 @@ async fn query(
     pg: PgId,
     id: u32,
     dialer: &cairn_transport::Dialer,
-) -> Result<Member, String> {
+) -> Result<Member, Failure> {
     let mut rpc = Rpc::connect_osd(map, id, dialer).await?;
     let q = PgQuery {
         epoch: map.epoch,
@@ -505,10 +512,10 @@ async fn query(
         since: 0,
     };
     let f = rpc.call(PG_QUERY, PG_INFO, &encode(&q), &[]).await?;
-    let info: PgInfo = decode("pg info", &f.control).map_err(|e| e.to_string())?;
+    let info: PgInfo = decode("pg info", &f.control)?;
     check_claims(&info, id, map.epoch)?;
     let entries = crate::pglog::decode_peer_entries(&f.data)
-        .map_err(|e| format!("osd.{id}'s log of pg {pg}: {e}"))?;
+        .map_err(|e| Failure::protocol(format!("osd.{id}'s log of pg {pg}: {e}")))?;
     Ok(Member {
         id,
         rpc: Some(rpc),
@@ -519,13 +526,13 @@ async fn query(
 
 /// Refuses a member's info whose `last_epoch_started` no map of this OSD's can have made
 /// (it ranks authority: a forged future epoch would make that copy win).
-fn check_claims(info: &PgInfo, osd: u32, map_epoch: u64) -> Result<(), String> {
+fn check_claims(info: &PgInfo, osd: u32, map_epoch: u64) -> Result<(), Failure> {
     if info.last_epoch_started > map_epoch {
-        return Err(format!(
+        return Err(Failure::stale(format!(
             "osd.{osd} claims the PG went active at epoch {}, after this OSD's map epoch \
              {map_epoch}",
             info.last_epoch_started
-        ));
+        )));
     }
     Ok(())
 }
@@ -565,6 +572,10 @@ mod claim_tests {
         assert!(check_claims(&info, 2, 9).is_ok());
         info.last_epoch_started = 10;
         let e = check_claims(&info, 2, 9).unwrap_err();
-        assert!(e.contains("osd.2") && e.contains("epoch 10"), "{e}");
+        assert_eq!(e.class, FailClass::StaleMap, "{e}");
+        assert!(
+            e.what.contains("osd.2") && e.what.contains("epoch 10"),
+            "{e}"
+        );
     }
 }

@@ -11,13 +11,26 @@ pub struct Refusal {
     pub why: String,
 }
 
-impl From<String> for Refusal {
-    /// Reading or writing the store failed.
-    fn from(why: String) -> Refusal {
+impl From<crate::failure::Failure> for Refusal {
+    /// Reading or writing the store failed: the code says how (full, corrupt, ...).
+    fn from(f: crate::failure::Failure) -> Refusal {
         Refusal {
-            code: ErrorCode::Internal,
-            why,
+            code: f.class.code(),
+            why: f.what,
         }
+    }
+}
+
+impl From<cairn_store::StoreError> for Refusal {
+    fn from(e: cairn_store::StoreError) -> Refusal {
+        crate::failure::Failure::from(e).into()
+    }
+}
+
+impl From<Refusal> for crate::failure::Failure {
+    fn from(r: Refusal) -> crate::failure::Failure {
+        let class = crate::failure::FailClass::of_code(r.code);
+        crate::failure::Failure::new(class, r.why)
     }
 }
 

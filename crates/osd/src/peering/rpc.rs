@@ -30,13 +30,6 @@ impl RpcError {
     }
 }
 
-/// Peering and recovery report failures as text for people (`cairn pg query`).
-impl From<RpcError> for String {
-    fn from(e: RpcError) -> String {
-        e.to_string()
-    }
-}
-
 /// How long one request may take before the member is treated as unreachable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 

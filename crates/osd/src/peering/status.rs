@@ -35,8 +35,13 @@ pub fn of(shard: &mut Shard, pg: PgId) -> PgStatus {
             osds.join(" or ")
         );
         ("down", Some(why))
+    } else if let Some(f) = st.failure.as_ref().filter(|f| !f.class.retries()) {
+        // Its last peering failed for good: whatever it served before, it serves nothing
+        // until the map changes.
+        let why = format!("{f} ({}: not retried until the map changes)", f.class);
+        ("failed", Some(why))
     } else if !active {
-        ("peering", st.failure.clone())
+        ("peering", st.failure.as_ref().map(|f| f.to_string()))
     } else if st.recovering.is_some() {
         ("recovering", None)
     } else {
@@ -77,6 +82,8 @@ pub fn of(shard: &mut Shard, pg: PgId) -> PgStatus {
         answered: report.answered.iter().copied().collect(),
         waiting_for,
         reason,
+        // Cleared when a peering succeeds.
+        failure_class: st.failure.as_ref().map(|f| f.class.name().to_string()),
         lost_intervals: st.lost_intervals.clone(),
         degraded_objects: st.missing.len() as u64,
     }

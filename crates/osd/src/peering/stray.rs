@@ -5,6 +5,7 @@
 
 use super::rpc::Rpc;
 use crate::context::Osd;
+use crate::failure::Failure;
 use crate::pgstate::coll_of;
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId, PgPlacement};
@@ -68,7 +69,7 @@ async fn run(osd: Arc<Osd>, pg: PgId) {
     }
 }
 
-async fn ask(osd: &Osd, map: &ClusterMap, pg: PgId, primary: u32) -> Result<PgDone, String> {
+async fn ask(osd: &Osd, map: &ClusterMap, pg: PgId, primary: u32) -> Result<PgDone, Failure> {
     let mut rpc = Rpc::connect_osd(map, primary, &osd.dialer).await?;
     let q = PgQuery {
         epoch: map.epoch,
@@ -77,12 +78,12 @@ async fn ask(osd: &Osd, map: &ClusterMap, pg: PgId, primary: u32) -> Result<PgDo
         since: 0,
     };
     let f = rpc.call(PG_CLEAN, PG_DONE, &encode(&q), &[]).await?;
-    decode("pg done", &f.control).map_err(|e| e.to_string())
+    Ok(decode("pg done", &f.control)?)
 }
 
 /// Deletes this OSD's copy of `pg` if the map is still the one (`epoch`) the primary said
 /// the PG is clean at; returns whether it did.
-fn drop_copy(shard: &mut Shard, pg: PgId, epoch: u64) -> Result<bool, String> {
+fn drop_copy(shard: &mut Shard, pg: PgId, epoch: u64) -> Result<bool, Failure> {
     let map = shard.osd.map();
     let me = shard.osd.id();
     let coll = coll_of(pg);
@@ -95,8 +96,8 @@ fn drop_copy(shard: &mut Shard, pg: PgId, epoch: u64) -> Result<bool, String> {
     let mut t = Transaction::new();
     t.remove_collection(coll);
     let store = &shard.osd.store;
-    let seq = store.submit(&t).map_err(|e| e.to_string())?;
-    store.sync_through(seq).map_err(|e| e.to_string())?;
+    let seq = store.submit(&t)?;
+    store.sync_through(seq)?;
     shard.pgs.remove(&pg);
     tracing::info!(pg = %pg, epoch, "deleted this OSD's old copy of the PG: it is clean on its members");
     Ok(true)

@@ -7,6 +7,7 @@ use super::dirty::Dirty;
 use super::member;
 use super::rpc::Rpc;
 use crate::context::Osd;
+use crate::failure::Failure;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{
     PgDone, PgList, PgNames, PgObject, PgPull, PgPush, PushKind, PG_DONE, PG_LIST, PG_NAMES,
@@ -40,7 +41,7 @@ impl Ctx {
         src: &mut End<'_>,
         object: &[u8],
         offset: u64,
-    ) -> Result<(PgObject, Vec<u8>), String> {
+    ) -> Result<(PgObject, Vec<u8>), Failure> {
         self.read_len(src, object, offset, RECOVERY_CHUNK).await
     }
 
@@ -51,16 +52,16 @@ impl Ctx {
         object: &[u8],
         offset: u64,
         len: u64,
-    ) -> Result<(PgObject, Vec<u8>), String> {
+    ) -> Result<(PgObject, Vec<u8>), Failure> {
         match src {
             // Off the shard's thread: up to 4 MiB from the device.
             End::Local => {
                 let (osd, pg, object) = (self.osd.clone(), self.pg, object.to_vec());
                 tokio::task::spawn_blocking(move || {
-                    copy::pull(&osd.store, pg, &object, offset, len).map_err(|r| r.why)
+                    copy::pull(&osd.store, pg, &object, offset, len).map_err(Failure::from)
                 })
                 .await
-                .map_err(|e| format!("reading for recovery: {e}"))?
+                .map_err(|e| Failure::transient(format!("reading for recovery: {e}")))?
             }
             End::Remote(rpc) => {
                 let p = PgPull {
@@ -72,22 +73,23 @@ impl Ctx {
                     len: len.min(RECOVERY_CHUNK),
                 };
                 let f = rpc.call(PG_PULL, PG_OBJECT, &encode(&p), &[]).await?;
-                let o: PgObject = decode("pg object", &f.control).map_err(|e| e.to_string())?;
+                let o: PgObject = decode("pg object", &f.control)?;
                 Ok((o, f.data))
             }
         }
     }
 
-    pub async fn push(&self, dst: &mut End<'_>, kind: PushKind, data: &[u8]) -> Result<(), String> {
+    pub async fn push(
+        &self,
+        dst: &mut End<'_>,
+        kind: PushKind,
+        data: &[u8],
+    ) -> Result<(), Failure> {
         // A recovery or backfill between two pushes of its objects.
         fail::fail_point!("osd_recovery_push");
         match self.push_reply(dst, kind, data).await? {
             PgDone::Done => Ok(()),
-            PgDone::Stale { epoch } => Err(format!(
-                "the member's map (epoch {epoch}) no longer has this OSD as primary"
-            )),
-            PgDone::Failed { code, why } => Err(format!("the member refused ({code}): {why}")),
-            PgDone::Busy => Err("the member refused: the object changed meanwhile".into()),
+            other => Err(crate::failure::refused("the member", &other)),
         }
     }
 
@@ -97,7 +99,7 @@ impl Ctx {
         dst: &mut End<'_>,
         kind: PushKind,
         data: &[u8],
-    ) -> Result<PgDone, String> {
+    ) -> Result<PgDone, Failure> {
         if !matches!(kind, PushKind::Log { .. }) {
             let rec = &self.osd.recovery;
             rec.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -106,7 +108,7 @@ impl Ctx {
             End::Local => {
                 let pg = self.pg;
                 crate::shard::with_pg(&self.osd, pg, |shard| member::apply(shard, pg, &kind, data))
-                    .ok_or_else(|| "no shard".to_string())
+                    .ok_or_else(|| Failure::transient("the OSD is shutting down (no shard)"))
             }
             End::Remote(rpc) => {
                 let p = PgPush {
@@ -117,7 +119,7 @@ impl Ctx {
                     kind,
                 };
                 let f = rpc.call(PG_PUSH, PG_DONE, &encode(&p), data).await?;
-                decode::<PgDone>("pg done", &f.control).map_err(|e| e.to_string())
+                Ok(decode::<PgDone>("pg done", &f.control)?)
             }
         }
     }
@@ -132,7 +134,7 @@ impl Ctx {
         object: &[u8],
         dirty: &Dirty,
         guarded: bool,
-    ) -> Result<PgDone, String> {
+    ) -> Result<PgDone, Failure> {
         let (o, _) = self.read_len(src, object, 0, 0).await?;
         let since = guarded.then_some(o.version);
         if !o.exists {
@@ -167,7 +169,7 @@ impl Ctx {
         Ok(PgDone::Done)
     }
 
-    pub async fn names(&self, src: &mut End<'_>) -> Result<Vec<Vec<u8>>, String> {
+    pub async fn names(&self, src: &mut End<'_>) -> Result<Vec<Vec<u8>>, Failure> {
         let mut out = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
@@ -181,7 +183,7 @@ impl Ctx {
                         after: after.clone(),
                     };
                     let f = rpc.call(PG_LIST, PG_NAMES, &encode(&l), &[]).await?;
-                    decode("pg names", &f.control).map_err(|e| e.to_string())?
+                    decode("pg names", &f.control)?
                 }
             };
             after = page.names.last().cloned();

@@ -1,6 +1,7 @@
 //! A member's scrub map: a digest of each object of a range, taken on the PG's shard so that
 //! all of them describe the PG at one version.
 
+use crate::failure::Failure;
 use crate::peering::copy::last_version;
 use crate::pgstate::coll_of;
 use cairn_map::PgId;
@@ -12,7 +13,7 @@ use cairn_store::Store;
 
 /// Digests the objects `req` asks for. Runs on the PG's shard: no write of the PG lands
 /// between the first object read and the last.
-pub fn build(store: &Store, pg: PgId, req: &PgScrub) -> Result<PgScrubMap, String> {
+pub fn build(store: &Store, pg: PgId, req: &PgScrub) -> Result<PgScrubMap, Failure> {
     let coll = coll_of(pg);
     let version = last_version(store, pg);
     let mut map = PgScrubMap {
@@ -22,10 +23,10 @@ pub fn build(store: &Store, pg: PgId, req: &PgScrub) -> Result<PgScrubMap, Strin
     };
     if !req.names.is_empty() {
         if req.names.len() > MAX_SCRUB_OBJECTS as usize {
-            return Err(format!(
+            return Err(Failure::protocol(format!(
                 "a scrub asks for {} objects; at most {MAX_SCRUB_OBJECTS} are allowed",
                 req.names.len()
-            ));
+            )));
         }
         map.objects = req.names.iter().map(|n| digest(store, pg, n)).collect();
         return Ok(map);
@@ -33,9 +34,7 @@ pub fn build(store: &Store, pg: PgId, req: &PgScrub) -> Result<PgScrubMap, Strin
     if !store.collection_exists(coll) {
         return Ok(map);
     }
-    let names = store
-        .list_objects(coll, req.after.as_deref(), MAX_SCRUB_OBJECTS as usize + 1)
-        .map_err(|e| e.to_string())?;
+    let names = store.list_objects(coll, req.after.as_deref(), MAX_SCRUB_OBJECTS as usize + 1)?;
     let mut bytes = 0u64;
     for (i, name) in names.iter().enumerate() {
         if i == MAX_SCRUB_OBJECTS as usize || bytes >= SCRUB_CHUNK_BYTES {

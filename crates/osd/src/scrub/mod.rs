@@ -15,6 +15,7 @@ pub mod map;
 pub mod stats;
 
 use crate::context::Osd;
+use crate::failure::{FailClass, Failure};
 use crate::peering::rpc::Rpc;
 use crate::peering::transfer::{Ctx, End};
 use crate::pgstate::coll_of;
@@ -44,8 +45,11 @@ pub async fn scrub_pg(osd: Arc<Osd>, pg: PgId, repair: bool) -> ScrubReport {
         ..ScrubReport::default()
     };
     if let Err(e) = run(&osd, pg, repair, &mut rep).await {
-        tracing::warn!(pg = %pg, error = %e, "scrub stopped");
-        rep.error = Some(e);
+        tracing::warn!(pg = %pg, class = %e.class, error = %e, "scrub stopped");
+        if e.local_store && e.class == FailClass::StoreCorrupt {
+            osd.store_corrupt(&e);
+        }
+        rep.error = Some(format!("{} ({})", e, e.class));
     }
     osd.scrub.note(pg, &rep);
     if rep.inconsistent > 0 {
@@ -58,7 +62,7 @@ pub async fn scrub_pg(osd: Arc<Osd>, pg: PgId, repair: bool) -> ScrubReport {
 /// One member during a scrub: `None` is this OSD.
 type Link = Option<Rpc>;
 
-async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> Result<(), String> {
+async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> Result<(), Failure> {
     let (iv, acting) = wait_active(osd, pg).await?;
     rep.acting = acting.clone();
     let map = osd.map();
@@ -88,7 +92,7 @@ async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> R
         let maps = gather(&ctx, &mut links, &req).await?;
         let end = chunk_end(&maps);
         if end.is_some() && end == cursor {
-            return Err("a member's scrub map made no progress".into());
+            return Err(Failure::protocol("a member's scrub map made no progress"));
         }
         let names = names_upto(&maps, end.as_deref());
         busy.extend(check(&ctx, &mut links, &maps, names, repair, rep).await?);
@@ -126,17 +130,17 @@ async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> R
 async fn wait_active(
     osd: &Arc<Osd>,
     pg: PgId,
-) -> Result<(crate::peering::Interval, Vec<u32>), String> {
+) -> Result<(crate::peering::Interval, Vec<u32>), Failure> {
     let deadline = tokio::time::Instant::now() + ACTIVE_WAIT;
     loop {
         let map = osd.map();
         let state = crate::shard::with_pg(osd, pg, |shard| {
             let primary = shard.pg(&map, pg).placement.primary();
             if primary != Some(shard.osd.id()) {
-                return Err(match primary {
+                return Err(Failure::stale(match primary {
                     Some(p) => format!("this OSD is not the primary of pg {pg} (osd.{p} is)"),
                     None => format!("pg {pg} has no primary (no member is up)"),
-                });
+                }));
             }
             if !crate::peering::ready(shard, &map, pg) {
                 return Ok(None);
@@ -151,13 +155,13 @@ async fn wait_active(
                 .clone()
                 .map(|iv| (iv, st.placement.acting.clone())))
         });
-        match state.ok_or("the OSD is shutting down")?? {
+        match state.ok_or_else(shutting_down)?? {
             Some(v) => return Ok(v),
             None if tokio::time::Instant::now() >= deadline => {
-                return Err(format!(
+                return Err(Failure::transient(format!(
                     "pg {pg} did not finish peering and recovery within {ACTIVE_WAIT:?}; \
                      scrub it later"
-                ))
+                )))
             }
             None => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -166,32 +170,36 @@ async fn wait_active(
 
 /// Fails when the PG's acting set changed since the scrub began (the comparison would mix
 /// intervals); the next scrub starts over.
-fn still_active(osd: &Arc<Osd>, pg: PgId, iv: &crate::peering::Interval) -> Result<(), String> {
+fn still_active(osd: &Arc<Osd>, pg: PgId, iv: &crate::peering::Interval) -> Result<(), Failure> {
     let map = osd.map();
     let same = crate::shard::with_pg(osd, pg, |shard| {
         shard.pg(&map, pg).peered.as_ref() == Some(iv)
     });
     match same {
         Some(true) => Ok(()),
-        _ => Err(format!(
+        _ => Err(Failure::stale(format!(
             "pg {pg}'s acting set changed during the scrub; run it again"
-        )),
+        ))),
     }
 }
 
+fn shutting_down() -> Failure {
+    Failure::transient("the OSD is shutting down")
+}
+
 /// Every member's scrub map for `req`, in acting order.
-async fn gather(ctx: &Ctx, links: &mut [Link], req: &PgScrub) -> Result<Vec<PgScrubMap>, String> {
+async fn gather(ctx: &Ctx, links: &mut [Link], req: &PgScrub) -> Result<Vec<PgScrubMap>, Failure> {
     let mut maps = Vec::with_capacity(links.len());
     for link in links.iter_mut() {
         let m = match link {
             None => {
                 let pg = ctx.pg;
                 crate::shard::with_pg(&ctx.osd, pg, |shard| map::build(&shard.osd.store, pg, req))
-                    .ok_or("the OSD is shutting down")??
+                    .ok_or_else(shutting_down)??
             }
             Some(rpc) => {
                 let f = rpc.call(PG_SCRUB, PG_SCRUB_MAP, &encode(req), &[]).await?;
-                decode("pg scrub map", &f.control).map_err(|e| e.to_string())?
+                decode("pg scrub map", &f.control)?
             }
         };
         maps.push(m);
@@ -226,7 +234,7 @@ async fn check(
     names: BTreeSet<Vec<u8>>,
     repair: bool,
     rep: &mut ScrubReport,
-) -> Result<BTreeSet<Vec<u8>>, String> {
+) -> Result<BTreeSet<Vec<u8>>, Failure> {
     let mut busy = written_between(ctx, maps, &names)?;
     if !busy.is_empty() {
         tracing::debug!(pg = %ctx.pg, busy = busy.len(), "scrub: objects written meanwhile, compared later");
@@ -258,11 +266,8 @@ async fn check(
                     PgDone::Busy => {
                         busy.insert(name.clone());
                     }
-                    PgDone::Stale { epoch } => {
-                        return Err(format!("a member's map (epoch {epoch}) has a new primary"))
-                    }
-                    PgDone::Failed { why, .. } => {
-                        return Err(format!("repairing an object: {why}"))
+                    other @ (PgDone::Stale { .. } | PgDone::Failed { .. }) => {
+                        return Err(crate::failure::refused("repairing an object", &other))
                     }
                 }
             }
@@ -296,7 +301,7 @@ fn written_between(
     ctx: &Ctx,
     maps: &[PgScrubMap],
     names: &BTreeSet<Vec<u8>>,
-) -> Result<BTreeSet<Vec<u8>>, String> {
+) -> Result<BTreeSet<Vec<u8>>, Failure> {
     let lo = maps.iter().map(|m| m.version).min().unwrap_or(0);
     let hi = maps.iter().map(|m| m.version).max().unwrap_or(0);
     if lo == hi {
@@ -304,8 +309,7 @@ fn written_between(
     }
     let store = &ctx.osd.store;
     let coll = coll_of(ctx.pg);
-    let entries = crate::pglog::read_after(store, coll, lo, crate::pglog::LOG_KEEP as usize)
-        .map_err(|e| e.to_string())?;
+    let entries = crate::pglog::read_after(store, coll, lo, crate::pglog::LOG_KEEP as usize)?;
     let covered = entries.first().is_some_and(|e| e.version == lo + 1)
         && entries.last().is_some_and(|e| e.version >= hi);
     if !covered {
@@ -325,7 +329,7 @@ async fn repair_copy(
     src: &mut End<'_>,
     dst: &mut End<'_>,
     object: &[u8],
-) -> Result<PgDone, String> {
+) -> Result<PgDone, Failure> {
     let mut offset = 0;
     let mut since = None;
     loop {

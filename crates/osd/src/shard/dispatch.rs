@@ -253,7 +253,7 @@ impl ShardState for Mutex<Shard> {
         self.lock_or_die().sync();
     }
 
-    fn troubles(&self, me: u32, down: &mut Vec<DownPg>, lost: &mut Vec<DownPg>) {
+    fn troubles(&self, me: u32, t: &mut crate::mailbox::PgTroubles) {
         let shard = self.lock_or_die();
         for (pg, st) in &shard.pgs {
             if st.placement.primary() != Some(me) {
@@ -265,7 +265,23 @@ impl ShardState for Mutex<Shard> {
                 osds,
             };
             if let Some(d) = &st.down {
-                down.push(entry(d.waiting_for.clone()));
+                t.down.push(entry(d.waiting_for.clone()));
+            }
+            if let Some(f) = st.failure.as_ref().filter(|f| !f.class.retries()) {
+                let mut why = f.what.clone();
+                if why.len() > 512 {
+                    let mut at = 512;
+                    while !why.is_char_boundary(at) {
+                        at -= 1;
+                    }
+                    why.truncate(at);
+                }
+                t.failed.push(cairn_proto::msg::osd::FailedPg {
+                    pool: pg.pool,
+                    pg: pg.pg,
+                    class: f.class.name().to_string(),
+                    why,
+                });
             }
             if !st.lost_intervals.is_empty() {
                 let mut osds: Vec<u32> = st
@@ -275,7 +291,7 @@ impl ShardState for Mutex<Shard> {
                     .collect();
                 osds.sort_unstable();
                 osds.dedup();
-                lost.push(entry(osds));
+                t.lost.push(entry(osds));
             }
         }
     }

@@ -16,6 +16,7 @@
 
 pub mod pending;
 
+use crate::failure::{FailClass, Failure};
 use crate::pglog;
 use crate::pgstate::{coll_of, LES_KEY, VERSION_KEY};
 use cairn_map::{ClusterMap, PgId};
@@ -41,7 +42,10 @@ pub fn run(shard: &mut crate::shard::Shard, map: &ClusterMap) {
             Err(e) => {
                 // Left pending: the pool's PGs wait, and the split is tried at the next map
                 // or restart. A store that fails here fails everything else too.
-                tracing::error!(pg = %pg, error = %e, "PG split failed; retrying at the next map");
+                tracing::error!(pg = %pg, class = %e.class, error = %e, "PG split failed; retrying at the next map");
+                if e.local_store && e.class == FailClass::StoreCorrupt {
+                    osd.store_corrupt(&e);
+                }
                 continue;
             }
         }
@@ -63,7 +67,7 @@ struct Child {
 /// Moves the objects of `pg`'s collection that hash to another PG under `map` into that
 /// PG's collection; returns how many moved. Each step is one transaction and the whole is
 /// idempotent: after a crash the next start splits what is left.
-pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, String> {
+pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, Failure> {
     let coll = coll_of(pg);
     let Some(pool) = map.pools.get(&pg.pool) else {
         return Ok(0);
@@ -75,9 +79,7 @@ pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, String>
     let mut children: BTreeMap<u32, Child> = BTreeMap::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
-        let names = store
-            .list_objects(coll, after.as_deref(), LIST_BATCH)
-            .map_err(|e| e.to_string())?;
+        let names = store.list_objects(coll, after.as_deref(), LIST_BATCH)?;
         let Some(last) = names.last().cloned() else {
             break;
         };
@@ -95,7 +97,7 @@ pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, String>
             children.entry(c).or_default().marks.push(o);
         }
     }
-    for e in pglog::read_after(store, coll, 0, usize::MAX).map_err(|e| e.to_string())? {
+    for e in pglog::read_after(store, coll, 0, usize::MAX)? {
         let c = child_of(&e.object);
         if c != pg.pg {
             children.entry(c).or_default().entries.push(e);
@@ -120,12 +122,12 @@ pub fn split(store: &Store, map: &ClusterMap, pg: PgId) -> Result<usize, String>
 
 /// Gives the child collection `cc` (created if absent, with the parent's version and
 /// activation epoch) its log entries and missing marks, removed from the parent `pc`.
-fn start_child(store: &Store, pc: u64, cc: u64, child: &Child) -> Result<(), String> {
+fn start_child(store: &Store, pc: u64, cc: u64, child: &Child) -> Result<(), Failure> {
     let mut t = Transaction::new();
     if !store.collection_exists(cc) {
         t.create_collection(cc);
         for key in [VERSION_KEY, LES_KEY] {
-            if let Some(v) = store.kv_get(pc, key).map_err(|e| e.to_string())? {
+            if let Some(v) = store.kv_get(pc, key)? {
                 t.kv_set(cc, key, &v);
             }
         }
@@ -143,7 +145,8 @@ fn start_child(store: &Store, pc: u64, cc: u64, child: &Child) -> Result<(), Str
     if t.is_empty() {
         return Ok(());
     }
-    store.submit(&t).map(|_| ()).map_err(|e| e.to_string())
+    store.submit(&t)?;
+    Ok(())
 }
 
 /// Moves object `o` from collection `from` to `to`: its bytes in pieces of [`MOVE_PIECE`]
@@ -151,8 +154,7 @@ fn start_child(store: &Store, pc: u64, cc: u64, child: &Child) -> Result<(), Str
 /// removal from `from` in the last. A move cut short leaves the object at `from`, and the
 /// next split copies it again whole: nothing writes `to`'s copy meanwhile (the pool's PGs
 /// do not peer here until the split is done).
-fn move_object(store: &Store, from: u64, to: u64, o: &[u8]) -> Result<(), String> {
-    let e = |e: cairn_store::StoreError| e.to_string();
+fn move_object(store: &Store, from: u64, to: u64, o: &[u8]) -> Result<(), Failure> {
     // Only marked missing here (no copy): the mark moved with the log.
     let Ok(st) = store.stat(from, o) else {
         return Ok(());
@@ -163,20 +165,21 @@ fn move_object(store: &Store, from: u64, to: u64, o: &[u8]) -> Result<(), String
     let mut offset = 0;
     while offset < st.size {
         let n = (st.size - offset).min(MOVE_PIECE);
-        let data = store.read(from, o, offset, n).map_err(e)?;
+        let data = store.read(from, o, offset, n)?;
         t.write(to, o, offset, &data);
         offset += n;
         if offset < st.size {
-            store.submit(&t).map_err(e)?;
+            store.submit(&t)?;
             t = Transaction::new();
         }
     }
     t.truncate(to, o, st.size);
-    for (name, value) in store.attrs(from, o).map_err(e)? {
+    for (name, value) in store.attrs(from, o)? {
         t.set_attr(to, o, &name, &value);
     }
     t.remove(from, o);
-    store.submit(&t).map(|_| ()).map_err(e)
+    store.submit(&t)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -360,6 +360,8 @@ pub struct OsdStats {
     pub pgs_misplaced: u64,
     /// PGs this OSD leads that are down, each with the OSDs it waits for.
     pub down_pgs: Vec<DownPg>,
+    /// PGs this OSD leads whose peering failed for good (until the map changes).
+    pub failed_pgs: Vec<FailedPg>,
     /// This OSD's recent crashes (its earlier lives' panics), newest first.
     pub crashes: Vec<CrashSummary>,
     /// PGs this OSD leads that went active without some interval's writes (its OSDs were
@@ -452,4 +454,16 @@ pub struct DownPg {
     pub pool: u32,
     pub pg: u32,
     pub osds: Vec<u32>,
+}
+
+/// A PG this OSD leads whose last peering failed in a way that is not retried until the map
+/// changes (a full or corrupt store, a protocol violation, permission, unfound objects).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedPg {
+    pub pool: u32,
+    pub pg: u32,
+    /// `store_full`, `store_corrupt`, `protocol`, `permission` or `unfound`.
+    pub class: String,
+    /// What failed, cut at 512 bytes.
+    pub why: String,
 }

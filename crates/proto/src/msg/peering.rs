@@ -195,7 +195,8 @@ pub struct IntervalStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgStatus {
     pub epoch: u64,
-    /// `active`, `peering`, `recovering`, `down` or `inactive`.
+    /// `active`, `peering`, `recovering`, `down`, `failed` (its peering failed in a way that
+    /// is not retried until the map changes) or `inactive`.
     pub state: String,
     pub up_set: Vec<u32>,
     pub acting: Vec<u32>,
@@ -211,6 +212,9 @@ pub struct PgStatus {
     pub waiting_for: Vec<u32>,
     /// Why it is not active, when it is not.
     pub reason: Option<String>,
+    /// The class of the failure that keeps it from going active (`transient`, `stale_map`,
+    /// `store_corrupt`, `store_full`, `protocol`, `permission`), when one does.
+    pub failure_class: Option<String>,
     /// Epochs of intervals given up because their OSDs were declared lost, since this OSD
     /// started: writes acknowledged in them may be lost.
     pub lost_intervals: Vec<cairn_map::PastInterval>,
