@@ -249,19 +249,7 @@ mod tests {
             .contains("bad magic"));
     }
 
-    /// Regenerates the golden file: `cargo test -p cairn-store write_golden -- --ignored`.
-    #[test]
-    #[ignore]
-    fn write_golden() {
-        std::fs::write("testdata/superblock-v2.bin", sb().encode()).unwrap();
-    }
-
-    #[test]
-    fn golden_superblock_decodes() {
-        // Written by format version 2; a format change must keep reading it or bump the version.
-        let golden = include_bytes!("../testdata/superblock-v2.bin");
-        assert_eq!(Superblock::decode(golden).unwrap(), sb());
-    }
+    // The golden files of the superblock and the WAL header: `crate::golden`.
 
     #[test]
     fn wal_header_round_trip() {

@@ -28,6 +28,8 @@ pub mod effect;
 mod error;
 pub mod fault;
 pub mod format;
+#[cfg(test)]
+mod golden;
 mod index;
 mod key;
 mod maint;
