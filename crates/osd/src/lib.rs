@@ -23,6 +23,8 @@ mod daemon;
 mod error;
 pub mod failure;
 mod fullness;
+#[cfg(test)]
+mod golden;
 mod inflight;
 mod lease;
 mod mailbox;
