@@ -239,7 +239,7 @@ fn debug_diff(got: &str, want: &str) -> String {
         .position(|(a, b)| a != b)
         .unwrap_or(g.len().min(w.len()));
     format!(
-        "decoded value differs from the value encoded, at line {} of its Debug: decoded `{}`, \
+        "the decoded value differs from the expected one at line {} of its Debug: got `{}`, \
          expected `{}`",
         at + 1,
         g.get(at).map_or("(end)", |l| l.trim()),

@@ -20,6 +20,8 @@ mod error;
 mod failure;
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(test)]
+mod golden;
 mod history;
 mod keys_cmd;
 mod log_store;
