@@ -29,6 +29,9 @@ pub struct Golden {
     file: String,
     raw: bool,
     entries: Vec<(String, Vec<u8>, Check)>,
+    /// Entries whose encoding is not repeatable (a random nonce): the golden bytes are only
+    /// decoded, and blessing keeps them while they still decode.
+    pinned: Vec<String>,
 }
 
 impl Golden {
@@ -38,6 +41,7 @@ impl Golden {
             file: file.to_string(),
             raw: false,
             entries: Vec::new(),
+            pinned: Vec::new(),
         }
     }
 
@@ -70,9 +74,23 @@ impl Golden {
         self.entries.push((name, bytes, Box::new(check)));
     }
 
+    /// Adds the structure `name` whose encoding changes every time (sealed with a random
+    /// nonce): `bytes` are one encoding, written when blessing a file that lacks the entry or
+    /// whose entry no longer decodes; otherwise the golden bytes are only decoded.
+    pub fn add_pinned(
+        &mut self,
+        name: impl Into<String>,
+        bytes: Vec<u8>,
+        check: impl Fn(&[u8]) -> Result<(), String> + 'static,
+    ) {
+        let name = name.into();
+        self.pinned.push(name.clone());
+        self.add(name, bytes, check);
+    }
+
     /// Compares the entries with the golden file (or writes it, when blessing) and decodes
     /// the golden bytes of each; panics with every difference found.
-    pub fn finish(self) {
+    pub fn finish(mut self) {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("testdata")
             .join(&self.file);
@@ -84,6 +102,17 @@ impl Golden {
                 .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").to_string()),
             self.file
         );
+        if let Some(old) = std::fs::read(&path).ok().and_then(|b| parse(&b).ok()) {
+            // A pinned entry is its golden bytes, while they decode.
+            for (name, bytes, check) in &mut self.entries {
+                let kept = old.iter().find(|(n, _)| n == name);
+                if let Some((_, b)) =
+                    kept.filter(|(_, b)| self.pinned.contains(name) && check(b).is_ok())
+                {
+                    *bytes = b.clone();
+                }
+            }
+        }
         let ours = self.encode();
         let bless = std::env::var(BLESS_VAR).is_ok_and(|v| v == "1");
         let golden = if bless {
