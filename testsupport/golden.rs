@@ -152,7 +152,7 @@ impl Golden {
                 problems.push(format!("{name}: in the golden file, no longer written"));
             }
         }
-        // The order of entries is part of nothing, but a reordered file is a changed file.
+        // The same entries in another order still make another file.
         if problems.is_empty() && golden != ours {
             problems.push("entries in another order than the golden file's".into());
         }
