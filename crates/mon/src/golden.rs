@@ -550,7 +550,7 @@ fn mon_state_v1() {
 /// The monitor-to-monitor Raft messages (protocol version 10): each request in its
 /// `PeerRequest`, and each reply's variants. The message type numbers are an entry too.
 #[test]
-fn msg_raft_v10() {
+fn msg_raft_v11() {
     use crate::raft_net::*;
     use openraft::error::{Fatal, InstallSnapshotError, RaftError, SnapshotMismatch};
     use openraft::raft::{
@@ -564,11 +564,11 @@ fn msg_raft_v10() {
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>;
     assert_eq!(
         cairn_proto::PROTOCOL_VERSION,
-        10,
-        "a new protocol: bless -v11 files"
+        11,
+        "a new protocol: bless -v12 files"
     );
 
-    let mut g = Golden::new("msg-raft-v10.bin");
+    let mut g = Golden::new("msg-raft-v11.bin");
     let types = [
         RAFT_APPEND,
         RAFT_VOTE,

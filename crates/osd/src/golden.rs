@@ -85,11 +85,14 @@ fn pglog_entry_v1() {
 
 /// The log entries a peer sends (the data part of `PG_INFO` and of a `PushKind::Log` push).
 #[test]
-fn pglog_peer_entries_v10() {
+fn pglog_peer_entries_v11() {
     let want: Vec<LogEntry> = entries().into_iter().map(|(_, e)| e).collect();
     let bytes = cairn_proto::msg::encode(&want);
-    Golden::raw("pglog-peer-entries-v10.bin", bytes, move |b| {
-        same(&pglog::decode_peer_entries(b)?, &want)
+    Golden::raw("pglog-peer-entries-v11.bin", bytes, move |b| {
+        same(
+            &pglog::decode_peer_entries(b).map_err(|e| e.to_string())?,
+            &want,
+        )
     })
     .finish();
 }

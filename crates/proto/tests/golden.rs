@@ -1,4 +1,4 @@
-//! Golden files of the wire format, protocol version 10 (`testdata/`, listed in
+//! Golden files of the wire format, protocol version 11 (`testdata/`, listed in
 //! `docs/format/wire.md`, "Golden files"): the handshake, the frame, the authentication
 //! records, every message type of each protocol (one entry per type and per enum variant,
 //! named after it), the message type numbers, and the cluster map types messages carry.
@@ -21,7 +21,7 @@ use support::{same, Golden};
 #[test]
 fn the_golden_files_are_of_this_protocol_version() {
     assert_eq!(
-        PROTOCOL_VERSION, 10,
+        PROTOCOL_VERSION, 11,
         "a new protocol version: bless golden files named -v{PROTOCOL_VERSION} (and rename \
          the files in these tests)"
     );
@@ -66,9 +66,9 @@ fn names() -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn hello_v10() {
+fn hello_v11() {
     let auth = encode(&auth_init());
-    let mut g = Golden::new("hello-v10.bin");
+    let mut g = Golden::new("hello-v11.bin");
     for (name, h) in [
         (
             "Hello",
@@ -101,7 +101,7 @@ fn hello_v10() {
 }
 
 #[test]
-fn frame_v10() {
+fn frame_v11() {
     let f = Frame {
         msg_type: osd::OP,
         request_id: 0x0102_0304_0506_0708,
@@ -109,7 +109,7 @@ fn frame_v10() {
         data: b"data part, longer".to_vec(),
     };
     let header = FrameHeader {
-        version: 10,
+        version: 11,
         flags: 0x5a,
         msg_type: 0x1234,
         request_id: 0x1122_3344_5566_7788,
@@ -117,7 +117,7 @@ fn frame_v10() {
         data_len: 2000,
         body_crc: 0xcafe_f00d,
     };
-    let mut g = Golden::new("frame-v10.bin");
+    let mut g = Golden::new("frame-v11.bin");
     g.add("FrameHeader", header.encode().to_vec(), move |b| {
         let h: &[u8; 32] = b.try_into().map_err(|_| "not 32 bytes")?;
         same(
@@ -148,8 +148,8 @@ fn auth_init() -> AuthInit {
 }
 
 #[test]
-fn auth_v10() {
-    let mut g = Golden::new("auth-v10.bin");
+fn auth_v11() {
+    let mut g = Golden::new("auth-v11.bin");
     pin(&mut g, "AuthInit", auth_init());
     pin(
         &mut g,
@@ -194,14 +194,16 @@ fn error_codes() -> Vec<(&'static str, ErrorCode)> {
         ("Invalid", ErrorCode::Invalid),
         ("Internal", ErrorCode::Internal),
         ("Denied", ErrorCode::Denied),
+        ("StoreFull", ErrorCode::StoreFull),
+        ("StoreCorrupt", ErrorCode::StoreCorrupt),
     ]
 }
 
 /// The cluster map's types, which monitor messages and the monitors' log carry.
 #[test]
-fn map_v10() {
+fn map_v11() {
     use cairn_map::{Durability, PlacementRule};
-    let mut g = Golden::new("map-v10.bin");
+    let mut g = Golden::new("map-v11.bin");
     pin(&mut g, "ClusterMap", samples::cluster_map());
     pin(&mut g, "OsdInfo", samples::osd(3));
     pin(&mut g, "Pool", samples::pool(2));
@@ -234,9 +236,9 @@ fn map_v10() {
 }
 
 #[test]
-fn msg_mon_v10() {
+fn msg_mon_v11() {
     use mon::*;
-    let mut g = Golden::new("msg-mon-v10.bin");
+    let mut g = Golden::new("msg-mon-v11.bin");
     pin_types(
         &mut g,
         &[
@@ -615,9 +617,9 @@ fn op_request() -> osd::OpRequest {
 }
 
 #[test]
-fn msg_osd_v10() {
+fn msg_osd_v11() {
     use osd::*;
-    let mut g = Golden::new("msg-osd-v10.bin");
+    let mut g = Golden::new("msg-osd-v11.bin");
     pin_types(
         &mut g,
         &[
@@ -779,6 +781,20 @@ fn msg_osd_v10() {
     pin(&mut g, "SlowOps", slow.clone());
     pin(&mut g, "PoolOps", pool_ops.clone());
     pin(&mut g, "PayloadCopies", copies);
+    let failed = cairn_proto::msg::osd::FailedPg {
+        pool: 10,
+        pg: 11,
+        class: "store_full".into(),
+        why: "no space left".into(),
+    };
+    pin(&mut g, "FailedPg", failed.clone());
+    let crash = cairn_proto::msg::osd::CrashSummary {
+        id: "20261202T020202Z_osd.3_77".into(),
+        time_secs: 1_796_176_922,
+        location: "crates/osd/src/x.rs:1:2".into(),
+        message: "boom".into(),
+    };
+    pin(&mut g, "CrashSummary", crash.clone());
     pin(
         &mut g,
         "OsdStats",
@@ -799,6 +815,8 @@ fn msg_osd_v10() {
             pgs_held: 113,
             pgs_misplaced: 114,
             down_pgs: vec![down.clone()],
+            failed_pgs: vec![failed.clone()],
+            crashes: vec![crash.clone()],
             lost_write_pgs: vec![DownPg {
                 pool: 7,
                 pg: 8,
@@ -870,9 +888,9 @@ fn push_kinds() -> Vec<(&'static str, peering::PushKind)> {
 }
 
 #[test]
-fn msg_peering_v10() {
+fn msg_peering_v11() {
     use peering::*;
-    let mut g = Golden::new("msg-peering-v10.bin");
+    let mut g = Golden::new("msg-peering-v11.bin");
     pin_types(
         &mut g,
         &[
@@ -998,6 +1016,7 @@ fn msg_peering_v10() {
             intervals: vec![interval],
             answered: vec![4],
             waiting_for: vec![5, 6],
+            failure_class: Some("store_full".into()),
             reason: Some("waiting for osd.5".into()),
             lost_intervals: vec![cairn_map::PastInterval {
                 first: 30,
@@ -1013,9 +1032,9 @@ fn msg_peering_v10() {
 }
 
 #[test]
-fn msg_scrub_v10() {
+fn msg_scrub_v11() {
     use scrub::*;
-    let mut g = Golden::new("msg-scrub-v10.bin");
+    let mut g = Golden::new("msg-scrub-v11.bin");
     pin_types(
         &mut g,
         &[
