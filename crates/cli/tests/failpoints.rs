@@ -254,3 +254,190 @@ fn a_full_and_a_corrupt_member_store_fail_with_their_own_class_and_are_not_retri
         s["pgs"]["active_clean"] == 1 && s["failed_pgs"].as_array().is_some_and(|f| f.is_empty())
     });
 }
+
+/// The OSD interleavings: a 3-OSD cluster, pool `p` of size 3 (min_size 2) with one PG, and
+/// helpers to write, read and check it.
+mod interleave {
+    use super::common::cluster::{alive, Cluster};
+    use std::time::{Duration, Instant};
+
+    pub fn cluster(name: &str) -> Cluster {
+        let c = Cluster::up(name, 1, 3);
+        c.pool_create("p", 3, 2, 1);
+        c
+    }
+
+    pub fn put(c: &Cluster, name: &str, body: &[u8]) -> bool {
+        let file = c.dir.join(format!("body-{name}"));
+        std::fs::write(&file, body).unwrap();
+        let f = file.display().to_string();
+        c.cairn(&["obj", "put", "p", name, &f]).status.success()
+    }
+
+    pub fn get(c: &Cluster, name: &str) -> Vec<u8> {
+        let o = c.cairn(&["obj", "get", "p", name, "-"]);
+        assert!(o.status.success(), "get {name}: {}", c.logs());
+        o.stdout
+    }
+
+    pub fn acting(c: &Cluster) -> Vec<u32> {
+        let q = super::pg_query(c, "1.0");
+        q["acting"]
+            .as_array()
+            .expect("acting")
+            .iter()
+            .map(|v| v.as_u64().expect("osd") as u32)
+            .collect()
+    }
+
+    /// Waits until the PG is active and clean on all three OSDs.
+    pub fn clean(c: &Cluster) {
+        c.wait_status(
+            "the PG active+clean on 3 OSDs",
+            Duration::from_secs(90),
+            |s| {
+                s["pgs"]["active_clean"] == 1
+                    && s["osds"]["up"] == 3
+                    && s["recovery"]["objects_degraded"] == 0
+            },
+        );
+    }
+
+    /// OSD `i` restarted with `failpoints`, once the PG is clean with it.
+    pub fn restart_with(c: &Cluster, i: u32, failpoints: &str) {
+        c.kill9(&format!("osd.{i}"));
+        c.start_osd_with(i, &[("FAILPOINTS", failpoints)]);
+    }
+
+    /// Waits until OSD `i` aborted at failpoint `point`, as its log says.
+    pub fn aborted_at(c: &Cluster, i: u32, point: &str) {
+        let name = format!("osd.{i}");
+        let pid = c.pid(&name);
+        let t0 = Instant::now();
+        while alive(pid) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{name} did not reach {point}:\n{}",
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = std::fs::read_to_string(c.dir.join("log").join(format!("{name}.log"))).unwrap();
+        assert!(
+            log.contains("panicked") && log.contains(point) && log.contains("aborting"),
+            "{name} ended, but not at {point}:\n{log}"
+        );
+    }
+
+    /// Every copy of the PG agrees (scrub without repair finds nothing).
+    pub fn consistent(c: &Cluster) {
+        let o = c.cairn(&["pg", "scrub", "1.0", "--no-repair", "--json"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "scrub found inconsistent copies: {out}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("scrub json");
+        assert_eq!(v["pgs"][0]["inconsistent"], 0, "{v:#}");
+    }
+}
+
+/// The primary applied a write and sent it to both replicas, which applied and synced it,
+/// then died before its own WAL sync (`osd_primary_before_wal_sync`). Its restart lacks the
+/// write; the replicas' newer history is the authority, so the write is everywhere once the
+/// PG is clean again, never on some copies only, and a write the client saw acknowledged (its
+/// retry goes to the new primary) reads back.
+#[test]
+fn a_write_whose_primary_died_before_its_wal_sync_is_on_every_copy_or_none() {
+    use interleave::*;
+    let c = cluster("primsync");
+    assert!(put(&c, "x", b"one"));
+    let p = acting(&c)[0];
+    restart_with(&c, p, "osd_primary_before_wal_sync=panic");
+    clean(&c);
+    let acked = put(&c, "x", b"two");
+    aborted_at(&c, p, "osd_primary_before_wal_sync");
+    c.start_osd(p);
+    clean(&c);
+    let got = get(&c, "x");
+    if acked {
+        assert_eq!(got, b"two", "an acknowledged write was lost");
+    } else {
+        assert!(got == b"one" || got == b"two", "{got:?}");
+    }
+    consistent(&c);
+}
+
+/// A replica applied a write and died before syncing or answering it
+/// (`osd_replica_applied`): the primary never acknowledges the write on its word, the
+/// client's retry is acknowledged by the members left (min_size 2), and once the replica is
+/// back every copy holds it.
+#[test]
+fn a_write_whose_replica_died_after_applying_it_is_acknowledged_only_by_the_living() {
+    use interleave::*;
+    let c = cluster("repapplied");
+    assert!(put(&c, "x", b"one"));
+    let r = acting(&c)[1];
+    restart_with(&c, r, "osd_replica_applied=panic");
+    clean(&c);
+    assert!(
+        put(&c, "x", b"two"),
+        "the write was not acknowledged by the living members"
+    );
+    aborted_at(&c, r, "osd_replica_applied");
+    assert_eq!(get(&c, "x"), b"two");
+    c.start_osd(r);
+    clean(&c);
+    assert_eq!(get(&c, "x"), b"two");
+    consistent(&c);
+}
+
+/// The primary gathered every member's history and died before changing anything
+/// (`osd_peering_mid`): another member peers and serves, and the first one, back, catches up.
+#[test]
+fn a_primary_that_dies_mid_peering_leaves_the_pg_to_the_next_one() {
+    use interleave::*;
+    let c = cluster("peermid");
+    assert!(put(&c, "x", b"one"));
+    let p = acting(&c)[0];
+    // Its first peering after the restart aborts it.
+    c.kill9(&format!("osd.{p}"));
+    c.start_osd_with(p, &[("FAILPOINTS", "osd_peering_mid=panic")]);
+    aborted_at(&c, p, "osd_peering_mid");
+    assert!(
+        put(&c, "x", b"two"),
+        "the PG did not go on without the dead primary"
+    );
+    c.start_osd(p);
+    clean(&c);
+    assert_eq!(get(&c, "x"), b"two");
+    consistent(&c);
+}
+
+/// The primary dies between two pushes of a recovery (`osd_recovery_push`): the recovery is
+/// finished by whoever leads the PG next, and every object reads back.
+#[test]
+fn a_recovery_cut_by_the_primarys_death_is_finished_later() {
+    use interleave::*;
+    let c = cluster("recpush");
+    let [p, r] = {
+        let a = acting(&c);
+        [a[0], a[1]]
+    };
+    c.kill9(&format!("osd.{r}"));
+    let bodies: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 16 << 10]).collect();
+    for (i, b) in bodies.iter().enumerate() {
+        assert!(put(&c, &format!("o{i}"), b), "a write with one member down");
+    }
+    // The primary, restarted with the failpoint while the replica is still down, dies at the
+    // third push of the replica's recovery.
+    restart_with(&c, p, "osd_recovery_push=2*off->panic");
+    c.wait_status("the PG active again", Duration::from_secs(60), |s| {
+        s["pgs"]["inactive"] == 0 && s["osds"]["up"] == 2
+    });
+    c.start_osd(r);
+    aborted_at(&c, p, "osd_recovery_push");
+    c.start_osd(p);
+    clean(&c);
+    for (i, b) in bodies.iter().enumerate() {
+        assert_eq!(&get(&c, &format!("o{i}")), b, "o{i}");
+    }
+    consistent(&c);
+}
