@@ -756,6 +756,15 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             pool: f.pool,
             pg: f.pg,
         };
+        if f.unfound > 0 {
+            problems.push(format!(
+                "pg {pg} has {} unfound objects: no OSD that answered has their newest \
+                 writes; it waits for one that has them, or `cairn pg list-unfound {pg}` and \
+                 `cairn pg mark-unfound-lost {pg} revert|delete --yes-i-really-mean-it`",
+                f.unfound
+            ));
+            continue;
+        }
         problems.push(format!(
             "pg {pg} cannot go active: {} ({}; not retried until the map changes; `cairn pg \
              query {pg}`)",
@@ -864,7 +873,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             "scrub": {"unrepaired": scrub_bad, "repaired": scrub_repaired},
             "failed_pgs": failed_pgs.iter().map(|f| serde_json::json!({
                 "pg": cairn_map::PgId { pool: f.pool, pg: f.pg }.to_string(),
-                "class": f.class, "why": f.why})).collect::<Vec<_>>(),
+                "class": f.class, "why": f.why, "unfound": f.unfound})).collect::<Vec<_>>(),
             "crashes": crashes.iter().flat_map(|(osd, c)| c.iter().map(move |c|
                 crate::crash::json(*osd, c))).collect::<Vec<_>>(),
             "slow_ops": slow.iter().map(|(osd, s)| serde_json::json!({

@@ -29,6 +29,25 @@ pub enum PgCmd {
     /// its last peering, and the OSDs a down PG waits for (`cairn osd lost` gives up on one
     /// that will not return).
     Query(QueryArgs),
+    /// List the objects a PG cannot find: its newest history lacks them and no OSD that could
+    /// hold them has them (every one answered without them, or was declared lost).
+    ListUnfound(QueryArgs),
+    /// Give up a PG's unfound objects so that it can go active: `revert` each to the best
+    /// older copy an OSD holds (deleting those none holds), or `delete` them. Writes only
+    /// the lost OSDs held are gone for good; needs `w` on the pool.
+    MarkUnfoundLost(MarkLostArgs),
+}
+
+#[derive(Args)]
+pub struct MarkLostArgs {
+    /// The PG, as POOL_ID.PG (PG in hexadecimal), e.g. 1.1f.
+    pub pg: String,
+    /// `revert` (to older copies where any OSD holds one) or `delete`.
+    #[arg(value_parser = ["revert", "delete"])]
+    pub how: String,
+    /// Confirms that the unfound objects' newest writes are given up.
+    #[arg(long)]
+    pub yes_i_really_mean_it: bool,
 }
 
 #[derive(Args)]
@@ -63,7 +82,88 @@ pub fn run(cmd: PgCmd, conf: Option<&Path>) -> Result<ExitCode> {
     match cmd {
         PgCmd::Scrub(a) => scrub(a, conf),
         PgCmd::Query(a) => query(a, conf).map(|()| ExitCode::SUCCESS),
+        PgCmd::ListUnfound(a) => list_unfound(a, conf).map(|()| ExitCode::SUCCESS),
+        PgCmd::MarkUnfoundLost(a) => mark_lost(a, conf).map(|()| ExitCode::SUCCESS),
     }
+}
+
+/// The map, the PG named `pg`, its primary and that primary's address.
+fn primary_of(conf: Option<&Path>, pg: &str) -> Result<(ClusterMap, PgId, u32, String)> {
+    let mon = mon_client(conf)?;
+    let map = block_on(mon.get_map())??;
+    let pg = parse_pg(&map, pg)?;
+    let placement = map.pg_placement(pg);
+    let Some(primary) = placement.primary() else {
+        bail!(
+            "pg {pg} has no OSD up (its OSDs: {:?}): nothing can answer for it; `cairn osd ls` \
+             shows which are down",
+            placement.up_set
+        );
+    };
+    let addr = map
+        .osds
+        .get(&primary)
+        .map(|o| o.addr.clone())
+        .with_context(|| format!("osd.{primary} is not in the map"))?;
+    Ok((map, pg, primary, addr))
+}
+
+fn list_unfound(a: QueryArgs, conf: Option<&Path>) -> Result<()> {
+    let (map, pg, primary, addr) = primary_of(conf, &a.pg)?;
+    let st = block_on(cairn_client::pg_status(
+        &addr,
+        &crate::conf::auth(),
+        pg,
+        map.epoch,
+        Duration::from_secs(5),
+    ))?
+    .with_context(|| format!("asking osd.{primary}, primary of pg {pg}"))?;
+    let names: Vec<String> = st
+        .unfound
+        .iter()
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    if a.json {
+        let v = serde_json::json!({"pg": pg.to_string(), "primary": primary, "unfound": names});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if names.is_empty() {
+        println!("pg {pg}: no unfound objects");
+    } else {
+        println!(
+            "pg {pg}: {} unfound objects (primary osd.{primary}):",
+            names.len()
+        );
+        for n in &names {
+            println!("  {n}");
+        }
+    }
+    Ok(())
+}
+
+fn mark_lost(a: MarkLostArgs, conf: Option<&Path>) -> Result<()> {
+    if !a.yes_i_really_mean_it {
+        bail!(
+            "marking unfound objects lost gives up their newest writes for good; add \
+             --yes-i-really-mean-it (see `cairn pg list-unfound {}` first)",
+            a.pg
+        );
+    }
+    let (map, pg, primary, addr) = primary_of(conf, &a.pg)?;
+    let delete = a.how == "delete";
+    block_on(cairn_client::pg_mark_unfound_lost(
+        &addr,
+        &crate::conf::auth(),
+        pg,
+        map.epoch,
+        delete,
+        Duration::from_secs(5),
+    ))?
+    .with_context(|| format!("asking osd.{primary}, primary of pg {pg}"))?;
+    println!(
+        "pg {pg}: its unfound objects are given up ({}); it peers again (`cairn pg query {pg}`)",
+        a.how
+    );
+    Ok(())
 }
 
 fn query(a: QueryArgs, conf: Option<&Path>) -> Result<()> {

@@ -441,3 +441,83 @@ fn a_recovery_cut_by_the_primarys_death_is_finished_later() {
     }
     consistent(&c);
 }
+
+/// Three OSDs A (primary), B, C; `x` written twice while B was down, so that B, back, has
+/// the newest log with `x` marked missing; A dies at the first push of B's recovery
+/// (`osd_recovery_push=panic`), then C is killed: B is left alone with the newest history
+/// and `x` missing. Returns (A, B, C).
+fn alone_with_a_missing_object(c: &common::cluster::Cluster) -> (u32, u32, u32) {
+    use interleave::*;
+    c.pool_create("p", 3, 1, 1);
+    assert!(put(c, "x", b"one"));
+    let a = acting(c);
+    let (pa, pb, pc) = (a[0], a[1], a[2]);
+    c.kill9(&format!("osd.{pb}"));
+    assert!(put(c, "x", b"two"));
+    restart_with(c, pa, "osd_recovery_push=panic");
+    c.wait_status("the PG active without B", Duration::from_secs(60), |s| {
+        s["pgs"]["inactive"] == 0 && s["osds"]["up"] == 2
+    });
+    c.start_osd(pb);
+    aborted_at(c, pa, "osd_recovery_push");
+    c.kill9(&format!("osd.{pc}"));
+    (pa, pb, pc)
+}
+
+/// The PG's only current copy of an object is on a member that is not its primary: B leads
+/// and lacks `x` (marked missing), C, back, has it: the PG takes it from C and never serves
+/// it stale or as lost. (Here B and C have the same history, so C is the authority by the
+/// tie-break that prefers a history with nothing missing; the copy from a non-authority
+/// source, `source_of_missing`, is exercised only when B's history is strictly newer.)
+#[test]
+fn an_object_current_only_on_a_third_member_is_recovered_from_it() {
+    use interleave::*;
+    let c = common::cluster::Cluster::up("third", 1, 3);
+    let (_, _, pc) = alone_with_a_missing_object(&c);
+    c.start_osd(pc);
+    c.wait_status("the PG active with B and C", Duration::from_secs(60), |s| {
+        s["pgs"]["inactive"] == 0 && s["recovery"]["objects_degraded"] == 0
+    });
+    assert_eq!(get(&c, "x"), b"two");
+}
+
+/// With A and C declared lost, `x` is unfound: the PG fails peering with the class
+/// `unfound` (not retried every second), `cairn pg list-unfound` names it, and
+/// `cairn pg mark-unfound-lost revert` gives it up to B's older copy, after which the PG
+/// serves again.
+#[test]
+fn unfound_objects_are_listed_and_reverted_by_mark_unfound_lost() {
+    use interleave::*;
+    let c = common::cluster::Cluster::up("unfound", 1, 3);
+    let (pa, _, pc) = alone_with_a_missing_object(&c);
+    c.wait_status("A and C marked down", Duration::from_secs(60), |s| {
+        s["osds"]["up"] == 1
+    });
+    for o in [pa, pc] {
+        c.ok(&["osd", "lost", &o.to_string(), "--yes-i-really-mean-it"]);
+    }
+    wait_failure_class(&c, "1.0", "unfound");
+    let s = c.status();
+    assert_eq!(s["failed_pgs"][0]["class"], "unfound", "{s:#}");
+    let listed = c.ok(&["pg", "list-unfound", "1.0", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(v["unfound"], serde_json::json!(["x"]), "{listed}");
+    let o = c.cairn(&["pg", "mark-unfound-lost", "1.0", "revert"]);
+    assert!(
+        !o.status.success(),
+        "mark-unfound-lost needs --yes-i-really-mean-it"
+    );
+    c.ok(&[
+        "pg",
+        "mark-unfound-lost",
+        "1.0",
+        "revert",
+        "--yes-i-really-mean-it",
+    ]);
+    c.wait_status("the PG active on B alone", Duration::from_secs(60), |s| {
+        s["pgs"]["inactive"] == 0 && s["failed_pgs"].as_array().is_some_and(|f| f.is_empty())
+    });
+    assert_eq!(get(&c, "x"), b"one", "reverted to B's older copy");
+    let listed = c.ok(&["pg", "list-unfound", "1.0"]);
+    assert!(listed.contains("no unfound objects"), "{listed}");
+}

@@ -18,4 +18,4 @@ pub use error::ClientError;
 pub use ops::{
     new_instance, Client, ClientConfig, MergeStats, ObjectInfo, DEFAULT_MERGE_THRESHOLD,
 };
-pub use stats::{osd_stats, pg_status, scrub_pg};
+pub use stats::{osd_stats, pg_mark_unfound_lost, pg_status, scrub_pg};

@@ -51,6 +51,34 @@ pub async fn pg_status(
     cairn_proto::msg::decode("pg status", &f).map_err(|e| fail(addr, e.to_string()))
 }
 
+/// Asks the primary of `pg` (at `addr`) to give up the PG's unfound objects: delete them, or
+/// revert them to older copies (`cairn pg mark-unfound-lost`). `Ok` once it took the order.
+pub async fn pg_mark_unfound_lost(
+    addr: &str,
+    auth: &Auth,
+    pg: cairn_map::PgId,
+    epoch: u64,
+    delete: bool,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    use cairn_proto::msg::peering::{PgDone, PgMarkLost, PG_DONE, PG_MARK_LOST};
+    let q = PgMarkLost {
+        epoch,
+        pool: pg.pool,
+        pg: pg.pg,
+        delete,
+    };
+    let control = cairn_proto::msg::encode(&q);
+    let f = ask(addr, auth, PG_MARK_LOST, &control, PG_DONE, timeout).await?;
+    match cairn_proto::msg::decode::<PgDone>("pg done", &f)
+        .map_err(|e| fail(addr, e.to_string()))?
+    {
+        PgDone::Done => Ok(()),
+        PgDone::Failed { why, .. } => Err(fail(addr, why)),
+        other => Err(fail(addr, format!("unexpected answer {other:?}"))),
+    }
+}
+
 fn fail(addr: &str, why: String) -> ClientError {
     ClientError::Failed {
         code: cairn_proto::msg::osd::FailCode::Other,

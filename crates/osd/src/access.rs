@@ -7,6 +7,7 @@
 //! | `OP`, `OP_BATCH` | clients with `r` (reads, stat, list) or `w` (writes, removes) on the pool |
 //! | `SCRUB_PG` | OSDs; clients with `x` on the pool |
 //! | `PG_STATUS` | OSDs; clients with `r` on the pool |
+//! | `PG_MARK_LOST` | OSDs; clients with `w` on the pool (it gives up objects, as a remove would) |
 //! | `OSD_STATS` | OSDs; clients with `mon r` |
 //! | `OSD_SYNC`, `OSD_PING` | anyone authenticated |
 //! | `REP`, `PG_QUERY`, `PG_PUSH`, `PG_PULL`, `PG_LIST`, `PG_SCRUB`, `PG_CLEAN` | OSDs only (which OSD, the PG's handler checks against the map) |

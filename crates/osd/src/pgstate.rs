@@ -115,6 +115,11 @@ pub struct PgState {
     /// The map epoch of that failure, and how many peerings in a row failed (the backoff).
     pub failure_epoch: u64,
     pub failures: u32,
+    /// Objects its newest history lacks that no answering OSD has (its last peering's).
+    pub unfound: Vec<Vec<u8>>,
+    /// An operator gave them up (`cairn pg mark-unfound-lost`): delete (`true`) or revert;
+    /// the next peering does it.
+    pub give_up_unfound: Option<bool>,
     /// Intervals (first, last epoch) given up since this OSD started: their OSDs were
     /// declared lost, so writes acknowledged in them may be lost.
     pub lost_intervals: Vec<cairn_map::PastInterval>,
@@ -167,6 +172,8 @@ impl PgState {
             failure: None,
             failure_epoch: 0,
             failures: 0,
+            unfound: Vec::new(),
+            give_up_unfound: None,
             lost_intervals: Vec::new(),
         }
     }

@@ -11,8 +11,8 @@ use cairn_proto::msg::osd::{
     OSD_PONG, OSD_STATS, OSD_STATS_REPLY, OSD_SYNC, REP,
 };
 use cairn_proto::msg::peering::{
-    PgList, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_OBJECT, PG_PULL, PG_PUSH, PG_QUERY,
-    PG_STATUS,
+    PgList, PgMarkLost, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_MARK_LOST, PG_OBJECT,
+    PG_PULL, PG_PUSH, PG_QUERY, PG_STATUS,
 };
 use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG, SCRUB_REPORT};
 use cairn_proto::msg::{ErrorCode, ErrorReply};
@@ -252,12 +252,15 @@ async fn connection(
                 }
                 continue;
             }
-            t @ (PG_QUERY | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN | PG_STATUS) => {
+            t @ (PG_QUERY | PG_PUSH | PG_LIST | PG_SCRUB | PG_CLEAN | PG_STATUS | PG_MARK_LOST) => {
                 match peering_pg(t, &frame.control) {
                     Ok(pg) => {
                         // A client may ask a PG's status where it may read.
                         let checked = match t {
                             PG_STATUS => access.pool(&osd, pg.pool, Perms::R),
+                            // Giving up data: who may write (and so remove) the pool's
+                            // objects.
+                            PG_MARK_LOST => access.pool(&osd, pg.pool, Perms::W),
                             _ => Ok(()),
                         };
                         if let Err(why) = checked {
@@ -533,6 +536,7 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
         PG_PULL => decode::<PgPull>("pg pull", control).map(|q| (q.pool, q.pg)),
         PG_PUSH => decode::<PgPush>("pg push", control).map(|q| (q.pool, q.pg)),
         PG_SCRUB => decode::<PgScrub>("pg scrub", control).map(|q| (q.pool, q.pg)),
+        PG_MARK_LOST => decode::<PgMarkLost>("pg mark lost", control).map(|q| (q.pool, q.pg)),
         _ => decode::<PgList>("pg list", control).map(|q| (q.pool, q.pg)),
     }
     .map_err(e)?;

@@ -786,6 +786,7 @@ fn msg_osd_v11() {
         pg: 11,
         class: "store_full".into(),
         why: "no space left".into(),
+        unfound: 3,
     };
     pin(&mut g, "FailedPg", failed.clone());
     let crash = cairn_proto::msg::osd::CrashSummary {
@@ -905,7 +906,18 @@ fn msg_peering_v11() {
             ("PG_CLEAN", PG_CLEAN),
             ("PG_STATUS", PG_STATUS),
             ("PG_STATUS_REPLY", PG_STATUS_REPLY),
+            ("PG_MARK_LOST", PG_MARK_LOST),
         ],
+    );
+    pin(
+        &mut g,
+        "PgMarkLost",
+        PgMarkLost {
+            epoch: 42,
+            pool: 2,
+            pg: 0x1f,
+            delete: true,
+        },
     );
     pin(
         &mut g,
@@ -1016,6 +1028,7 @@ fn msg_peering_v11() {
             intervals: vec![interval],
             answered: vec![4],
             waiting_for: vec![5, 6],
+            unfound: vec![b"lost-object".to_vec()],
             failure_class: Some("store_full".into()),
             reason: Some("waiting for osd.5".into()),
             lost_intervals: vec![cairn_map::PastInterval {

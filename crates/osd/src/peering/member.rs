@@ -13,8 +13,8 @@ use crate::pgstate::{coll_of, LES_KEY, VERSION_KEY};
 use crate::shard::Shard;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{
-    PgDone, PgList, PgPush, PgQuery, PushKind, MAX_NAMES, PG_CLEAN, PG_DONE, PG_INFO, PG_LIST,
-    PG_NAMES, PG_PUSH, PG_QUERY, PG_STATUS, PG_STATUS_REPLY,
+    PgDone, PgList, PgMarkLost, PgPush, PgQuery, PushKind, MAX_NAMES, PG_CLEAN, PG_DONE, PG_INFO,
+    PG_LIST, PG_MARK_LOST, PG_NAMES, PG_PUSH, PG_QUERY, PG_STATUS, PG_STATUS_REPLY,
 };
 use cairn_proto::msg::scrub::{PgScrub, MAX_SCRUB_OBJECTS, PG_SCRUB, PG_SCRUB_MAP};
 use cairn_proto::msg::ErrorCode;
@@ -89,6 +89,13 @@ pub fn handle(
             check_pg(&shard.osd.map(), pg)?;
             let status = super::status::of(shard, pg);
             send(&to, PG_STATUS_REPLY, req_id, &status, &[]);
+        }
+        PG_MARK_LOST => {
+            let q: PgMarkLost = decode("pg mark lost", control)?;
+            let pg = pg_id(q.pool, q.pg);
+            check_pg(&shard.osd.map(), pg)?;
+            let r = super::mark_lost::order(shard, pg, q.delete);
+            send(&to, PG_DONE, req_id, &r, &[]);
         }
         PG_SCRUB => {
             let q: PgScrub = decode("pg scrub", control)?;

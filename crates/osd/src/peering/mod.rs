@@ -19,7 +19,9 @@
 mod background;
 pub mod copy;
 mod dirty;
+mod mark_lost;
 pub mod member;
+mod members;
 pub mod outcome;
 mod primary;
 pub(crate) mod refusal;
@@ -27,6 +29,7 @@ pub(crate) mod rpc;
 mod status;
 mod stray;
 pub(crate) mod transfer;
+mod unfound;
 
 pub use outcome::{interval, Interval, PeerError, PeerResult, Peered, Report};
 
@@ -97,10 +100,11 @@ fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
         return;
     }
     let acting = st.placement.acting.clone();
+    let give_up = st.give_up_unfound;
     let iv = interval(map, &acting);
     let task_iv = iv.clone();
     let task = rt.spawn(async move {
-        let result = primary::peer(osd.clone(), pg, acting).await;
+        let result = primary::peer(osd.clone(), pg, acting, give_up).await;
         let msg = ShardMsg::PeeringDone {
             pg,
             interval: task_iv,
@@ -128,6 +132,8 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
             st.down = None;
             st.failure = None;
             st.failures = 0;
+            st.unfound.clear();
+            st.give_up_unfound = None;
             note_given_up(pg, st, &report);
             st.report = Some(report);
             st.peered = Some(iv.clone());
@@ -172,6 +178,15 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
                     st.report = Some(report);
                     answer_down(shard, pg);
                     DOWN_RETRY_AFTER
+                }
+                PeerError::Unfound { objects, failure } => {
+                    tracing::error!(pg = %pg, objects = objects.len(), error = %failure, "unfound objects: the PG waits for an OSD that has them, or `cairn pg mark-unfound-lost`");
+                    st.unfound = objects;
+                    st.failures = st.failures.saturating_add(1);
+                    st.failure_epoch = map.epoch;
+                    st.failure = Some(failure);
+                    answer_failed(shard, pg);
+                    return;
                 }
                 PeerError::Failed(e) => {
                     if e.local_store && e.class == FailClass::StoreCorrupt {

@@ -24,6 +24,13 @@ pub enum PeerError {
     /// Anything else (a member unreachable, a store error ...): tried again with backoff
     /// when its class is transient, else only once the map changes.
     Failed(crate::failure::Failure),
+    /// The newest history lacks `objects` and no OSD that could hold them answered (all of
+    /// them did, or were declared lost): not retried until the map changes or an operator
+    /// gives them up (`cairn pg mark-unfound-lost`).
+    Unfound {
+        objects: Vec<Vec<u8>>,
+        failure: crate::failure::Failure,
+    },
 }
 
 impl From<crate::failure::Failure> for PeerError {

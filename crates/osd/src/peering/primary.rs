@@ -22,20 +22,7 @@ use cairn_proto::msg::{decode, encode};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-/// One member of the acting set as peering sees it.
-struct Member {
-    id: u32,
-    /// `None` for this OSD.
-    rpc: Option<Rpc>,
-    info: PgInfo,
-    entries: Vec<LogEntry>,
-}
-
-impl Member {
-    fn head(&self) -> (u64, u64) {
-        (self.info.last_epoch, self.info.last_version)
-    }
-}
+use super::members::Member;
 
 /// What a member needs to reach the authoritative history.
 #[derive(Debug, PartialEq, Eq)]
@@ -126,7 +113,14 @@ pub fn with_missing(p: Plan, info: &PgInfo) -> Plan {
 
 /// Peers `pg` with the acting set `acting` (this OSD first). Afterwards this OSD holds the
 /// authoritative history and every member its log; returns the objects copies still lack.
-pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, PeerError> {
+/// Peers `pg` for `acting`; with `give_up` (an operator's `mark-unfound-lost`: `true` to
+/// delete), the newest history's unfound objects are given up first.
+pub async fn peer(
+    osd: Arc<Osd>,
+    pg: PgId,
+    acting: Vec<u32>,
+    give_up: Option<bool>,
+) -> Result<Peered, PeerError> {
     let map = osd.map();
     let me = osd.id();
     let ctx = Ctx {
@@ -226,7 +220,24 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, acting: Vec<u32>) -> Result<Peered, P
         // until the map changes (there is no way yet to give up unfound objects).
         report.waiting_for = not_answered(&report, &map);
         if report.waiting_for.is_empty() {
-            return Err(PeerError::Failed(Failure::new(FailClass::Unfound, why)));
+            let objects = members[auth_i].info.missing.clone();
+            if let Some(delete) = give_up {
+                let n =
+                    super::unfound::give_up(&ctx, &mut members, auth_i, &objects, delete).await?;
+                let how = if delete {
+                    "deleted"
+                } else {
+                    "reverted or deleted"
+                };
+                tracing::warn!(pg = %pg, objects = n, how, "unfound objects given up (`cairn pg mark-unfound-lost`); peering again");
+                return Err(PeerError::Failed(Failure::transient(format!(
+                    "{n} unfound objects given up; peering again"
+                ))));
+            }
+            return Err(PeerError::Unfound {
+                objects,
+                failure: Failure::new(FailClass::Unfound, why),
+            });
         }
         report.reason = Some(why);
         return Err(PeerError::Down(report));

@@ -82,6 +82,12 @@ pub fn of(shard: &mut Shard, pg: PgId) -> PgStatus {
         answered: report.answered.iter().copied().collect(),
         waiting_for,
         reason,
+        unfound: st
+            .unfound
+            .iter()
+            .take(cairn_proto::msg::peering::MAX_NAMES as usize)
+            .cloned()
+            .collect(),
         // Cleared when a peering succeeds.
         failure_class: st.failure.as_ref().map(|f| f.class.name().to_string()),
         lost_intervals: st.lost_intervals.clone(),

@@ -85,8 +85,6 @@ impl Ctx {
         kind: PushKind,
         data: &[u8],
     ) -> Result<(), Failure> {
-        // A recovery or backfill between two pushes of its objects.
-        fail::fail_point!("osd_recovery_push");
         match self.push_reply(dst, kind, data).await? {
             PgDone::Done => Ok(()),
             other => Err(crate::failure::refused("the member", &other)),
@@ -100,6 +98,14 @@ impl Ctx {
         kind: PushKind,
         data: &[u8],
     ) -> Result<PgDone, Failure> {
+        if matches!(
+            kind,
+            PushKind::Recover { .. } | PushKind::RecoverRemove { .. }
+        ) {
+            // A recovery or backfill about to push one piece of an object (after the members
+            // got the new log and their missing marks).
+            fail::fail_point!("osd_recovery_push");
+        }
         if !matches!(kind, PushKind::Log { .. }) {
             let rec = &self.osd.recovery;
             rec.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);

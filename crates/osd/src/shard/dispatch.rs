@@ -281,6 +281,7 @@ impl ShardState for Mutex<Shard> {
                     pg: pg.pg,
                     class: f.class.name().to_string(),
                     why,
+                    unfound: st.unfound.len() as u64,
                 });
             }
             if !st.lost_intervals.is_empty() {

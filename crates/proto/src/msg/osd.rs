@@ -466,4 +466,6 @@ pub struct FailedPg {
     pub class: String,
     /// What failed, cut at 512 bytes.
     pub why: String,
+    /// Its unfound objects (class `unfound`).
+    pub unfound: u64,
 }

@@ -33,6 +33,22 @@ pub const PG_CLEAN: u16 = 232;
 pub const PG_STATUS: u16 = 233;
 /// Reply: [`PgStatus`].
 pub const PG_STATUS_REPLY: u16 = 234;
+/// CLI -> a PG's primary: [`PgMarkLost`]; reply [`PG_DONE`]: `Done` once the primary took
+/// the order (it peers the PG again, giving the unfound objects up), `Failed` if the PG has
+/// no unfound objects or the receiver is not its primary.
+pub const PG_MARK_LOST: u16 = 235;
+
+/// Gives up a PG's unfound objects (`cairn pg mark-unfound-lost`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgMarkLost {
+    /// The sender's map epoch.
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    /// Delete them (else revert each to the newest older copy an answering member holds,
+    /// deleting those no member holds at all).
+    pub delete: bool,
+}
 
 /// Most names one [`PgNames`] carries.
 pub const MAX_NAMES: u32 = 1024;
@@ -212,6 +228,9 @@ pub struct PgStatus {
     pub waiting_for: Vec<u32>,
     /// Why it is not active, when it is not.
     pub reason: Option<String>,
+    /// Objects the newest history lacks that no OSD that answered holds (`cairn pg
+    /// list-unfound`), at most [`MAX_NAMES`].
+    pub unfound: Vec<Vec<u8>>,
     /// The class of the failure that keeps it from going active (`transient`, `stale_map`,
     /// `store_corrupt`, `store_full`, `protocol`, `permission`), when one does.
     pub failure_class: Option<String>,
