@@ -167,22 +167,7 @@ fn mark_lost(a: MarkLostArgs, conf: Option<&Path>) -> Result<()> {
 }
 
 fn query(a: QueryArgs, conf: Option<&Path>) -> Result<()> {
-    let mon = mon_client(conf)?;
-    let map = block_on(mon.get_map())??;
-    let pg = parse_pg(&map, &a.pg)?;
-    let placement = map.pg_placement(pg);
-    let Some(primary) = placement.primary() else {
-        bail!(
-            "pg {pg} has no OSD up (its OSDs: {:?}): nothing can answer for it; `cairn osd ls` \
-             shows which are down",
-            placement.up_set
-        );
-    };
-    let addr = map
-        .osds
-        .get(&primary)
-        .map(|o| o.addr.clone())
-        .with_context(|| format!("osd.{primary} is not in the map"))?;
+    let (map, pg, primary, addr) = primary_of(conf, &a.pg)?;
     let timeout = Duration::from_secs(5);
     let st = block_on(cairn_client::pg_status(
         &addr,

@@ -60,14 +60,7 @@ impl CrashReport {
             .unwrap_or("(unnamed)")
             .to_string();
         let mut backtrace = std::backtrace::Backtrace::force_capture().to_string();
-        if backtrace.len() > MAX_BACKTRACE {
-            let mut cut = MAX_BACKTRACE;
-            while !backtrace.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            backtrace.truncate(cut);
-            backtrace.push_str("\n(cut)");
-        }
+        cut_text(&mut backtrace, MAX_BACKTRACE, "\n(cut)");
         CrashReport {
             id: format!(
                 "{}_{}_{}",
@@ -203,6 +196,20 @@ pub fn mark_posted(path: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Cuts `s` to at most `max` bytes (at a character boundary) and appends `mark` if it was
+/// longer: reports and stats carry text of bounded size.
+pub fn cut_text(s: &mut String, max: usize, mark: &str) {
+    if s.len() <= max {
+        return;
+    }
+    let mut at = max;
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    s.truncate(at);
+    s.push_str(mark);
 }
 
 /// `YYYYmmddTHHMMSSZ` for seconds since the epoch (UTC, proleptic Gregorian).

@@ -13,5 +13,7 @@
 mod crash;
 mod locks;
 
-pub use crash::{install, mark_posted, name_daemon, pending_reports, CrashReport, CRASH_DIR_ENV};
+pub use crash::{
+    cut_text, install, mark_posted, name_daemon, pending_reports, CrashReport, CRASH_DIR_ENV,
+};
 pub use locks::{CondvarOrDie, LockOrDie, RwLockOrDie};

@@ -44,13 +44,6 @@ pub fn recent(dir: Option<&Path>) -> Vec<CrashSummary> {
 }
 
 fn cut(mut s: String) -> String {
-    if s.len() > MAX_MESSAGE {
-        let mut at = MAX_MESSAGE;
-        while !s.is_char_boundary(at) {
-            at -= 1;
-        }
-        s.truncate(at);
-        s.push_str("...");
-    }
+    cairn_failstop::cut_text(&mut s, MAX_MESSAGE, "...");
     s
 }

@@ -43,6 +43,7 @@ mod recovery;
 mod scrub;
 mod server;
 mod shard;
+mod slices;
 mod slowops;
 mod split;
 mod syncer;

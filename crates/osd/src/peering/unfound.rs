@@ -30,7 +30,7 @@ pub(super) async fn give_up(
         };
         let done = match src {
             Some(s) if s != auth_i => {
-                let (from, to) = pair(members, s, auth_i);
+                let (from, to) = crate::slices::pair(members, s, auth_i);
                 ctx.copy_object(&mut end(from), &mut end(to), o, &Dirty::Whole, false)
                     .await?
             }
@@ -99,15 +99,5 @@ fn end_of(rpc: Option<&mut super::rpc::Rpc>) -> End<'_> {
     match rpc {
         Some(r) => End::Remote(r),
         None => End::Local,
-    }
-}
-
-fn pair<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
-    if a < b {
-        let (l, r) = v.split_at_mut(b);
-        (&mut l[a], &mut r[0])
-    } else {
-        let (l, r) = v.split_at_mut(a);
-        (&mut r[0], &mut l[b])
     }
 }

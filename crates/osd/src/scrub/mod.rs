@@ -260,7 +260,7 @@ async fn check(
                 if *d == s || *d >= links.len() || s >= links.len() {
                     continue;
                 }
-                let (src, dst) = pair(links, s, *d);
+                let (src, dst) = crate::slices::pair(links, s, *d);
                 match repair_copy(ctx, &mut end(src), &mut end(dst), name).await? {
                     PgDone::Done => fixed[k] = true,
                     PgDone::Busy => {
@@ -361,17 +361,6 @@ fn end(link: &mut Link) -> End<'_> {
     match link {
         None => End::Local,
         Some(rpc) => End::Remote(rpc),
-    }
-}
-
-/// Two distinct elements of a slice, mutably.
-fn pair<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
-    if a < b {
-        let (l, r) = v.split_at_mut(b);
-        (&mut l[a], &mut r[0])
-    } else {
-        let (l, r) = v.split_at_mut(a);
-        (&mut r[0], &mut l[b])
     }
 }
 

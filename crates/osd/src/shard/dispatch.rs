@@ -269,13 +269,7 @@ impl ShardState for Mutex<Shard> {
             }
             if let Some(f) = st.failure.as_ref().filter(|f| !f.class.retries()) {
                 let mut why = f.what.clone();
-                if why.len() > 512 {
-                    let mut at = 512;
-                    while !why.is_char_boundary(at) {
-                        at -= 1;
-                    }
-                    why.truncate(at);
-                }
+                cairn_failstop::cut_text(&mut why, 512, "...");
                 t.failed.push(cairn_proto::msg::osd::FailedPg {
                     pool: pg.pool,
                     pg: pg.pg,
