@@ -82,7 +82,13 @@ pub fn down_waiting_for(st: &crate::pgstate::PgState) -> Option<Vec<u32>> {
     if st.peering.is_some() {
         return None;
     }
-    st.down.as_ref().map(|d| d.waiting_for.clone())
+    // A PG whose peering failed for good answers like a down one (waiting for no OSD in
+    // particular) until the map changes, rather than queueing ops it cannot serve.
+    let failed = st.failure.as_ref().filter(|f| !f.class.retries());
+    st.down
+        .as_ref()
+        .map(|d| d.waiting_for.clone())
+        .or_else(|| failed.map(|_| Vec::new()))
 }
 
 fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
