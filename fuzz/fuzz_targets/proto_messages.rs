@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 35 {
+    match which % 36 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -61,6 +61,7 @@ fuzz_target!(|data: &[u8]| {
         31 => roundtrip::<mon::AuthReply>("auth reply", b),
         32 => roundtrip::<mon::MembersRequest>("members command", b),
         33 => roundtrip::<mon::MembersReply>("members reply", b),
+        34 => roundtrip::<peering::PgMarkLost>("pg mark lost", b),
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

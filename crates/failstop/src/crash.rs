@@ -17,8 +17,9 @@ const MAX_REPORT_FILE: u64 = 64 << 10;
 /// Reports read back at one start, newest first: a crash loop leaves many, the newest say
 /// enough.
 const MAX_PENDING: usize = 32;
-/// Posted reports kept in a crash directory before the oldest are removed.
-const KEEP_POSTED: usize = 64;
+/// Reports kept in a crash directory: saving one more removes the oldest (a daemon that
+/// crashes in a loop under a supervisor without a limit must not fill the disk).
+const KEEP_REPORTS: usize = 64;
 
 /// One crash: which daemon panicked, when, where and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,14 +92,34 @@ impl CrashReport {
             f.sync_all()?;
         }
         std::fs::rename(&tmp, &path)?;
+        prune(dir);
         Ok(path)
+    }
+}
+
+/// Removes the oldest reports of `dir` beyond [`KEEP_REPORTS`] (ids start with the UTC time,
+/// so names sort by age).
+fn prune(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut reports: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    if reports.len() > KEEP_REPORTS {
+        reports.sort();
+        for p in &reports[..reports.len() - KEEP_REPORTS] {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
 /// Makes every panic of this process fatal: logs it to stderr (where the daemon's log goes),
 /// writes a [`CrashReport`] into `crash_dir` when there is one, and aborts. A daemon calls
 /// this first thing; its supervisor (systemd, `cairn dev up`) restarts it, the restart
-/// replays the WAL, and the report is posted to the monitors then.
+/// replays the WAL, and an OSD reports it in its stats from then on (`cairn crash ls`).
 pub fn install(entity: &str, crash_dir: Option<PathBuf>) {
     let hint = entity.to_string();
     std::panic::set_hook(Box::new(move |info| {
@@ -139,7 +160,7 @@ pub fn name_daemon(entity: &str) {
     let _ = NAME.set(entity.to_string());
 }
 
-/// The reports in `dir` not yet posted to the monitors, newest first (at most 32), with
+/// The reports in `dir` (`*.json`: an operator renames one to archive it), newest first (at most 32), with
 /// their paths; files that do not parse are skipped and named in the second list.
 pub fn pending_reports(dir: &Path) -> (Vec<(PathBuf, CrashReport)>, Vec<String>) {
     let mut found = Vec::new();
@@ -173,29 +194,6 @@ fn read_report(p: &Path) -> std::io::Result<CrashReport> {
     }
     let body = std::fs::read(p)?;
     serde_json::from_slice(&body).map_err(std::io::Error::other)
-}
-
-/// Marks a report posted (renamed to `<id>.json.posted`) and removes the oldest posted ones
-/// beyond 64.
-pub fn mark_posted(path: &Path) -> std::io::Result<()> {
-    let mut posted = path.as_os_str().to_owned();
-    posted.push(".posted");
-    std::fs::rename(path, &posted)?;
-    let Some(dir) = path.parent() else {
-        return Ok(());
-    };
-    let mut old: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "posted"))
-        .collect();
-    if old.len() > KEEP_POSTED {
-        old.sort();
-        for p in &old[..old.len() - KEEP_POSTED] {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-    Ok(())
 }
 
 /// Cuts `s` to at most `max` bytes (at a character boundary) and appends `mark` if it was
@@ -261,7 +259,7 @@ mod tests {
     }
 
     #[test]
-    fn saved_reports_are_pending_newest_first_until_posted_and_junk_is_named() {
+    fn saved_reports_are_pending_newest_first_until_archived_and_junk_is_named() {
         let dir = std::env::temp_dir().join(format!("failstop-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         report("20260101T000000Z_osd.1_7").save(&dir).unwrap();
@@ -276,10 +274,38 @@ mod tests {
         );
         assert_eq!(found[0].1, newer);
         assert_eq!(bad.len(), 1, "{bad:?}");
-        mark_posted(&found[0].0).unwrap();
+        // Renamed (archived by an operator), a report is no longer pending.
+        let mut archived = found[0].0.as_os_str().to_owned();
+        archived.push(".archived");
+        std::fs::rename(&found[0].0, &archived).unwrap();
         let (found, _) = pending_reports(&dir);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].1.id, "20260101T000000Z_osd.1_7");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+
+    #[test]
+    fn a_crash_directory_keeps_the_newest_reports_only() {
+        let dir = std::env::temp_dir().join(format!("failstop-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..KEEP_REPORTS + 3 {
+            std::fs::write(dir.join(format!("2026{i:06}_osd.1_1.json")), b"{}").unwrap();
+        }
+        prune(&dir);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), KEEP_REPORTS);
+        assert_eq!(left[0], "2026000003_osd.1_1.json", "the oldest went first");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -115,12 +115,6 @@ impl Failure {
     pub fn protocol(what: impl Into<String>) -> Failure {
         Failure::new(FailClass::Protocol, what)
     }
-
-    /// The same failure, its text prefixed with what was being done.
-    pub fn context(mut self, doing: &str) -> Failure {
-        self.what = format!("{doing}: {}", self.what);
-        self
-    }
 }
 
 /// A member's answer other than `Done` to a push or a pull, as a failure.
