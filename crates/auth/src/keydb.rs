@@ -257,10 +257,11 @@ impl KeyDb {
         entity: &Entity,
         id: &[u8; KEY_ID_LEN],
         now: u64,
-    ) -> Result<(Secret, Caps), String> {
-        let k = self.keys.get(entity).ok_or_else(|| {
-            format!("unknown entity {entity}: the monitors hold no key for it (`cairn auth add`)")
-        })?;
+    ) -> Result<(Secret, Caps), KeyRefusal> {
+        let k = self
+            .keys
+            .get(entity)
+            .ok_or_else(|| KeyRefusal::UnknownEntity(entity.clone()))?;
         if &key_id(&k.secret) == id {
             return Ok((k.secret.clone(), k.caps.clone()));
         }
@@ -268,16 +269,53 @@ impl KeyDb {
             Some((old, until)) if &key_id(old) == id && now < *until => {
                 Ok((old.clone(), k.caps.clone()))
             }
-            Some((old, _)) if &key_id(old) == id => Err(format!(
-                "{entity} presents its previous key, replaced by `cairn auth rotate` and no \
-                 longer accepted: install the new key (`cairn auth get {entity}`)"
-            )),
-            _ => Err(format!(
-                "{entity} presents a key the monitors do not hold for it (rotated or \
-                 re-created?): `cairn auth get {entity}` shows the current key"
-            )),
+            Some((old, _)) if &key_id(old) == id => Err(KeyRefusal::PreviousKey(entity.clone())),
+            _ => Err(KeyRefusal::OtherKey(entity.clone())),
         }
     }
+}
+
+/// Why the key an entity proves in a handshake is not admitted (by the key database, a
+/// monitor's keyring file before the database is seeded, or the monitors' own key): the
+/// refusal the peer is sent. Every one is a permission failure: trying again with the same
+/// key cannot help.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyRefusal {
+    /// The key database holds no key for the entity.
+    #[error("unknown entity {0}: the monitors hold no key for it (`cairn auth add`)")]
+    UnknownEntity(Entity),
+    /// The entity proved the key a rotation replaced, after its grace ended.
+    #[error(
+        "{0} presents its previous key, replaced by `cairn auth rotate` and no longer \
+         accepted: install the new key (`cairn auth get {0}`)"
+    )]
+    PreviousKey(Entity),
+    /// The entity proved a key the database does not hold for it.
+    #[error(
+        "{0} presents a key the monitors do not hold for it (rotated or re-created?): \
+         `cairn auth get {0}` shows the current key"
+    )]
+    OtherKey(Entity),
+    /// Before the database is seeded: no monitor keyring file holds a key for the entity.
+    #[error("unknown entity {0}: no monitor keyring holds its key")]
+    NotInKeyring(Entity),
+    /// Before the database is seeded: the keyring file holds another key for the entity.
+    #[error("{0} presents a key the monitors do not hold for it (rotated or re-created?)")]
+    OtherKeyringKey(Entity),
+    /// A monitor proved the monitors' key a rotation replaced, after its grace ended.
+    #[error(
+        "{0} presents the monitors' previous key, replaced by `cairn auth rotate mon` and no \
+         longer accepted: give it the new key (any running monitor's keyring holds it)"
+    )]
+    PreviousMonKey(Entity),
+    /// A monitor proved a monitors' key other than the one this monitor holds.
+    #[error("{entity} holds a monitors' key other than this monitor's (keyring {})", keyring.display())]
+    OtherMonKey {
+        entity: Entity,
+        /// The keyring file this monitor's key is in.
+        keyring: std::path::PathBuf,
+    },
 }
 
 fn check_caps(entity: &Entity, caps: &Caps) -> Result<(), KeyDbError> {
@@ -417,11 +455,12 @@ mod tests {
         assert_eq!(db.key_for(&a, &key_id(&new), 2000).unwrap().0, new);
         assert_eq!(db.key_for(&a, &key_id(&old), 999).unwrap().0, old);
         let e = db.key_for(&a, &key_id(&old), 1000).unwrap_err();
-        assert!(e.contains("previous key"), "{e}");
+        assert_eq!(e, KeyRefusal::PreviousKey(a.clone()));
+        assert!(e.to_string().contains("previous key"), "{e}");
         let e = db.key_for(&a, &key_id(&Secret::generate()), 0).unwrap_err();
-        assert!(e.contains("do not hold"), "{e}");
+        assert!(e.to_string().contains("do not hold"), "{e}");
         let e = db.key_for(&client("x"), &key_id(&new), 0).unwrap_err();
-        assert!(e.contains("unknown entity client.x"), "{e}");
+        assert!(e.to_string().contains("unknown entity client.x"), "{e}");
         // Without a grace the old key is refused at once.
         db.apply(&KeyChange::Rotate {
             entity: Entity::admin(),

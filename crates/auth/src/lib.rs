@@ -27,7 +27,7 @@ pub mod ticket;
 pub use caps::{BadCaps, Caps, Grant, Perms};
 pub use entity::{BadEntity, Entity, EntityKind, MAX_ENTITY_LEN};
 pub use frames::{frame_guards, FrameMode, Opener, Sealer, Tampered, COPY_ALIGN, FRAME_TAGS_LEN};
-pub use keydb::{key_id, KeyChange, KeyDb, KeyDbError, StoredKey, KEY_ID_LEN};
+pub use keydb::{key_id, KeyChange, KeyDb, KeyDbError, KeyRefusal, StoredKey, KEY_ID_LEN};
 pub use keyring::{write_private, FileStamp, KeyEntry, Keyring, KeyringError};
 pub use mon_key::{MonKey, MonKeySet, MIN_MON_KEEP_OLD_SECS};
 pub use secret::{nbd_psk, random, BadSecret, Secret, SECRET_LEN};

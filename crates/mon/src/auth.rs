@@ -20,14 +20,17 @@
 use crate::state_machine::MapView;
 use cairn_auth::service::{derive_service_key, mint, service_key_id, service_keys_around};
 use cairn_auth::{
-    key_id, seal, unix_now, Caps, Entity, EntityKind, FileStamp, Keyring, MonKeySet, Perms, Secret,
-    KEY_ID_LEN, TICKET_TTL_SECS,
+    key_id, seal, unix_now, Caps, Entity, EntityKind, FileStamp, KeyRefusal, Keyring, MonKeySet,
+    Perms, Secret, KEY_ID_LEN, TICKET_TTL_SECS,
 };
 use cairn_failstop::RwLockOrDie;
 use cairn_map::{ClusterMap, MapChange};
 use cairn_proto::auth::{AuthInit, AUTH_KEY};
 use cairn_proto::msg::mon::{service_keys_aad, ticket_session_aad, ServiceKeysReply, TicketReply};
-use cairn_transport::{Authenticator, Credentials, CredentialsFuture, Known, Peer, Verifier};
+use cairn_proto::msg::ErrorCode;
+use cairn_transport::{
+    Authenticator, Credentials, CredentialsFuture, Known, Peer, Verifier, VerifyError,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -164,7 +167,7 @@ impl MonKeys {
 
     /// The key of `entity` with id `id` (current, or previous during a rotation) and its
     /// caps; `Err` is the refusal.
-    fn lookup(&self, entity: &Entity, id: &[u8; KEY_ID_LEN]) -> Result<(Secret, Caps), String> {
+    fn lookup(&self, entity: &Entity, id: &[u8; KEY_ID_LEN]) -> Result<(Secret, Caps), KeyRefusal> {
         if self.seeded() {
             return self.view.with_keys(|db| db.key_for(entity, id, unix_now()));
         }
@@ -172,11 +175,9 @@ impl MonKeys {
         let (key, caps) = keys
             .entities
             .get(entity)
-            .ok_or_else(|| format!("unknown entity {entity}: no monitor keyring holds its key"))?;
+            .ok_or_else(|| KeyRefusal::NotInKeyring(entity.clone()))?;
         if &key_id(key) != id {
-            return Err(format!(
-                "{entity} presents a key the monitors do not hold for it (rotated or re-created?)"
-            ));
+            return Err(KeyRefusal::OtherKeyringKey(entity.clone()));
         }
         Ok((key.clone(), caps.clone()))
     }
@@ -247,9 +248,9 @@ impl MonKeys {
     /// The OSD service keys around now for `peer`, which must be an OSD, sealed with its key.
     fn grant_service_keys(&self, peer: &Peer) -> ServiceKeysReply {
         let Some(entity) = peer.entity.as_ref().filter(|e| e.kind() == EntityKind::Osd) else {
-            return ServiceKeysReply::Refused(denied(
-                peer,
-                "is not an OSD: only OSDs get the service keys",
+            return ServiceKeysReply::Refused(format!(
+                "permission denied: {} is not an OSD: only OSDs get the service keys",
+                peer.name()
             ));
         };
         let (Some(_), Some(key)) = (self.caps_of(entity), &peer.key) else {
@@ -291,7 +292,7 @@ fn read(path: &Path) -> Result<Loaded, MonKeysError> {
 
 impl MonKeys {
     /// Why a monitor proving key id `id` is refused.
-    fn refuse_mon_key(&self, entity: &Entity, id: &[u8; KEY_ID_LEN]) -> String {
+    fn refuse_mon_key(&self, entity: &Entity, id: &[u8; KEY_ID_LEN]) -> KeyRefusal {
         let replaced = self.view.with_keys(|k| {
             k.mon
                 .as_ref()
@@ -299,16 +300,12 @@ impl MonKeys {
                 .is_some_and(|(old, _)| &key_id(old) == id)
         });
         if replaced {
-            return format!(
-                "{entity} presents the monitors' previous key, replaced by `cairn auth rotate mon` \
-                 and no longer accepted: give it the new key (any running monitor's keyring \
-                 holds it)"
-            );
+            return KeyRefusal::PreviousMonKey(entity.clone());
         }
-        format!(
-            "{entity} holds a monitors' key other than this monitor's (keyring {})",
-            self.path.display()
-        )
+        KeyRefusal::OtherMonKey {
+            entity: entity.clone(),
+            keyring: self.path.clone(),
+        }
     }
 }
 
@@ -340,13 +337,13 @@ impl Verifier for MonKeys {
         self.frames
     }
 
-    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String> {
+    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, VerifyError> {
         if method != AUTH_KEY {
-            return Err("monitors authenticate entities by their keys, not tickets".into());
+            return Err(VerifyError::TicketToMonitor);
         }
         if entity.kind() == EntityKind::Mon {
             let Some(mon) = self.mon_keys().admits(&init.key_id).cloned() else {
-                return Err(self.refuse_mon_key(entity, &init.key_id));
+                return Err(self.refuse_mon_key(entity, &init.key_id).into());
             };
             return Ok(Known {
                 entity: entity.clone(),
@@ -375,8 +372,40 @@ pub(crate) enum Need<'a> {
     Monitor,
 }
 
-fn denied(peer: &Peer, what: &str) -> String {
-    format!("permission denied: {} {what}", peer.name())
+/// Why a peer may not make a request of the monitors: the refusal it is sent (`ERROR`
+/// `Denied`, or `MapError::Denied` in the reply to a map change). A permission failure: the
+/// same request from the same entity is refused again until its caps change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Denied {
+    /// Reading the map or status needs `mon r` (or a daemon's key).
+    #[error("permission denied: {0} lacks r on the monitors")]
+    NoRead(Entity),
+    /// Raft messages come only from monitors.
+    #[error("permission denied: {0} is not a monitor (Raft messages come only from monitors)")]
+    NotMonitor(Entity),
+    /// A heartbeat or failure report in the name of another OSD.
+    #[error("permission denied: {entity} may not speak for osd.{osd}")]
+    OtherOsd { entity: Entity, osd: u32 },
+    /// An `OsdBoot` from an entity that is not an OSD.
+    #[error("permission denied: {0} is not an OSD: only an OSD boots")]
+    NotOsd(Entity),
+    /// An `OsdBoot` of a store the map gives another OSD (or of a new store under an id
+    /// that is not the next).
+    #[error(
+        "permission denied: {entity} may not boot this store: its key is bound to osd.{id}, \
+         the store is another OSD's (or osd.{id} is not the next new id)"
+    )]
+    BootOther { entity: Entity, id: u32 },
+    /// A map change needs `mon w` (a blocklist entry: `w` on the pool).
+    #[error("permission denied: {0} lacks w on the monitors")]
+    NoWrite(Entity),
+}
+
+impl Denied {
+    /// The code of the `ERROR` reply it is sent in.
+    pub(crate) fn code(&self) -> ErrorCode {
+        ErrorCode::Denied
+    }
 }
 
 /// Whether the key of `osd.{id}` may boot the store `store_id`: the map knows that store as
@@ -391,30 +420,28 @@ fn boot_bound(m: &ClusterMap, id: u32, store_id: &[u8; 16]) -> bool {
 /// Checks `need` for `peer` against the current map in `view` (an unauthenticated peer only
 /// exists on a monitor without authentication, which checks nothing). `Err` is the refusal
 /// to send.
-pub(crate) fn check(peer: &Peer, need: Need<'_>, view: &MapView) -> Result<(), String> {
+pub(crate) fn check(peer: &Peer, need: Need<'_>, view: &MapView) -> Result<(), Denied> {
     let Some(entity) = &peer.entity else {
         return Ok(());
     };
     let kind = entity.kind();
     let daemon = matches!(kind, EntityKind::Mon | EntityKind::Osd);
+    let who = || entity.clone();
     match need {
         Need::Read if daemon || peer.caps.mon_perms().covers(Perms::R) => Ok(()),
-        Need::Read => Err(denied(peer, "lacks r on the monitors")),
+        Need::Read => Err(Denied::NoRead(who())),
         Need::Monitor if kind == EntityKind::Mon => Ok(()),
-        Need::Monitor => Err(denied(
-            peer,
-            "is not a monitor (Raft messages come only from monitors)",
-        )),
+        Need::Monitor => Err(Denied::NotMonitor(who())),
         Need::OsdItself(osd) if entity.osd_id() == Some(osd) => Ok(()),
-        Need::OsdItself(osd) => Err(denied(peer, &format!("may not speak for osd.{osd}"))),
+        Need::OsdItself(osd) => Err(Denied::OtherOsd { entity: who(), osd }),
         Need::Change(MapChange::OsdBoot { store_id, .. }) => {
             let Some(id) = entity.osd_id() else {
-                return Err(denied(peer, "is not an OSD: only an OSD boots"));
+                return Err(Denied::NotOsd(who()));
             };
             if view.with_map(|m| boot_bound(m, id, store_id)) {
                 Ok(())
             } else {
-                Err(denied(peer, &format!("may not boot this store: its key is bound to osd.{id}, the store is another OSD's (or osd.{id} is not the next new id)")))
+                Err(Denied::BootOther { entity: who(), id })
             }
         }
         Need::Change(_) if !daemon && peer.caps.mon_perms().covers(Perms::W) => Ok(()),
@@ -425,7 +452,7 @@ pub(crate) fn check(peer: &Peer, need: Need<'_>, view: &MapView) -> Result<(), S
         {
             Ok(())
         }
-        Need::Change(_) => Err(denied(peer, "lacks w on the monitors")),
+        Need::Change(_) => Err(Denied::NoWrite(who())),
     }
 }
 
@@ -475,7 +502,11 @@ mod tests {
             .key_for(AUTH_KEY, &init_for(&Secret::generate()), &Entity::mon(2))
             .err()
             .expect("another monitors' key");
-        assert!(e.contains("mon.2 holds a monitors' key other than"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("mon.2 holds a monitors' key other than"),
+            "{e}"
+        );
         let known = keys
             .key_for(AUTH_KEY, &init_for(&admin.secret), &Entity::admin())
             .expect("admin");
@@ -484,19 +515,19 @@ mod tests {
             .key_for(AUTH_KEY, &init_for(&Secret::generate()), &Entity::admin())
             .err()
             .expect("another key");
-        assert!(e.contains("do not hold"), "{e}");
+        assert!(e.to_string().contains("do not hold"), "{e}");
         let osd = Entity::osd(4);
         let osd_key = Secret::generate();
         let e = keys
             .key_for(AUTH_KEY, &init_for(&osd_key), &osd)
             .err()
             .expect("unknown");
-        assert!(e.contains("unknown entity osd.4"), "{e}");
+        assert!(e.to_string().contains("unknown entity osd.4"), "{e}");
         let e = keys
             .key_for(cairn_proto::auth::AUTH_TICKET, &init_for(&osd_key), &osd)
             .err()
             .expect("tickets");
-        assert!(e.contains("not tickets"), "{e}");
+        assert!(e.to_string().contains("not tickets"), "{e}");
         // A key added to the file is admitted without a restart, until the database is
         // seeded.
         ring.put(KeyEntry {
@@ -522,7 +553,7 @@ mod tests {
             .key_for(AUTH_KEY, &init_for(&osd_key), &osd)
             .err()
             .expect("not in the database");
-        assert!(e.contains("unknown entity osd.4"), "{e}");
+        assert!(e.to_string().contains("unknown entity osd.4"), "{e}");
         assert!(keys
             .key_for(AUTH_KEY, &init_for(&admin.secret), &Entity::admin())
             .is_ok());
@@ -674,7 +705,8 @@ mod tests {
             .err()
             .expect("the old key after the grace");
         assert!(
-            e.contains("previous key, replaced by `cairn auth rotate mon`"),
+            e.to_string()
+                .contains("previous key, replaced by `cairn auth rotate mon`"),
             "{e}"
         );
         assert!(keys

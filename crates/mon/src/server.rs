@@ -199,7 +199,7 @@ async fn dispatch(
     let allowed = |need: Need<'_>| {
         check(who, need, &ctx.view).map_err(|why| {
             tracing::warn!(peer = %who.name(), "refused: {why}");
-            ErrorReply::new(ErrorCode::Denied, why)
+            ErrorReply::new(why.code(), why.to_string())
         })
     };
     if matches!(f.msg_type, COMMAND | MEMBERS_COMMAND | AUTH_COMMAND)

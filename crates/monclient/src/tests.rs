@@ -178,8 +178,8 @@ impl cairn_transport::Verifier for RefuseAll {
         _: u8,
         _: &cairn_proto::auth::AuthInit,
         _: &cairn_auth::Entity,
-    ) -> Result<cairn_transport::Known, String> {
-        Err("no keys here".into())
+    ) -> Result<cairn_transport::Known, cairn_transport::VerifyError> {
+        Err(cairn_transport::VerifyError::NoAuthentication)
     }
 }
 
@@ -220,9 +220,9 @@ impl cairn_transport::Verifier for OneKey {
         _: u8,
         _: &cairn_proto::auth::AuthInit,
         e: &cairn_auth::Entity,
-    ) -> Result<cairn_transport::Known, String> {
+    ) -> Result<cairn_transport::Known, cairn_transport::VerifyError> {
         if *e != self.0 {
-            return Err("unknown".into());
+            return Err(cairn_auth::KeyRefusal::UnknownEntity(e.clone()).into());
         }
         Ok(cairn_transport::Known {
             entity: e.clone(),

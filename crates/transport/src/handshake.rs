@@ -169,8 +169,9 @@ pub struct Known {
 pub trait Verifier: Send + Sync {
     /// Whether a peer may connect without authenticating (a cluster with `auth = none`).
     fn allow_none(&self) -> bool;
-    /// The key the initiator must prove for its `AuthInit` under `method`.
-    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String>;
+    /// The key the initiator must prove for its `AuthInit` under `method`; `Err` is the
+    /// refusal the initiator is sent.
+    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, VerifyError>;
     /// The frame protection every connection must have at least (a stronger one is used
     /// when the initiator asks for it).
     fn frames(&self) -> FrameMode {
@@ -186,9 +187,38 @@ impl Verifier for AllowNone {
     fn allow_none(&self) -> bool {
         true
     }
-    fn key_for(&self, _: u8, _: &AuthInit, _: &Entity) -> Result<Known, String> {
-        Err("this node runs without authentication".into())
+    fn key_for(&self, _: u8, _: &AuthInit, _: &Entity) -> Result<Known, VerifyError> {
+        Err(VerifyError::NoAuthentication)
     }
+}
+
+/// Why a [`Verifier`] refuses the key or ticket an initiator presents: the refusal it is sent
+/// (and the acceptor logs). Each is a permission failure: the same credentials will be
+/// refused again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// This node authenticates no one (it runs with `auth = none`).
+    #[error("this node runs without authentication")]
+    NoAuthentication,
+    /// A ticket presented to a monitor.
+    #[error("monitors authenticate entities by their keys, not tickets")]
+    TicketToMonitor,
+    /// A key presented to an OSD.
+    #[error("{0} presented its key: OSDs admit tickets from the monitors, not keys")]
+    KeyToOsd(Entity),
+    /// The ticket does not open with the service keys held, or expired.
+    #[error("{entity}'s ticket is refused: {error}")]
+    Ticket {
+        entity: Entity,
+        error: cairn_auth::ticket::SealError,
+    },
+    /// The ticket opened, but was issued to another entity.
+    #[error("{entity} presented a ticket issued to {holder}")]
+    TicketOfAnother { entity: Entity, holder: Entity },
+    /// The key is not one the keys held admit for the entity.
+    #[error(transparent)]
+    Key(#[from] cairn_auth::KeyRefusal),
 }
 
 /// Who the peer proved to be.
@@ -484,7 +514,7 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         }
         let known = match verifier.key_for(theirs.auth_method, &init, &entity) {
             Ok(k) => k,
-            Err(why) => return Err(refuse(s, kind, why).await),
+            Err(why) => return Err(refuse(s, kind, why.to_string()).await),
         };
         let Some(wish) = FrameMode::from_u8(init.frames) else {
             let why = format!(

@@ -41,7 +41,7 @@ pub use handshake::ready as ready_credentials;
 pub use handshake::{
     accept, initiate, initiate_with, kind_of, node_kind, split_guards, Accepted, AllowNone, Auth,
     Authenticator, Credentials, CredentialsFuture, Fixed, Guards, HandshakeError, Initiated, Known,
-    NoAuth, NoCredentials, Peer, Verifier, HANDSHAKE_TIMEOUT,
+    NoAuth, NoCredentials, Peer, Verifier, VerifyError, HANDSHAKE_TIMEOUT,
 };
 pub use limits::{Admission, Admitted, ConnLimits, ConnReader};
 pub use load::{ConnLoad, RequestLimits, RequestTicket, REQUEST_OVERHEAD};

@@ -3,7 +3,7 @@
 //! holder's caps (the monitors put them in), so an OSD knows what a client may do without
 //! holding any entity key.
 
-use crate::handshake::{Known, Verifier};
+use crate::handshake::{Known, Verifier, VerifyError};
 use cairn_auth::ticket::{open_ticket, SealError};
 use cairn_auth::{unix_now, Entity, FrameMode, ServiceKeys};
 use cairn_proto::auth::{AuthInit, AUTH_TICKET};
@@ -26,25 +26,26 @@ impl Verifier for TicketVerifier {
         self.frames
     }
 
-    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String> {
+    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, VerifyError> {
         if method != AUTH_TICKET {
-            return Err(format!(
-                "{entity} presented its key: OSDs admit tickets from the monitors, not keys"
-            ));
+            return Err(VerifyError::KeyToOsd(entity.clone()));
         }
-        let body = open_ticket(&self.keys.get(), &init.ticket, unix_now()).map_err(|e| {
+        let body = open_ticket(&self.keys.get(), &init.ticket, unix_now()).map_err(|error| {
             // A key this OSD lacks, or one of an id it holds that does not open the ticket
             // (the monitors' key was rotated): the monitors may have newer service keys.
-            if matches!(e, SealError::UnknownKey(_) | SealError::Invalid) {
+            if matches!(error, SealError::UnknownKey(_) | SealError::Invalid) {
                 self.keys.want_newer();
             }
-            format!("{entity}'s ticket is refused: {e}")
+            VerifyError::Ticket {
+                entity: entity.clone(),
+                error,
+            }
         })?;
         if &body.entity != entity {
-            return Err(format!(
-                "{entity} presented a ticket issued to {}",
-                body.entity
-            ));
+            return Err(VerifyError::TicketOfAnother {
+                entity: entity.clone(),
+                holder: body.entity,
+            });
         }
         Ok(Known {
             entity: body.entity,
@@ -91,7 +92,8 @@ mod tests {
         let Err(e) = v.key_for(AUTH_TICKET, &init(ticket(&new, service_key_id(now))), &a) else {
             panic!("a ticket of another monitors' key opened");
         };
-        assert!(e.contains("ticket is refused"), "{e}");
+        assert!(matches!(e, VerifyError::Ticket { .. }), "{e:?}");
+        assert!(e.to_string().contains("ticket is refused"), "{e}");
         assert!(keys.take_wanted());
         assert!(!keys.take_wanted(), "taken once");
         // Sealed with a key of an id not held.

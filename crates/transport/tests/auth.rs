@@ -1,10 +1,11 @@
 //! Mutual authentication in the handshake, over real TCP on 127.0.0.1: who gets in, who is
 //! refused and why, and that nothing recorded from one connection opens another.
 
-use cairn_auth::{seal_ticket, unix_now, Caps, Entity, Secret, ServiceKey, TicketBody};
+use cairn_auth::{seal_ticket, unix_now, Caps, Entity, KeyRefusal, Secret, ServiceKey, TicketBody};
 use cairn_proto::auth::{AuthInit, AUTH_KEY, AUTH_TICKET};
 use cairn_transport::{
     accept, initiate, node_kind, AllowNone, Credentials, HandshakeError, Known, Verifier,
+    VerifyError,
 };
 use std::collections::HashMap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,12 +21,19 @@ impl Verifier for Keys {
     fn allow_none(&self) -> bool {
         false
     }
-    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String> {
+    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, VerifyError> {
         if method == AUTH_TICKET {
-            let t = cairn_auth::open_ticket(&self.service, &init.ticket, unix_now())
-                .map_err(|e| e.to_string())?;
+            let t = cairn_auth::open_ticket(&self.service, &init.ticket, unix_now()).map_err(
+                |error| VerifyError::Ticket {
+                    entity: entity.clone(),
+                    error,
+                },
+            )?;
             if &t.entity != entity {
-                return Err(format!("the ticket is {}'s, not {entity}'s", t.entity));
+                return Err(VerifyError::TicketOfAnother {
+                    entity: entity.clone(),
+                    holder: t.entity,
+                });
             }
             return Ok(Known {
                 entity: t.entity,
@@ -37,7 +45,7 @@ impl Verifier for Keys {
         let key = self
             .keys
             .get(entity)
-            .ok_or(format!("unknown entity {entity}"))?;
+            .ok_or_else(|| KeyRefusal::UnknownEntity(entity.clone()))?;
         Ok(Known {
             entity: entity.clone(),
             caps: Caps::admin(),
@@ -229,7 +237,7 @@ fn tickets_get_in_only_while_valid_and_only_for_their_entity() {
         assert!(i
             .expect_err("stolen")
             .to_string()
-            .contains("not client.bob"));
+            .contains("client.bob presented a ticket issued to"));
         let (i, a) = pair(
             &v,
             node_kind::CLIENT,

@@ -3,12 +3,12 @@
 //! traffic (secure mode hides the payload, signed mode does not) or changes one byte (the
 //! connection is closed and the changed frame never delivered).
 
-use cairn_auth::{Caps, Entity, FrameMode, Secret};
+use cairn_auth::{Caps, Entity, FrameMode, KeyRefusal, Secret};
 use cairn_proto::auth::{AuthInit, AUTH_KEY};
 use cairn_proto::Limits;
 use cairn_transport::{
     accept, initiate_with, node_kind, ConnReader, Credentials, Dialer, Fixed, FrameSender, Known,
-    Session, Verifier,
+    Session, Verifier, VerifyError,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,10 +26,10 @@ impl Verifier for OneKey {
     fn allow_none(&self) -> bool {
         false
     }
-    fn key_for(&self, method: u8, _: &AuthInit, entity: &Entity) -> Result<Known, String> {
+    fn key_for(&self, method: u8, _: &AuthInit, entity: &Entity) -> Result<Known, VerifyError> {
         assert_eq!(method, AUTH_KEY);
         if entity != &self.entity {
-            return Err(format!("unknown entity {entity}"));
+            return Err(KeyRefusal::UnknownEntity(entity.clone()).into());
         }
         Ok(Known {
             entity: entity.clone(),
