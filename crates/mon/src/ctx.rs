@@ -7,6 +7,7 @@ use crate::types::{ApplyResult, BasicNode, NodeId, Proposal, Raft};
 use cairn_map::{ChangeOutcome, MapChange, MapError};
 use cairn_proto::msg::mon::{
     CommandReply, FailureReport, Heartbeat, MonStatus, PastIntervalsQuery, PastIntervalsReply,
+    Unavailable,
 };
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{RaftMetrics, ServerState};
@@ -21,7 +22,7 @@ pub(crate) enum Proposed {
     /// This monitor does not lead (the leader's address when known).
     NotLeader(Option<String>),
     /// Not committed in time, or the monitor is stopping.
-    Unavailable(String),
+    Unavailable(Unavailable),
 }
 
 /// A monitor's shared state.
@@ -83,7 +84,7 @@ impl Ctx {
             Proposed::Applied(ApplyResult::Map(Ok(outcome))) => CommandReply::Done(outcome),
             Proposed::Applied(ApplyResult::Map(Err(e))) => CommandReply::Refused(e),
             Proposed::Applied(ApplyResult::Keys(_)) => {
-                CommandReply::Unavailable("a map change applied as a key change".into())
+                CommandReply::Unavailable(Unavailable::MapAppliedAsKeys)
             }
             Proposed::NotLeader(leader) => CommandReply::NotLeader { leader },
             Proposed::Unavailable(why) => CommandReply::Unavailable(why),
@@ -114,19 +115,19 @@ impl Ctx {
     async fn propose_now(&self, p: Proposal) -> Proposed {
         let write = self.raft.client_write(p);
         match tokio::time::timeout(self.command_timeout, write).await {
-            Err(_) => Proposed::Unavailable(format!(
-                "the change was not committed within {:?} (it may still be): a majority of \
-                 the monitors must be running and reachable",
-                self.command_timeout
-            )),
+            Err(_) => Proposed::Unavailable(Unavailable::NotCommitted {
+                timeout_ms: self.command_timeout.as_millis() as u64,
+            }),
             Ok(Ok(resp)) => Proposed::Applied(resp.data),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 Proposed::NotLeader(f.leader_node.map(|n| n.addr))
             }
-            Ok(Err(RaftError::APIError(e))) => Proposed::Unavailable(e.to_string()),
-            Ok(Err(RaftError::Fatal(e))) => {
-                Proposed::Unavailable(format!("this monitor is stopping: {e}"))
-            }
+            Ok(Err(RaftError::APIError(e))) => Proposed::Unavailable(Unavailable::Membership {
+                detail: e.to_string(),
+            }),
+            Ok(Err(RaftError::Fatal(e))) => Proposed::Unavailable(Unavailable::Stopping {
+                detail: e.to_string(),
+            }),
         }
     }
 
@@ -207,7 +208,7 @@ impl Ctx {
             Err(crate::state_machine::IntervalsError::Behind { have, .. }) => {
                 PastIntervalsReply::Behind { epoch: have }
             }
-            Err(e) => PastIntervalsReply::Failed(e.to_string()),
+            Err(crate::state_machine::IntervalsError::Replay(e)) => PastIntervalsReply::Failed(e),
         }
     }
 

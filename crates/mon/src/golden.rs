@@ -547,10 +547,10 @@ fn mon_state_v1() {
     opens_and_upgrades(1);
 }
 
-/// The monitor-to-monitor Raft messages (protocol version 10): each request in its
+/// The monitor-to-monitor Raft messages (protocol version 12): each request in its
 /// `PeerRequest`, and each reply's variants. The message type numbers are an entry too.
 #[test]
-fn msg_raft_v11() {
+fn msg_raft_v12() {
     use crate::raft_net::*;
     use openraft::error::{Fatal, InstallSnapshotError, RaftError, SnapshotMismatch};
     use openraft::raft::{
@@ -564,11 +564,11 @@ fn msg_raft_v11() {
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>;
     assert_eq!(
         cairn_proto::PROTOCOL_VERSION,
-        11,
-        "a new protocol: bless -v12 files"
+        12,
+        "a new protocol: bless -v13 files"
     );
 
-    let mut g = Golden::new("msg-raft-v11.bin");
+    let mut g = Golden::new("msg-raft-v12.bin");
     let types = [
         RAFT_APPEND,
         RAFT_VOTE,

@@ -15,6 +15,7 @@ use cairn_auth::{
 };
 use cairn_proto::msg::mon::{
     auth_import_aad, auth_key_aad, nbd_psk_aad, AuthListing, AuthReply, AuthRequest, NbdUser,
+    Unavailable,
 };
 use cairn_transport::Peer;
 
@@ -68,7 +69,7 @@ pub(crate) async fn serve(ctx: &Ctx, peer: &Peer, req: AuthRequest) -> AuthReply
         };
     }
     if !ctx.view.with_keys(|k| k.seeded) {
-        return AuthReply::Unavailable(KeyDbError::NotSeeded.to_string());
+        return AuthReply::Unavailable(Unavailable::NotSeeded);
     }
     match handle(ctx, peer, req).await {
         Ok(r) | Err(r) => r,
@@ -131,12 +132,12 @@ async fn change(ctx: &Ctx, k: KeyChange) -> Result<(), AuthReply> {
     match ctx.propose(Proposal::Keys(k)).await {
         Proposed::Applied(ApplyResult::Keys(Ok(()))) => Ok(()),
         Proposed::Applied(ApplyResult::Keys(Err(KeyDbError::NotSeeded))) => {
-            Err(AuthReply::Unavailable(KeyDbError::NotSeeded.to_string()))
+            Err(AuthReply::Unavailable(Unavailable::NotSeeded))
         }
         Proposed::Applied(ApplyResult::Keys(Err(e))) => Err(AuthReply::Refused(e.to_string())),
-        Proposed::Applied(ApplyResult::Map(_)) => Err(AuthReply::Unavailable(
-            "a key change applied as a map change".into(),
-        )),
+        Proposed::Applied(ApplyResult::Map(_)) => {
+            Err(AuthReply::Unavailable(Unavailable::KeysAppliedAsMap))
+        }
         Proposed::NotLeader(leader) => Err(AuthReply::NotLeader { leader }),
         Proposed::Unavailable(why) => Err(AuthReply::Unavailable(why)),
     }

@@ -9,7 +9,7 @@
 use crate::ctx::Ctx;
 use crate::types::BasicNode;
 use cairn_auth::{EntityKind, Perms};
-use cairn_proto::msg::mon::{MembersReply, MembersRequest};
+use cairn_proto::msg::mon::{MembersReply, MembersRequest, Unavailable};
 use cairn_transport::Peer;
 use openraft::error::{ClientWriteError, RaftError};
 use std::collections::BTreeSet;
@@ -106,11 +106,11 @@ async fn add(ctx: &Ctx, voters: &BTreeSet<u64>, id: u64, addr: String) -> Result
         Ok(Ok(_)) => {}
         Ok(Err(e)) => return Err(raft_error(e)),
         Err(_) => {
-            return Err(MembersReply::Unavailable(format!(
-                "monitor {id} did not catch up within {CATCH_UP_TIMEOUT:?}: is it running \
-                 (`cairn mon run --join`) and reachable at {addr}? It stays a learner (not a \
-                 voter) until added again"
-            )))
+            return Err(MembersReply::Unavailable(Unavailable::LearnerBehind {
+                id,
+                addr,
+                timeout_ms: CATCH_UP_TIMEOUT.as_millis() as u64,
+            }))
         }
     }
     let mut next = voters.clone();
@@ -153,6 +153,8 @@ fn raft_error(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> MembersRep
         RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
             MembersReply::Refused(c.to_string())
         }
-        other => MembersReply::Unavailable(other.to_string()),
+        RaftError::Fatal(e) => MembersReply::Unavailable(Unavailable::Stopping {
+            detail: e.to_string(),
+        }),
     }
 }

@@ -392,7 +392,7 @@ fn auth_step(f: Frame, me: &[Secret]) -> Step<AuthAnswer> {
         }),
         Ok(AuthReply::Refused(why)) => Step::Fail(MonClientError::KeyRefused(why)),
         Ok(AuthReply::NotLeader { leader }) => Step::Redirect(leader),
-        Ok(AuthReply::Unavailable(why)) => Step::Retry(why),
+        Ok(AuthReply::Unavailable(why)) => Step::Retry(why.into()),
         Ok(AuthReply::NbdUsers(users)) => {
             let mut out = Vec::with_capacity(users.len());
             for u in users {

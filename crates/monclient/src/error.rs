@@ -1,6 +1,7 @@
 //! Errors of monitor client calls.
 
 use cairn_map::MapError;
+use cairn_proto::msg::mon::Unavailable;
 
 /// Why a call to the monitors failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,7 +29,10 @@ pub enum MonClientError {
     MembersRefused(String),
     /// Monitors answered but could not commit (no leader or no quorum) before the deadline.
     #[error("monitors unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Unavailability),
+    /// The leader could not make a membership change now (`cairn mon add|rm`).
+    #[error("{0}")]
+    MembersUnavailable(Unavailable),
     /// A monitor sent something this client does not understand (version mismatch?).
     #[error("monitor protocol error: {0}")]
     Protocol(String),
@@ -39,4 +43,25 @@ pub enum MonClientError {
     /// The deadline passed while waiting for an answer.
     #[error("timed out waiting for the monitors")]
     Timeout,
+}
+
+/// Why the monitors could not answer a call before its deadline (each is transient: the
+/// call was retried until then).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unavailability {
+    /// What the last monitor asked answered.
+    #[error(transparent)]
+    Mon(#[from] Unavailable),
+    /// The monitors asked named no leader.
+    #[error("no monitor leader elected (a majority must be up)")]
+    NoLeader,
+    /// The monitor's map is older than the epoch asked about.
+    #[error("the monitor's map is at epoch {epoch} < {until}")]
+    MapBehind {
+        /// The monitor's map epoch.
+        epoch: u64,
+        /// The epoch asked about.
+        until: u64,
+    },
 }

@@ -20,7 +20,7 @@ mod error;
 mod follow;
 
 use cairn_failstop::{LockOrDie, RwLockOrDie};
-pub use error::MonClientError;
+pub use error::{MonClientError, Unavailability};
 
 use cairn_map::{ChangeOutcome, ClusterMap, MapChange};
 use cairn_proto::msg::mon::{
@@ -110,7 +110,7 @@ enum Step<T> {
     /// Ask the leader instead (`None`: the monitor knows no leader).
     Redirect(Option<String>),
     /// Answered but could not do it now.
-    Retry(String),
+    Retry(Unavailability),
     Fail(MonClientError),
 }
 
@@ -139,7 +139,7 @@ fn heartbeat_step(f: Frame) -> Step<Duration> {
         Ok(CommandReply::Done(_)) => Step::Fail(protocol("a command answer to a heartbeat")),
         Ok(CommandReply::Refused(e)) => Step::Fail(MonClientError::Refused(e)),
         Ok(CommandReply::NotLeader { leader }) => Step::Redirect(leader),
-        Ok(CommandReply::Unavailable(why)) => Step::Retry(why),
+        Ok(CommandReply::Unavailable(why)) => Step::Retry(why.into()),
     }
 }
 
@@ -153,7 +153,7 @@ fn command_step(f: Frame) -> Step<ChangeOutcome> {
         Ok(CommandReply::Done(o)) => Step::Done(o),
         Ok(CommandReply::Refused(e)) => Step::Fail(MonClientError::Refused(e)),
         Ok(CommandReply::NotLeader { leader }) => Step::Redirect(leader),
-        Ok(CommandReply::Unavailable(why)) => Step::Retry(why),
+        Ok(CommandReply::Unavailable(why)) => Step::Retry(why.into()),
         Ok(CommandReply::Alive { .. }) => Step::Fail(protocol("a heartbeat answer to a command")),
     }
 }
@@ -333,9 +333,11 @@ impl MonClient {
                     Step::Done((from, intervals))
                 }
                 Ok(PastIntervalsReply::Behind { epoch }) => {
-                    Step::Retry(format!("the monitor's map is at epoch {epoch} < {until}"))
+                    Step::Retry(Unavailability::MapBehind { epoch, until })
                 }
-                Ok(PastIntervalsReply::Failed(why)) => Step::Fail(MonClientError::Protocol(why)),
+                Ok(PastIntervalsReply::Failed(e)) => Step::Fail(MonClientError::Protocol(format!(
+                    "the map history does not replay: {e}"
+                ))),
                 Err(e) => Step::Fail(protocol(e)),
             }
         })
@@ -376,8 +378,9 @@ impl MonClient {
                 Err(e) => Step::Fail(protocol(e)),
                 Ok(MembersReply::Done { members }) => Step::Done(members),
                 Ok(MembersReply::NotLeader { leader }) => Step::Redirect(leader),
-                Ok(MembersReply::Refused(why) | MembersReply::Unavailable(why)) => {
-                    Step::Fail(MonClientError::MembersRefused(why))
+                Ok(MembersReply::Refused(why)) => Step::Fail(MonClientError::MembersRefused(why)),
+                Ok(MembersReply::Unavailable(why)) => {
+                    Step::Fail(MonClientError::MembersUnavailable(why))
                 }
             }
         })
@@ -508,7 +511,7 @@ impl MonClient {
         let mut backoff = FIRST_BACKOFF;
         let mut connected = false;
         let mut last_error = String::new();
-        let mut unavailable: Option<String> = None;
+        let mut unavailable: Option<Unavailability> = None;
         let mut redirects = 0u32;
         loop {
             if Instant::now() >= deadline {
@@ -563,7 +566,7 @@ impl MonClient {
                     }
                 }
                 Step::Redirect(_) => {
-                    unavailable = Some("no monitor leader elected (a majority must be up)".into());
+                    unavailable = Some(Unavailability::NoLeader);
                     self.forget(&conn, true).await;
                     sleep_until(backoff, deadline).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -2,6 +2,7 @@
 
 use super::*;
 use cairn_map::MapError;
+use cairn_proto::msg::mon::Unavailable;
 use cairn_proto::Limits;
 use cairn_transport::{accept, node_kind, read_frame, write_frame, AllowNone};
 use tokio::io::AsyncReadExt;
@@ -71,19 +72,30 @@ async fn errors_say_what_happened() {
         Err(MonClientError::Refused(MapError::NoSuchOsd(1)))
     );
 
-    let busy = fake(CommandReply::Unavailable("no quorum".into())).await;
+    let busy = fake(CommandReply::Unavailable(Unavailable::NotCommitted {
+        timeout_ms: 4000,
+    }))
+    .await;
     let c = MonClient::new(vec![busy]).with_timeout(Duration::from_millis(300));
+    let e = c.command(change()).await.unwrap_err();
     assert_eq!(
-        c.command(change()).await,
-        Err(MonClientError::Unavailable("no quorum".into()))
+        e,
+        MonClientError::Unavailable(Unavailability::Mon(Unavailable::NotCommitted {
+            timeout_ms: 4000
+        }))
+    );
+    assert_eq!(
+        e.to_string(),
+        "monitors unavailable: the change was not committed within 4s (it may still be): a \
+         majority of the monitors must be running and reachable"
     );
 
     let leaderless = fake(CommandReply::NotLeader { leader: None }).await;
     let c = MonClient::new(vec![leaderless]).with_timeout(Duration::from_millis(300));
-    assert!(matches!(
+    assert_eq!(
         c.command(change()).await,
-        Err(MonClientError::Unavailable(_))
-    ));
+        Err(MonClientError::Unavailable(Unavailability::NoLeader))
+    );
 
     let dead = dead_addr().await;
     let c = MonClient::new(vec![dead.clone()]).with_timeout(Duration::from_millis(300));

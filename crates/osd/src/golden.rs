@@ -85,10 +85,10 @@ fn pglog_entry_v1() {
 
 /// The log entries a peer sends (the data part of `PG_INFO` and of a `PushKind::Log` push).
 #[test]
-fn pglog_peer_entries_v11() {
+fn pglog_peer_entries_v12() {
     let want: Vec<LogEntry> = entries().into_iter().map(|(_, e)| e).collect();
     let bytes = cairn_proto::msg::encode(&want);
-    Golden::raw("pglog-peer-entries-v11.bin", bytes, move |b| {
+    Golden::raw("pglog-peer-entries-v12.bin", bytes, move |b| {
         same(
             &pglog::decode_peer_entries(b).map_err(|e| e.to_string())?,
             &want,

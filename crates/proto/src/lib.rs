@@ -34,8 +34,8 @@ pub use hello::{negotiate, Hello, HelloError, AUTH_MAX, AUTH_NONE, HELLO_LEN};
 
 /// Version of the protocol (frame layout and messages) written by this build; the history is
 /// in `docs/format/wire.md`.
-pub const PROTOCOL_VERSION: u8 = 11;
+pub const PROTOCOL_VERSION: u8 = 12;
 /// Oldest protocol version this build reads. Message changes are not compatible, so this
 /// is the current version: a peer of another version is refused at the handshake, with an
 /// error that names both ranges, instead of misreading messages.
-pub const MIN_PROTOCOL_VERSION: u8 = 11;
+pub const MIN_PROTOCOL_VERSION: u8 = 12;

@@ -1,4 +1,4 @@
-//! Golden files of the wire format, protocol version 11 (`testdata/`, listed in
+//! Golden files of the wire format, protocol version 12 (`testdata/`, listed in
 //! `docs/format/wire.md`, "Golden files"): the handshake, the frame, the authentication
 //! records, every message type of each protocol (one entry per type and per enum variant,
 //! named after it), the message type numbers, and the cluster map types messages carry.
@@ -21,7 +21,7 @@ use support::{same, Golden};
 #[test]
 fn the_golden_files_are_of_this_protocol_version() {
     assert_eq!(
-        PROTOCOL_VERSION, 11,
+        PROTOCOL_VERSION, 12,
         "a new protocol version: bless golden files named -v{PROTOCOL_VERSION} (and rename \
          the files in these tests)"
     );
@@ -66,9 +66,9 @@ fn names() -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn hello_v11() {
+fn hello_v12() {
     let auth = encode(&auth_init());
-    let mut g = Golden::new("hello-v11.bin");
+    let mut g = Golden::new("hello-v12.bin");
     for (name, h) in [
         (
             "Hello",
@@ -101,7 +101,7 @@ fn hello_v11() {
 }
 
 #[test]
-fn frame_v11() {
+fn frame_v12() {
     let f = Frame {
         msg_type: osd::OP,
         request_id: 0x0102_0304_0506_0708,
@@ -109,7 +109,7 @@ fn frame_v11() {
         data: b"data part, longer".to_vec(),
     };
     let header = FrameHeader {
-        version: 11,
+        version: 12,
         flags: 0x5a,
         msg_type: 0x1234,
         request_id: 0x1122_3344_5566_7788,
@@ -117,7 +117,7 @@ fn frame_v11() {
         data_len: 2000,
         body_crc: 0xcafe_f00d,
     };
-    let mut g = Golden::new("frame-v11.bin");
+    let mut g = Golden::new("frame-v12.bin");
     g.add("FrameHeader", header.encode().to_vec(), move |b| {
         let h: &[u8; 32] = b.try_into().map_err(|_| "not 32 bytes")?;
         same(
@@ -148,8 +148,8 @@ fn auth_init() -> AuthInit {
 }
 
 #[test]
-fn auth_v11() {
-    let mut g = Golden::new("auth-v11.bin");
+fn auth_v12() {
+    let mut g = Golden::new("auth-v12.bin");
     pin(&mut g, "AuthInit", auth_init());
     pin(
         &mut g,
@@ -201,9 +201,9 @@ fn error_codes() -> Vec<(&'static str, ErrorCode)> {
 
 /// The cluster map's types, which monitor messages and the monitors' log carry.
 #[test]
-fn map_v11() {
+fn map_v12() {
     use cairn_map::{Durability, PlacementRule};
-    let mut g = Golden::new("map-v11.bin");
+    let mut g = Golden::new("map-v12.bin");
     pin(&mut g, "ClusterMap", samples::cluster_map());
     pin(&mut g, "OsdInfo", samples::osd(3));
     pin(&mut g, "Pool", samples::pool(2));
@@ -236,9 +236,9 @@ fn map_v11() {
 }
 
 #[test]
-fn msg_mon_v11() {
+fn msg_mon_v12() {
     use mon::*;
-    let mut g = Golden::new("msg-mon-v11.bin");
+    let mut g = Golden::new("msg-mon-v12.bin");
     pin_types(
         &mut g,
         &[
@@ -301,7 +301,10 @@ fn msg_mon_v11() {
                     leader: Some("10.0.0.1:6789".into()),
                 },
             ),
-            ("Unavailable", CommandReply::Unavailable("no quorum".into())),
+            (
+                "Unavailable",
+                CommandReply::Unavailable(Unavailable::NotCommitted { timeout_ms: 4000 }),
+            ),
             ("Alive", CommandReply::Alive { grace_ms: 20_000 }),
         ],
     );
@@ -349,7 +352,10 @@ fn msg_mon_v11() {
                 },
             ),
             ("Behind", PastIntervalsReply::Behind { epoch: 33 }),
-            ("Failed", PastIntervalsReply::Failed("history gone".into())),
+            (
+                "Failed",
+                PastIntervalsReply::Failed(cairn_map::MapError::NoSuchOsd(9)),
+            ),
         ],
     );
     pin(
@@ -489,7 +495,10 @@ fn msg_mon_v11() {
                     leader: Some("10.0.0.3:6789".into()),
                 },
             ),
-            ("Unavailable", AuthReply::Unavailable("no quorum".into())),
+            (
+                "Unavailable",
+                AuthReply::Unavailable(Unavailable::NotSeeded),
+            ),
             ("NbdUsers", AuthReply::NbdUsers(vec![nbd_user])),
             (
                 "MonKey",
@@ -531,7 +540,47 @@ fn msg_mon_v11() {
                     leader: Some("10.0.0.2:6789".into()),
                 },
             ),
-            ("Unavailable", MembersReply::Unavailable("no quorum".into())),
+            (
+                "Unavailable",
+                MembersReply::Unavailable(Unavailable::LearnerBehind {
+                    id: 4,
+                    addr: "10.0.0.4:6789".into(),
+                    timeout_ms: 60_000,
+                }),
+            ),
+        ],
+    );
+    pin_all(
+        &mut g,
+        "Unavailable",
+        vec![
+            (
+                "NotCommitted",
+                Unavailable::NotCommitted { timeout_ms: 4000 },
+            ),
+            (
+                "Stopping",
+                Unavailable::Stopping {
+                    detail: "raft stopped".into(),
+                },
+            ),
+            (
+                "Membership",
+                Unavailable::Membership {
+                    detail: "a membership change is in progress".into(),
+                },
+            ),
+            ("NotSeeded", Unavailable::NotSeeded),
+            (
+                "LearnerBehind",
+                Unavailable::LearnerBehind {
+                    id: 5,
+                    addr: "10.0.0.5:6789".into(),
+                    timeout_ms: 60_000,
+                },
+            ),
+            ("MapAppliedAsKeys", Unavailable::MapAppliedAsKeys),
+            ("KeysAppliedAsMap", Unavailable::KeysAppliedAsMap),
         ],
     );
     pin(
@@ -617,9 +666,9 @@ fn op_request() -> osd::OpRequest {
 }
 
 #[test]
-fn msg_osd_v11() {
+fn msg_osd_v12() {
     use osd::*;
-    let mut g = Golden::new("msg-osd-v11.bin");
+    let mut g = Golden::new("msg-osd-v12.bin");
     pin_types(
         &mut g,
         &[
@@ -889,9 +938,9 @@ fn push_kinds() -> Vec<(&'static str, peering::PushKind)> {
 }
 
 #[test]
-fn msg_peering_v11() {
+fn msg_peering_v12() {
     use peering::*;
-    let mut g = Golden::new("msg-peering-v11.bin");
+    let mut g = Golden::new("msg-peering-v12.bin");
     pin_types(
         &mut g,
         &[
@@ -1045,9 +1094,9 @@ fn msg_peering_v11() {
 }
 
 #[test]
-fn msg_scrub_v11() {
+fn msg_scrub_v12() {
     use scrub::*;
-    let mut g = Golden::new("msg-scrub-v11.bin");
+    let mut g = Golden::new("msg-scrub-v12.bin");
     pin_types(
         &mut g,
         &[

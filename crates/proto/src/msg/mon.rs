@@ -8,6 +8,7 @@
 use cairn_auth::{Caps, Entity};
 use cairn_map::{ChangeOutcome, ClusterMap, Incremental, MapError, PastInterval};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// Request: [`GetMap`]; reply: [`MAP`].
 pub const GET_MAP: u16 = 1;
@@ -85,12 +86,62 @@ pub enum CommandReply {
         leader: Option<String>,
     },
     /// The monitors cannot commit right now (no quorum); retry later.
-    Unavailable(String),
+    Unavailable(Unavailable),
     /// A heartbeat was accepted; the leader marks an OSD down after `grace_ms` without one
     /// (the OSD bounds its lease by it).
     Alive {
         grace_ms: u64,
     },
+}
+
+/// Why the monitors cannot serve a change right now ([`CommandReply::Unavailable`],
+/// [`AuthReply::Unavailable`], [`MembersReply::Unavailable`]). Each is transient unless its
+/// text says what to do first: asking again later (or another monitor) may succeed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Unavailable {
+    /// The change was not committed within the leader's command timeout (`timeout_ms`); it
+    /// may still be.
+    #[error(
+        "the change was not committed within {:?} (it may still be): a majority of the \
+         monitors must be running and reachable",
+        Duration::from_millis(*timeout_ms)
+    )]
+    NotCommitted { timeout_ms: u64 },
+    /// This monitor's Raft stopped (it is shutting down, or its store failed): ask another.
+    #[error("this monitor is stopping: {detail}")]
+    Stopping {
+        /// Raft's account of why it stopped.
+        detail: String,
+    },
+    /// Raft refused the proposal because of the membership (a change in progress, or a
+    /// configuration it cannot take now).
+    #[error("{detail}")]
+    Membership {
+        /// Raft's account.
+        detail: String,
+    },
+    /// The key database has not been seeded with the bootstrap keys yet (a new leader does
+    /// that first).
+    #[error("the monitors have not loaded their bootstrap keys yet; try again in a moment")]
+    NotSeeded,
+    /// A monitor being added (`cairn mon add`) did not catch up as a learner within
+    /// `timeout_ms`: it stays a learner until added again.
+    #[error(
+        "monitor {id} did not catch up within {:?}: is it running (`cairn mon run --join`) \
+         and reachable at {addr}? It stays a learner (not a voter) until added again",
+        Duration::from_millis(*timeout_ms)
+    )]
+    LearnerBehind {
+        id: u64,
+        addr: String,
+        timeout_ms: u64,
+    },
+    /// A map change came back applied as a key change (a monitor bug).
+    #[error("a map change applied as a key change")]
+    MapAppliedAsKeys,
+    /// A key change came back applied as a map change (a monitor bug).
+    #[error("a key change applied as a map change")]
+    KeysAppliedAsMap,
 }
 
 /// An OSD's sign of life, sent to the leader every heartbeat interval.
@@ -132,8 +183,9 @@ pub enum PastIntervalsReply {
     },
     /// This monitor's map is older than `until`: ask again (or another monitor).
     Behind { epoch: u64 },
-    /// The history could not be replayed (a monitor bug or damaged store).
-    Failed(String),
+    /// The history could not be replayed (a monitor bug or damaged store): the error a
+    /// change of the history met when applied again.
+    Failed(MapError),
 }
 
 /// An OSD (`reporter`, in its life `reporter_life`) cannot reach OSD `target` (in its life
@@ -270,7 +322,7 @@ pub enum AuthReply {
         leader: Option<String>,
     },
     /// The monitors cannot commit right now; retry later.
-    Unavailable(String),
+    Unavailable(Unavailable),
     /// The answer to [`AuthRequest::NbdUsers`].
     NbdUsers(Vec<NbdUser>),
     /// The answer to [`AuthRequest::MonKey`].
@@ -332,5 +384,5 @@ pub enum MembersReply {
         leader: Option<String>,
     },
     /// The change could not be committed (retry later).
-    Unavailable(String),
+    Unavailable(Unavailable),
 }
