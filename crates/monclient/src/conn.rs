@@ -4,7 +4,9 @@
 //! monitor.
 
 use cairn_proto::{Frame, Limits};
-use cairn_transport::{node_kind, read_guarded, write_guarded, Auth, Dialer, FrameMode, Session};
+use cairn_transport::{
+    node_kind, read_guarded, write_guarded, Auth, Dialer, FrameMode, ReadError, Session,
+};
 use std::time::Duration;
 use tokio::io::BufReader;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -99,9 +101,7 @@ impl Stream {
     }
 
     /// The next frame, or why the stream ended.
-    pub(crate) async fn next(&mut self) -> Result<Frame, String> {
-        read_guarded(&mut self.rd, &limits(), self.opener.as_mut())
-            .await
-            .map_err(|e| e.to_string())
+    pub(crate) async fn next(&mut self) -> Result<Frame, ReadError> {
+        read_guarded(&mut self.rd, &limits(), self.opener.as_mut()).await
     }
 }

@@ -88,7 +88,7 @@ async fn session(
     *need_full = false;
     loop {
         let f = match tokio::time::timeout(SILENCE, stream.next()).await {
-            Ok(r) => r?,
+            Ok(r) => r.map_err(|e| Ended::from(e.to_string()))?,
             Err(_) => return Err(format!("{addr} silent for {SILENCE:?}").into()),
         };
         if f.msg_type == ERROR {
@@ -111,13 +111,25 @@ async fn session(
         *progressed = true;
         if let Err(e) = apply(tx, update) {
             *need_full = true;
-            return Err(e.into());
+            return Err(e.to_string().into());
         }
     }
 }
 
+/// Why a pushed update does not apply to the map this client holds (the next subscription
+/// asks for the full map).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ApplyError {
+    /// Incrementals came before any full map.
+    #[error("incrementals without a base map")]
+    NoBase,
+    /// An incremental does not follow the map held (a gap, or a change that fails).
+    #[error("{0}")]
+    Incremental(#[from] cairn_map::MapError),
+}
+
 /// Applies an update to the published map; publishes only when the epoch moves forward.
-fn apply(tx: &watch::Sender<Arc<ClusterMap>>, update: MapUpdate) -> Result<(), String> {
+fn apply(tx: &watch::Sender<Arc<ClusterMap>>, update: MapUpdate) -> Result<(), ApplyError> {
     let cur = tx.borrow().clone();
     match update {
         MapUpdate::Full(m) => {
@@ -131,11 +143,11 @@ fn apply(tx: &watch::Sender<Arc<ClusterMap>>, update: MapUpdate) -> Result<(), S
                 return Ok(());
             }
             if cur.epoch == 0 {
-                return Err("incrementals without a base map".into());
+                return Err(ApplyError::NoBase);
             }
             let mut m = (*cur).clone();
             for inc in &fresh {
-                m.apply_incremental(inc).map_err(|e| e.to_string())?;
+                m.apply_incremental(inc)?;
             }
             tx.send_replace(Arc::new(m));
         }
@@ -182,7 +194,10 @@ mod tests {
             epoch: leader.epoch + 2,
             change: pool("z"),
         };
-        assert!(apply(&tx, MapUpdate::Incrementals(vec![gap])).is_err());
+        assert!(matches!(
+            apply(&tx, MapUpdate::Incrementals(vec![gap])),
+            Err(ApplyError::Incremental(_))
+        ));
         assert_eq!(**tx.borrow(), leader);
     }
 }
