@@ -13,6 +13,7 @@
 //! | `REP`, `PG_QUERY`, `PG_PUSH`, `PG_PULL`, `PG_LIST`, `PG_SCRUB`, `PG_CLEAN` | OSDs only (which OSD, the PG's handler checks against the map) |
 
 use crate::context::Osd;
+use crate::failure::FailClass;
 use cairn_auth::{EntityKind, Perms};
 use cairn_proto::msg::osd::OpKind;
 use cairn_transport::Peer;
@@ -26,8 +27,38 @@ pub(crate) struct Access {
     pools: HashMap<u32, Perms>,
 }
 
-fn denied(peer: &Peer, what: &str) -> String {
-    format!("permission denied: {} {what}", peer.name())
+/// Why a peer may not make a request of this OSD: the refusal it is sent (`ERROR` `Denied`,
+/// or `OpReply::Denied` for an op). Always of the class [`FailClass::Permission`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Denied {
+    /// A message that speaks for OSD `osd` from another peer.
+    #[error("permission denied: {peer} sent a {what} in the name of osd.{osd}")]
+    InNameOf {
+        peer: String,
+        what: &'static str,
+        osd: u32,
+    },
+    /// A daemon message from a client.
+    #[error("permission denied: {peer} is not an OSD: {what} comes only from OSDs")]
+    NotOsd { peer: String, what: &'static str },
+    /// Cluster stats need `mon r`.
+    #[error("permission denied: {peer} lacks r on the monitors")]
+    NoMonRead { peer: String },
+    /// The peer's caps do not grant `need` on the pool.
+    #[error("permission denied: {peer} lacks {need} on pool {pool}")]
+    NoPoolPerms {
+        peer: String,
+        need: Perms,
+        /// The pool's name (its id when the map has no such pool).
+        pool: String,
+    },
+}
+
+impl Denied {
+    /// Its class: permission (the same peer is refused again until its caps change).
+    pub(crate) fn class(&self) -> FailClass {
+        FailClass::Permission
+    }
 }
 
 impl Access {
@@ -50,38 +81,41 @@ impl Access {
 
     /// A message that speaks for OSD `osd` (a primary's): only from that OSD (anyone,
     /// without authentication).
-    pub fn speaks_for(&self, osd: u32, what: &str) -> Result<(), String> {
+    pub fn speaks_for(&self, osd: u32, what: &'static str) -> Result<(), Denied> {
         match &self.peer.entity {
             None => Ok(()),
             Some(e) if e.osd_id() == Some(osd) => Ok(()),
-            Some(_) => Err(denied(
-                &self.peer,
-                &format!("sent a {what} in the name of osd.{osd}"),
-            )),
+            Some(_) => Err(Denied::InNameOf {
+                peer: self.peer.name(),
+                what,
+                osd,
+            }),
         }
     }
 
     /// Daemon messages: only OSDs (or anyone, without authentication).
-    pub fn osd_only(&self, what: &str) -> Result<(), String> {
+    pub fn osd_only(&self, what: &'static str) -> Result<(), Denied> {
         if self.trusted {
             return Ok(());
         }
-        Err(denied(
-            &self.peer,
-            &format!("is not an OSD: {what} comes only from OSDs"),
-        ))
+        Err(Denied::NotOsd {
+            peer: self.peer.name(),
+            what,
+        })
     }
 
     /// Requests about the cluster (stats): OSDs, and clients that may read the monitors.
-    pub fn cluster_read(&self) -> Result<(), String> {
+    pub fn cluster_read(&self) -> Result<(), Denied> {
         if self.trusted || self.peer.caps.mon_perms().covers(Perms::R) {
             return Ok(());
         }
-        Err(denied(&self.peer, "lacks r on the monitors"))
+        Err(Denied::NoMonRead {
+            peer: self.peer.name(),
+        })
     }
 
     /// `need` on pool `pool` (OSDs may do anything the map lets them).
-    pub fn pool(&mut self, osd: &Osd, pool: u32, need: Perms) -> Result<(), String> {
+    pub fn pool(&mut self, osd: &Osd, pool: u32, need: Perms) -> Result<(), Denied> {
         if self.trusted {
             return Ok(());
         }
@@ -108,7 +142,11 @@ impl Access {
             .get(&pool)
             .map(|p| p.name.clone())
             .unwrap_or_else(|| pool.to_string());
-        Err(denied(&self.peer, &format!("lacks {need} on pool {name}")))
+        Err(Denied::NoPoolPerms {
+            peer: self.peer.name(),
+            need,
+            pool: name,
+        })
     }
 }
 

@@ -1,11 +1,12 @@
 //! Accepts connections (clients and primaries) and hands each frame to the shard owning
 //! its PG. Malformed input gets an error reply and the connection is closed.
 
-use crate::access::{op_needs, Access};
+use crate::access::{op_needs, Access, Denied};
 use crate::context::Osd;
 use crate::mailbox::ShardMsg;
 use cairn_auth::Perms;
 use cairn_map::PgId;
+use cairn_proto::msg::osd::BatchError;
 use cairn_proto::msg::osd::{
     OpBatch, OpKind, OpReply, OpRequest, OsdStats, RepOp, ERROR, OP, OP_BATCH, OP_REPLY, OSD_PING,
     OSD_PONG, OSD_STATS, OSD_STATS_REPLY, OSD_SYNC, REP,
@@ -15,7 +16,7 @@ use cairn_proto::msg::peering::{
     PG_PULL, PG_PUSH, PG_QUERY, PG_STATUS,
 };
 use cairn_proto::msg::scrub::{PgScrub, ScrubPg, PG_SCRUB, SCRUB_PG, SCRUB_REPORT};
-use cairn_proto::msg::{ErrorCode, ErrorReply};
+use cairn_proto::msg::{ErrorCode, ErrorReply, MsgError};
 use cairn_proto::Limits;
 use cairn_store::SharedBytes;
 use cairn_transport::{
@@ -142,7 +143,7 @@ async fn connection(
         };
         if let Err(why) = allowed(&access, frame.msg_type) {
             tracing::warn!(peer = %access.name(), msg_type = frame.msg_type, "refused: {why}");
-            refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+            refuse_for(&sender, frame.request_id, &why.into());
             break;
         }
         // While more requests are already buffered, replies and forwarded writes are held
@@ -154,7 +155,7 @@ async fn connection(
         let msg = match frame.msg_type {
             OSD_STATS => {
                 if let Err(why) = access.cluster_read() {
-                    refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                    refuse_for(&sender, frame.request_id, &why.into());
                     if !more {
                         end_batch();
                     }
@@ -198,7 +199,7 @@ async fn connection(
                 let (control, data) = (&frame.control, frame.data);
                 let to = (&sender, &load);
                 if let Err(why) = dispatch_batch(&osd, to, control, data, shard, &mut access) {
-                    refuse(&sender, frame.request_id, ErrorCode::Malformed, &why);
+                    refuse_for(&sender, frame.request_id, &why);
                     break;
                 }
                 if !more {
@@ -213,13 +214,13 @@ async fn connection(
                 let job = match background_job(t, &frame.control) {
                     Ok(j) => j,
                     Err(e) => {
-                        refuse(&sender, id, ErrorCode::Malformed, &e);
+                        refuse_for(&sender, id, &e.into());
                         break;
                     }
                 };
                 if let Background::Scrub(req) = &job {
                     if let Err(why) = access.pool(&osd, req.pool, Perms::X) {
-                        refuse(&sender, id, ErrorCode::Denied, &why);
+                        refuse_for(&sender, id, &why.into());
                         if !more {
                             end_batch();
                         }
@@ -264,7 +265,7 @@ async fn connection(
                             _ => Ok(()),
                         };
                         if let Err(why) = checked {
-                            refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                            refuse_for(&sender, frame.request_id, &why.into());
                             if !more {
                                 end_batch();
                             }
@@ -274,7 +275,7 @@ async fn connection(
                             let r = from_primary(&osd, &access, shard, claim, "PG_PUSH").await;
                             if let Err(why) = r {
                                 tracing::warn!(peer = %access.name(), "refused: {why}");
-                                refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                                refuse_for(&sender, frame.request_id, &why.into());
                                 break;
                             }
                         }
@@ -290,7 +291,7 @@ async fn connection(
                         )
                     }
                     Err(e) => {
-                        refuse(&sender, frame.request_id, ErrorCode::Malformed, &e);
+                        refuse_for(&sender, frame.request_id, &e.into());
                         break;
                     }
                 }
@@ -298,7 +299,7 @@ async fn connection(
             OP => match cairn_proto::msg::decode::<OpRequest>("op", &frame.control) {
                 Ok(req) => {
                     if let Err(why) = access.pool(&osd, req.pool, op_needs(&req.kind)) {
-                        deny_op(&sender, frame.request_id, why);
+                        deny_op(&sender, frame.request_id, &why);
                         if !more {
                             end_batch();
                         }
@@ -333,7 +334,7 @@ async fn connection(
                     let claim = (op.primary, op.epoch);
                     if let Err(why) = from_primary(&osd, &access, shard, claim, "REP").await {
                         tracing::warn!(peer = %access.name(), "refused: {why}");
-                        refuse(&sender, frame.request_id, ErrorCode::Denied, &why);
+                        refuse_for(&sender, frame.request_id, &why.into());
                         break;
                     }
                     let pg = PgId {
@@ -392,9 +393,8 @@ fn dispatch_batch(
     data: Vec<u8>,
     shard: usize,
     access: &mut Access,
-) -> Result<(), String> {
-    let batch =
-        cairn_proto::msg::decode::<OpBatch>("op batch", control).map_err(|e| e.to_string())?;
+) -> Result<(), Refusal> {
+    let batch = cairn_proto::msg::decode::<OpBatch>("op batch", control)?;
     batch.check(data.len())?;
     // One buffer for every op's payload: each op holds its range, none is copied.
     let data = SharedBytes::new(data);
@@ -403,7 +403,7 @@ fn dispatch_batch(
     for op in batch.ops {
         let end = at + op.data_len as usize;
         if let Err(why) = access.pool(osd, op.req.pool, op_needs(&op.req.kind)) {
-            deny_op(sender, op.request_id, why);
+            deny_op(sender, op.request_id, &why);
             at = end;
             continue;
         }
@@ -442,13 +442,12 @@ enum Background {
     Pull(PgPull),
 }
 
-fn background_job(msg_type: u16, control: &[u8]) -> Result<Background, String> {
+fn background_job(msg_type: u16, control: &[u8]) -> Result<Background, MsgError> {
     use cairn_proto::msg::decode;
-    let r = match msg_type {
+    match msg_type {
         SCRUB_PG => decode::<ScrubPg>("scrub pg", control).map(Background::Scrub),
         _ => decode::<PgPull>("pg pull", control).map(Background::Pull),
-    };
-    r.map_err(|e| e.to_string())
+    }
 }
 
 /// Reads the bytes a recovery pulls off the shard's thread (up to 4 MiB from the device: the
@@ -526,9 +525,8 @@ fn push_claim(msg_type: u16, control: &[u8]) -> Option<(u32, u64)> {
 }
 
 /// The PG a peering request is about (the request is decoded again on its shard).
-fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
+fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, MsgError> {
     use cairn_proto::msg::decode;
-    let e = |e: cairn_proto::msg::MsgError| e.to_string();
     let (pool, pg) = match msg_type {
         PG_QUERY | PG_CLEAN | PG_STATUS => {
             decode::<PgQuery>("pg query", control).map(|q| (q.pool, q.pg))
@@ -538,20 +536,19 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, String> {
         PG_SCRUB => decode::<PgScrub>("pg scrub", control).map(|q| (q.pool, q.pg)),
         PG_MARK_LOST => decode::<PgMarkLost>("pg mark lost", control).map(|q| (q.pool, q.pg)),
         _ => decode::<PgList>("pg list", control).map(|q| (q.pool, q.pg)),
-    }
-    .map_err(e)?;
+    }?;
     Ok(PgId { pool, pg })
 }
 
 /// Refuses an op the sender's caps do not allow (the connection stays open).
-fn deny_op(to: &FrameSender, req_id: u64, why: String) {
-    let control = cairn_proto::msg::encode(&OpReply::Denied(why));
+fn deny_op(to: &FrameSender, req_id: u64, why: &Denied) {
+    let control = cairn_proto::msg::encode(&OpReply::Denied(why.to_string()));
     let _ = to.send(OP_REPLY, req_id, &control, &[]);
 }
 
 /// Checks that the peer may send this kind of message at all (caps on pools are checked
 /// where the pool is known). `Err`: the refusal; the connection is closed after it.
-fn allowed(access: &Access, msg_type: u16) -> Result<(), String> {
+fn allowed(access: &Access, msg_type: u16) -> Result<(), Denied> {
     match msg_type {
         REP => access.osd_only("a replicated write"),
         PG_PUSH => access.osd_only("a PG push"),
@@ -568,8 +565,8 @@ async fn from_primary(
     access: &Access,
     shard: usize,
     (primary, epoch): (u32, u64),
-    what: &str,
-) -> Result<(), String> {
+    what: &'static str,
+) -> Result<(), Denied> {
     access.speaks_for(primary, what)?;
     if epoch > osd.map().epoch {
         // What was held back goes out before the wait.
@@ -578,6 +575,36 @@ async fn from_primary(
         crate::mapwatch::catch_up(osd, epoch).await;
     }
     Ok(())
+}
+
+/// Why a request is refused before it reaches a shard.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// Its control part does not decode.
+    #[error(transparent)]
+    Malformed(#[from] MsgError),
+    /// An op batch that does not fit its frame or limits.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    /// The peer may not send it.
+    #[error(transparent)]
+    Denied(#[from] Denied),
+}
+
+impl Refusal {
+    /// The code its `ERROR` reply carries.
+    fn code(&self) -> ErrorCode {
+        match self {
+            Refusal::Malformed(_) => ErrorCode::Malformed,
+            Refusal::Batch(e) => e.code(),
+            Refusal::Denied(e) => e.class().code(),
+        }
+    }
+}
+
+/// Answers `ERROR` with the code and text of `why`.
+fn refuse_for(to: &FrameSender, req_id: u64, why: &Refusal) {
+    refuse(to, req_id, why.code(), &why.to_string());
 }
 
 fn refuse(to: &FrameSender, req_id: u64, code: ErrorCode, why: &str) {

@@ -89,14 +89,22 @@ fn an_op_batch_must_account_for_its_data() {
     let again: osd::OpBatch = decode("op batch", &encode(&b)).expect("decodes");
     assert_eq!(again, b);
     assert!(b.check(4196).is_ok());
-    assert!(b.check(4195).unwrap_err().contains("add up"));
+    let e = b.check(4195).unwrap_err();
+    assert_eq!(
+        e,
+        osd::BatchError::DataLength {
+            sum: 4196,
+            frame: 4195
+        }
+    );
+    assert!(e.to_string().contains("add up"), "{e}");
     assert!(osd::OpBatch { ops: vec![] }.check(0).is_err());
     let big = osd::OpBatch {
         ops: (0..osd::MAX_BATCH_OPS as u64 + 1)
             .map(|i| op(i, 0))
             .collect(),
     };
-    assert!(big.check(0).unwrap_err().contains("ops"));
+    assert!(big.check(0).unwrap_err().to_string().contains("ops"));
     // Reads: up to 1 MiB in all; 64 reads of 16 MiB (a GiB to read and queue) are refused.
     let read = |id, len| osd::BatchedOp {
         req: osd::OpRequest {
@@ -112,7 +120,9 @@ fn an_op_batch_must_account_for_its_data() {
     let greedy = osd::OpBatch {
         ops: (0..64).map(|i| read(i, 16 << 20)).collect(),
     };
-    assert!(greedy.check(0).unwrap_err().contains("over the limit"));
+    let e = greedy.check(0).unwrap_err();
+    assert!(matches!(e, osd::BatchError::ReadsOver { .. }), "{e:?}");
+    assert!(e.to_string().contains("over the limit"), "{e}");
     let overflow = osd::OpBatch {
         ops: vec![read(1, u64::MAX), read(2, u64::MAX)],
     };

@@ -228,12 +228,11 @@ pub struct BatchedOp {
 impl OpBatch {
     /// Checks the batch against its frame's data length: at most [`MAX_BATCH_OPS`] ops, at
     /// least one, and data lengths that add up.
-    pub fn check(&self, data_len: usize) -> Result<(), String> {
+    pub fn check(&self, data_len: usize) -> Result<(), BatchError> {
         if self.ops.is_empty() || self.ops.len() > MAX_BATCH_OPS {
-            return Err(format!(
-                "op batch of {} ops (1..={MAX_BATCH_OPS} allowed)",
-                self.ops.len()
-            ));
+            return Err(BatchError::OpCount {
+                ops: self.ops.len(),
+            });
         }
         let reads: u64 = self
             .ops
@@ -244,17 +243,42 @@ impl OpBatch {
             })
             .fold(0u64, u64::saturating_add);
         if reads > MAX_BATCH_READ_BYTES {
-            return Err(format!(
-                "op batch reads {reads} bytes, over the limit of {MAX_BATCH_READ_BYTES} (send large reads alone)"
-            ));
+            return Err(BatchError::ReadsOver { bytes: reads });
         }
         let sum: u64 = self.ops.iter().map(|o| u64::from(o.data_len)).sum();
         if sum != data_len as u64 {
-            return Err(format!(
-                "op batch data lengths add up to {sum} bytes but the frame carries {data_len}"
-            ));
+            return Err(BatchError::DataLength {
+                sum,
+                frame: data_len as u64,
+            });
         }
         Ok(())
+    }
+}
+
+/// Why an [`OpBatch`] does not fit its frame or its limits: a protocol violation by the
+/// sender (answered `ERROR` `Malformed`, and the connection closed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// No ops, or more than [`MAX_BATCH_OPS`].
+    #[error("op batch of {ops} ops (1..={MAX_BATCH_OPS} allowed)")]
+    OpCount { ops: usize },
+    /// Its reads ask for more than [`MAX_BATCH_READ_BYTES`] in all.
+    #[error(
+        "op batch reads {bytes} bytes, over the limit of {MAX_BATCH_READ_BYTES} (send large \
+         reads alone)"
+    )]
+    ReadsOver { bytes: u64 },
+    /// Its ops' data lengths do not add up to the frame's data part.
+    #[error("op batch data lengths add up to {sum} bytes but the frame carries {frame}")]
+    DataLength { sum: u64, frame: u64 },
+}
+
+impl BatchError {
+    /// The code the refusal carries.
+    pub fn code(&self) -> super::ErrorCode {
+        super::ErrorCode::Malformed
     }
 }
 
