@@ -261,7 +261,7 @@ async fn ls(client: &Client, pool: &str, json: bool) -> Result<()> {
             .iter()
             .map(|v| match &v.header {
                 Ok(h) => header_json(&v.name, h),
-                Err(why) => serde_json::json!({"name": v.name, "error": why}),
+                Err(why) => serde_json::json!({"name": v.name, "error": why.to_string()}),
             })
             .collect();
         println!("{}", serde_json::Value::Array(v));

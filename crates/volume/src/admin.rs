@@ -1,5 +1,6 @@
 //! Volume management: create, list, inspect, resize and remove volumes.
 
+use crate::decode_error::DecodeError;
 use crate::error::VolumeError;
 use crate::header::{self, data_object, Header};
 use crate::join::join_all;
@@ -14,8 +15,8 @@ pub(crate) const REMOVE_PARALLEL: usize = 32;
 #[derive(Debug, Clone)]
 pub struct VolumeEntry {
     pub name: String,
-    /// The header, or why it could not be read.
-    pub header: Result<Header, String>,
+    /// The header, or why its bytes do not decode.
+    pub header: Result<Header, DecodeError>,
 }
 
 /// What `info` shows.

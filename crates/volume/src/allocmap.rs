@@ -7,6 +7,7 @@
 //! rewriting a shard from the writer's own map. So the map may name objects that no longer
 //! exist (a crash after a remove), never miss one that does.
 
+use crate::decode_error::{DecodeError, Lengths, Record};
 use crate::error::VolumeError;
 use cairn_client::{Client, ClientError};
 use std::collections::BTreeSet;
@@ -16,7 +17,7 @@ const MAGIC: &[u8; 8] = b"CAIRNALC";
 pub const ALLOC_VERSION: u16 = 1;
 /// Data objects one shard covers (its bitmap is 4 KiB: 128 GiB of 4 MiB objects).
 pub const SHARD_OBJECTS: u64 = 32768;
-const BITMAP_LEN: usize = (SHARD_OBJECTS / 8) as usize;
+pub(crate) const BITMAP_LEN: usize = (SHARD_OBJECTS / 8) as usize;
 const FIXED_LEN: usize = 8 + 2 + 2 + 8 + 4 + 4;
 /// Size of an encoded shard (readers ask for one byte more, to see a longer object).
 pub const SHARD_LEN: usize = FIXED_LEN + BITMAP_LEN + 4;
@@ -71,33 +72,40 @@ pub fn encode(id: u64, shard: u64, members: &BTreeSet<u64>) -> Vec<u8> {
 
 /// Decodes shard `shard` of volume `id`: the data objects it marks. Anything else (another
 /// volume's or shard's bytes, damage, another version) is an error.
-pub fn decode(b: &[u8], id: u64, shard: u64) -> Result<Vec<u64>, String> {
+pub fn decode(b: &[u8], id: u64, shard: u64) -> Result<Vec<u64>, DecodeError> {
     if b.len() != SHARD_LEN {
-        return Err(format!("{} bytes, not {SHARD_LEN}", b.len()));
+        return Err(DecodeError::Length {
+            len: b.len(),
+            expected: Lengths {
+                min: SHARD_LEN,
+                max: SHARD_LEN,
+            },
+        });
     }
     let (body, crc) = b.split_at(SHARD_LEN - 4);
     let crc = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
     if cairn_crc::crc32c(body) != crc {
-        return Err("checksum mismatch".into());
+        return Err(DecodeError::Checksum);
     }
     if &body[..8] != MAGIC {
-        return Err("bad magic".into());
+        return Err(DecodeError::BadMagic(Record::AllocMap));
     }
     let u32_at =
         |at: usize| u32::from_le_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
     let version = u16::from_le_bytes([body[8], body[9]]);
     if version != ALLOC_VERSION {
-        return Err(format!(
-            "format version {version}, this build reads {ALLOC_VERSION}"
-        ));
+        return Err(DecodeError::Version {
+            record: Record::AllocMap,
+            version,
+        });
     }
     let mut idb = [0u8; 8];
     idb.copy_from_slice(&body[12..20]);
     if u64::from_le_bytes(idb) != id || u64::from(u32_at(20)) != shard {
-        return Err("it belongs to another volume or shard".into());
+        return Err(DecodeError::OtherShard);
     }
     if u32_at(24) as usize != BITMAP_LEN {
-        return Err(format!("bitmap of {} bytes, not {BITMAP_LEN}", u32_at(24)));
+        return Err(DecodeError::BitmapLength(u32_at(24)));
     }
     let first = shard * SHARD_OBJECTS;
     let bitmap = &body[FIXED_LEN..];
@@ -131,7 +139,7 @@ pub async fn load(
                     tracing::warn!(
                         volume = format_args!("{id:016x}"),
                         shard,
-                        why,
+                        %why,
                         "allocation map shard is damaged; listing the pool instead"
                     );
                     return Ok(None);

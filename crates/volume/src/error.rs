@@ -1,5 +1,7 @@
 //! Errors of volume operations.
 
+use crate::decode_error::DecodeError;
+use crate::volume::MAX_CLONE_DEPTH;
 use cairn_client::ClientError;
 
 /// Why a volume operation failed.
@@ -15,7 +17,19 @@ pub enum VolumeError {
     #[error("invalid {what}: {why}")]
     BadArgument { what: &'static str, why: String },
     #[error("volume {name:?}: header object is damaged ({why}); the volume's data objects are untouched")]
-    BadHeader { name: String, why: String },
+    BadHeader { name: String, why: DecodeError },
+    #[error("volume {name:?}: header object is damaged (more than {MAX_CLONE_DEPTH} levels of clones); the volume's data objects are untouched")]
+    CloneTooDeep { name: String },
+    #[error("volume {name:?}: header object is damaged (its parent volume {parent:?} was replaced); the volume's data objects are untouched")]
+    ParentReplaced { name: String, parent: String },
+    #[error("volume {name:?}: its holder registry is damaged ({why}); `cairn obj rm` it (vholders.{id:016x}) once no server has the volume open")]
+    BadRegistry {
+        name: String,
+        id: u64,
+        why: DecodeError,
+    },
+    #[error("invalid pool QoS defaults (object vqos.default): {why}")]
+    BadPoolQos { why: DecodeError },
     #[error("volume {name:?}: range {offset}+{len} is beyond its size {size}")]
     OutOfRange {
         name: String,
@@ -37,7 +51,7 @@ pub enum VolumeError {
     #[error("volume {name:?} is open: {holders}; stop serving it (disconnect its clients), or add --force to make the server close it first")]
     Open { name: String, holders: String },
     #[error("volume {name:?}: snapshot table is damaged ({why}); the data objects are untouched")]
-    BadSnaps { name: String, why: String },
+    BadSnaps { name: String, why: DecodeError },
     #[error("volume {name:?} has no snapshot {snap:?}: `cairn vol snap ls {name}` lists them")]
     NoSuchSnap { name: String, snap: String },
     #[error("volume {name:?}: snapshot {snap:?} {why}")]

@@ -1,6 +1,7 @@
 //! The volume header object: what a volume is (size, object size, id), versioned and
 //! checksummed (docs/format/volume.md), and the names of a volume's objects.
 
+use crate::decode_error::{DecodeError, Lengths, Record};
 use crate::error::VolumeError;
 
 const MAGIC: &[u8; 8] = b"CAIRNVOL";
@@ -70,26 +71,33 @@ impl Header {
     }
 
     /// Parses and checks header bytes; the error says what is wrong.
-    pub fn decode(b: &[u8]) -> Result<Header, String> {
+    pub fn decode(b: &[u8]) -> Result<Header, DecodeError> {
         if b.len() != HEADER_LEN {
-            return Err(format!("{} bytes, expected {HEADER_LEN}", b.len()));
+            return Err(DecodeError::Length {
+                len: b.len(),
+                expected: Lengths {
+                    min: HEADER_LEN,
+                    max: HEADER_LEN,
+                },
+            });
         }
         if &b[0..8] != MAGIC {
-            return Err("not a volume header (bad magic)".into());
+            return Err(DecodeError::BadMagic(Record::Header));
         }
         let crc = u32_at(b, HEADER_LEN - 4);
         if cairn_crc::crc32c(&b[..HEADER_LEN - 4]) != crc {
-            return Err("checksum mismatch".into());
+            return Err(DecodeError::Checksum);
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
         if version != FORMAT_VERSION {
-            return Err(format!(
-                "format version {version}; this cairn reads version {FORMAT_VERSION}"
-            ));
+            return Err(DecodeError::Version {
+                record: Record::Header,
+                version,
+            });
         }
         let flags = u16::from_le_bytes([b[10], b[11]]);
         if flags & !(FLAG_REMOVING | FLAG_CLOSE) != 0 {
-            return Err(format!("unknown flags {flags:#x}"));
+            return Err(DecodeError::UnknownFlags(flags));
         }
         let h = Header {
             object_size: u32_at(b, 12),
@@ -101,10 +109,14 @@ impl Header {
             close: flags & FLAG_CLOSE != 0,
         };
         if h.features & !FEATURE_PARENT != 0 {
-            return Err(format!("unknown feature bits {:#x}", h.features));
+            return Err(DecodeError::UnknownFeatures(h.features));
         }
-        check_object_size(h.object_size).map_err(|e| e.to_string())?;
-        check_size(h.size).map_err(|e| e.to_string())?;
+        if !object_size_ok(h.object_size) {
+            return Err(DecodeError::ObjectSize(h.object_size));
+        }
+        if !size_ok(h.size) {
+            return Err(DecodeError::Size(h.size));
+        }
         Ok(h)
     }
 
@@ -128,34 +140,59 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Checks a volume name: 1..=128 bytes of `A-Z a-z 0-9 . _ -`, not starting with `.` or `-`.
 pub fn check_name(name: &str) -> Result<(), VolumeError> {
-    let bad = |why| {
-        Err(VolumeError::BadName {
+    match name_problem(name) {
+        None => Ok(()),
+        Some(why) => Err(VolumeError::BadName {
             name: name.to_string(),
             why,
-        })
-    };
+        }),
+    }
+}
+
+/// What is wrong with a volume name (`None`: nothing; see [`check_name`]).
+pub(crate) fn name_problem(name: &str) -> Option<&'static str> {
     if name.is_empty() {
-        return bad("empty");
+        return Some("empty");
     }
     if name.len() > MAX_NAME {
-        return bad("longer than 128 bytes");
+        return Some("longer than 128 bytes");
     }
     if name.starts_with('.') || name.starts_with('-') {
-        return bad("starts with '.' or '-'");
+        return Some("starts with '.' or '-'");
     }
     if !name
         .bytes()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
     {
-        return bad("only letters, digits, '.', '_' and '-' are allowed");
+        return Some("only letters, digits, '.', '_' and '-' are allowed");
     }
-    Ok(())
+    None
+}
+
+/// Checks a name read from a record ([`check_name`]).
+pub(crate) fn decoded_name(name: &str) -> Result<(), DecodeError> {
+    match name_problem(name) {
+        None => Ok(()),
+        Some(why) => Err(DecodeError::BadName {
+            name: name.to_string(),
+            why,
+        }),
+    }
+}
+
+/// Whether a data object size is allowed: a power of two from 64 KiB to 64 MiB.
+pub(crate) fn object_size_ok(object_size: u32) -> bool {
+    object_size.is_power_of_two() && (MIN_OBJECT_SIZE..=MAX_OBJECT_SIZE).contains(&object_size)
+}
+
+/// Whether a volume size is allowed: a multiple of 512 from 512 bytes to 1 PiB.
+pub(crate) fn size_ok(size: u64) -> bool {
+    size != 0 && size <= MAX_VOLUME_SIZE && size.is_multiple_of(512)
 }
 
 /// Checks a data object size.
 pub fn check_object_size(object_size: u32) -> Result<(), VolumeError> {
-    if !object_size.is_power_of_two() || !(MIN_OBJECT_SIZE..=MAX_OBJECT_SIZE).contains(&object_size)
-    {
+    if !object_size_ok(object_size) {
         return Err(VolumeError::BadArgument {
             what: "object size",
             why: format!(
@@ -170,7 +207,7 @@ pub fn check_object_size(object_size: u32) -> Result<(), VolumeError> {
 
 /// Checks a volume size.
 pub fn check_size(size: u64) -> Result<(), VolumeError> {
-    if size == 0 || size > MAX_VOLUME_SIZE || !size.is_multiple_of(512) {
+    if !size_ok(size) {
         return Err(VolumeError::BadArgument {
             what: "volume size",
             why: format!("{size} bytes; must be a multiple of 512 from 512 bytes to 1 PiB"),

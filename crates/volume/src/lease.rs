@@ -6,6 +6,7 @@
 //! The record is versioned and checksummed; its decoder is fuzzed
 //! (`fuzz/fuzz_targets/volume_lease.rs`).
 
+use crate::decode_error::{DecodeError, Lengths, Record};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const MAGIC: &[u8; 8] = b"CAIRNOPN";
@@ -102,20 +103,22 @@ impl LeaseRecord {
     }
 
     /// Parses and checks a record; the error says what is wrong.
-    pub fn decode(b: &[u8]) -> Result<LeaseRecord, String> {
+    pub fn decode(b: &[u8]) -> Result<LeaseRecord, DecodeError> {
         if b.len() < FIXED_LEN_V1 + 4 || b.len() > MAX_LEASE_LEN {
-            return Err(format!(
-                "{} bytes, expected {} to {MAX_LEASE_LEN}",
-                b.len(),
-                FIXED_LEN_V1 + 4
-            ));
+            return Err(DecodeError::Length {
+                len: b.len(),
+                expected: Lengths {
+                    min: FIXED_LEN_V1 + 4,
+                    max: MAX_LEASE_LEN,
+                },
+            });
         }
         if &b[0..8] != MAGIC {
-            return Err("not a lease record (bad magic)".into());
+            return Err(DecodeError::BadMagic(Record::Lease));
         }
         let (body, crc) = b.split_at(b.len() - 4);
         if cairn_crc::crc32c(body).to_le_bytes() != crc {
-            return Err("checksum mismatch".into());
+            return Err(DecodeError::Checksum);
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
         let (fixed, acked_gen, rates) = match version {
@@ -129,26 +132,25 @@ impl LeaseRecord {
                 };
                 (FIXED_LEN, u64_at(b, 32), rates)
             }
-            2 => return Err(format!("{} bytes, too short for version 2", b.len())),
+            2 => return Err(DecodeError::ShortForV2(b.len())),
             _ => {
-                return Err(format!(
-                "lease format version {version}; this cairn reads versions 1 and {LEASE_VERSION}"
-            ))
+                return Err(DecodeError::Version {
+                    record: Record::Lease,
+                    version,
+                })
             }
         };
         let flags = u16::from_le_bytes([b[10], b[11]]);
         let known = if version == 1 { 0 } else { FLAG_WRITER };
         if flags & !known != 0 {
-            return Err(format!("unknown flags {flags:#x}"));
+            return Err(DecodeError::UnknownFlags(flags));
         }
         let desc_len = usize::from(u16::from_le_bytes([b[fixed - 2], b[fixed - 1]]));
         if desc_len > MAX_HOLDER_DESC || fixed + desc_len + 4 != b.len() {
-            return Err(format!(
-                "description length {desc_len} does not match the record"
-            ));
+            return Err(DecodeError::DescriptionLength(desc_len));
         }
-        let desc = std::str::from_utf8(&body[fixed..])
-            .map_err(|_| "description is not UTF-8".to_string())?;
+        let desc =
+            std::str::from_utf8(&body[fixed..]).map_err(|_| DecodeError::NotUtf8("description"))?;
         Ok(LeaseRecord {
             holder: u64_at(b, 12),
             expires_at_ms: u64_at(b, 20),

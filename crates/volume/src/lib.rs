@@ -12,6 +12,7 @@ mod admin;
 pub mod allocmap;
 mod clone;
 mod cow;
+mod decode_error;
 mod diff;
 mod error;
 pub mod header;
@@ -30,6 +31,7 @@ mod volume;
 
 pub use admin::{create, info, list, rates, resize, VolumeEntry, VolumeInfo, VolumeRates};
 pub use clone::{clone_volume, flatten};
+pub use decode_error::{DecodeError, Lengths, Record};
 pub use diff::{diff, usage, Changed, SnapUsage, Usage, DIFF_BLOCK};
 pub use error::VolumeError;
 pub use header::{Header, DEFAULT_OBJECT_SIZE};

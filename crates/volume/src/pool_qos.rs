@@ -3,6 +3,7 @@
 //! A volume without limits of its own is held to them; servers re-read them at every lease
 //! renewal (2 s). The decoder is fuzzed (`fuzz/fuzz_targets/volume_snaps.rs` feeds it too).
 
+use crate::decode_error::{DecodeError, Lengths, Record};
 use crate::error::VolumeError;
 use crate::snaps::Qos;
 use cairn_client::{Client, ClientError};
@@ -30,25 +31,32 @@ pub fn encode(q: &Qos) -> Vec<u8> {
 }
 
 /// Parses and checks stored limits; the error says what is wrong.
-pub fn decode(b: &[u8]) -> Result<Qos, String> {
+pub fn decode(b: &[u8]) -> Result<Qos, DecodeError> {
     if b.len() != POOL_QOS_LEN {
-        return Err(format!("{} bytes, expected {POOL_QOS_LEN}", b.len()));
+        return Err(DecodeError::Length {
+            len: b.len(),
+            expected: Lengths {
+                min: POOL_QOS_LEN,
+                max: POOL_QOS_LEN,
+            },
+        });
     }
     if &b[..8] != MAGIC {
-        return Err("not pool QoS limits (bad magic)".into());
+        return Err(DecodeError::BadMagic(Record::PoolQos));
     }
     let (body, crc) = b.split_at(POOL_QOS_LEN - 4);
     if cairn_crc::crc32c(body).to_le_bytes() != crc {
-        return Err("checksum mismatch".into());
+        return Err(DecodeError::Checksum);
     }
     let version = u16::from_le_bytes([b[8], b[9]]);
     if version != POOL_QOS_VERSION {
-        return Err(format!(
-            "pool QoS format version {version}; this cairn reads version {POOL_QOS_VERSION}"
-        ));
+        return Err(DecodeError::Version {
+            record: Record::PoolQos,
+            version,
+        });
     }
     if b[10..12] != [0, 0] {
-        return Err("reserved bytes are not zero".into());
+        return Err(DecodeError::Reserved);
     }
     let at = |i: usize| {
         let mut a = [0u8; 8];
@@ -69,10 +77,7 @@ pub async fn read(client: &Client, pool: u32) -> Result<Qos, VolumeError> {
         .read(pool, POOL_QOS_OBJECT, 0, POOL_QOS_LEN as u64 + 1)
         .await
     {
-        Ok(b) => decode(&b).map_err(|why| VolumeError::BadArgument {
-            what: "pool QoS defaults (object vqos.default)",
-            why,
-        }),
+        Ok(b) => decode(&b).map_err(|why| VolumeError::BadPoolQos { why }),
         Err(ClientError::NoSuchObject { .. }) => Ok(Qos::default()),
         Err(e) => Err(e.into()),
     }

@@ -6,6 +6,7 @@
 //! A process registers before writing its lease and unregisters after removing it; every
 //! change is a compare-and-swap, so concurrent opens and closes lose nobody.
 
+use crate::decode_error::{DecodeError, Lengths, Record};
 use crate::error::VolumeError;
 use crate::lease::{lease_object, now_ms, LeaseRecord, LEASE_FOR};
 use cairn_client::{contents_tag, Client, ClientError};
@@ -62,26 +63,36 @@ pub fn encode(entries: &[Entry]) -> Vec<u8> {
 }
 
 /// Decodes a registry; anything malformed is an error.
-pub fn decode(b: &[u8]) -> Result<Vec<Entry>, String> {
+pub fn decode(b: &[u8]) -> Result<Vec<Entry>, DecodeError> {
     if b.len() < FIXED_LEN + 4 || b.len() > MAX_REGISTRY_LEN {
-        return Err(format!("{} bytes is not a registry", b.len()));
+        return Err(DecodeError::Length {
+            len: b.len(),
+            expected: Lengths {
+                min: FIXED_LEN + 4,
+                max: MAX_REGISTRY_LEN,
+            },
+        });
     }
     let (body, crc) = b.split_at(b.len() - 4);
     if cairn_crc::crc32c(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
-        return Err("checksum mismatch".into());
+        return Err(DecodeError::Checksum);
     }
     if &body[..8] != MAGIC {
-        return Err("bad magic".into());
+        return Err(DecodeError::BadMagic(Record::Registry));
     }
     let version = u16::from_le_bytes([body[8], body[9]]);
     if version != REGISTRY_VERSION {
-        return Err(format!(
-            "format version {version}, this build reads {REGISTRY_VERSION}"
-        ));
+        return Err(DecodeError::Version {
+            record: Record::Registry,
+            version,
+        });
     }
     let n = usize::from(u16::from_le_bytes([body[10], body[11]]));
     if n > MAX_HOLDERS || body.len() != FIXED_LEN + n * ENTRY_LEN {
-        return Err(format!("{n} entries do not fit {} bytes", body.len()));
+        return Err(DecodeError::Entries {
+            entries: n,
+            len: body.len(),
+        });
     }
     body[FIXED_LEN..]
         .chunks_exact(ENTRY_LEN)
@@ -97,7 +108,7 @@ pub fn decode(b: &[u8]) -> Result<Vec<Entry>, String> {
                     since_ms: u64_at(8),
                     writer: c[16] == 1,
                 }),
-                f => Err(format!("writer flag {f}")),
+                f => Err(DecodeError::WriterFlag(f)),
             }
         })
         .collect()
@@ -116,9 +127,10 @@ pub async fn read(
     {
         Ok(b) => match decode(&b) {
             Ok(e) => Ok((e, contents_tag(&b))),
-            Err(why) => Err(VolumeError::BadHeader {
+            Err(why) => Err(VolumeError::BadRegistry {
                 name: name.to_string(),
-                why: format!("its holder registry is damaged ({why}); `cairn obj rm` it (vholders.{id:016x}) once no server has the volume open"),
+                id,
+                why,
             }),
         },
         Err(ClientError::NoSuchObject { .. }) => Ok((Vec::new(), 0)),

@@ -8,7 +8,8 @@
 //! adopt each generation and say so in their open lease (`acked_gen`), which is what `vol snap`
 //! commands wait for. The decoder is fuzzed (`fuzz/fuzz_targets/volume_snaps.rs`).
 
-use crate::header::check_name;
+use crate::decode_error::{DecodeError, Lengths, Record};
+use crate::header::{decoded_name, size_ok};
 
 const MAGIC: &[u8; 8] = b"CAIRNSNP";
 /// Snapshot table format version this code writes and reads.
@@ -191,48 +192,52 @@ impl SnapTable {
     }
 
     /// Parses and checks a table; the error says what is wrong.
-    pub fn decode(b: &[u8]) -> Result<SnapTable, String> {
+    pub fn decode(b: &[u8]) -> Result<SnapTable, DecodeError> {
         if b.len() < FIXED_LEN + 4 || b.len() > MAX_SNAPS_LEN {
-            return Err(format!(
-                "{} bytes, expected {} to {MAX_SNAPS_LEN}",
-                b.len(),
-                FIXED_LEN + 4
-            ));
+            return Err(DecodeError::Length {
+                len: b.len(),
+                expected: Lengths {
+                    min: FIXED_LEN + 4,
+                    max: MAX_SNAPS_LEN,
+                },
+            });
         }
         if &b[0..8] != MAGIC {
-            return Err("not a snapshot table (bad magic)".into());
+            return Err(DecodeError::BadMagic(Record::SnapTable));
         }
         let (body, crc) = b.split_at(b.len() - 4);
         if cairn_crc::crc32c(body).to_le_bytes() != crc {
-            return Err("checksum mismatch".into());
+            return Err(DecodeError::Checksum);
         }
         let mut r = Reader { b: body, at: 8 };
         let version = r.u16()?;
         if version != SNAPS_VERSION {
-            return Err(format!(
-                "snapshot table format version {version}; this cairn reads version {SNAPS_VERSION}"
-            ));
+            return Err(DecodeError::Version {
+                record: Record::SnapTable,
+                version,
+            });
         }
         if r.u16()? != 0 {
-            return Err("reserved bytes are not zero".into());
+            return Err(DecodeError::Reserved);
         }
         let generation = r.u64()?;
         let seq = r.u64()?;
         let nsnaps = usize::from(r.u16()?);
         let nretired = usize::from(r.u16()?);
         if nsnaps > MAX_SNAPS || nretired > MAX_RETIRED {
-            return Err(format!(
-                "{nsnaps} snapshots and {nretired} retired ids, limits {MAX_SNAPS} and {MAX_RETIRED}"
-            ));
+            return Err(DecodeError::Counts {
+                snaps: nsnaps,
+                retired: nretired,
+            });
         }
         let mut snaps: Vec<Snap> = Vec::with_capacity(nsnaps);
         for _ in 0..nsnaps {
             let s = read_snap(&mut r)?;
             if snaps.last().is_some_and(|p| p.id >= s.id) || s.id == 0 || s.id > seq {
-                return Err(format!("snapshot id {} out of order or range", s.id));
+                return Err(DecodeError::SnapOrder(s.id));
             }
             if snaps.iter().any(|p| p.name == s.name) {
-                return Err(format!("snapshot name {:?} twice", s.name));
+                return Err(DecodeError::SnapTwice(s.name));
             }
             snaps.push(s);
         }
@@ -240,10 +245,10 @@ impl SnapTable {
         for _ in 0..nretired {
             let id = r.u64()?;
             if retired.last().is_some_and(|&p| p >= id) || id == 0 || id > seq {
-                return Err(format!("retired id {id} out of order or range"));
+                return Err(DecodeError::RetiredOrder(id));
             }
             if snaps.iter().any(|s| s.id == id) {
-                return Err(format!("retired id {id} is a snapshot's"));
+                return Err(DecodeError::RetiredIsSnap(id));
             }
             retired.push(id);
         }
@@ -256,10 +261,10 @@ impl SnapTable {
         let parent = match r.u8()? {
             0 => None,
             1 => Some(read_parent(&mut r)?),
-            f => return Err(format!("parent flag {f}")),
+            f => return Err(DecodeError::ParentFlag(f)),
         };
         if r.at != body.len() {
-            return Err(format!("{} bytes after the table", body.len() - r.at));
+            return Err(DecodeError::Trailing(body.len() - r.at));
         }
         Ok(SnapTable {
             generation,
@@ -272,20 +277,23 @@ impl SnapTable {
     }
 }
 
-fn read_parent(r: &mut Reader<'_>) -> Result<ParentLink, String> {
+fn read_parent(r: &mut Reader<'_>) -> Result<ParentLink, DecodeError> {
     let volume_id = r.u64()?;
     let snap_id = r.u64()?;
     let overlap = r.u64()?;
-    let mut name = || -> Result<String, String> {
+    let mut name = || -> Result<String, DecodeError> {
         let len = usize::from(r.u8()?);
-        let n = std::str::from_utf8(r.take(len)?).map_err(|_| "parent name is not UTF-8")?;
-        check_name(n).map_err(|e| format!("parent: {e}"))?;
+        let n =
+            std::str::from_utf8(r.take(len)?).map_err(|_| DecodeError::NotUtf8("parent name"))?;
+        decoded_name(n).map_err(DecodeError::in_parent)?;
         Ok(n.to_string())
     };
     let (volume, snap) = (name()?, name()?);
-    crate::header::check_size(overlap).map_err(|e| format!("parent overlap: {e}"))?;
+    if !size_ok(overlap) {
+        return Err(DecodeError::ParentOverlap(overlap));
+    }
     if snap_id == 0 {
-        return Err("parent snapshot id 0".into());
+        return Err(DecodeError::ParentSnapZero);
     }
     Ok(ParentLink {
         volume_id,
@@ -296,19 +304,21 @@ fn read_parent(r: &mut Reader<'_>) -> Result<ParentLink, String> {
     })
 }
 
-fn read_snap(r: &mut Reader<'_>) -> Result<Snap, String> {
+fn read_snap(r: &mut Reader<'_>) -> Result<Snap, DecodeError> {
     let id = r.u64()?;
     let created = r.u64()?;
     let size = r.u64()?;
     let flags = r.u16()?;
     if flags & !(FLAG_PROTECTED | FLAG_ACTIVE) != 0 {
-        return Err(format!("snapshot {id}: unknown flags {flags:#x}"));
+        return Err(DecodeError::UnknownFlags(flags).in_snap(id));
     }
     let len = usize::from(r.u8()?);
-    let name = std::str::from_utf8(r.take(len)?)
-        .map_err(|_| format!("snapshot {id}: name is not UTF-8"))?;
-    check_name(name).map_err(|e| format!("snapshot {id}: {e}"))?;
-    crate::header::check_size(size).map_err(|e| format!("snapshot {id}: {e}"))?;
+    let name =
+        std::str::from_utf8(r.take(len)?).map_err(|_| DecodeError::NotUtf8("name").in_snap(id))?;
+    decoded_name(name).map_err(|e| e.in_snap(id))?;
+    if !size_ok(size) {
+        return Err(DecodeError::Size(size).in_snap(id));
+    }
     Ok(Snap {
         id,
         name: name.to_string(),
@@ -326,23 +336,23 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
         let Some(end) = end else {
-            return Err("truncated".into());
+            return Err(DecodeError::Truncated);
         };
         let s = &self.b[self.at..end];
         self.at = end;
         Ok(s)
     }
-    fn u8(&mut self) -> Result<u8, String> {
+    fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, String> {
+    fn u16(&mut self) -> Result<u16, DecodeError> {
         let s = self.take(2)?;
         Ok(u16::from_le_bytes([s[0], s[1]]))
     }
-    fn u64(&mut self) -> Result<u64, String> {
+    fn u64(&mut self) -> Result<u64, DecodeError> {
         let mut a = [0u8; 8];
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(a))

@@ -78,7 +78,7 @@ pub struct Volume {
 }
 
 /// Most levels of clones of clones a volume may be opened through.
-const MAX_CLONE_DEPTH: usize = 16;
+pub(crate) const MAX_CLONE_DEPTH: usize = 16;
 
 impl Volume {
     /// Opens a volume: reads its header, takes an open lease (docs/format/volume.md) that
@@ -164,9 +164,8 @@ impl Volume {
         };
         let parent = match link {
             Some(_) if depth >= MAX_CLONE_DEPTH => {
-                return Err(VolumeError::BadHeader {
+                return Err(VolumeError::CloneTooDeep {
                     name: name.to_string(),
-                    why: format!("more than {MAX_CLONE_DEPTH} levels of clones"),
                 })
             }
             Some(l) => {
@@ -182,9 +181,9 @@ impl Volume {
                 ))
                 .await?;
                 if v.header.id != l.volume_id {
-                    return Err(VolumeError::BadHeader {
+                    return Err(VolumeError::ParentReplaced {
                         name: name.to_string(),
-                        why: format!("its parent volume {:?} was replaced", l.volume),
+                        parent: l.volume.clone(),
                     });
                 }
                 Some(Box::new(v))

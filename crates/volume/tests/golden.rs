@@ -51,7 +51,9 @@ fn volume_header_v1() {
             },
         ),
     ] {
-        g.add(name, h.encode(), move |b| same(&Header::decode(b)?, &h));
+        g.add(name, h.encode(), move |b| {
+            same(&Header::decode(b).map_err(|e| e.to_string())?, &h)
+        });
     }
     g.finish();
 }
@@ -79,7 +81,7 @@ fn lease_v2() {
     let mut g = Golden::new("lease-v2.bin");
     for (name, l) in [("writer", lease(true)), ("reader", lease(false))] {
         g.add(name, l.encode(), move |b| {
-            same(&LeaseRecord::decode(b)?, &l)
+            same(&LeaseRecord::decode(b).map_err(|e| e.to_string())?, &l)
         });
     }
     g.finish();
@@ -106,7 +108,7 @@ fn lease_v1() {
         ..l
     };
     Golden::raw("lease-v1.bin", b, move |b| {
-        same(&LeaseRecord::decode(b)?, &want)
+        same(&LeaseRecord::decode(b).map_err(|e| e.to_string())?, &want)
     })
     .finish();
 }
@@ -127,7 +129,7 @@ fn holder_registry_v1() {
     ];
     let b = registry::encode(&entries);
     Golden::raw("holder-registry-v1.bin", b, move |b| {
-        same(&registry::decode(b)?, &entries)
+        same(&registry::decode(b).map_err(|e| e.to_string())?, &entries)
     })
     .finish();
 }
@@ -144,7 +146,7 @@ fn allocmap_v1() {
     let b = allocmap::encode(id, shard, &members);
     Golden::raw("allocmap-v1.bin", b, move |b| {
         same(
-            &allocmap::decode(b, id, shard)?,
+            &allocmap::decode(b, id, shard).map_err(|e| e.to_string())?,
             &members.iter().copied().collect(),
         )
     })
@@ -201,7 +203,9 @@ fn snapshot_table_v1() {
     };
     let mut g = Golden::new("snapshot-table-v1.bin");
     for (name, t) in [("SnapTable", table), ("SnapTable clone", clone)] {
-        g.add(name, t.encode(), move |b| same(&SnapTable::decode(b)?, &t));
+        g.add(name, t.encode(), move |b| {
+            same(&SnapTable::decode(b).map_err(|e| e.to_string())?, &t)
+        });
     }
     g.finish();
 }
@@ -210,7 +214,7 @@ fn snapshot_table_v1() {
 fn pool_qos_v1() {
     let q = qos();
     Golden::raw("pool-qos-v1.bin", pool_qos::encode(&q), move |b| {
-        same(&pool_qos::decode(b)?, &q)
+        same(&pool_qos::decode(b).map_err(|e| e.to_string())?, &q)
     })
     .finish();
 }
