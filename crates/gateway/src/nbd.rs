@@ -1,7 +1,7 @@
 //! Volumes as NBD exports: the `cairn-nbd` traits over [`Volume`].
 
 use crate::metrics::NbdMetrics;
-use crate::users::NbdUsers;
+use crate::users::{AccessDenied, NbdUsers};
 use cairn_client::{Client, ClientError, FailCode};
 use cairn_failstop::LockOrDie;
 use cairn_nbd::{ClientId, Dirty, Export, ExportError, Exports, Extent, Opened};
@@ -70,7 +70,7 @@ impl VolumeExports {
     }
 
     /// Whether `client` may open `volume`, and write it.
-    fn access(&self, volume: &str, client: &ClientId) -> Result<bool, String> {
+    fn access(&self, volume: &str, client: &ClientId) -> Result<bool, AccessDenied> {
         match &self.users {
             Some(users) => users.access(volume, client),
             None => Ok(true),
@@ -275,8 +275,10 @@ impl Exports for VolumeExports {
             None => (name, None),
         };
         // Before any lookup: a client learns nothing of volumes it may not open.
-        let writable =
-            self.access(vol_name, client).map_err(ExportError::Denied)? && snap.is_none();
+        let writable = self
+            .access(vol_name, client)
+            .map_err(|e| ExportError::Denied(e.to_string()))?
+            && snap.is_none();
         let check = cairn_volume::header::check_name;
         if check(vol_name).is_err() || snap.is_some_and(|s| check(s).is_err()) {
             return Ok(None);
@@ -542,9 +544,9 @@ fn export_error(e: VolumeError) -> ExportError {
         )
     };
     match &e {
-        VolumeError::OutOfRange { .. } | VolumeError::BadArgument { .. } => {
-            ExportError::Invalid(e.to_string())
-        }
+        VolumeError::OutOfRange { .. }
+        | VolumeError::BadArgument { .. }
+        | VolumeError::BadPoolQos { .. } => ExportError::Invalid(e.to_string()),
         VolumeError::Object { source, .. } | VolumeError::Client(source) if full(source) => {
             ExportError::NoSpace(e.to_string())
         }

@@ -27,6 +27,41 @@ struct User {
     caps: Caps,
 }
 
+/// Why an NBD client may not open a volume (answered `NBD_REP_ERR_POLICY`). A permission
+/// failure: the same client is refused again until its caps change.
+/// (Display and Error by hand: this crate does without `thiserror`.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AccessDenied {
+    /// The client did not authenticate (no TLS), on a server that serves users.
+    Unauthenticated,
+    /// The identity it proved is not (or no longer) an NBD user.
+    NotAUser { identity: String },
+    /// The user's NBD caps grant neither `r` nor `w` on the volume.
+    NoRead { identity: String, volume: String },
+}
+
+impl std::fmt::Display for AccessDenied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AccessDenied::Unauthenticated => {
+                f.write_str("permission denied: the client has not authenticated (TLS)")
+            }
+            AccessDenied::NotAUser { identity } => {
+                write!(f, "permission denied: {identity} is no longer an NBD user")
+            }
+            AccessDenied::NoRead { identity, volume } => {
+                write!(
+                    f,
+                    "permission denied: {identity} lacks r on volume {volume}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for AccessDenied {}
+
 /// The users, by identity (the entity name, e.g. `client.alice`).
 #[derive(Default)]
 pub struct NbdUsers {
@@ -82,21 +117,22 @@ impl NbdUsers {
     }
 
     /// Whether `client` may open `volume`, and write it: `Ok(writable)` or the refusal.
-    pub fn access(&self, volume: &str, client: &ClientId) -> Result<bool, String> {
+    pub fn access(&self, volume: &str, client: &ClientId) -> Result<bool, AccessDenied> {
         let Some(identity) = client.identity.as_deref() else {
-            return Err("permission denied: the client has not authenticated (TLS)".into());
+            return Err(AccessDenied::Unauthenticated);
         };
         let table = self.table.read_or_die();
         let Some(user) = table.get(identity) else {
-            return Err(format!(
-                "permission denied: {identity} is no longer an NBD user"
-            ));
+            return Err(AccessDenied::NotAUser {
+                identity: identity.to_string(),
+            });
         };
         let perms = user.caps.volume_perms(volume);
         if !perms.covers(Perms::R) && !perms.covers(Perms::W) {
-            return Err(format!(
-                "permission denied: {identity} lacks r on volume {volume}"
-            ));
+            return Err(AccessDenied::NoRead {
+                identity: identity.to_string(),
+                volume: volume.to_string(),
+            });
         }
         Ok(perms.covers(Perms::W))
     }
