@@ -120,7 +120,7 @@ fuzz_target!(|data: &[u8]| {
                         .map(|e| (e.0.to_string(), e.1.to_string()))
                         .collect();
                     n.on_list(if input.byte() == 0xff {
-                        Err("down".into())
+                        Err(cairn_nbd::ExportError::Io("down".into()))
                     } else {
                         Ok(list)
                     })

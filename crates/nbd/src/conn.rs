@@ -187,9 +187,7 @@ async fn negotiate<E: Exports>(
                 Outcome::NeedContexts { export } => {
                     nego.on_contexts(exports.meta_contexts(&export, &client).await)
                 }
-                Outcome::NeedList => {
-                    nego.on_list(exports.list(&client).await.map_err(|e| e.to_string()))
-                }
+                Outcome::NeedList => nego.on_list(exports.list(&client).await),
                 Outcome::NeedExport { name, description } => {
                     let (found, export) = lookup(exports, &name, description, &client).await;
                     opened = export;

@@ -389,7 +389,7 @@ impl Negotiation {
     }
 
     /// Continues NBD_OPT_LIST with the export list (or the reason it could not be had).
-    pub fn on_list(&mut self, list: Result<Vec<(String, String)>, String>) -> Step {
+    pub fn on_list(&mut self, list: Result<Vec<(String, String)>, crate::ExportError>) -> Step {
         if self.pending.take() != Some(Pending::List) {
             return Step::close(HandshakeError::OutOfOrder("export list not asked for"));
         }

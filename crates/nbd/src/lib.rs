@@ -25,5 +25,7 @@ pub use conn::{ConnError, HANDSHAKE_TIMEOUT};
 pub use export::{ClientId, Dirty, Export, ExportError, Exports, Extent, Opened};
 pub use handshake::MetaContext;
 pub use server::{serve, serve_connection, MAX_CONNECTIONS, SHUTDOWN_GRACE};
-pub use tls::{CertFiles, PskKeys, TlsError, TlsServer, MAX_IDENTITY_LEN, MAX_PSK_LEN};
+pub use tls::{
+    CertFiles, CertNameError, PskKeys, TlsError, TlsServer, MAX_IDENTITY_LEN, MAX_PSK_LEN,
+};
 pub use transmission::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

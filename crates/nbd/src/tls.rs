@@ -73,6 +73,10 @@ pub enum TlsError {
         /// OpenSSL's account.
         reason: String,
     },
+    /// The client's certificate verified, but does not name one user
+    /// ([`CertNameError`]).
+    #[error("TLS handshake failed: {0}")]
+    Certificate(#[from] CertNameError),
     /// The client's TLS handshake failed: unknown user, wrong key, or not TLS at all.
     #[error("TLS handshake failed{}: {reason}", .identity.as_deref().map(|i| format!(" for {i:?}")).unwrap_or_default())]
     Handshake {
@@ -189,10 +193,7 @@ impl TlsServer {
         // No PSK: a certificate, which OpenSSL verified against the client CA.
         match ssl.peer_certificate().as_deref().map(common_name) {
             Some(Ok(name)) => Ok((tls, name)),
-            Some(Err(reason)) => Err(TlsError::Handshake {
-                identity: None,
-                reason,
-            }),
+            Some(Err(e)) => Err(TlsError::Certificate(e)),
             None => Err(TlsError::Handshake {
                 identity: None,
                 reason: "the client used neither a pre-shared key nor a certificate".into(),
@@ -236,24 +237,42 @@ fn psk_used(ssl: &SslRef) -> bool {
     }
 }
 
+/// Why a verified client certificate names no user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertNameError {
+    /// None, or several, common names in its subject.
+    #[error("the client certificate's subject has no single common name")]
+    NotOne,
+    /// The common name is not UTF-8.
+    #[error("the client certificate's common name is not UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
+    /// The common name holds a NUL byte (refused, never cut short).
+    #[error("the client certificate's common name holds a NUL byte")]
+    Nul,
+    /// The common name is empty or over [`MAX_IDENTITY_LEN`] bytes.
+    #[error(
+        "the client certificate's common name is empty or longer than {MAX_IDENTITY_LEN} bytes"
+    )]
+    Length,
+}
+
 /// The user a verified client certificate names: its subject's one common name, within the
 /// identity limits.
-fn common_name(cert: &X509Ref) -> Result<String, String> {
+fn common_name(cert: &X509Ref) -> Result<String, CertNameError> {
     let mut names = cert.subject_name().entries_by_nid(Nid::COMMONNAME);
     let (Some(cn), None) = (names.next(), names.next()) else {
-        return Err("the client certificate's subject has no single common name".into());
+        return Err(CertNameError::NotOne);
     };
     // The raw bytes, taken whole: a name with a NUL in it is refused, never cut short.
     let name = std::str::from_utf8(cn.data().as_slice())
-        .map_err(|e| format!("the client certificate's common name is not UTF-8: {e}"))?
+        .map_err(CertNameError::NotUtf8)?
         .to_string();
     if name.contains('\0') {
-        return Err("the client certificate's common name holds a NUL byte".into());
+        return Err(CertNameError::Nul);
     }
     if name.is_empty() || name.len() > MAX_IDENTITY_LEN {
-        return Err(format!(
-            "the client certificate's common name is empty or longer than {MAX_IDENTITY_LEN} bytes"
-        ));
+        return Err(CertNameError::Length);
     }
     Ok(name)
 }
@@ -317,16 +336,18 @@ mod tests {
             Ok("client.alice".into())
         );
         let refused = [
-            (vec![], "no single common name"),
+            (vec![], CertNameError::NotOne, "no single common name"),
             (
                 vec!["client.alice", "client.admin"],
+                CertNameError::NotOne,
                 "no single common name",
             ),
-            (vec!["client.admin\0.evil"], "NUL"),
+            (vec!["client.admin\0.evil"], CertNameError::Nul, "NUL"),
         ];
-        for (cns, why) in refused {
+        for (cns, want, why) in refused {
             let err = common_name(&cert_named(&cns)).expect_err("refused");
-            assert!(err.contains(why), "{cns:?}: {err}");
+            assert_eq!(err, want, "{cns:?}");
+            assert!(err.to_string().contains(why), "{cns:?}: {err}");
         }
         // OpenSSL itself refuses a common name over 64 bytes (ub-common-name), below the
         // identity limit, so that check cannot be reached with a certificate built here.

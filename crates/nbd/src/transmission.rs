@@ -184,7 +184,7 @@ where
         let run = CatchPanic::new(async move { execute(&*export, op, payload, &contexts).await });
         let result = match run.await {
             Ok(r) => r,
-            Err(panic) => Err((Errno::Io, panic)),
+            Err(panic) => Err((Errno::Io, panic.to_string())),
         };
         let reply = match result {
             Ok(done) => Reply::done(cookie, structured, done),

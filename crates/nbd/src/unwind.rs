@@ -13,7 +13,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// Runs `fut`; `Err` holds the panic's message when it panicked.
+/// A command that panicked instead of returning.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Panicked {
+    /// It panicked, with this message (when the payload was text).
+    #[error("the command panicked{}", .0.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Panic(Option<String>),
+    /// It was polled again after it ended (a bug in the caller).
+    #[error("polled after it ended")]
+    PolledAfterEnd,
+}
+
+/// Runs `fut`; `Err` says how it panicked.
 pub(crate) struct CatchPanic<F> {
     /// Boxed, so the task that owns this stays small and moving it is cheap.
     fut: Option<Pin<Box<F>>>,
@@ -28,13 +39,13 @@ impl<F: Future> CatchPanic<F> {
 }
 
 impl<F: Future> Future for CatchPanic<F> {
-    type Output = Result<F::Output, String>;
+    type Output = Result<F::Output, Panicked>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // The export's state after a panic is its own business (as with a task's panic);
         // the future itself is dropped and never polled again.
         let Some(fut) = self.fut.as_mut() else {
-            return Poll::Ready(Err("polled after it ended".into()));
+            return Poll::Ready(Err(Panicked::PolledAfterEnd));
         };
         match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
@@ -52,15 +63,12 @@ impl<F: Future> Future for CatchPanic<F> {
     }
 }
 
-fn message(panic: &(dyn std::any::Any + Send)) -> String {
+fn message(panic: &(dyn std::any::Any + Send)) -> Panicked {
     let text = panic
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
-    match text {
-        Some(s) => format!("the command panicked: {s}"),
-        None => "the command panicked".into(),
-    }
+    Panicked::Panic(text.map(str::to_string))
 }
 
 #[cfg(test)]
@@ -81,8 +89,10 @@ mod tests {
             panic!("export {} broke", 3);
         };
         for after_wait in [false, true] {
-            let r: Result<(), String> = CatchPanic::new(fails(after_wait)).await;
-            assert_eq!(r, Err("the command panicked: export 3 broke".into()));
+            let r: Result<(), Panicked> = CatchPanic::new(fails(after_wait)).await;
+            let e = r.expect_err("panicked");
+            assert_eq!(e, Panicked::Panic(Some("export 3 broke".into())));
+            assert_eq!(e.to_string(), "the command panicked: export 3 broke");
         }
     }
 }
