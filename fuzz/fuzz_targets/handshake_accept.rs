@@ -5,9 +5,9 @@
 //! ticket paths are reached; the first byte picks whether unauthenticated peers are allowed.
 #![no_main]
 
-use cairn_auth::{Caps, Entity, Secret, ServiceKey, ServiceKeys};
+use cairn_auth::{Caps, Entity, KeyRefusal, Secret, ServiceKey, ServiceKeys};
 use cairn_proto::auth::{AuthInit, AUTH_TICKET};
-use cairn_transport::{accept, node_kind, Known, TicketVerifier, Verifier};
+use cairn_transport::{accept, node_kind, Known, TicketVerifier, Verifier, VerifyError};
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -21,12 +21,12 @@ impl Verifier for OneKey {
     fn allow_none(&self) -> bool {
         self.allow_none
     }
-    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, String> {
+    fn key_for(&self, method: u8, init: &AuthInit, entity: &Entity) -> Result<Known, VerifyError> {
         if method == AUTH_TICKET {
             return self.tickets.key_for(method, init, entity);
         }
         if *entity != Entity::admin() {
-            return Err("unknown".into());
+            return Err(KeyRefusal::UnknownEntity(entity.clone()).into());
         }
         Ok(Known {
             entity: entity.clone(),
