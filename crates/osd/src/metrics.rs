@@ -121,6 +121,9 @@ struct StateMetrics {
     cleaned_bytes: Counter,
     flusher_waits: Counter,
     wal_space_waits: Counter,
+    lock_waits: Counter,
+    lock_wait_seconds: FloatCounter,
+    lock_waits_over_1ms: Counter,
     cache_hits: Counter,
     cache_misses: Counter,
     cache_bytes: Gauge,
@@ -273,6 +276,21 @@ impl StateMetrics {
             self.wal_space_waits.clone(),
         );
         r.register(
+            "store_lock_waits",
+            "Times a thread found the store's state lock taken and waited",
+            self.lock_waits.clone(),
+        );
+        r.register(
+            "store_lock_wait_seconds",
+            "Time threads waited for the store's state lock",
+            self.lock_wait_seconds.clone(),
+        );
+        r.register(
+            "store_lock_waits_over_1ms",
+            "Waits for the store's state lock longer than 1 ms",
+            self.lock_waits_over_1ms.clone(),
+        );
+        r.register(
             "read_cache_hits",
             "Reads served by the read cache",
             self.cache_hits.clone(),
@@ -410,6 +428,12 @@ impl StateMetrics {
         set_counter(&self.cleaned_bytes, st.cleaned_bytes);
         set_counter(&self.flusher_waits, st.waits_for_flusher);
         set_counter(&self.wal_space_waits, st.waits_for_wal_space);
+        set_counter(&self.lock_waits, st.lock_waits.waits);
+        set_seconds(&self.lock_wait_seconds, st.lock_waits.wait_nanos / 1_000);
+        set_counter(
+            &self.lock_waits_over_1ms,
+            st.lock_waits.over_nanos(1_000_000),
+        );
         set_counter(&self.cache_hits, st.read_cache.hits);
         set_counter(&self.cache_misses, st.read_cache.misses);
         g(&self.cache_bytes, st.read_cache.bytes);

@@ -2,17 +2,20 @@
 //! validate -> resolve into effects and apply them to the index -> encode one WAL record ->
 //! group-commit it (the first waiting thread writes and flushes everyone's records) -> return.
 //! `submit` + `sync_through` split the last step, so one thread can group its own commits.
-//! No data-device I/O happens here, except in a batch that carries large writes written once
-//! (`direct.rs`): its writer writes their data and flushes the data devices before the WAL.
+//! No data-device I/O happens here under a lock: old blocks a read-modify-write needs are read
+//! with no lock held (`edges.rs`), and a batch that carries large writes written once
+//! (`direct.rs`) has its writer write their data and flush the data devices, outside the locks
+//! too, before the WAL.
 
 use crate::copies::CopyCounters;
 use crate::device::BLOCK_SIZE;
 use crate::direct::{self, Placement, Placements};
+use crate::edges::EdgeBlocks;
 use crate::effect::{self, Effect, Name, Payload};
 use crate::error::{Result, StoreError};
-use crate::index::{ApplyOut, Freed, Index, Loc};
+use crate::index::{ApplyOut, Freed, Index};
 use crate::shared::SharedBytes;
-use crate::store::{Shared, State, Store};
+use crate::store::{Shared, State, Store, WalQueue};
 use crate::txn::{limits, CollId, Op, Transaction};
 use crate::wal::{self, layout_batch, RecordBuf};
 use cairn_failstop::CondvarOrDie;
@@ -28,8 +31,8 @@ impl Store {
     /// Commits a transaction atomically; returns its sequence number once it is durable in
     /// the WAL. On error nothing of the transaction is applied.
     pub fn commit(&self, txn: &Transaction) -> Result<u64> {
-        let (st, seq) = submit(&self.sh, txn)?;
-        wait_durable(&self.sh, st, seq)
+        let seq = submit(&self.sh, txn)?;
+        wait_durable(&self.sh, seq)
     }
 
     /// Applies a transaction and queues its WAL record without waiting for it to be durable;
@@ -39,24 +42,24 @@ impl Store {
     /// handles many requests in a row commits them as one group). On error nothing of the
     /// transaction is applied.
     pub fn submit(&self, txn: &Transaction) -> Result<u64> {
-        submit(&self.sh, txn).map(|(_, seq)| seq)
+        submit(&self.sh, txn)
     }
 
     /// The sequence number of the last transaction submitted (0 before any).
     pub fn last_submitted(&self) -> u64 {
-        self.sh.lock().next_seq.saturating_sub(1)
+        self.sh.wal_lock().next_seq.saturating_sub(1)
     }
 
     /// Waits until every transaction up to sequence `seq` is durable, writing the queued
     /// records itself when no other thread is.
     pub fn sync_through(&self, seq: u64) -> Result<u64> {
-        let st = self.sh.lock();
+        let wq = self.sh.wal_lock();
         // A number never handed out would never become durable: wait for the last one.
-        let seq = seq.min(st.next_seq.saturating_sub(1));
+        let seq = seq.min(wq.next_seq.saturating_sub(1));
         // Wait on the batch after the durable prefix, not on `seq`: the records of a thread
         // that submitted several may be neither in the batch being written nor the first
         // queued after it, the only ones a writer wakes.
-        wait_until_durable(&self.sh, st, seq, |st| st.durable_seq + 1)
+        wait_until_durable(&self.sh, wq, seq, |wq| wq.durable_seq + 1)
     }
 }
 
@@ -239,23 +242,6 @@ fn op_name_len(op: &Op) -> u64 {
     }
 }
 
-/// Current contents of one block of an object (zeros for a hole).
-fn old_block(sh: &Shared, idx: &Index, coll: CollId, obj: &[u8], block: u64) -> Result<Vec<u8>> {
-    let Some(o) = idx.object(coll, obj) else {
-        return Ok(vec![0; BLOCK_SIZE]);
-    };
-    let Some((_, e)) = o.extents_in(block, block + 1).into_iter().next() else {
-        return Ok(vec![0; BLOCK_SIZE]);
-    };
-    match &e.loc {
-        Loc::Mem(m) => Ok(m.buf[m.off..m.off + BLOCK_SIZE].to_vec()),
-        Loc::Disk(off) => {
-            let b = crate::read::read_block(sh, coll, obj, block, *off, e.crcs[0])?;
-            Ok(b[..BLOCK_SIZE].to_vec())
-        }
-    }
-}
-
 fn has_block(idx: &Index, coll: CollId, obj: &[u8], block: u64) -> bool {
     idx.object(coll, obj)
         .is_some_and(|o| !o.extents_in(block, block + 1).is_empty())
@@ -265,11 +251,12 @@ fn has_block(idx: &Index, coll: CollId, obj: &[u8], block: u64) -> bool {
 /// of the transaction's earlier ops).
 fn resolve(
     sh: &Shared,
+    edges: &mut EdgeBlocks,
     idx: &Index,
     op: &Op,
     placed: Option<&Placement>,
     out: &mut Vec<Effect>,
-) -> Result<()> {
+) {
     let name = |o: &[u8]| -> Name { Arc::from(o) };
     match op {
         Op::CreateCollection(c) => out.push(Effect::CreateColl(*c)),
@@ -294,7 +281,7 @@ fn resolve(
                     coll: *coll,
                     obj: o,
                 });
-                return Ok(());
+                return;
             }
             let end = offset + data.len() as u64;
             let (first, last) = (offset / B, end.div_ceil(B));
@@ -306,7 +293,7 @@ fn resolve(
                     obj: o.clone(),
                     first_block: first,
                     nblocks: (last - first) as u32,
-                    data: Payload::Owned(whole_blocks(sh, idx, *coll, obj, *offset, data)?),
+                    data: Payload::Owned(whole_blocks(sh, edges, idx, *coll, obj, *offset, data)),
                 });
             }
             let size = idx.object(*coll, obj).map_or(0, |x| x.size);
@@ -325,19 +312,19 @@ fn resolve(
             len,
         } => {
             let Some(cur) = idx.object(*coll, obj) else {
-                return Ok(());
+                return;
             };
             let end = (offset + len).min(cur.size);
             if *offset >= end {
-                return Ok(());
+                return;
             }
-            zero_range(sh, idx, *coll, &name(obj), *offset, end, out)?;
+            zero_range(edges, idx, *coll, &name(obj), *offset, end, out);
         }
         Op::Truncate { coll, obj, size } => {
             let o = name(obj);
             let cur = idx.object(*coll, obj).map_or(0, |x| x.size);
             if *size < cur {
-                zero_range(sh, idx, *coll, &o, *size, cur.div_ceil(B) * B, out)?;
+                zero_range(edges, idx, *coll, &o, *size, cur.div_ceil(B) * B, out);
             }
             out.push(Effect::SetSize {
                 coll: *coll,
@@ -376,37 +363,37 @@ fn resolve(
             end: end.clone(),
         }),
     }
-    Ok(())
 }
 
 /// The whole blocks a write of `data` at `offset` covers: the data itself when it is
 /// block-aligned, else merged with the old contents of its edge blocks.
 fn whole_blocks(
     sh: &Shared,
+    edges: &mut EdgeBlocks,
     idx: &Index,
     coll: CollId,
     obj: &[u8],
     offset: u64,
     data: &SharedBytes,
-) -> Result<SharedBytes> {
+) -> SharedBytes {
     let end = offset + data.len() as u64;
     if offset.is_multiple_of(B) && end.is_multiple_of(B) {
         // Whole blocks: the data is the blocks, shared as it came (no copy).
-        return Ok(data.clone());
+        return data.clone();
     }
     let (first, last) = (offset / B, end.div_ceil(B));
     let mut buf = vec![0u8; ((last - first) * B) as usize];
     if !offset.is_multiple_of(B) {
-        buf[..BLOCK_SIZE].copy_from_slice(&old_block(sh, idx, coll, obj, first)?);
+        buf[..BLOCK_SIZE].copy_from_slice(&edges.old_block(idx, coll, obj, first));
     }
     if !end.is_multiple_of(B) && (last - 1 != first || offset.is_multiple_of(B)) {
         let tail = buf.len() - BLOCK_SIZE;
-        buf[tail..].copy_from_slice(&old_block(sh, idx, coll, obj, last - 1)?);
+        buf[tail..].copy_from_slice(&edges.old_block(idx, coll, obj, last - 1));
     }
     let at = (offset - first * B) as usize;
     buf[at..at + data.len()].copy_from_slice(data);
     CopyCounters::add(&sh.copies.partial_block, buf.len());
-    Ok(SharedBytes::new(buf))
+    SharedBytes::new(buf)
 }
 
 /// One [`Effect::PlaceBlocks`] per run of a direct write that starts at object block `first`.
@@ -436,14 +423,14 @@ fn place_effects(coll: CollId, obj: &Name, first: u64, p: &Placement, out: &mut 
 /// Effects that make bytes `start..end` read as zeros: whole blocks become holes, partial
 /// edge blocks that hold data are rewritten.
 fn zero_range(
-    sh: &Shared,
+    edges: &mut EdgeBlocks,
     idx: &Index,
     coll: CollId,
     obj: &Name,
     start: u64,
     end: u64,
     out: &mut Vec<Effect>,
-) -> Result<()> {
+) {
     let (full_first, full_end) = (start.div_ceil(B), end / B);
     if full_first < full_end {
         out.push(Effect::PunchBlocks {
@@ -453,18 +440,18 @@ fn zero_range(
             nblocks: full_end - full_first,
         });
     }
-    let mut edges = Vec::new();
+    let mut edge_blks = Vec::new();
     if !start.is_multiple_of(B) {
-        edges.push(start / B);
+        edge_blks.push(start / B);
     }
-    if !end.is_multiple_of(B) && (edges.first() != Some(&(end / B))) {
-        edges.push(end / B);
+    if !end.is_multiple_of(B) && (edge_blks.first() != Some(&(end / B))) {
+        edge_blks.push(end / B);
     }
-    for blk in edges {
+    for blk in edge_blks {
         if !has_block(idx, coll, obj, blk) {
             continue;
         }
-        let mut b = old_block(sh, idx, coll, obj, blk)?;
+        let mut b = edges.old_block(idx, coll, obj, blk);
         let (bs, be) = (blk * B, blk * B + B);
         let (zs, ze) = (start.max(bs) - bs, end.min(be) - bs);
         b[zs as usize..ze as usize].fill(0);
@@ -476,7 +463,6 @@ fn zero_range(
             data: Payload::Owned(SharedBytes::new(b)),
         });
     }
-    Ok(())
 }
 
 /// Applies space accounting and flusher work for applied effects.
@@ -520,6 +506,17 @@ fn forget_freed(sh: &Shared, freed: &[Freed]) {
 }
 
 fn wait<'a>(cv: &std::sync::Condvar, mut g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    g.cv_waiters += 1;
+    let mut g = cv.wait_or_die(g);
+    g.cv_waiters -= 1;
+    g
+}
+
+/// [`wait`] for a condition variable of the WAL queue.
+pub(crate) fn wait_wal<'a>(
+    cv: &std::sync::Condvar,
+    mut g: MutexGuard<'a, WalQueue>,
+) -> MutexGuard<'a, WalQueue> {
     g.cv_waiters += 1;
     let mut g = cv.wait_or_die(g);
     g.cv_waiters -= 1;
@@ -587,7 +584,7 @@ pub(crate) fn client_writable_blocks(sh: &Shared, st: &State) -> u64 {
     writable_blocks(sh, st).saturating_sub(client_reserve_blocks(sh, st))
 }
 
-fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State>, u64)> {
+fn submit(sh: &Shared, txn: &Transaction) -> Result<u64> {
     // A store with no space left (`return`), for the tests of how its users class that.
     fail::fail_point!("store_commit_no_space", |_| Err(StoreError::NoSpace {
         needed: 1,
@@ -601,41 +598,63 @@ fn submit<'a>(sh: &'a Shared, txn: &Transaction) -> Result<(MutexGuard<'a, State
     r
 }
 
-fn submit_placed<'a>(
-    sh: &'a Shared,
-    txn: &Transaction,
-    placed: &Placements,
-) -> Result<(MutexGuard<'a, State>, u64)> {
+fn submit_placed(sh: &Shared, txn: &Transaction, placed: &Placements) -> Result<u64> {
     let mut st = sh.lock();
     let placed_blocks: u64 = placed.iter().flatten().map(|p| p.crcs.len() as u64).sum();
+    let mut edges = EdgeBlocks::default();
     // Validation is repeated after every wait: the lock is released while waiting, and
     // other transactions may change what this one depends on (a removed collection).
     loop {
         let (new_blocks, est) = validate(&st.index, txn, placed)?;
         check_limits(sh, &st, new_blocks, est, txn)?;
-        // Wait while too much data waits for the flusher, and for WAL room (a wrap can cost
-        // up to one more batch, hence the factor two).
-        let wal_full = sh.wal_used(&st) + 2 * (st.queue_bytes + est + B) > sh.wal.ring_size;
+        // Records are queued under `st` only, and batch writes leave the WAL's use as it is:
+        // the room seen here stays until this transaction is queued.
+        let (wal_full, direct_queued) = {
+            let wq = sh.wal_lock();
+            // A wrap can cost up to one more batch, hence the factor two.
+            let wal_full = wq.used() + 2 * (wq.queue_bytes + est + B) > sh.wal.ring_size;
+            (wal_full, direct::queued_blocks(&wq))
+        };
+        // Wait while too much data waits for the flusher, and for WAL room.
         let pending_full = st.pending_blocks + new_blocks > sh.pending_limit_blocks();
         // Direct writes waiting for their batch hold their data in memory: bounded alike
         // (one always goes, however large).
-        let direct_full = placed_blocks > 0 && {
-            let queued = direct::queued_blocks(&st);
-            queued > 0 && queued + placed_blocks > sh.pending_limit_blocks()
-        };
+        let direct_full = placed_blocks > 0
+            && direct_queued > 0
+            && direct_queued + placed_blocks > sh.pending_limit_blocks();
         if !wal_full && !pending_full && !direct_full {
-            return apply_and_log(sh, st, txn, placed, est);
+            if let Some(seq) = apply_and_log(sh, st, txn, placed, est, &mut edges)? {
+                return Ok(seq);
+            }
+            // Old blocks to read first, without the lock; then everything is looked at again.
+            edges.read_missing(sh);
+            st = sh.lock();
+            continue;
         }
         if let Some(f) = &st.failed {
             return Err(StoreError::Failed(f.clone()));
         }
         if direct_full && !wal_full && !pending_full {
-            // Only a batch write drains them: write it here unless one is being written.
-            if !st.writing && !st.queue.is_empty() {
-                st = write_batch(sh, st);
-            } else {
+            // Only a batch write drains them: write it here, or wait for the one being
+            // written (its writer wakes the first record it writes). Either without `st`: a
+            // batch of direct writes takes it to finish them.
+            let busy = {
+                let wq = sh.wal_lock();
+                wq.writing || !wq.queue.is_empty()
+            };
+            if !busy {
                 st = wait(&sh.space_cv, st);
+                continue;
             }
+            drop(st);
+            let wq = sh.wal_lock();
+            if !wq.writing && !wq.queue.is_empty() {
+                drop(write_batch(sh, wq));
+            } else if wq.writing && wq.failed.is_none() {
+                let cv = sh.seq_cv(wq.written_seq + 1);
+                drop(wait_wal(cv, wq));
+            }
+            st = sh.lock();
             continue;
         }
         // A full WAL needs a checkpoint; too much pending data only needs the flusher.
@@ -683,14 +702,17 @@ fn check_limits(
     Ok(())
 }
 
-/// Resolves and applies a validated transaction, queues its record and waits until durable.
-fn apply_and_log<'a>(
-    sh: &'a Shared,
-    mut st: MutexGuard<'a, State>,
+/// Resolves and applies a validated transaction and queues its record; returns its sequence
+/// number, or None (nothing applied) if it needs old blocks from a data device that `edges`
+/// does not hold yet. On error (an old block that cannot be read) nothing is applied.
+fn apply_and_log(
+    sh: &Shared,
+    mut st: MutexGuard<'_, State>,
     txn: &Transaction,
     placed: &Placements,
     est: u64,
-) -> Result<(MutexGuard<'a, State>, u64)> {
+    edges: &mut EdgeBlocks,
+) -> Result<Option<u64>> {
     let st_ref = &mut *st;
     // Only a transaction that may read a device while resolving can fail half-way; it gets a
     // copy-on-write snapshot to roll back to.
@@ -702,14 +724,13 @@ fn apply_and_log<'a>(
     for (i, op) in txn.ops.iter().enumerate() {
         let start = effects.len();
         let p = placed.get(i).and_then(Option::as_ref);
-        if let Err(e) = resolve(sh, &st_ref.index, op, p, &mut effects) {
+        resolve(sh, edges, &st_ref.index, op, p, &mut effects);
+        if edges.incomplete() {
+            // Only ops that may read old blocks lack one, and they have a snapshot.
             if let Some(idx) = rollback {
                 st_ref.index = idx;
-                return Err(e);
             }
-            let msg = format!("unexpected error while applying a transaction: {e}");
-            sh.fail(st_ref, msg.clone());
-            return Err(StoreError::Failed(msg));
+            return edges.take_error().map_or(Ok(None), Err);
         }
         for e in &effects[start..] {
             match (e, p) {
@@ -731,21 +752,19 @@ fn apply_and_log<'a>(
         out.dirty.iter_mut().for_each(|d| d.cache = false);
         jobs.iter_mut().for_each(|j| j.cache = false);
     }
-    let seq = st_ref.next_seq;
     // The record without its data: a header and a few fields per effect, as a rule.
     let mut rec = wal::QueuedRecord {
         meta: Vec::with_capacity(256),
         payloads: Vec::new(),
     };
-    // Laid out, chained and sealed by the thread that writes the batch.
-    wal::record_header(&mut rec.meta, wal::KIND_TXN, seq, 0);
+    // Numbered when queued; laid out, chained and sealed by the thread that writes the batch.
+    wal::record_header(&mut rec.meta, wal::KIND_TXN, 0, 0);
     effect::encode_deferring(&effects, &mut rec.meta, &mut rec.payloads);
     debug_assert!(
         rec.len() as u64 <= est,
         "record {} over estimate {est}",
         rec.len()
     );
-    st_ref.next_seq += 1;
     st_ref.commits += 1;
     for p in placed.iter().flatten() {
         st_ref.direct_writes += 1;
@@ -754,18 +773,25 @@ fn apply_and_log<'a>(
     for j in &jobs {
         st_ref.direct_dest.insert(j.id, (j.buf_off, j.disk));
     }
-    st_ref.direct_jobs.extend(jobs);
     forget_freed(sh, &out.freed);
     account(st_ref, out);
-    st_ref.queue_bytes += rec.len() as u64;
-    st_ref.queue.push(rec);
-    wake_maint_if_needed(sh, st_ref);
-    Ok((st, seq))
+    let (seq, wal_used) = {
+        let mut wq = sh.wal_lock();
+        let seq = wq.next_seq;
+        wq.next_seq += 1;
+        wal::set_record_seq(&mut rec.meta, seq);
+        wq.direct_jobs.extend(jobs);
+        wq.queue_bytes += rec.len() as u64;
+        wq.queue.push(rec);
+        (seq, wq.used())
+    };
+    wake_maint_if_needed(sh, st_ref, wal_used);
+    Ok(Some(seq))
 }
 
-fn wake_maint_if_needed(sh: &Shared, st: &State) {
+fn wake_maint_if_needed(sh: &Shared, st: &State, wal_used: u64) {
     let flush = st.pending_blocks * B >= sh.cfg.flush_batch_bytes;
-    let ckpt = sh.wal_used(st) * 100 >= sh.wal.ring_size * sh.cfg.checkpoint_wal_percent as u64;
+    let ckpt = wal_used * 100 >= sh.wal.ring_size * sh.cfg.checkpoint_wal_percent as u64;
     if flush {
         wake_flusher(sh, st);
     }
@@ -776,44 +802,47 @@ fn wake_maint_if_needed(sh: &Shared, st: &State) {
 
 /// Waits until record `seq` is durable, writing batches while no one else is. A committer
 /// waits on its own record's condvar (the writer of its batch wakes it).
-fn wait_durable<'a>(sh: &'a Shared, st: MutexGuard<'a, State>, seq: u64) -> Result<u64> {
-    wait_until_durable(sh, st, seq, move |_| seq)
+fn wait_durable(sh: &Shared, seq: u64) -> Result<u64> {
+    wait_until_durable(sh, sh.wal_lock(), seq, move |_| seq)
 }
 
 /// Waits until `seq` is durable, writing queued batches itself when no one else writes, and
 /// sleeping on the condvar of the sequence number `wake_on` names.
 fn wait_until_durable<'a>(
     sh: &'a Shared,
-    mut st: MutexGuard<'a, State>,
+    mut wq: MutexGuard<'a, WalQueue>,
     seq: u64,
-    wake_on: impl Fn(&State) -> u64,
+    wake_on: impl Fn(&WalQueue) -> u64,
 ) -> Result<u64> {
     loop {
-        if st.durable_seq >= seq {
+        if wq.durable_seq >= seq {
             return Ok(seq);
         }
-        if let Some(f) = &st.failed {
+        if let Some(f) = &wq.failed {
             return Err(StoreError::Failed(f.clone()));
         }
-        if !st.writing && !st.queue.is_empty() {
-            st = write_batch(sh, st);
+        if !wq.writing && !wq.queue.is_empty() {
+            wq = write_batch(sh, wq);
             continue;
         }
-        if !st.writing && st.written_seq >= seq {
+        if !wq.writing && wq.written_seq >= seq {
             // Written without a flush (`Store::write_through`): flush it now.
-            st = crate::unflushed::flush_written(sh, st);
+            wq = crate::unflushed::flush_written(sh, wq);
             continue;
         }
-        let cv = sh.seq_cv(wake_on(&st));
-        st = wait(cv, st);
+        let cv = sh.seq_cv(wake_on(&wq));
+        wq = wait_wal(cv, wq);
     }
 }
 
 /// Writes the queued records as one batch (all of them, or those before a checkpoint's cut)
 /// and flushes the WAL device (the group commit).
-/// Positions are reserved under the lock; sealing, writing and flushing happen outside it.
-pub(crate) fn write_batch<'a>(sh: &'a Shared, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-    write_batch_then(sh, st, true)
+/// Positions are reserved under `wq`; sealing, writing and flushing happen outside it.
+pub(crate) fn write_batch<'a>(
+    sh: &'a Shared,
+    wq: MutexGuard<'a, WalQueue>,
+) -> MutexGuard<'a, WalQueue> {
+    write_batch_then(sh, wq, true)
 }
 
 /// [`write_batch`], with the flush of the WAL device left to later when `flush` is false
@@ -821,35 +850,36 @@ pub(crate) fn write_batch<'a>(sh: &'a Shared, st: MutexGuard<'a, State>) -> Mute
 /// ends at a checkpoint's cut or carries large writes written once is always flushed.
 pub(crate) fn write_batch_then<'a>(
     sh: &'a Shared,
-    mut st: MutexGuard<'a, State>,
+    mut wq: MutexGuard<'a, WalQueue>,
     flush: bool,
-) -> MutexGuard<'a, State> {
-    let queued = st.queue.len();
-    let first_seq = st.next_seq - queued as u64;
+) -> MutexGuard<'a, WalQueue> {
+    let queued = wq.queue.len();
+    let first_seq = wq.next_seq - queued as u64;
     // A checkpoint's cut ends this batch at the last record it snapshotted.
-    let take = match st.cut {
+    let take = match wq.cut {
         Some(c) if c > first_seq && c - first_seq < queued as u64 => (c - first_seq) as usize,
         _ => queued,
     };
     let records: Vec<wal::QueuedRecord> = if take == queued {
-        std::mem::take(&mut st.queue)
+        std::mem::take(&mut wq.queue)
     } else {
-        st.queue.drain(..take).collect()
+        wq.queue.drain(..take).collect()
     };
     let len: u64 = records.iter().map(|r| r.len() as u64).sum();
-    st.queue_bytes = st.queue_bytes.saturating_sub(len);
-    st.writing = true;
-    let (tail, prev_crc) = (st.tail_lsn, st.last_crc);
+    wq.queue_bytes = wq.queue_bytes.saturating_sub(len);
+    wq.writing = true;
+    let (tail, prev_crc) = (wq.tail_lsn, wq.last_crc);
     let end = tail + wal::batch_footprint(&sh.wal, tail, len);
-    let fits = end - st.head_lsn <= sh.wal.ring_size;
-    st.tail_lsn = end;
+    let fits = end - wq.head_lsn <= sh.wal.ring_size;
+    wq.tail_lsn = end;
     // The data of the batch's direct writes goes to its blocks and is made durable before the
-    // records naming it are written (one flush for all of them).
-    let jobs = std::mem::take(&mut st.direct_jobs);
-    st.writing_direct = !jobs.is_empty();
-    let flush = flush || !jobs.is_empty() || st.cut.is_some();
-    let spare = st.batch_spare.take();
-    drop(st);
+    // records naming it are written (one flush for all of them; jobs of records after a cut
+    // go early, which only writes their data sooner).
+    let jobs = std::mem::take(&mut wq.direct_jobs);
+    wq.writing_direct = !jobs.is_empty();
+    let flush = flush || !jobs.is_empty() || wq.cut.is_some();
+    let spare = wq.batch_spare.take();
+    drop(wq);
     let layout = layout_batch(
         &sh.wal, tail, &records, first_seq, prev_crc, sh.wal_tag, spare,
     );
@@ -871,55 +901,65 @@ pub(crate) fn write_batch_then<'a>(
     } else {
         write_layout(sh, &layout, flush)
     };
-    let mut st = sh.lock();
-    st.writing = false;
-    st.writing_direct = false;
-    st.last_crc = layout.last_crc;
+    if let Err(e) = result {
+        return wal_failed(sh, format!("WAL write failed: {e}"));
+    }
+    // Finishing direct writes changes the index and the segments: `st` first.
+    let st = (!jobs.is_empty()).then(|| sh.lock());
+    let mut wq = sh.wal_lock();
+    wq.writing = false;
+    wq.writing_direct = false;
+    wq.last_crc = layout.last_crc;
     // Kept for the next batch unless an unusually large one grew it.
-    st.batch_spare = (layout.buf.capacity() <= BATCH_SPARE_MAX).then_some(layout.buf);
+    wq.batch_spare = (layout.buf.capacity() <= BATCH_SPARE_MAX).then_some(layout.buf);
     let last_seq = first_seq + records.len() as u64 - 1;
-    match result {
-        Ok(()) => {
-            st.written_seq = last_seq;
-            if flush {
-                // The flush also made every batch written before this one durable.
-                st.durable_seq = last_seq;
-                st.unflushed_since = None;
-            } else if st.unflushed_since.is_none() {
-                st.unflushed_since = Some(std::time::Instant::now());
-                wake_maint(sh, &st); // it flushes within `wal_flush_delay`
-            }
-            if st.cut == Some(last_seq + 1) {
-                st.cut = None;
-                st.cut_point = Some((end, layout.last_crc));
-            }
-            if !jobs.is_empty() {
-                direct::finish(sh, &mut st, jobs);
-                if st.cv_waiters > 0 {
-                    sh.space_cv.notify_all(); // committers waiting for direct-write room
-                }
-            }
-        }
-        Err(e) => {
-            let msg = format!("WAL write failed: {e}");
-            sh.fail(&mut st, msg);
+    wq.written_seq = last_seq;
+    if flush {
+        // The flush also made every batch written before this one durable.
+        wq.durable_seq = last_seq;
+        wq.unflushed_since = None;
+    } else if wq.unflushed_since.is_none() {
+        wq.unflushed_since = Some(std::time::Instant::now());
+        sh.maint_cv.notify_all(); // it flushes within `wal_flush_delay`
+    }
+    if wq.cut == Some(last_seq + 1) {
+        wq.cut = None;
+        wq.cut_point = Some((end, layout.last_crc));
+    }
+    if let Some(mut st) = st {
+        direct::finish(sh, &mut st, jobs);
+        if st.cv_waiters > 0 {
+            sh.space_cv.notify_all(); // committers waiting for direct-write room
         }
     }
-    // Wake only the committers of this batch, and the first one queued meanwhile (it writes
-    // the next batch): waking every waiter on every batch costs more than the batch itself.
-    // No one to wake (a thread that submits and syncs alone) costs nothing.
-    if st.cv_waiters > 0 {
+    wake_batch(sh, &wq, first_seq, last_seq);
+    if wq.cut.is_some() || wq.cut_point.is_some() {
+        sh.durable_cv.notify_all(); // a checkpoint waits for the records before its cut
+    }
+    wq
+}
+
+/// Wakes only the committers of a batch, and the first one queued meanwhile (it writes the
+/// next batch): waking every waiter on every batch costs more than the batch itself. No one
+/// to wake (a thread that submits and syncs alone) costs nothing.
+fn wake_batch(sh: &Shared, wq: &WalQueue, first_seq: u64, last_seq: u64) {
+    if wq.cv_waiters > 0 {
         for s in first_seq..=last_seq.min(first_seq + crate::store::SEQ_CVS as u64 - 1) {
             sh.seq_cv(s).notify_all();
         }
-        if !st.queue.is_empty() {
+        if !wq.queue.is_empty() {
             sh.seq_cv(last_seq + 1).notify_all();
         }
     }
-    if st.cut.is_some() || st.cut_point.is_some() {
-        sh.durable_cv.notify_all(); // a checkpoint waits for the records before its cut
-    }
-    st
+}
+
+/// A batch or flush that failed, called with `wq` released and its `writing` still set: the
+/// WAL stops first (`writing` stays set, so no later batch is written and none of its records
+/// can be counted durable), then the store. Returns `wq` again.
+pub(crate) fn wal_failed(sh: &Shared, msg: String) -> MutexGuard<'_, WalQueue> {
+    sh.fail_wal(&mut sh.wal_lock(), msg.clone());
+    sh.fail(&mut sh.lock(), msg);
+    sh.wal_lock()
 }
 
 fn write_layout(sh: &Shared, layout: &wal::BatchLayout, flush: bool) -> Result<()> {

@@ -233,8 +233,8 @@ pub(crate) fn apply_run(
 }
 
 /// Blocks of direct writes queued and not yet written (bounded like pending data).
-pub(crate) fn queued_blocks(st: &State) -> u64 {
-    st.direct_jobs.iter().map(|j| j.nblocks as u64).sum()
+pub(crate) fn queued_blocks(wq: &crate::store::WalQueue) -> u64 {
+    wq.direct_jobs.iter().map(|j| j.nblocks as u64).sum()
 }
 
 /// Writes the jobs' data to their blocks (not flushed: the caller flushes once for all) and

@@ -71,6 +71,7 @@ struct Faults {
     fail_writes: bool,
     fail_flush: bool,
     flush_delay: Duration,
+    read_delay: Duration,
     /// Writes do not wait for a flush in progress (as on most real devices, where a write
     /// queues beside a cache flush).
     writes_during_flush: bool,
@@ -126,6 +127,10 @@ impl FaultDevice {
     /// Makes every flush take at least `d`, blocking reads and writes meanwhile.
     pub fn set_flush_delay(&self, d: Duration) {
         lock(&self.faults).flush_delay = d;
+    }
+    /// Makes every read take at least `d` (a slow or busy device).
+    pub fn set_read_delay(&self, d: Duration) {
+        lock(&self.faults).read_delay = d;
     }
     /// Lets writes go on while a flush holds the device (reads still wait).
     pub fn let_writes_through_flush(&self, yes: bool) {
@@ -217,8 +222,15 @@ impl BlockDevice for FaultDevice {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         let _g = self.gate.read_or_die();
         self.alive()?;
-        if lock(&self.faults).fail_reads {
+        let (fail, delay) = {
+            let f = lock(&self.faults);
+            (f.fail_reads, f.read_delay)
+        };
+        if fail {
             return Err(eio("read error"));
+        }
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
         }
         self.inner.read_at(buf, off)?;
         let end = off + buf.len() as u64;

@@ -45,6 +45,11 @@ pub fn record_header(out: &mut Vec<u8>, kind: u8, seq: u64, prev_crc: u32) {
     out.extend_from_slice(&0u32.to_le_bytes());
 }
 
+/// Sets the sequence number of an encoded record (numbered after it was encoded).
+pub fn set_record_seq(rec: &mut [u8], seq: u64) {
+    rec[16..24].copy_from_slice(&seq.to_le_bytes());
+}
+
 /// Fills in the payload length and crc of the record that starts at `rec[0]`; returns the crc.
 pub fn seal_record(rec: &mut [u8]) -> u32 {
     let len = (rec.len() - HEADER_LEN) as u32;

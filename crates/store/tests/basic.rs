@@ -985,3 +985,95 @@ fn pending_data_is_written_while_a_checkpoint_waits_for_the_data_device() {
     }
     s.check_space_accounting().unwrap();
 }
+
+/// An unaligned write over a block on the data device reads that block with no lock held:
+/// a commit to another collection goes through while the read is slow, and the write then
+/// merges the block's old contents correctly.
+#[test]
+fn an_unaligned_write_reads_its_old_block_without_holding_up_other_commits() {
+    let devs = MemDevs::new(1, 16 << 20, Some(2 << 20));
+    let cfg = StoreConfig {
+        read_cache_bytes: 0, // the old block must come from the device
+        ..small_cfg()
+    };
+    let s = devs.mkfs_open(cfg.clone());
+    let mut t = Transaction::new();
+    t.create_collection(1)
+        .create_collection(2)
+        .write(1, b"a", 0, &[7u8; 8192]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap(); // the data is on the data device, nothing pending
+    s.close().unwrap();
+    let power = cairn_store::fault::Power::new();
+    let (fdevs, faults) = devs.faulty(&power);
+    let s = std::sync::Arc::new(Store::open(&fdevs, cfg).unwrap());
+    assert!(
+        s.block_location(1, b"a", 0).is_some(),
+        "block 0 is on the data device"
+    );
+    faults[0].set_read_delay(std::time::Duration::from_secs(2));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s2, done2) = (s.clone(), done.clone());
+    let slow = std::thread::spawn(move || {
+        let mut t = Transaction::new();
+        t.write(1, b"a", 100, &[9u8; 10]); // inside block 0: read-modify-write
+        s2.commit(&t).unwrap();
+        done2.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200)); // the slow commit is reading
+    let mut t = Transaction::new();
+    t.write(2, b"b", 0, &[1u8; 4096]);
+    s.commit(&t).unwrap();
+    assert!(
+        !done.load(std::sync::atomic::Ordering::SeqCst),
+        "the other commit waited for the slow read (it held the store's lock)"
+    );
+    slow.join().unwrap();
+    faults[0].set_read_delay(std::time::Duration::ZERO);
+    let mut want = vec![7u8; 8192];
+    want[100..110].fill(9);
+    assert_eq!(s.read(1, b"a", 0, 8192).unwrap(), want);
+    assert_eq!(s.read(2, b"b", 0, 4096).unwrap(), vec![1u8; 4096]);
+}
+
+/// A read-modify-write over a block that is corrupt on every copy fails with the block named
+/// and applies nothing.
+#[test]
+fn an_unaligned_write_over_a_corrupt_block_fails_and_applies_nothing() {
+    let devs = MemDevs::new(1, 8 << 20, Some(1 << 20));
+    let cfg = StoreConfig {
+        read_cache_bytes: 0,
+        ..small_cfg()
+    };
+    let s = devs.mkfs_open(cfg.clone());
+    let mut t = Transaction::new();
+    t.create_collection(3).write(3, b"obj", 0, &[5u8; 8192]);
+    s.commit(&t).unwrap();
+    s.checkpoint().unwrap();
+    s.close().unwrap();
+    let power = cairn_store::fault::Power::new();
+    let (fdevs, faults) = devs.faulty(&power);
+    let s = Store::open(&fdevs, cfg).unwrap();
+    let off = s
+        .block_location(3, b"obj", 1)
+        .expect("block 1 on the data device");
+    faults[0].flip_bit(off + 5, 1).unwrap();
+    let mut t = Transaction::new();
+    t.set_attr(3, b"obj", b"k", b"v")
+        .write(3, b"obj", 4096 + 10, &[1u8; 4]);
+    match s.commit(&t) {
+        Err(StoreError::CorruptData { object, block, .. }) => {
+            assert_eq!((object.as_str(), block), ("obj", 1));
+        }
+        other => panic!("expected CorruptData, got {other:?}"),
+    }
+    assert!(
+        s.get_attr(3, b"obj", b"k").unwrap().is_none(),
+        "half applied"
+    );
+    assert_eq!(s.read(3, b"obj", 0, 4096).unwrap(), vec![5u8; 4096]);
+    assert!(
+        s.failure().is_none(),
+        "a corrupt old block fails the write, not the store"
+    );
+}

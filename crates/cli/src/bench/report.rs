@@ -174,6 +174,14 @@ pub fn entry(
                 "flusher": s1.waits_for_flusher.saturating_sub(s0.waits_for_flusher),
                 "wal_space": s1.waits_for_wal_space.saturating_sub(s0.waits_for_wal_space),
             }),
+        )
+        .put(
+            "lock_waits",
+            lock_waits(&s1.lock_waits.since(&s0.lock_waits), m.elapsed),
+        )
+        .put(
+            "wal_lock_waits",
+            lock_waits(&s1.wal_lock_waits.since(&s0.wal_lock_waits), m.elapsed),
         );
     let read_p99 = mixed.then(|| q(&m.reads, 0.99));
     eprintln!(
@@ -222,4 +230,18 @@ pub fn print_table(rows: &[Row]) {
             r.ratio
         );
     }
+}
+
+/// Waits for the store's state lock over a timed part: count, total, p99, and those over
+/// 1 ms, also per second (the measure of issue 48).
+fn lock_waits(w: &cairn_store::LockWaitStats, span: std::time::Duration) -> serde_json::Value {
+    let secs = span.as_secs_f64().max(1e-9);
+    let over = w.over_nanos(1_000_000);
+    serde_json::json!({
+        "waits": w.waits,
+        "total_ms": round(w.wait_nanos as f64 / 1e6, 1),
+        "p99_us": round(w.quantile_nanos(0.99) as f64 / 1e3, 1),
+        "over_1ms": over,
+        "over_1ms_per_s": round(over as f64 / secs, 1),
+    })
 }

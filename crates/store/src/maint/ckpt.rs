@@ -15,12 +15,15 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
         let mut st = sh.lock();
         st.ckpt_wanted = false;
         st.segs.snap_started += 1;
-        let seq = st.next_seq;
-        if !st.writing && st.queue.is_empty() {
-            st.cut_point = Some((st.tail_lsn, st.last_crc));
+        // Records are numbered and queued under `st`: none is between the snapshot and `seq`.
+        let mut wq = sh.wal_lock();
+        let seq = wq.next_seq;
+        if !wq.writing && wq.queue.is_empty() {
+            wq.cut_point = Some((wq.tail_lsn, wq.last_crc));
         } else {
-            st.cut = Some(seq);
+            wq.cut = Some(seq);
         }
+        drop(wq);
         (
             st.index.clone(),
             seq,
@@ -78,7 +81,8 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     sh.wal.write_header(&hdr)?;
     let mut st = sh.lock();
     st.header_gen = header_gen;
-    st.head_lsn = lsn;
+    // Under `st`: committers that wait for WAL room look at it under `st` (and `wq`).
+    sh.wal_lock().head_lsn = lsn;
     st.segs.close(Head::Ckpt);
     let old = std::mem::replace(
         &mut st.ckpt_runs,
@@ -102,20 +106,20 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
 /// where replay resumes: (LSN, crc of the last record before it). Writes the queued batch
 /// itself when no one else is writing (records submitted without a waiter).
 fn wait_for_cut(sh: &Shared) -> Result<(u64, u32)> {
-    let mut st = sh.lock();
+    let mut wq = sh.wal_lock();
     loop {
-        if st.failed.is_some() {
-            st.cut = None;
+        if wq.failed.is_some() {
+            wq.cut = None;
             return Err(StoreError::Failed("WAL failed during checkpoint".into()));
         }
-        if let Some(p) = st.cut_point.take() {
+        if let Some(p) = wq.cut_point.take() {
             return Ok(p);
         }
-        if !st.writing && !st.queue.is_empty() {
-            st = crate::commit::write_batch(sh, st);
+        if !wq.writing && !wq.queue.is_empty() {
+            wq = crate::commit::write_batch(sh, wq);
             continue;
         }
-        st = sh.durable_cv.wait_or_die(st);
+        wq = sh.durable_cv.wait_or_die(wq);
     }
 }
 

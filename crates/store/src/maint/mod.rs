@@ -111,9 +111,9 @@ fn run_loop(sh: &Arc<Shared>) {
             }
             Work::Checkpoint => checkpoint(sh),
             Work::FlushWal => {
-                let st = sh.lock();
-                if !st.writing && st.written_seq > st.durable_seq {
-                    drop(crate::unflushed::flush_written(sh, st));
+                let wq = sh.wal_lock();
+                if !wq.writing && wq.written_seq > wq.durable_seq {
+                    drop(crate::unflushed::flush_written(sh, wq));
                 }
                 Ok(())
             }
@@ -153,17 +153,20 @@ fn next_work(sh: &Shared) -> Work {
                 final_ckpt: st.ckpt_wanted,
             };
         }
-        let wal_full =
-            sh.wal_used(&st) * 100 >= sh.wal.ring_size * cfg.checkpoint_wal_percent as u64;
+        let (wal_used, wal_busy, wal_flush_in, wal_writing) = {
+            let wq = sh.wal_lock();
+            let busy = wq.tail_lsn != wq.head_lsn || !wq.queue.is_empty();
+            let due = crate::unflushed::flush_due(sh, &wq);
+            (wq.used(), busy, due, wq.writing)
+        };
+        let wal_full = wal_used * 100 >= sh.wal.ring_size * cfg.checkpoint_wal_percent as u64;
         let free = st.segs.free_segments() as u64;
         let keep = sh.flusher_keep_segments(&st);
         let clean_below = cfg.clean_below_free_segments as u64;
         let total = st.segs.total_blocks() / st.segs.seg_blocks as u64;
         let pace = cleaner_pace(free, keep, total, clean_below);
-        let wal_busy = st.tail_lsn != st.head_lsn || !st.queue.is_empty();
         let periodic = wal_busy && st.last_ckpt.elapsed() >= cfg.checkpoint_interval;
-        let wal_flush_in = crate::unflushed::flush_due(sh, &st);
-        if wal_flush_in.is_some_and(|d| d.is_zero()) && !st.writing {
+        if wal_flush_in.is_some_and(|d| d.is_zero()) && !wal_writing {
             return Work::FlushWal;
         }
         let limbo = st.segs.limbo_segments() as u64;

@@ -10,7 +10,7 @@ mod state;
 
 use cairn_failstop::CondvarOrDie;
 pub use config::StoreConfig;
-pub(crate) use state::{Shared, State, SEQ_CVS};
+pub(crate) use state::{Shared, State, WalQueue, SEQ_CVS};
 
 use crate::device::{BlockDevice, BLOCK_SIZE};
 use crate::error::{Result, StoreError};
@@ -79,6 +79,10 @@ pub struct StoreStats {
     /// The heap the index takes, estimated from its objects and extents
     /// ([`INDEX_BYTES_PER_OBJECT`], [`INDEX_BYTES_PER_EXTENT`]).
     pub index_bytes: u64,
+    /// Waits for the store's state lock and for its WAL queue's lock
+    /// (`docs/operator/store.md`, "Lock waits").
+    pub lock_waits: crate::LockWaitStats,
+    pub wal_lock_waits: crate::LockWaitStats,
 }
 
 /// Heap bytes of the index per object besides its extents (a name of ~40 bytes included), and
@@ -160,8 +164,8 @@ impl Store {
         if self.sh.cfg.direct_write_min_bytes == 0 {
             return false; // no direct writes: no lock taken per sync
         }
-        let st = self.sh.lock();
-        !st.direct_jobs.is_empty() || st.writing_direct
+        let wq = self.sh.wal_lock();
+        !wq.direct_jobs.is_empty() || wq.writing_direct
     }
 
     /// Whether a primary may admit a client write of `bytes` (`metadata`: a small whole
@@ -217,7 +221,7 @@ impl Store {
             checkpoint_write_micros: micros(st.ckpt_write_time),
             checkpoint_flush_micros: micros(st.ckpt_flush_time),
             checkpoint_bytes: st.segs.ckpt_blocks_total() * BLOCK,
-            wal_used_bytes: self.sh.wal_used(&st),
+            wal_used_bytes: self.sh.wal_lock().used(),
             wal_size: self.sh.wal.ring_size,
             waits_for_flusher: st.waits_for_flusher,
             waits_for_wal_space: st.waits_for_wal_space,
@@ -226,6 +230,8 @@ impl Store {
             direct_staged_bytes: self.sh.copies.get().direct_staged_bytes,
             copies: self.sh.copies.get(),
             index_bytes: index_bytes(&st),
+            lock_waits: self.sh.lock_waits.get(),
+            wal_lock_waits: self.sh.wal_lock_waits.get(),
         }
     }
 

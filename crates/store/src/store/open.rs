@@ -6,6 +6,7 @@ use crate::error::{Result, StoreError};
 use crate::format::{Role, Superblock, WalHeader};
 use crate::mirror::{IoCounters, Mirror};
 use crate::segments::Segments;
+use crate::store::WalQueue;
 use crate::wal::{self, WalRegion};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -198,25 +199,12 @@ impl Store {
             flush_rounds: 0,
             index,
             segs,
-            next_seq: hdr.replay_seq,
-            last_crc: hdr.replay_prev_crc,
-            durable_seq: hdr.replay_seq.saturating_sub(1),
-            written_seq: hdr.replay_seq.saturating_sub(1),
-            unflushed_since: None,
-            queue: Vec::new(),
-            queue_bytes: 0,
-            writing: false,
-            batch_spare: None,
-            tail_lsn: hdr.replay_lsn,
-            head_lsn: hdr.replay_lsn,
             header_gen: hdr.generation,
             dirty: VecDeque::new(),
             dirty_since: None,
             pending_blocks: 0,
             next_id,
             failed: None,
-            cut: None,
-            cut_point: None,
             direct_dest: std::collections::HashMap::new(),
             ckpt_wanted: false,
             shutdown: false,
@@ -237,6 +225,23 @@ impl Store {
             waits_for_wal_space: 0,
             direct_writes: 0,
             direct_bytes: 0,
+        };
+        let wq = WalQueue {
+            cv_waiters: 0,
+            failed: None,
+            next_seq: hdr.replay_seq,
+            last_crc: hdr.replay_prev_crc,
+            durable_seq: hdr.replay_seq.saturating_sub(1),
+            written_seq: hdr.replay_seq.saturating_sub(1),
+            unflushed_since: None,
+            queue: Vec::new(),
+            queue_bytes: 0,
+            writing: false,
+            batch_spare: None,
+            tail_lsn: hdr.replay_lsn,
+            head_lsn: hdr.replay_lsn,
+            cut: None,
+            cut_point: None,
             direct_jobs: Vec::new(),
             writing_direct: false,
         };
@@ -246,6 +251,7 @@ impl Store {
         }
         let sh = Arc::new(Shared {
             st: Mutex::new(st),
+            wq: Mutex::new(wq),
             durable_cv: Condvar::new(),
             seq_cvs: (0..SEQ_CVS).map(|_| Condvar::new()).collect(),
             maint_cv: Condvar::new(),
@@ -260,6 +266,8 @@ impl Store {
             data_blocks: data_sb.segment_count * (data_sb.segment_size / BLOCK),
             wal_tag: wal::store_tag(&hdr.store_id),
             copies: Default::default(),
+            lock_waits: Default::default(),
+            wal_lock_waits: Default::default(),
         });
         let torn_tail = replay(&sh, &hdr)?;
         if torn_tail {

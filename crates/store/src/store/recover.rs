@@ -105,10 +105,11 @@ pub(super) fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
         ));
     }
     st.segs.end_replay();
-    st.next_seq = r.next_seq;
-    st.last_crc = r.last_crc;
-    st.durable_seq = r.next_seq - 1;
-    st.written_seq = st.durable_seq;
-    st.tail_lsn = sh.wal.align_up(r.lsn);
+    let mut wq = sh.wal_lock();
+    wq.next_seq = r.next_seq;
+    wq.last_crc = r.last_crc;
+    wq.durable_seq = r.next_seq - 1;
+    wq.written_seq = wq.durable_seq;
+    wq.tail_lsn = sh.wal.align_up(r.lsn);
     Ok(!r.lsn.is_multiple_of(sh.wal.align()))
 }

@@ -1,5 +1,12 @@
-//! What the committers, the maintenance thread and readers share: the state under one lock
-//! and the condition variables they wait on.
+//! What the committers, the maintenance thread and readers share: the index, space and
+//! maintenance state under one lock, the WAL queue under a second one, and the condition
+//! variables they wait on.
+//!
+//! Lock order: `st` before `wq`. A committer applies its transaction under `st` and, still
+//! holding it, takes `wq` for the moment it needs to number its record and queue it (so that
+//! sequence numbers follow the order in which transactions were applied); everything after,
+//! waiting for durability and writing batches, takes `wq` only. A batch writer holds neither
+//! lock while it writes the device.
 
 use crate::device::BLOCK_SIZE;
 use crate::index::{Dirty, Index};
@@ -7,7 +14,6 @@ use crate::mirror::{IoCounters, Mirror};
 use crate::segments::Segments;
 use crate::txn::limits;
 use crate::wal::WalRegion;
-use cairn_failstop::LockOrDie;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -15,8 +21,8 @@ use std::time::Instant;
 use super::StoreConfig;
 
 pub(crate) struct State {
-    /// Threads waiting on `durable_cv`, `space_cv` or a `seq_cv`: notifications are skipped
-    /// when there are none (a condvar notify is a system call even with no waiter).
+    /// Threads waiting on `space_cv`: notifications are skipped when there are none (a
+    /// condvar notify is a system call even with no waiter).
     pub cv_waiters: u32,
     /// The maintenance thread is asleep on `maint_cv` (only then is waking it worth a call).
     pub maint_idle: bool,
@@ -29,36 +35,12 @@ pub(crate) struct State {
     pub flush_rounds: u64,
     pub index: Index,
     pub segs: Segments,
-    pub next_seq: u64,
-    pub last_crc: u32,
-    pub durable_seq: u64,
-    /// Records up to this one are written to the WAL device, maybe not flushed yet
-    /// (`Store::write_through`); never below `durable_seq`.
-    pub written_seq: u64,
-    /// Since when records are written but not flushed (the maintenance thread flushes them
-    /// within `wal_flush_delay`).
-    pub unflushed_since: Option<Instant>,
-    /// Encoded, not yet sealed records waiting for the next batch.
-    pub queue: Vec<crate::wal::QueuedRecord>,
-    pub queue_bytes: u64,
-    /// The last WAL batch's buffer, for the next batch (the writer takes it while writing):
-    /// a fresh zeroed one per batch costs page faults and page clearing.
-    pub batch_spare: Option<crate::device::AlignedBuf>,
-    pub writing: bool,
-    pub tail_lsn: u64,
-    pub head_lsn: u64,
     pub header_gen: u64,
     pub dirty: VecDeque<Dirty>,
     pub dirty_since: Option<Instant>,
     pub pending_blocks: u64,
     pub next_id: u64,
     pub failed: Option<String>,
-    /// A checkpoint snapshotted the index when this was the next sequence number: batches
-    /// end before it (`commit::write_batch`), so that its records end a batch.
-    pub cut: Option<u64>,
-    /// Where the records before the cut end, once durable: (LSN of the next batch, crc of
-    /// the last record), for the checkpoint's replay point.
-    pub cut_point: Option<(u64, u32)>,
     /// In-memory extents of direct writes whose jobs are not done: id -> (offset in their
     /// buffer, data-device offset), so that a checkpoint names where they are going.
     pub direct_dest: std::collections::HashMap<u64, (usize, u64)>,
@@ -81,6 +63,41 @@ pub(crate) struct State {
     /// Transactions whose large writes went straight to the data devices, and their bytes.
     pub direct_writes: u64,
     pub direct_bytes: u64,
+}
+
+/// The WAL's queue of records and where its batches stand.
+pub(crate) struct WalQueue {
+    /// Threads waiting on `durable_cv` or a `seq_cv`.
+    pub cv_waiters: u32,
+    /// Set with `State::failed` (a batch writer that fails sets it first, before it can take
+    /// `st`): no record is written after it.
+    pub failed: Option<String>,
+    /// The sequence number of the next record queued.
+    pub next_seq: u64,
+    pub last_crc: u32,
+    pub durable_seq: u64,
+    /// Records up to this one are written to the WAL device, maybe not flushed yet
+    /// (`Store::write_through`); never below `durable_seq`.
+    pub written_seq: u64,
+    /// Since when records are written but not flushed (the maintenance thread flushes them
+    /// within `wal_flush_delay`).
+    pub unflushed_since: Option<Instant>,
+    /// Encoded, not yet sealed records waiting for the next batch.
+    pub queue: Vec<crate::wal::QueuedRecord>,
+    pub queue_bytes: u64,
+    /// The last WAL batch's buffer, for the next batch (the writer takes it while writing):
+    /// a fresh zeroed one per batch costs page faults and page clearing.
+    pub batch_spare: Option<crate::device::AlignedBuf>,
+    /// A batch is being written or the device flushed (by one thread at a time).
+    pub writing: bool,
+    pub tail_lsn: u64,
+    pub head_lsn: u64,
+    /// A checkpoint snapshotted the index when this was the next sequence number: batches
+    /// end before it (`commit::write_batch`), so that its records end a batch.
+    pub cut: Option<u64>,
+    /// Where the records before the cut end, once durable: (LSN of the next batch, crc of
+    /// the last record), for the checkpoint's replay point.
+    pub cut_point: Option<(u64, u32)>,
     /// Direct writes applied to the index whose data the next WAL batch writes (and flushes)
     /// before its records.
     pub direct_jobs: Vec<crate::direct::DirectJob>,
@@ -88,20 +105,28 @@ pub(crate) struct State {
     pub writing_direct: bool,
 }
 
+impl WalQueue {
+    /// Bytes of the WAL ring in use.
+    pub fn used(&self) -> u64 {
+        self.tail_lsn - self.head_lsn + self.queue_bytes
+    }
+}
+
 /// Condition variables committers wait on, by sequence number.
 pub(crate) const SEQ_CVS: usize = 64;
 
 pub(crate) struct Shared {
     pub st: Mutex<State>,
-    /// Barrier release, WAL drained while a checkpoint waits, failure.
+    pub wq: Mutex<WalQueue>,
+    /// WAL drained while a checkpoint waits, failure (waited on with `wq`).
     pub durable_cv: Condvar,
-    /// Committers wait for their record on `seq_cvs[seq % SEQ_CVS]`.
+    /// Committers wait for their record on `seq_cvs[seq % SEQ_CVS]` (with `wq`).
     pub seq_cvs: Vec<Condvar>,
     /// Wakes the maintenance thread.
     pub maint_cv: Condvar,
     /// Wakes the flusher thread.
     pub flush_cv: Condvar,
-    /// WAL space was reclaimed.
+    /// WAL space was reclaimed, the flusher made room, a checkpoint ended (with `st`).
     pub space_cv: Condvar,
     pub wal: WalRegion,
     pub data: Mirror,
@@ -114,23 +139,43 @@ pub(crate) struct Shared {
     pub wal_tag: u32,
     /// Object bytes copied in memory, by where.
     pub copies: crate::copies::CopyCounters,
+    /// Waits for `st` and for `wq`.
+    pub lock_waits: crate::lockwaits::LockWaits,
+    pub wal_lock_waits: crate::lockwaits::LockWaits,
 }
 
 impl Shared {
+    /// Takes the state lock, counting the wait if another thread holds it (waits after a
+    /// condition variable's wake are not counted: they are part of waiting for the event).
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.st.lock_or_die()
+        self.lock_waits.lock(&self.st)
     }
 
-    /// Stops writes after a background failure and wakes everyone waiting.
+    /// Takes the WAL queue's lock (after `st`, if both are taken), counting waits.
+    pub fn wal_lock(&self) -> MutexGuard<'_, WalQueue> {
+        self.wal_lock_waits.lock(&self.wq)
+    }
+
+    /// Stops writes after a background failure and wakes everyone waiting. Takes `wq`: the
+    /// caller holds `st` only.
     pub fn fail(&self, st: &mut State, why: String) {
         if st.failed.is_none() {
-            st.failed = Some(why);
+            st.failed = Some(why.clone());
         }
-        self.durable_cv.notify_all();
-        self.seq_cvs.iter().for_each(Condvar::notify_all);
+        self.fail_wal(&mut self.wal_lock(), why);
         self.space_cv.notify_all();
         self.maint_cv.notify_all();
         self.flush_cv.notify_all();
+    }
+
+    /// The WAL's half of [`Shared::fail`], for a thread that holds `wq` only: it must call
+    /// `fail` (which repeats this harmlessly) once it has released `wq`.
+    pub fn fail_wal(&self, wq: &mut WalQueue, why: String) {
+        if wq.failed.is_none() {
+            wq.failed = Some(why);
+        }
+        self.durable_cv.notify_all();
+        self.seq_cvs.iter().for_each(Condvar::notify_all);
     }
 
     /// The condition variable the committer of record `seq` waits on.
@@ -163,10 +208,5 @@ impl Shared {
     /// live blocks into. Writes get ENOSPC before this room is touched.
     pub fn flusher_keep_segments(&self, st: &State) -> u64 {
         2 * self.ckpt_need_segments(st) + 1
-    }
-
-    /// Bytes of the WAL ring in use.
-    pub fn wal_used(&self, st: &State) -> u64 {
-        st.tail_lsn - st.head_lsn + st.queue_bytes
     }
 }
