@@ -331,7 +331,12 @@ mod interleave {
 
     /// Every copy of the PG agrees (scrub without repair finds nothing).
     pub fn consistent(c: &Cluster) {
-        let o = c.cairn(&["pg", "scrub", "1.0", "--no-repair", "--json"]);
+        consistent_pg(c, "1.0");
+    }
+
+    /// Every copy of PG `pg` agrees.
+    pub fn consistent_pg(c: &Cluster, pg: &str) {
+        let o = c.cairn(&["pg", "scrub", pg, "--no-repair", "--json"]);
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "scrub found inconsistent copies: {out}");
         let v: serde_json::Value = serde_json::from_str(&out).expect("scrub json");
@@ -520,4 +525,42 @@ fn unfound_objects_are_listed_and_reverted_by_mark_unfound_lost() {
     assert_eq!(get(&c, "x"), b"one", "reverted to B's older copy");
     let listed = c.ok(&["pg", "list-unfound", "1.0"]);
     assert!(listed.contains("no unfound objects"), "{listed}");
+}
+
+/// A replica dies in the middle of splitting its copy of the PG (`osd_split_mid`: some
+/// objects moved to a child PG's collection, the rest still in the parent's). Restarted, it
+/// finishes the split from where it stood: every PG of the grown pool is clean on all three
+/// OSDs, every object reads back from its new PG, and every PG's copies agree.
+#[test]
+fn a_replica_that_dies_mid_split_finishes_it_after_its_restart() {
+    use interleave::*;
+    let c = cluster("splitmid");
+    let bodies: Vec<Vec<u8>> = (0..24u8).map(|i| vec![i; 4096 + 17 * i as usize]).collect();
+    for (i, b) in bodies.iter().enumerate() {
+        assert!(put(&c, &format!("o{i}"), b), "o{i}");
+    }
+    let victim = acting(&c)[1];
+    // Its fourth object moved to a child aborts it (1 PG into 4: about 18 objects move).
+    restart_with(&c, victim, "osd_split_mid=3*off->panic");
+    clean(&c);
+    let out = c.ok(&["pool", "set", "p", "pgs", "4"]);
+    assert!(out.contains("done"), "{out}");
+    aborted_at(&c, victim, "osd_split_mid");
+    c.start_osd(victim);
+    c.wait_status(
+        "the 4 PGs active+clean on 3 OSDs",
+        Duration::from_secs(120),
+        |s| {
+            s["pgs"]["active_clean"] == 4
+                && s["osds"]["up"] == 3
+                && s["recovery"]["objects_degraded"] == 0
+                && s["pgs"]["misplaced_copies"] == 0
+        },
+    );
+    for (i, b) in bodies.iter().enumerate() {
+        assert_eq!(&get(&c, &format!("o{i}")), b, "o{i}");
+    }
+    for pg in ["1.0", "1.1", "1.2", "1.3"] {
+        consistent_pg(&c, pg);
+    }
 }

@@ -124,6 +124,9 @@ struct StateMetrics {
     lock_waits: Counter,
     lock_wait_seconds: FloatCounter,
     lock_waits_over_1ms: Counter,
+    wal_lock_waits: Counter,
+    wal_lock_wait_seconds: FloatCounter,
+    wal_lock_waits_over_1ms: Counter,
     cache_hits: Counter,
     cache_misses: Counter,
     cache_bytes: Gauge,
@@ -291,6 +294,21 @@ impl StateMetrics {
             self.lock_waits_over_1ms.clone(),
         );
         r.register(
+            "store_wal_lock_waits",
+            "Times a thread found the store's WAL queue lock taken and waited",
+            self.wal_lock_waits.clone(),
+        );
+        r.register(
+            "store_wal_lock_wait_seconds",
+            "Time threads waited for the store's WAL queue lock",
+            self.wal_lock_wait_seconds.clone(),
+        );
+        r.register(
+            "store_wal_lock_waits_over_1ms",
+            "Waits for the store's WAL queue lock longer than 1 ms",
+            self.wal_lock_waits_over_1ms.clone(),
+        );
+        r.register(
             "read_cache_hits",
             "Reads served by the read cache",
             self.cache_hits.clone(),
@@ -434,6 +452,10 @@ impl StateMetrics {
             &self.lock_waits_over_1ms,
             st.lock_waits.over_nanos(1_000_000),
         );
+        let w = &st.wal_lock_waits;
+        set_counter(&self.wal_lock_waits, w.waits);
+        set_seconds(&self.wal_lock_wait_seconds, w.wait_nanos / 1_000);
+        set_counter(&self.wal_lock_waits_over_1ms, w.over_nanos(1_000_000));
         set_counter(&self.cache_hits, st.read_cache.hits);
         set_counter(&self.cache_misses, st.read_cache.misses);
         g(&self.cache_bytes, st.read_cache.bytes);
