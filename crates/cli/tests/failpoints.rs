@@ -292,13 +292,19 @@ mod interleave {
 
     /// Waits until the PG is active and clean on all three OSDs.
     pub fn clean(c: &Cluster) {
+        clean_pgs(c, 1);
+    }
+
+    /// Waits until `pgs` PGs are active and clean on all three OSDs, none misplaced.
+    pub fn clean_pgs(c: &Cluster, pgs: u64) {
         c.wait_status(
-            "the PG active+clean on 3 OSDs",
-            Duration::from_secs(90),
+            &format!("{pgs} PG(s) active+clean on 3 OSDs"),
+            Duration::from_secs(120),
             |s| {
-                s["pgs"]["active_clean"] == 1
+                s["pgs"]["active_clean"] == pgs
                     && s["osds"]["up"] == 3
                     && s["recovery"]["objects_degraded"] == 0
+                    && s["pgs"]["misplaced_copies"] == 0
             },
         );
     }
@@ -547,16 +553,7 @@ fn a_replica_that_dies_mid_split_finishes_it_after_its_restart() {
     assert!(out.contains("done"), "{out}");
     aborted_at(&c, victim, "osd_split_mid");
     c.start_osd(victim);
-    c.wait_status(
-        "the 4 PGs active+clean on 3 OSDs",
-        Duration::from_secs(120),
-        |s| {
-            s["pgs"]["active_clean"] == 4
-                && s["osds"]["up"] == 3
-                && s["recovery"]["objects_degraded"] == 0
-                && s["pgs"]["misplaced_copies"] == 0
-        },
-    );
+    clean_pgs(&c, 4);
     for (i, b) in bodies.iter().enumerate() {
         assert_eq!(&get(&c, &format!("o{i}")), b, "o{i}");
     }

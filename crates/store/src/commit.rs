@@ -384,11 +384,11 @@ fn whole_blocks(
     let (first, last) = (offset / B, end.div_ceil(B));
     let mut buf = vec![0u8; ((last - first) * B) as usize];
     if !offset.is_multiple_of(B) {
-        buf[..BLOCK_SIZE].copy_from_slice(&edges.old_block(idx, coll, obj, first));
+        edges.old_block(idx, coll, obj, first, &mut buf[..BLOCK_SIZE]);
     }
     if !end.is_multiple_of(B) && (last - 1 != first || offset.is_multiple_of(B)) {
         let tail = buf.len() - BLOCK_SIZE;
-        buf[tail..].copy_from_slice(&edges.old_block(idx, coll, obj, last - 1));
+        edges.old_block(idx, coll, obj, last - 1, &mut buf[tail..]);
     }
     let at = (offset - first * B) as usize;
     buf[at..at + data.len()].copy_from_slice(data);
@@ -451,7 +451,8 @@ fn zero_range(
         if !has_block(idx, coll, obj, blk) {
             continue;
         }
-        let mut b = edges.old_block(idx, coll, obj, blk);
+        let mut b = vec![0u8; BLOCK_SIZE];
+        edges.old_block(idx, coll, obj, blk, &mut b);
         let (bs, be) = (blk * B, blk * B + B);
         let (zs, ze) = (start.max(bs) - bs, end.min(be) - bs);
         b[zs as usize..ze as usize].fill(0);

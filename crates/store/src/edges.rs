@@ -10,7 +10,7 @@
 //! the index, looked at again under the lock, still points at what was read: the block may
 //! have been overwritten and its place reused meanwhile, and then the failure means nothing.
 
-use crate::device::BLOCK_SIZE;
+use crate::device::{AlignedBuf, BLOCK_SIZE};
 use crate::error::StoreError;
 use crate::index::{Index, Loc};
 use crate::store::Shared;
@@ -28,8 +28,8 @@ struct Miss {
 
 #[derive(Default)]
 pub(crate) struct EdgeBlocks {
-    /// Blocks read: (data-device offset, crc) -> contents.
-    read: HashMap<(u64, u32), Vec<u8>>,
+    /// Blocks read: (data-device offset, crc) -> contents (as read, not copied again).
+    read: HashMap<(u64, u32), AlignedBuf>,
     /// Reads that failed, by the same key.
     failed: HashMap<(u64, u32), StoreError>,
     missing: Vec<Miss>,
@@ -38,27 +38,29 @@ pub(crate) struct EdgeBlocks {
 }
 
 impl EdgeBlocks {
-    /// Current contents of one block of an object (zeros for a hole). A block on a data
-    /// device that was not read yet is noted missing, and one whose read failed is noted as
-    /// the error; either comes back as zeros: the caller must not use what it resolved while
-    /// [`EdgeBlocks::incomplete`].
-    pub fn old_block(&mut self, idx: &Index, coll: CollId, obj: &[u8], block: u64) -> Vec<u8> {
+    /// Copies the current contents of one block of an object into `out` (zeros for a
+    /// hole). A block on a data device that was not read yet is noted missing, and one whose
+    /// read failed is noted as the error; either leaves zeros: the caller must not use what
+    /// it resolved while [`EdgeBlocks::incomplete`].
+    pub fn old_block(&mut self, idx: &Index, coll: CollId, obj: &[u8], block: u64, out: &mut [u8]) {
+        let out = &mut out[..BLOCK_SIZE];
         let Some(o) = idx.object(coll, obj) else {
-            return vec![0; BLOCK_SIZE];
+            return out.fill(0);
         };
         let Some((_, e)) = o.extents_in(block, block + 1).into_iter().next() else {
-            return vec![0; BLOCK_SIZE];
+            return out.fill(0);
         };
         match &e.loc {
-            Loc::Mem(m) => m.buf[m.off..m.off + BLOCK_SIZE].to_vec(),
+            Loc::Mem(m) => out.copy_from_slice(&m.buf[m.off..m.off + BLOCK_SIZE]),
             Loc::Disk(off) => {
                 let crc = e.crcs[0];
                 if let Some(b) = self.read.get(&(*off, crc)) {
-                    return b.clone();
+                    return out.copy_from_slice(&b[..BLOCK_SIZE]);
                 }
+                out.fill(0);
                 if let Some(e) = self.failed.remove(&(*off, crc)) {
                     self.error.get_or_insert(e);
-                    return vec![0; BLOCK_SIZE];
+                    return;
                 }
                 self.missing.push(Miss {
                     coll,
@@ -67,7 +69,6 @@ impl EdgeBlocks {
                     off: *off,
                     crc,
                 });
-                vec![0; BLOCK_SIZE]
             }
         }
     }
@@ -91,7 +92,7 @@ impl EdgeBlocks {
             }
             match crate::read::read_block(sh, m.coll, &m.obj, m.block, m.off, m.crc) {
                 Ok(b) => {
-                    self.read.insert(key, b[..BLOCK_SIZE].to_vec());
+                    self.read.insert(key, b);
                 }
                 Err(e) => {
                     self.failed.insert(key, e);

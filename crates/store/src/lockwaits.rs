@@ -196,14 +196,19 @@ mod tests {
         assert_eq!(w.get().waits, 0);
 
         let held = m.lock().unwrap();
-        let (m2, start) = (m.clone(), Instant::now());
+        let m2 = m.clone();
         let w = Arc::new(w);
         let w2 = w.clone();
-        let t = std::thread::spawn(move || *w2.lock(&m2) += 1);
-        // The waiter must have found the lock taken: hold it until it has.
-        while start.elapsed() < Duration::from_millis(30) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let started = Arc::new(std::sync::Barrier::new(2));
+        let started2 = started.clone();
+        let t = std::thread::spawn(move || {
+            started2.wait();
+            *w2.lock(&m2) += 1
+        });
+        // The waiter finds the lock taken: it is held from before the waiter starts until
+        // 30 ms after.
+        started.wait();
+        std::thread::sleep(Duration::from_millis(30));
         drop(held);
         t.join().unwrap();
         let s = w.get();

@@ -1077,3 +1077,48 @@ fn an_unaligned_write_over_a_corrupt_block_fails_and_applies_nothing() {
         "a corrupt old block fails the write, not the store"
     );
 }
+
+/// A WAL batch that cannot be written stops the store: the commit in it and every commit
+/// after it fail (none is acknowledged by a later batch), and what was acknowledged before
+/// is there after a reopen.
+#[test]
+fn a_failed_wal_write_fails_its_commit_and_every_later_one() {
+    let devs = MemDevs::new(1, 8 << 20, Some(1 << 20));
+    let s = devs.mkfs_open(small_cfg());
+    let mut t = Transaction::new();
+    t.create_collection(1).write(1, b"before", 0, &[1u8; 4096]);
+    s.commit(&t).unwrap();
+    s.close().unwrap();
+    let power = cairn_store::fault::Power::new();
+    let (fdevs, faults) = devs.faulty(&power);
+    let s = Arc::new(Store::open(&fdevs, small_cfg()).unwrap());
+    let wal = faults.last().expect("the WAL device");
+    wal.set_failures(false, true, false);
+    let mut t = Transaction::new();
+    t.write(1, b"lost", 0, &[2u8; 4096]);
+    let e = s.commit(&t).unwrap_err();
+    assert!(matches!(e, StoreError::Failed(_)), "{e}");
+    assert!(s.failure().is_some_and(|f| f.contains("WAL write failed")));
+    // Writes work again on the device, but the store stays stopped: a later batch would
+    // otherwise count the failed one durable.
+    wal.set_failures(false, false, false);
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut t = Transaction::new();
+                t.write(1, format!("after{i}").as_bytes(), 0, &[3u8; 4096]);
+                s.commit(&t)
+            })
+        })
+        .collect();
+    for th in threads {
+        assert!(
+            th.join().unwrap().is_err(),
+            "a commit after the failed batch"
+        );
+    }
+    drop(s);
+    let s = Store::open(&devs.devices(), small_cfg()).unwrap();
+    assert_eq!(s.read(1, b"before", 0, 4096).unwrap(), vec![1u8; 4096]);
+}
