@@ -127,6 +127,9 @@ struct StateMetrics {
     wal_lock_waits: Counter,
     wal_lock_wait_seconds: FloatCounter,
     wal_lock_waits_over_1ms: Counter,
+    coll_lock_waits: Counter,
+    coll_lock_wait_seconds: FloatCounter,
+    coll_lock_waits_over_1ms: Counter,
     cache_hits: Counter,
     cache_misses: Counter,
     cache_bytes: Gauge,
@@ -309,6 +312,21 @@ impl StateMetrics {
             self.wal_lock_waits_over_1ms.clone(),
         );
         r.register(
+            "store_collection_lock_waits",
+            "Times a thread found one of the store's collection locks taken and waited",
+            self.coll_lock_waits.clone(),
+        );
+        r.register(
+            "store_collection_lock_wait_seconds",
+            "Time threads waited for the store's collection locks",
+            self.coll_lock_wait_seconds.clone(),
+        );
+        r.register(
+            "store_collection_lock_waits_over_1ms",
+            "Waits for one of the store's collection locks longer than 1 ms",
+            self.coll_lock_waits_over_1ms.clone(),
+        );
+        r.register(
             "read_cache_hits",
             "Reads served by the read cache",
             self.cache_hits.clone(),
@@ -456,6 +474,10 @@ impl StateMetrics {
         set_counter(&self.wal_lock_waits, w.waits);
         set_seconds(&self.wal_lock_wait_seconds, w.wait_nanos / 1_000);
         set_counter(&self.wal_lock_waits_over_1ms, w.over_nanos(1_000_000));
+        let c = &st.coll_lock_waits;
+        set_counter(&self.coll_lock_waits, c.waits);
+        set_seconds(&self.coll_lock_wait_seconds, c.wait_nanos / 1_000);
+        set_counter(&self.coll_lock_waits_over_1ms, c.over_nanos(1_000_000));
         set_counter(&self.cache_hits, st.read_cache.hits);
         set_counter(&self.cache_misses, st.read_cache.misses);
         g(&self.cache_bytes, st.read_cache.bytes);

@@ -371,6 +371,7 @@ mod tests {
         let mut idx = Index::default();
         let rec: crate::wal::RecordBuf = Arc::new(vec![5u8; 2 * BLOCK_SIZE]);
         let (mut id, mut out) = (0, ApplyOut::default());
+        let ids = std::sync::atomic::AtomicU64::new(0);
         let o: Name = Arc::from(&b"o"[..]);
         for e in [
             Effect::CreateColl(3),
@@ -398,7 +399,7 @@ mod tests {
                 value: b"v".to_vec(),
             },
         ] {
-            idx.apply(&e, &rec, &mut id, &mut out);
+            idx.apply(&e, &rec, &ids, &mut out);
         }
         // A reused buffer: what it held before is not part of the body.
         let mut bytes = vec![0xaa; 100];
@@ -428,8 +429,9 @@ mod tests {
     fn a_body_encoded_in_pieces_is_the_whole_body_cut_between_objects() {
         let mut idx = Index::default();
         let rec: crate::wal::RecordBuf = Arc::new(vec![5u8; BLOCK_SIZE]);
-        let (mut id, mut out) = (0, ApplyOut::default());
-        idx.apply(&Effect::CreateColl(1), &rec, &mut id, &mut out);
+        let mut out = ApplyOut::default();
+        let ids = std::sync::atomic::AtomicU64::new(0);
+        idx.apply(&Effect::CreateColl(1), &rec, &ids, &mut out);
         for i in 0..50u32 {
             let obj: Name = Arc::from(format!("object-{i}").as_bytes());
             let key = format!("log.{i:08}").into_bytes();
@@ -445,7 +447,7 @@ mod tests {
                     value: vec![i as u8; 40],
                 },
             ] {
-                idx.apply(&e, &rec, &mut id, &mut out);
+                idx.apply(&e, &rec, &ids, &mut out);
             }
         }
         let mut whole = Vec::new();

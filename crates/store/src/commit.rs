@@ -600,42 +600,47 @@ fn submit(sh: &Shared, txn: &Transaction) -> Result<u64> {
 }
 
 fn submit_placed(sh: &Shared, txn: &Transaction, placed: &Placements) -> Result<u64> {
-    let mut st = sh.lock();
     let placed_blocks: u64 = placed.iter().flatten().map(|p| p.crcs.len() as u64).sum();
     let mut edges = EdgeBlocks::default();
-    // Validation is repeated after every wait: the lock is released while waiting, and
+    // Validation is repeated after every wait: the locks are released while waiting, and
     // other transactions may change what this one depends on (a removed collection).
     loop {
-        let (new_blocks, est) = validate(&st.index, txn, placed)?;
-        check_limits(sh, &st, new_blocks, est, txn)?;
-        // Records are queued under `st` only, and batch writes leave the WAL's use as it is:
-        // the room seen here stays until this transaction is queued.
-        let (wal_full, direct_queued) = {
-            let wq = sh.wal_lock();
-            // A wrap can cost up to one more batch, hence the factor two.
-            let wal_full = wq.used() + 2 * (wq.queue_bytes + est + B) > sh.wal.ring_size;
-            (wal_full, direct::queued_blocks(&wq))
-        };
-        // Wait while too much data waits for the flusher, and for WAL room.
-        let pending_full = st.pending_blocks + new_blocks > sh.pending_limit_blocks();
-        // Direct writes waiting for their batch hold their data in memory: bounded alike
-        // (one always goes, however large).
-        let direct_full = placed_blocks > 0
-            && direct_queued > 0
-            && direct_queued + placed_blocks > sh.pending_limit_blocks();
-        if !wal_full && !pending_full && !direct_full {
-            if let Some(seq) = apply_and_log(sh, st, txn, placed, est, &mut edges)? {
-                return Ok(seq);
+        let step = sh.colls.with_txn(txn, |idx| -> Result<Step<'_>> {
+            let (new_blocks, est) = validate(idx, txn, placed)?;
+            let mut st = sh.lock();
+            check_limits(sh, &st, new_blocks, est, txn)?;
+            let room = room_for(sh, &st, est, new_blocks, placed_blocks);
+            if !room.any() {
+                // Reserved before `st` is released, so the room seen here stays this
+                // transaction's until its record is queued.
+                st.pending_blocks += new_blocks;
+                sh.wal_lock().reserved_bytes += est;
+                drop(st);
+                let r = Reserved {
+                    blocks: new_blocks,
+                    bytes: est,
+                };
+                return Ok(match apply_and_log(sh, idx, txn, placed, r, &mut edges)? {
+                    Some(seq) => Step::Done(seq),
+                    None => Step::ReadEdges,
+                });
             }
-            // Old blocks to read first, without the lock; then everything is looked at again.
-            edges.read_missing(sh);
-            st = sh.lock();
-            continue;
-        }
+            // Waiting: the collections go back first (the flusher needs them to make room).
+            Ok(Step::Wait(st, room))
+        })?;
+        let (mut st, full) = match step {
+            Step::Done(seq) => return Ok(seq),
+            Step::ReadEdges => {
+                // Old blocks to read first, with no lock; then everything is looked at again.
+                edges.read_missing(sh);
+                continue;
+            }
+            Step::Wait(st, full) => (st, full),
+        };
         if let Some(f) = &st.failed {
             return Err(StoreError::Failed(f.clone()));
         }
-        if direct_full && !wal_full && !pending_full {
+        if full.direct && !full.wal && !full.pending {
             // Only a batch write drains them: write it here, or wait for the one being
             // written (its writer wakes the first record it writes). Either without `st`: a
             // batch of direct writes takes it to finish them.
@@ -644,7 +649,7 @@ fn submit_placed(sh: &Shared, txn: &Transaction, placed: &Placements) -> Result<
                 wq.writing || !wq.queue.is_empty()
             };
             if !busy {
-                st = wait(&sh.space_cv, st);
+                drop(wait(&sh.space_cv, st));
                 continue;
             }
             drop(st);
@@ -655,19 +660,86 @@ fn submit_placed(sh: &Shared, txn: &Transaction, placed: &Placements) -> Result<
                 let cv = sh.seq_cv(wq.written_seq + 1);
                 drop(wait_wal(cv, wq));
             }
-            st = sh.lock();
             continue;
         }
         // A full WAL needs a checkpoint; too much pending data only needs the flusher.
-        if wal_full {
+        if full.wal {
             st.ckpt_wanted = true;
             st.waits_for_wal_space += 1;
-        } else if pending_full {
+        } else if full.pending {
             st.waits_for_flusher += 1;
         }
         wake_maint(sh, &st);
         wake_flusher(sh, &st);
-        st = wait(&sh.space_cv, st);
+        // Released before the collections are taken again (they come first in lock order).
+        drop(wait(&sh.space_cv, st));
+    }
+}
+
+/// Where a commit stands after looking at its collections and the room left.
+enum Step<'a> {
+    Done(u64),
+    /// Applied nothing: old blocks are to be read first.
+    ReadEdges,
+    /// No room: wait (the state lock held, the collections released).
+    Wait(MutexGuard<'a, State>, Full),
+}
+
+/// What a commit found full.
+#[derive(Clone, Copy)]
+struct Full {
+    wal: bool,
+    pending: bool,
+    direct: bool,
+}
+
+impl Full {
+    fn any(self) -> bool {
+        self.wal || self.pending || self.direct
+    }
+}
+
+/// Whether the WAL, the pending data or the queued direct writes are too full for a
+/// transaction of `est` record bytes, `new_blocks` pending blocks and `placed_blocks`
+/// blocks written directly.
+fn room_for(sh: &Shared, st: &State, est: u64, new_blocks: u64, placed_blocks: u64) -> Full {
+    let (wal, direct_queued) = {
+        let wq = sh.wal_lock();
+        // A wrap can cost up to one more batch, hence the factor two.
+        let wal = wq.used() + 2 * (wq.queue_bytes + est + B) > sh.wal.ring_size;
+        (wal, direct::queued_blocks(&wq))
+    };
+    Full {
+        wal,
+        // Too much data waits for the flusher.
+        pending: st.pending_blocks + new_blocks > sh.pending_limit_blocks(),
+        // Direct writes waiting for their batch hold their data in memory: bounded alike
+        // (one always goes, however large).
+        direct: placed_blocks > 0
+            && direct_queued > 0
+            && direct_queued + placed_blocks > sh.pending_limit_blocks(),
+    }
+}
+
+/// Room a committer reserved for its transaction: pending data blocks (in
+/// `State::pending_blocks`) and WAL bytes (in `WalQueue::reserved_bytes`).
+#[derive(Clone, Copy)]
+struct Reserved {
+    blocks: u64,
+    bytes: u64,
+}
+
+impl Reserved {
+    /// Gives the room back (a transaction that failed or has to resolve again).
+    fn release(self, sh: &Shared) {
+        let mut st = sh.lock();
+        st.pending_blocks = st.pending_blocks.saturating_sub(self.blocks);
+        let mut wq = sh.wal_lock();
+        wq.reserved_bytes = wq.reserved_bytes.saturating_sub(self.bytes);
+        drop(wq);
+        if st.cv_waiters > 0 {
+            sh.space_cv.notify_all();
+        }
     }
 }
 
@@ -703,46 +775,51 @@ fn check_limits(
     Ok(())
 }
 
-/// Resolves and applies a validated transaction and queues its record; returns its sequence
-/// number, or None (nothing applied) if it needs old blocks from a data device that `edges`
-/// does not hold yet. On error (an old block that cannot be read) nothing is applied.
+/// Resolves and applies a validated transaction to its collections (`idx`, taken out of
+/// their slots and locked) and queues its record; returns its sequence number, or None
+/// (nothing applied) if it needs old blocks from a data device that `edges` does not hold
+/// yet. On error (an old block that cannot be read) nothing is applied. Either way the room
+/// it reserved is given back or used.
 fn apply_and_log(
     sh: &Shared,
-    mut st: MutexGuard<'_, State>,
+    idx: &mut Index,
     txn: &Transaction,
     placed: &Placements,
-    est: u64,
+    reserved: Reserved,
     edges: &mut EdgeBlocks,
 ) -> Result<Option<u64>> {
-    let st_ref = &mut *st;
     // Only a transaction that may read a device while resolving can fail half-way; it gets a
     // copy-on-write snapshot to roll back to.
-    let rollback = txn.ops.iter().any(may_rmw).then(|| st_ref.index.clone());
+    let rollback = txn.ops.iter().any(may_rmw).then(|| idx.clone());
     let mut effects = Vec::with_capacity(txn.ops.len() + 1);
     let mut out = ApplyOut::default();
     let no_record: RecordBuf = Arc::new(Vec::new());
     let mut jobs = Vec::new();
+    let mut orphans = Vec::new();
     for (i, op) in txn.ops.iter().enumerate() {
         let start = effects.len();
         let p = placed.get(i).and_then(Option::as_ref);
-        resolve(sh, edges, &st_ref.index, op, p, &mut effects);
+        resolve(sh, edges, idx, op, p, &mut effects);
         if edges.incomplete() {
             // Only ops that may read old blocks lack one, and they have a snapshot.
-            if let Some(idx) = rollback {
-                st_ref.index = idx;
+            if let Some(snap) = rollback {
+                *idx = snap;
             }
+            reserved.release(sh);
             return edges.take_error().map_or(Ok(None), Err);
         }
         for e in &effects[start..] {
             match (e, p) {
                 (Effect::PlaceBlocks { .. }, Some(pl)) => {
-                    jobs.extend(direct::apply_run(st_ref, e, op, pl, &mut out));
+                    match direct::apply_run(sh, idx, e, op, pl, &mut out) {
+                        direct::Applied::Job(j) => jobs.push(j),
+                        direct::Applied::Orphan(run) => orphans.push(run),
+                        direct::Applied::NotARun => {}
+                    }
                 }
-                _ => st_ref
-                    .index
-                    .apply(e, &no_record, &mut st_ref.next_id, &mut out),
+                _ => idx.apply(e, &no_record, &sh.next_id, &mut out),
             }
-            // Half of a transaction's effects applied to the index, the store's lock held.
+            // Half of a transaction's effects applied to the index, its collections locked.
             fail::fail_point!("store_index_apply");
         }
     }
@@ -762,10 +839,16 @@ fn apply_and_log(
     wal::record_header(&mut rec.meta, wal::KIND_TXN, 0, 0);
     effect::encode_deferring(&effects, &mut rec.meta, &mut rec.payloads);
     debug_assert!(
-        rec.len() as u64 <= est,
-        "record {} over estimate {est}",
-        rec.len()
+        rec.len() as u64 <= reserved.bytes,
+        "record {} over estimate {}",
+        rec.len(),
+        reserved.bytes
     );
+    forget_freed(sh, &out.freed);
+    // Accounted and queued while the collections are still locked: a later transaction of
+    // theirs frees what this one added only after it was counted, and is numbered after it.
+    let mut st = sh.lock();
+    let st_ref = &mut *st;
     st_ref.commits += 1;
     for p in placed.iter().flatten() {
         st_ref.direct_writes += 1;
@@ -774,7 +857,8 @@ fn apply_and_log(
     for j in &jobs {
         st_ref.direct_dest.insert(j.id, (j.buf_off, j.disk));
     }
-    forget_freed(sh, &out.freed);
+    direct::release_orphans(st_ref, &orphans);
+    st_ref.pending_blocks = st_ref.pending_blocks.saturating_sub(reserved.blocks);
     account(st_ref, out);
     let (seq, wal_used) = {
         let mut wq = sh.wal_lock();
@@ -782,6 +866,7 @@ fn apply_and_log(
         wq.next_seq += 1;
         wal::set_record_seq(&mut rec.meta, seq);
         wq.direct_jobs.extend(jobs);
+        wq.reserved_bytes = wq.reserved_bytes.saturating_sub(reserved.bytes);
         wq.queue_bytes += rec.len() as u64;
         wq.queue.push(rec);
         (seq, wq.used())
@@ -905,8 +990,10 @@ pub(crate) fn write_batch_then<'a>(
     if let Err(e) = result {
         return wal_failed(sh, format!("WAL write failed: {e}"));
     }
-    // Finishing direct writes changes the index and the segments: `st` first.
-    let st = (!jobs.is_empty()).then(|| sh.lock());
+    // Finishing direct writes changes the index and the segments: before `wq` (lock order).
+    if !jobs.is_empty() {
+        direct::finish(sh, jobs);
+    }
     let mut wq = sh.wal_lock();
     wq.writing = false;
     wq.writing_direct = false;
@@ -926,12 +1013,6 @@ pub(crate) fn write_batch_then<'a>(
     if wq.cut == Some(last_seq + 1) {
         wq.cut = None;
         wq.cut_point = Some((end, layout.last_crc));
-    }
-    if let Some(mut st) = st {
-        direct::finish(sh, &mut st, jobs);
-        if st.cv_waiters > 0 {
-            sh.space_cv.notify_all(); // committers waiting for direct-write room
-        }
     }
     wake_batch(sh, &wq, first_seq, last_seq);
     if wq.cut.is_some() || wq.cut_point.is_some() {

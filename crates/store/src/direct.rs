@@ -16,12 +16,13 @@ use crate::copies::CopyCounters;
 use crate::device::{AlignedBuf, BLOCK_SIZE};
 use crate::effect::{Effect, Name};
 use crate::error::Result;
-use crate::index::{block_crcs, ApplyOut, LocMatch, MemRef};
+use crate::index::{block_crcs, ApplyOut, Index, LocMatch, MemRef};
 use crate::maint::{alloc, free_unmoved, Use};
 use crate::segments::Summary;
 use crate::shared::SharedBytes;
 use crate::store::{Shared, State};
 use crate::txn::{CollId, Op, Transaction};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const B: u64 = BLOCK_SIZE as u64;
@@ -87,13 +88,14 @@ pub(crate) fn place(sh: &Shared, txn: &Transaction) -> Result<Placements> {
         return Ok(Vec::new());
     }
     let mut runs: Vec<Option<Vec<(u64, u32)>>> = Vec::with_capacity(txn.ops.len());
+    // Refuse what the commit would refuse before allocating anything.
+    sh.colls
+        .with_txn(txn, |idx| crate::commit::validate(idx, txn, &[]))?;
     {
         let mut st = sh.lock();
         if let Some(f) = &st.failed {
             return Err(crate::StoreError::Failed(f.clone()));
         }
-        // Refuse what the commit would refuse before allocating anything.
-        crate::commit::validate(&st.index, txn, &[])?;
         for op in &txn.ops {
             let r = match op {
                 Op::Write { data, .. } if is_direct(op, min) => {
@@ -179,16 +181,27 @@ pub(crate) fn abandon(st: &mut State, placed: &Placements) {
     release(st, placed.iter().flatten().map(|p| &p.runs), true);
 }
 
-/// Applies one run of a direct write (an [`Effect::PlaceBlocks`] of `op`) to the index with
-/// its data in memory; returns the job that writes it. Were the collection gone (validation
-/// rules that out), the run's blocks are freed instead.
+/// What applying one effect of a direct write did.
+pub(crate) enum Applied {
+    /// The run is in the index with its data in memory; the job writes it.
+    Job(DirectJob),
+    /// The run's collection is gone (validation rules that out): its blocks, (offset,
+    /// count), are to be freed ([`release_orphans`]).
+    Orphan((u64, u32)),
+    /// Not a run of this write.
+    NotARun,
+}
+
+/// Applies one run of a direct write (an [`Effect::PlaceBlocks`] of `op`) to the
+/// transaction's collections with its data in memory.
 pub(crate) fn apply_run(
-    st: &mut State,
+    sh: &Shared,
+    idx: &mut Index,
     e: &Effect,
     op: &Op,
     p: &Placement,
     out: &mut ApplyOut,
-) -> Option<DirectJob> {
+) -> Applied {
     let (
         Effect::PlaceBlocks {
             coll,
@@ -201,10 +214,9 @@ pub(crate) fn apply_run(
         Op::Write { offset, .. },
     ) = (e, op)
     else {
-        return None;
+        return Applied::NotARun;
     };
-    st.next_id += 1;
-    let id = st.next_id | DIRECT_ID;
+    let id = (sh.next_id.fetch_add(1, Ordering::Relaxed) + 1) | DIRECT_ID;
     let (buf, base) = p.data.parts();
     let buf_off = base + ((first_block - offset / B) * B) as usize;
     let mem = MemRef {
@@ -212,14 +224,10 @@ pub(crate) fn apply_run(
         buf: buf.clone(),
         off: buf_off,
     };
-    let Some(name) = st
-        .index
-        .place_in_memory(*coll, obj, *first_block, crcs, mem, out)
-    else {
-        release(st, std::iter::once(&vec![(*off, *nblocks)]), true);
-        return None;
+    let Some(name) = idx.place_in_memory(*coll, obj, *first_block, crcs, mem, out) else {
+        return Applied::Orphan((*off, *nblocks));
     };
-    Some(DirectJob {
+    Applied::Job(DirectJob {
         coll: *coll,
         obj: name,
         first_block: *first_block,
@@ -230,6 +238,13 @@ pub(crate) fn apply_run(
         buf_off,
         cache: true,
     })
+}
+
+/// Frees the blocks of runs [`apply_run`] found no collection for.
+pub(crate) fn release_orphans(st: &mut State, runs: &[(u64, u32)]) {
+    for &run in runs {
+        release(st, std::iter::once(&vec![run]), true);
+    }
 }
 
 /// Blocks of direct writes queued and not yet written (bounded like pending data).
@@ -275,20 +290,36 @@ pub(crate) fn write_jobs(sh: &Shared, jobs: &[DirectJob]) -> Result<()> {
 }
 
 /// Points the index at the written blocks of durable jobs (blocks overwritten meanwhile are
-/// freed), records them for the cleaner and ends their hold.
-pub(crate) fn finish(sh: &Shared, st: &mut State, jobs: Vec<DirectJob>) {
-    for j in jobs {
+/// freed), records them for the cleaner and ends their hold. Takes the collections' table:
+/// the caller holds no lock.
+pub(crate) fn finish(sh: &Shared, jobs: Vec<DirectJob>) {
+    let table = sh.colls.read();
+    let moved: Vec<Vec<(u64, u32)>> = jobs
+        .iter()
+        .map(|j| {
+            let from = LocMatch::Mem {
+                id: j.id,
+                off: j.buf_off,
+            };
+            let end = j.first_block + j.nblocks as u64;
+            let Some(slot) = table.get(&j.coll) else {
+                return Vec::new();
+            };
+            let mut g = sh.colls.lock(slot);
+            g.as_mut()
+                .map(Arc::make_mut)
+                .and_then(|c| c.objects.get_mut(&j.obj[..]))
+                .map_or_else(Vec::new, |o| {
+                    Arc::make_mut(o).relocate(j.first_block, end, &from, j.disk)
+                })
+        })
+        .collect();
+    // Accounted before the table is released: a checkpoint's snapshot sees the jobs either
+    // before they moved or after they were accounted.
+    let mut st = sh.lock();
+    for (j, moved) in jobs.into_iter().zip(moved) {
         st.direct_dest.remove(&j.id);
-        let from = LocMatch::Mem {
-            id: j.id,
-            off: j.buf_off,
-        };
-        let end = j.first_block + j.nblocks as u64;
-        let moved = st
-            .index
-            .existing_object_mut(j.coll, &j.obj)
-            .map_or_else(Vec::new, |o| o.relocate(j.first_block, end, &from, j.disk));
-        free_unmoved(sh, st, j.disk, j.nblocks, &moved);
+        free_unmoved(sh, &mut st, j.disk, j.nblocks, &moved);
         if let Some(s) = st.segs.seg_of(j.disk) {
             st.segs.summaries[s as usize].push(Summary {
                 coll: j.coll,
@@ -298,5 +329,8 @@ pub(crate) fn finish(sh: &Shared, st: &mut State, jobs: Vec<DirectJob>) {
             });
         }
         st.segs.in_flight(&[(j.disk, j.nblocks)], false);
+    }
+    if st.cv_waiters > 0 {
+        sh.space_cv.notify_all(); // committers waiting for direct-write room
     }
 }

@@ -363,7 +363,8 @@ fn flat(idx: &Index) -> Flat {
 fn index() -> Index {
     let block: Vec<u8> = (0..BLOCK_SIZE).map(|i| (i % 253) as u8).collect();
     let rec: wal::RecordBuf = Arc::new(block);
-    let (mut id, mut out) = (0, ApplyOut::default());
+    let mut out = ApplyOut::default();
+    let ids = std::sync::atomic::AtomicU64::new(0);
     let mut idx = Index::default();
     let obj = name("object-a");
     for e in [
@@ -401,7 +402,7 @@ fn index() -> Index {
             value: b"attr value".to_vec(),
         },
     ] {
-        idx.apply(&e, &rec, &mut id, &mut out);
+        idx.apply(&e, &rec, &ids, &mut out);
     }
     idx
 }

@@ -13,6 +13,7 @@ use crate::txn::CollId;
 use crate::wal::RecordBuf;
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Data not yet written to a data device: a range of a WAL record (or replayed bytes).
@@ -428,7 +429,7 @@ impl Index {
 
     /// Applies one effect. Total: effects on missing collections are ignored (validation
     /// happened before the effect was logged). `rec` holds in-record payloads.
-    pub fn apply(&mut self, e: &Effect, rec: &RecordBuf, next_id: &mut u64, out: &mut ApplyOut) {
+    pub fn apply(&mut self, e: &Effect, rec: &RecordBuf, next_id: &AtomicU64, out: &mut ApplyOut) {
         match e {
             Effect::CreateColl(c) => {
                 self.colls.entry(*c).or_default();
@@ -464,11 +465,11 @@ impl Index {
                 let Some((name, o)) = self.object_entry_mut(*coll, obj) else {
                     return;
                 };
-                *next_id += 1;
+                let id = next_id.fetch_add(1, Ordering::Relaxed) + 1;
                 let ext = Extent {
                     nblocks: *nblocks,
                     loc: Loc::Mem(MemRef {
-                        id: *next_id,
+                        id,
                         buf: buf.clone(),
                         off,
                     }),
@@ -480,7 +481,7 @@ impl Index {
                     obj: name,
                     first_block: *first_block,
                     nblocks: *nblocks,
-                    id: *next_id,
+                    id,
                     cache: true,
                 });
             }

@@ -19,6 +19,7 @@
 mod cache;
 mod checkpoint;
 pub mod codec;
+mod colls;
 mod commit;
 mod copies;
 pub mod cowmap;

@@ -8,7 +8,7 @@
 
 use crate::device::{align_up, AlignedBuf, BLOCK_SIZE};
 use crate::error::{Result, StoreError};
-use crate::index::{Extent, Index, Loc};
+use crate::index::{Collection, Extent, Loc};
 use crate::mirror::Mirror;
 use crate::store::{ObjectStat, Shared, Store};
 use crate::txn::CollId;
@@ -94,17 +94,16 @@ fn plan(
     len: u64,
     cached: bool,
 ) -> Result<ReadPlan> {
-    let (size, end, extents) = {
-        let st = sh.lock();
-        let o = lookup(&st.index, coll, obj)?;
+    let (size, end, extents) = sh.colls.with(coll, |c| {
+        let o = lookup(c, coll, obj)?;
         let end = offset.saturating_add(len).min(o.size);
         let extents = if offset < end {
             o.extents_in(offset / B, end.div_ceil(B))
         } else {
             Vec::new()
         };
-        (o.size, end, extents)
-    };
+        Ok::<_, StoreError>((o.size, end, extents))
+    })?;
     let mut p = ReadPlan {
         coll,
         // Named only in the errors of device reads: copied when there are some.
@@ -262,39 +261,40 @@ impl Store {
 
     /// Size and allocation of an object.
     pub fn stat(&self, coll: CollId, obj: &[u8]) -> Result<ObjectStat> {
-        let st = self.sh.lock();
-        let o = lookup(&st.index, coll, obj)?;
-        Ok(ObjectStat {
-            size: o.size,
-            allocated: o.allocated_blocks() * B,
-            attrs: o.attrs.len(),
+        self.sh.colls.with(coll, |c| {
+            let o = lookup(c, coll, obj)?;
+            Ok(ObjectStat {
+                size: o.size,
+                allocated: o.allocated_blocks() * B,
+                attrs: o.attrs.len(),
+            })
         })
     }
 
     /// One attribute of an object.
     pub fn get_attr(&self, coll: CollId, obj: &[u8], name: &[u8]) -> Result<Option<Vec<u8>>> {
-        let st = self.sh.lock();
-        Ok(lookup(&st.index, coll, obj)?
-            .attrs
-            .get(name)
-            .map(|v| v.to_vec()))
+        self.sh.colls.with(coll, |c| {
+            Ok(lookup(c, coll, obj)?.attrs.get(name).map(|v| v.to_vec()))
+        })
     }
 
     /// All attributes of an object.
     pub fn attrs(&self, coll: CollId, obj: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let st = self.sh.lock();
-        let o = lookup(&st.index, coll, obj)?;
-        Ok(o.attrs
-            .iter()
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect())
+        self.sh.colls.with(coll, |c| {
+            let o = lookup(c, coll, obj)?;
+            Ok(o.attrs
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect())
+        })
     }
 
     /// One collection entry.
     pub fn kv_get(&self, coll: CollId, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let st = self.sh.lock();
-        let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
-        Ok(c.kv.get(key).map(|v| v.to_vec()))
+        self.sh.colls.with(coll, |c| {
+            let c = c.ok_or(StoreError::NoCollection(coll))?;
+            Ok(c.kv.get(key).map(|v| v.to_vec()))
+        })
     }
 
     /// Collection entries with keys in `start..end` (all when `end` is `None`), at most `limit`.
@@ -313,24 +313,25 @@ impl Store {
             0,
             "failpoint store_read_corrupt"
         )));
-        let st = self.sh.lock();
-        let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
-        Ok(c.kv
-            .range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
-            .take_while(|(k, _)| end.is_none_or(|e| &k[..] < e))
-            .take(limit)
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect())
+        self.sh.colls.with(coll, |c| {
+            let c = c.ok_or(StoreError::NoCollection(coll))?;
+            Ok(c.kv
+                .range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
+                .take_while(|(k, _)| end.is_none_or(|e| &k[..] < e))
+                .take(limit)
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect())
+        })
     }
 
     /// All collections, in id order.
     pub fn list_collections(&self) -> Vec<CollId> {
-        self.sh.lock().index.colls.keys().copied().collect()
+        self.sh.colls.ids()
     }
 
     /// Whether a collection exists.
     pub fn collection_exists(&self, coll: CollId) -> bool {
-        self.sh.lock().index.colls.contains_key(&coll)
+        self.sh.colls.with(coll, |c| c.is_some())
     }
 
     /// Object names of a collection in byte order, starting after `after`, at most `limit`.
@@ -342,26 +343,28 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<Vec<u8>>> {
         use std::ops::Bound;
-        let st = self.sh.lock();
-        let c = st.index.coll(coll).ok_or(StoreError::NoCollection(coll))?;
         let lower: Bound<&[u8]> = match after {
             Some(a) => Bound::Excluded(a),
             None => Bound::Unbounded,
         };
-        Ok(c.objects
-            .range::<[u8], _>((lower, Bound::Unbounded))
-            .take(limit)
-            .map(|(k, _)| k.to_vec())
-            .collect())
+        self.sh.colls.with(coll, |c| {
+            let c = c.ok_or(StoreError::NoCollection(coll))?;
+            Ok(c.objects
+                .range::<[u8], _>((lower, Bound::Unbounded))
+                .take(limit)
+                .map(|(k, _)| k.to_vec())
+                .collect())
+        })
     }
 }
 
+/// An object of a collection (`None`: the collection does not exist).
 pub(crate) fn lookup<'a>(
-    idx: &'a Index,
+    c: Option<&'a Collection>,
     coll: CollId,
     obj: &[u8],
 ) -> Result<&'a crate::index::Object> {
-    let c = idx.coll(coll).ok_or(StoreError::NoCollection(coll))?;
+    let c = c.ok_or(StoreError::NoCollection(coll))?;
     c.objects
         .get(obj)
         .map(|o| o.as_ref())

@@ -27,7 +27,7 @@ pub struct ScrubReport {
 impl Store {
     /// Verifies every block of every object on every data device (and in memory).
     pub fn scrub(&self) -> ScrubReport {
-        let snap = self.sh.lock().index.clone();
+        let snap = self.sh.colls.copy();
         let mut rep = ScrubReport::default();
         for (c, coll) in &snap.colls {
             for (name, o) in &coll.objects {
@@ -172,12 +172,13 @@ impl Store {
 
     /// Whether block `blk` of the object still lives at `off` (not moved by the cleaner).
     fn still_at(&self, c: CollId, name: &[u8], blk: u64, off: u64) -> bool {
-        let st = self.sh.lock();
-        let Some(o) = st.index.object(c, name) else {
-            return false;
-        };
-        o.extents_in(blk, blk + 1)
-            .first()
-            .is_some_and(|(_, e)| matches!(e.loc, Loc::Disk(d) if d == off))
+        self.sh.colls.with(c, |coll| {
+            let Some(o) = coll.and_then(|coll| coll.objects.get(name)) else {
+                return false;
+            };
+            o.extents_in(blk, blk + 1)
+                .first()
+                .is_some_and(|(_, e)| matches!(e.loc, Loc::Disk(d) if d == off))
+        })
     }
 }

@@ -182,6 +182,10 @@ pub fn entry(
         .put(
             "wal_lock_waits",
             lock_waits(&s1.wal_lock_waits.since(&s0.wal_lock_waits), m.elapsed),
+        )
+        .put(
+            "collection_lock_waits",
+            lock_waits(&s1.coll_lock_waits.since(&s0.coll_lock_waits), m.elapsed),
         );
     let read_p99 = mixed.then(|| q(&m.reads, 0.99));
     eprintln!(

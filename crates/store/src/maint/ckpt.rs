@@ -12,10 +12,13 @@ use cairn_failstop::CondvarOrDie;
 pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
     flush_all(sh)?;
     let (snap, seq, gen, dest) = {
+        // With the table held exclusively no commit is under way (each numbers its record
+        // before it releases the table): none is between the snapshot and `seq`. Nor is a
+        // relocation by the flusher, the cleaner or a direct write's batch half-accounted.
+        let mut table = sh.colls.write();
         let mut st = sh.lock();
         st.ckpt_wanted = false;
         st.segs.snap_started += 1;
-        // Records are numbered and queued under `st`: none is between the snapshot and `seq`.
         let mut wq = sh.wal_lock();
         let seq = wq.next_seq;
         if !wq.writing && wq.queue.is_empty() {
@@ -24,12 +27,10 @@ pub(crate) fn checkpoint(sh: &Shared) -> Result<()> {
             wq.cut = Some(seq);
         }
         drop(wq);
-        (
-            st.index.clone(),
-            seq,
-            st.segs.snap_started,
-            st.direct_dest.clone(),
-        )
+        let gen = st.segs.snap_started;
+        let dest = st.direct_dest.clone();
+        drop(st);
+        (crate::colls::snapshot(&mut table), seq, gen, dest)
     };
     let (lsn, prev_crc) = wait_for_cut(sh)?;
     let write_start = Instant::now();

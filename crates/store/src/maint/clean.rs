@@ -6,19 +6,32 @@ use super::*;
 /// Moves the live blocks of the emptiest segment to the head so it can be reused.
 pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
     let started = Instant::now();
-    let (victim, pieces, runs) = {
-        let mut st = sh.lock();
+    // Only this thread cleans or releases segments: the victim stays what it is while its
+    // summaries are looked up in the collections with `st` released.
+    let (victim, summaries, seg_start, seg_end) = {
+        let st = sh.lock();
         let Some(victim) = st.segs.clean_candidate() else {
             return Ok(());
         };
-        let pieces = live_pieces(&st, victim);
+        let start = st.segs.seg_offset(victim);
+        let end = start + st.segs.seg_blocks as u64 * B;
+        (
+            victim,
+            st.segs.summaries[victim as usize].clone(),
+            start,
+            end,
+        )
+    };
+    let pieces = live_pieces(sh, &summaries, seg_start, seg_end);
+    drop(summaries);
+    let runs = {
+        let mut st = sh.lock();
         let total: u32 = pieces.iter().map(|p| p.nblocks).sum();
-        let runs = if total > 0 {
+        if total > 0 {
             alloc(sh, &mut st, total, Use::Clean)?
         } else {
             Vec::new()
-        };
-        (victim, pieces, runs)
+        }
     };
     let total: u64 = pieces.iter().map(|p| p.nblocks as u64).sum();
     let mut buf = AlignedBuf::zeroed((total * B) as usize);
@@ -42,23 +55,31 @@ pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
             LocMatch::Mem { .. } => false,
         });
     }
-    let mut guard = sh.lock();
-    let st = &mut *guard;
+    // Pointed at their new place and accounted under one hold of the collections' table
+    // (a checkpoint's snapshot sees them before they moved or after they were accounted).
+    let table = sh.colls.read();
+    let mut done = Vec::new();
     let mut pos = 0u64;
     for p in &pieces {
         for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
             let LocMatch::Disk(src) = p.from else {
                 continue;
             };
-            let from = LocMatch::Disk(src + (blk - p.first) * B);
-            let moved = repoint(sh, st, p, blk, n, &from, disk);
             let old = src + (blk - p.first) * B;
-            for &(rel, k) in &moved {
-                st.segs.free_live(old + rel * B, k);
-            }
+            let moved = relocate(sh, &table, p, blk, n, &LocMatch::Disk(old), disk);
+            done.push((p, blk, n, disk, old, moved));
         }
         pos += p.nblocks as u64;
     }
+    let mut guard = sh.lock();
+    let st = &mut *guard;
+    for (p, blk, n, disk, old, moved) in done {
+        account_moved(sh, st, p, blk, n, disk, &moved);
+        for &(rel, k) in &moved {
+            st.segs.free_live(old + rel * B, k);
+        }
+    }
+    drop(table);
     st.cleaned_segments += 1;
     st.cleaned_bytes += total * B;
     if st.segs.live_in(victim) != 0 {
@@ -92,16 +113,19 @@ fn push_run(out: &mut Vec<Piece>, sum: &Summary, run: Option<(u64, u64, u32)>) {
     }
 }
 
-/// The still-live extents of segment `s`, found through its summaries.
-fn live_pieces(st: &MutexGuard<'_, State>, s: u32) -> Vec<Piece> {
-    let seg_start = st.segs.seg_offset(s);
-    let seg_end = seg_start + st.segs.seg_blocks as u64 * B;
+/// The still-live extents of a segment (`seg_start..seg_end`), found through its summaries.
+fn live_pieces(sh: &Shared, summaries: &[Summary], seg_start: u64, seg_end: u64) -> Vec<Piece> {
+    let table = sh.colls.read();
     let mut out: Vec<Piece> = Vec::new();
     // Summaries of one segment may overlap (a range rewritten into the same segment), so
     // blocks are taken once each, as runs of blocks not seen before.
     let mut seen = std::collections::HashSet::new();
-    for sum in &st.segs.summaries[s as usize] {
-        let Some(o) = st.index.object(sum.coll, &sum.obj) else {
+    for sum in summaries {
+        let Some(slot) = table.get(&sum.coll) else {
+            continue;
+        };
+        let g = sh.colls.lock(slot);
+        let Some(o) = g.as_ref().and_then(|c| c.objects.get(&sum.obj[..])) else {
             continue;
         };
         for (blk, e) in o.extents_in(sum.first_block, sum.first_block + sum.nblocks as u64) {

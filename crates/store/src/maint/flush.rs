@@ -83,16 +83,19 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         let mut pieces = Vec::new();
         let mut taken = 0u64;
         loop {
-            taken += take_pieces(&mut st, budget - taken, PIECES_PER_HOLD, &mut pieces);
+            let (dirty, n) = take_dirty(&mut st, budget - taken, PIECES_PER_HOLD);
+            taken += n;
+            // What is still pending of them is looked up in their collections, with `st`
+            // released (collections come first in lock order). Commits go on meanwhile;
+            // what they overwrite of the pieces taken is found stale when the pieces are
+            // pointed at their new place, as for commits made while they are written.
+            drop(st);
+            collect_pieces(sh, &dirty, &mut pieces);
+            between_holds(sh, "take");
+            st = sh.lock();
             if taken >= budget || st.dirty.is_empty() {
                 break;
             }
-            // Commits go on between two holds; what they overwrite of the pieces taken is
-            // found stale when they are pointed at their new place, as for commits made
-            // while the pieces are written.
-            drop(st);
-            between_holds(sh, "take");
-            st = sh.lock();
         }
         if pieces.is_empty() {
             return Ok(0);
@@ -154,33 +157,42 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         cache_written(sh, &buf[..at], &pieces, &runs, |p, _| p.cache);
         Ok::<(), StoreError>(())
     })?;
-    let mut guard = sh.lock();
     let mut pos = 0u64; // block position within the laid-out batch
-    for (i, p) in pieces.iter().enumerate() {
-        if i > 0 && i % PIECES_PER_HOLD == 0 {
-            if guard.cv_waiters > 0 {
-                sh.space_cv.notify_all();
+    for chunk in pieces.chunks(PIECES_PER_HOLD) {
+        // Each chunk is pointed at its new place and accounted under one hold of the
+        // collections' table, so that a checkpoint's snapshot sees it either before it
+        // moved or after it was accounted.
+        let table = sh.colls.read();
+        let mut done = Vec::with_capacity(chunk.len());
+        for p in chunk {
+            for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
+                let rel = (blk - p.first) as usize * BLOCK_SIZE;
+                let from = match &p.from {
+                    LocMatch::Mem { id, off } => LocMatch::Mem {
+                        id: *id,
+                        off: off + rel,
+                    },
+                    LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
+                };
+                let moved = relocate(sh, &table, p, blk, n, &from, disk);
+                done.push((p, blk, n, disk, moved));
             }
-            drop(guard);
-            between_holds(sh, "repoint");
-            guard = sh.lock();
+            pos += p.nblocks as u64;
         }
-        let st = &mut *guard;
-        for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
-            let rel = (blk - p.first) as usize * BLOCK_SIZE;
-            let from = match &p.from {
-                LocMatch::Mem { id, off } => LocMatch::Mem {
-                    id: *id,
-                    off: off + rel,
-                },
-                LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
-            };
-            let moved = repoint(sh, st, p, blk, n, &from, disk);
+        let mut st = sh.lock();
+        for (p, blk, n, disk, moved) in done {
+            account_moved(sh, &mut st, p, blk, n, disk, &moved);
             let count: u64 = moved.iter().map(|m| m.1 as u64).sum();
             st.pending_blocks = st.pending_blocks.saturating_sub(count);
         }
-        pos += p.nblocks as u64;
+        if st.cv_waiters > 0 {
+            sh.space_cv.notify_all();
+        }
+        drop(st);
+        drop(table);
+        between_holds(sh, "repoint");
     }
+    let mut guard = sh.lock();
     let st = &mut *guard;
     // Only now may the cleaner pick these segments: until every piece is in the index, its
     // blocks are counted live with no summary naming them.
@@ -214,71 +226,64 @@ fn between_holds(_sh: &Shared, _phase: &str) {
     }
 }
 
-/// Takes at most `entries` dirty entries worth at most `budget` blocks and appends what of
-/// them is still pending to `pieces`; an entry that does not fit is split and its rest stays
-/// queued. Returns the blocks taken.
-fn take_pieces(st: &mut State, budget: u64, entries: usize, pieces: &mut Vec<Piece>) -> u64 {
+/// Takes at most `entries` dirty entries worth at most `budget` blocks off the queue; an
+/// entry that does not fit is split and its rest stays queued. Returns them and their blocks.
+fn take_dirty(st: &mut State, budget: u64, entries: usize) -> (Vec<Dirty>, u64) {
+    let mut out = Vec::new();
     let mut blocks = 0u64;
-    let mut found = Vec::new();
-    for _ in 0..entries {
-        if blocks >= budget {
+    while out.len() < entries && blocks < budget {
+        let Some(mut d) = st.dirty.pop_front() else {
             break;
+        };
+        let room = budget - blocks;
+        if d.nblocks as u64 > room {
+            let take = room as u32;
+            st.dirty.push_front(Dirty {
+                first_block: d.first_block + take as u64,
+                nblocks: d.nblocks - take,
+                obj: d.obj.clone(),
+                ..d
+            });
+            d.nblocks = take;
         }
-        let Some(d) = st.dirty.pop_front() else { break };
-        collect_dirty(st, &d, &mut found);
-        for mut p in found.drain(..) {
-            let room = budget - blocks;
-            if room == 0 || (p.nblocks as u64) > room {
-                let take = room.min(p.nblocks as u64) as u32;
-                let end = d.first_block + d.nblocks as u64;
-                let rest_first = p.first + take as u64;
-                st.dirty.push_front(Dirty {
-                    coll: d.coll,
-                    obj: d.obj.clone(),
-                    first_block: rest_first,
-                    nblocks: (end - rest_first) as u32,
-                    id: d.id,
-                    cache: d.cache,
-                });
-                if take > 0 {
-                    p.nblocks = take;
-                    pieces.push(p);
-                }
-                return blocks + take as u64;
-            }
-            blocks += p.nblocks as u64;
-            pieces.push(p);
-        }
+        blocks += d.nblocks as u64;
+        out.push(d);
     }
-    blocks
+    (out, blocks)
 }
 
-fn collect_dirty(st: &State, d: &Dirty, out: &mut Vec<Piece>) -> u64 {
-    let Some(o) = st.index.object(d.coll, &d.obj) else {
-        return 0;
-    };
-    let mut n = 0;
-    for (blk, e) in o.extents_in(d.first_block, d.first_block + d.nblocks as u64) {
-        if let Loc::Mem(m) = &e.loc {
-            if m.id == d.id {
-                out.push(Piece {
-                    cache: d.cache,
-                    coll: d.coll,
-                    obj: d.obj.clone(),
-                    first: blk,
-                    nblocks: e.nblocks,
-                    from: LocMatch::Mem {
-                        id: m.id,
-                        off: m.off,
-                    },
-                    data: m.buf.clone(),
-                    data_off: m.off,
-                });
-                n += e.nblocks as u64;
+/// The pieces of `dirty` entries still pending (not overwritten since), looked up in their
+/// collections.
+fn collect_pieces(sh: &Shared, dirty: &[Dirty], pieces: &mut Vec<Piece>) {
+    let table = sh.colls.read();
+    for d in dirty {
+        let Some(slot) = table.get(&d.coll) else {
+            continue;
+        };
+        let g = sh.colls.lock(slot);
+        let Some(o) = g.as_ref().and_then(|c| c.objects.get(&d.obj[..])) else {
+            continue;
+        };
+        for (blk, e) in o.extents_in(d.first_block, d.first_block + d.nblocks as u64) {
+            if let Loc::Mem(m) = &e.loc {
+                if m.id == d.id {
+                    pieces.push(Piece {
+                        cache: d.cache,
+                        coll: d.coll,
+                        obj: d.obj.clone(),
+                        first: blk,
+                        nblocks: e.nblocks,
+                        from: LocMatch::Mem {
+                            id: m.id,
+                            off: m.off,
+                        },
+                        data: m.buf.clone(),
+                        data_off: m.off,
+                    });
+                }
             }
         }
     }
-    n
 }
 
 /// Writes pending data for a checkpoint: what was pending when called (new writes keep

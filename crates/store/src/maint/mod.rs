@@ -366,22 +366,41 @@ fn make_space(sh: &Shared) -> Result<bool> {
 }
 
 /// Points the blocks `blk..blk + n` of a piece that still are at `from` to their new copy at
-/// `disk`, frees the copies nothing points to, and records the run for the cleaner.
-/// Returns the moved runs (blocks from `blk`, count).
-fn repoint(
+/// `disk`; returns the moved runs (blocks from `blk`, count). The caller accounts them
+/// ([`account_moved`]) before it releases the table.
+fn relocate(
     sh: &Shared,
-    st: &mut State,
+    table: &crate::colls::Table,
     p: &Piece,
     blk: u64,
     n: u32,
     from: &LocMatch,
     disk: u64,
 ) -> Vec<(u64, u32)> {
-    let moved = st
-        .index
-        .existing_object_mut(p.coll, &p.obj)
-        .map_or_else(Vec::new, |o| o.relocate(blk, blk + n as u64, from, disk));
-    free_unmoved(sh, st, disk, n, &moved);
+    let Some(slot) = table.get(&p.coll) else {
+        return Vec::new();
+    };
+    let mut g = sh.colls.lock(slot);
+    g.as_mut()
+        .map(Arc::make_mut)
+        .and_then(|c| c.objects.get_mut(&p.obj[..]))
+        .map_or_else(Vec::new, |o| {
+            Arc::make_mut(o).relocate(blk, blk + n as u64, from, disk)
+        })
+}
+
+/// Frees the copies of a relocated run nothing points to and records the run for the
+/// cleaner.
+fn account_moved(
+    sh: &Shared,
+    st: &mut State,
+    p: &Piece,
+    blk: u64,
+    n: u32,
+    disk: u64,
+    moved: &[(u64, u32)],
+) {
+    free_unmoved(sh, st, disk, n, moved);
     if let Some(s) = st.segs.seg_of(disk) {
         st.segs.summaries[s as usize].push(Summary {
             coll: p.coll,
@@ -390,7 +409,6 @@ fn repoint(
             nblocks: n,
         });
     }
-    moved
 }
 
 /// Frees the blocks of a written run that no longer back anything (overwritten meanwhile):

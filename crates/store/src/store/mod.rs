@@ -79,10 +79,11 @@ pub struct StoreStats {
     /// The heap the index takes, estimated from its objects and extents
     /// ([`INDEX_BYTES_PER_OBJECT`], [`INDEX_BYTES_PER_EXTENT`]).
     pub index_bytes: u64,
-    /// Waits for the store's state lock and for its WAL queue's lock
-    /// (`docs/operator/store.md`, "Lock waits").
+    /// Waits for the store's state lock, for its WAL queue's lock and for the locks of its
+    /// collections (`docs/operator/store.md`, "Lock waits").
     pub lock_waits: crate::LockWaitStats,
     pub wal_lock_waits: crate::LockWaitStats,
+    pub coll_lock_waits: crate::LockWaitStats,
 }
 
 /// Heap bytes of the index per object besides its extents (a name of ~40 bytes included), and
@@ -100,13 +101,7 @@ fn micros(d: std::time::Duration) -> u64 {
 /// collection), extents from the segment summaries (one entry per extent written to a
 /// segment, kept until the cleaner frees it: extents overwritten but not yet cleaned count
 /// too, and data not yet flushed does not).
-fn index_bytes(st: &State) -> u64 {
-    let objects: u64 = st
-        .index
-        .colls
-        .values()
-        .map(|c| c.objects.len() as u64)
-        .sum();
+fn index_bytes(st: &State, objects: u64) -> u64 {
     let extents: u64 = st.segs.summaries.iter().map(|s| s.len() as u64).sum();
     objects * INDEX_BYTES_PER_OBJECT + extents * INDEX_BYTES_PER_EXTENT
 }
@@ -195,6 +190,7 @@ impl Store {
 
     /// Counters and space usage.
     pub fn stats(&self) -> StoreStats {
+        let objects = self.sh.colls.object_count();
         let st = self.sh.lock();
         StoreStats {
             data_io: self.sh.data.counters.get(),
@@ -229,9 +225,10 @@ impl Store {
             direct_bytes: st.direct_bytes,
             direct_staged_bytes: self.sh.copies.get().direct_staged_bytes,
             copies: self.sh.copies.get(),
-            index_bytes: index_bytes(&st),
+            index_bytes: index_bytes(&st, objects),
             lock_waits: self.sh.lock_waits.get(),
             wal_lock_waits: self.sh.wal_lock_waits.get(),
+            coll_lock_waits: self.sh.colls.waits.get(),
         }
     }
 
@@ -273,10 +270,12 @@ impl Store {
     /// extent points at must be accounted live in a segment that cannot be reused.
     #[doc(hidden)]
     pub fn check_space_accounting(&self) -> std::result::Result<(), String> {
+        // The table held exclusively: no commit or relocation is half-accounted.
+        let mut table = self.sh.colls.write();
+        let index = crate::colls::snapshot(&mut table);
         let st = self.sh.lock();
         let mut refs = Vec::new();
-        st.index
-            .for_each_disk_extent(|_, _, _, e, off| refs.push((off, e.nblocks)));
+        index.for_each_disk_extent(|_, _, _, e, off| refs.push((off, e.nblocks)));
         st.segs.check_refs(&refs)
     }
 
@@ -284,12 +283,13 @@ impl Store {
     /// (for fault-injection tests).
     #[doc(hidden)]
     pub fn block_location(&self, coll: CollId, obj: &[u8], block: u64) -> Option<u64> {
-        let st = self.sh.lock();
-        let o = st.index.object(coll, obj)?;
-        match o.extents_in(block, block + 1).first()?.1.loc {
-            crate::index::Loc::Disk(off) => Some(off),
-            crate::index::Loc::Mem(_) => None,
-        }
+        self.sh.colls.with(coll, |c| {
+            let o = c?.objects.get(obj)?;
+            match o.extents_in(block, block + 1).first()?.1.loc {
+                crate::index::Loc::Disk(off) => Some(off),
+                crate::index::Loc::Mem(_) => None,
+            }
+        })
     }
 
     /// The error that stopped the store, if any.

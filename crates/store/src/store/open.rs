@@ -197,13 +197,11 @@ impl Store {
             flusher_idle: false,
             flusher_short: false,
             flush_rounds: 0,
-            index,
             segs,
             header_gen: hdr.generation,
             dirty: VecDeque::new(),
             dirty_since: None,
             pending_blocks: 0,
-            next_id,
             failed: None,
             direct_dest: std::collections::HashMap::new(),
             ckpt_wanted: false,
@@ -236,6 +234,7 @@ impl Store {
             unflushed_since: None,
             queue: Vec::new(),
             queue_bytes: 0,
+            reserved_bytes: 0,
             writing: false,
             batch_spare: None,
             tail_lsn: hdr.replay_lsn,
@@ -250,6 +249,8 @@ impl Store {
             st.dirty.push_back(d);
         }
         let sh = Arc::new(Shared {
+            colls: crate::colls::Colls::new(index),
+            next_id: std::sync::atomic::AtomicU64::new(next_id),
             st: Mutex::new(st),
             wq: Mutex::new(wq),
             durable_cv: Condvar::new(),

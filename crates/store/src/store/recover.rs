@@ -10,7 +10,7 @@ use crate::mirror::Mirror;
 use crate::read::read_verified;
 use crate::wal::{self, Next, Replayer};
 
-use super::Shared;
+use super::{Shared, State};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -63,14 +63,37 @@ pub(super) fn load_checkpoint(data: &Mirror, hdr: &WalHeader, next_id: &mut u64)
 /// Replays the WAL into the index; returns whether the log ends inside a block.
 pub(super) fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
     let mut r = Replayer::new(&sh.wal, hdr, sh.max_record(), sh.wal_tag);
+    // Nothing else runs yet: the whole index is replayed into at once, then put back.
+    let mut table = sh.colls.write();
+    let mut index = crate::colls::take_index(&mut table);
     let mut st = sh.lock();
+    let replayed = replay_records(sh, &mut r, &mut index, &mut st);
+    crate::colls::put_index(&mut table, index);
+    replayed?;
+    drop(table);
+    st.segs.end_replay();
+    let mut wq = sh.wal_lock();
+    wq.next_seq = r.next_seq;
+    wq.last_crc = r.last_crc;
+    wq.durable_seq = r.next_seq - 1;
+    wq.written_seq = wq.durable_seq;
+    wq.tail_lsn = sh.wal.align_up(r.lsn);
+    Ok(!r.lsn.is_multiple_of(sh.wal.align()))
+}
+
+/// Applies the log's records to the index and accounts their space, one after the other.
+fn replay_records(
+    sh: &Shared,
+    r: &mut Replayer<'_>,
+    index: &mut Index,
+    st: &mut State,
+) -> Result<()> {
     while let Next::Txn(rec) = r.next_record()? {
         let effects = effect::decode(wal::payload(&rec), wal::HEADER_LEN)
             .map_err(|e| StoreError::corrupt("WAL record", sh.wal.dev.name(), r.lsn, e.0))?;
         let mut out = ApplyOut::default();
-        let st = &mut *st;
         for e in &effects {
-            st.index.apply(e, &rec, &mut st.next_id, &mut out);
+            index.apply(e, &rec, &sh.next_id, &mut out);
         }
         // Blocks a record placed were written before it: they are live from here on (at run
         // time they were accounted when allocated).
@@ -104,12 +127,5 @@ pub(super) fn replay(sh: &Shared, hdr: &WalHeader) -> Result<bool> {
             ),
         ));
     }
-    st.segs.end_replay();
-    let mut wq = sh.wal_lock();
-    wq.next_seq = r.next_seq;
-    wq.last_crc = r.last_crc;
-    wq.durable_seq = r.next_seq - 1;
-    wq.written_seq = wq.durable_seq;
-    wq.tail_lsn = sh.wal.align_up(r.lsn);
-    Ok(!r.lsn.is_multiple_of(sh.wal.align()))
+    Ok(())
 }

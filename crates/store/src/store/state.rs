@@ -1,15 +1,16 @@
-//! What the committers, the maintenance thread and readers share: the index, space and
-//! maintenance state under one lock, the WAL queue under a second one, and the condition
-//! variables they wait on.
+//! What the committers, the maintenance thread and readers share: the index with one lock
+//! per collection (`colls.rs`), space and maintenance state under the state lock, the WAL
+//! queue under a third one, and the condition variables they wait on.
 //!
-//! Lock order: `st` before `wq`. A committer applies its transaction under `st` and, still
-//! holding it, takes `wq` for the moment it needs to number its record and queue it (so that
-//! sequence numbers follow the order in which transactions were applied); everything after,
-//! waiting for durability and writing batches, takes `wq` only. A batch writer holds neither
-//! lock while it writes the device.
+//! Lock order: the collections' table, their slots, `st`, `wq`. A committer checks and
+//! reserves room under `st`, applies its transaction to its collections with `st` released,
+//! then, still holding its collections, takes `st` to account the space and `wq` for the
+//! moment it numbers its record and queues it (so that each collection's records are numbered
+//! in the order they were applied); everything after, waiting for durability and writing
+//! batches, takes `wq` only. A batch writer holds no lock while it writes the device.
 
 use crate::device::BLOCK_SIZE;
-use crate::index::{Dirty, Index};
+use crate::index::Dirty;
 use crate::mirror::{IoCounters, Mirror};
 use crate::segments::Segments;
 use crate::txn::limits;
@@ -33,13 +34,13 @@ pub(crate) struct State {
     pub flusher_short: bool,
     /// Flushes the flusher thread finished (the maintenance thread sees progress by it).
     pub flush_rounds: u64,
-    pub index: Index,
     pub segs: Segments,
     pub header_gen: u64,
     pub dirty: VecDeque<Dirty>,
     pub dirty_since: Option<Instant>,
+    /// Data blocks waiting in memory for the flusher, and those that committers have
+    /// reserved while they apply (checked against the limits as if pending already).
     pub pending_blocks: u64,
-    pub next_id: u64,
     pub failed: Option<String>,
     /// In-memory extents of direct writes whose jobs are not done: id -> (offset in their
     /// buffer, data-device offset), so that a checkpoint names where they are going.
@@ -85,6 +86,8 @@ pub(crate) struct WalQueue {
     /// Encoded, not yet sealed records waiting for the next batch.
     pub queue: Vec<crate::wal::QueuedRecord>,
     pub queue_bytes: u64,
+    /// Room committers reserved for records they are applying (not queued yet).
+    pub reserved_bytes: u64,
     /// The last WAL batch's buffer, for the next batch (the writer takes it while writing):
     /// a fresh zeroed one per batch costs page faults and page clearing.
     pub batch_spare: Option<crate::device::AlignedBuf>,
@@ -108,7 +111,7 @@ pub(crate) struct WalQueue {
 impl WalQueue {
     /// Bytes of the WAL ring in use.
     pub fn used(&self) -> u64 {
-        self.tail_lsn - self.head_lsn + self.queue_bytes
+        self.tail_lsn - self.head_lsn + self.queue_bytes + self.reserved_bytes
     }
 }
 
@@ -116,6 +119,10 @@ impl WalQueue {
 pub(crate) const SEQ_CVS: usize = 64;
 
 pub(crate) struct Shared {
+    /// The index: collections, each under its own lock.
+    pub colls: crate::colls::Colls,
+    /// Numbers in-memory extents (the flusher matches on them).
+    pub next_id: std::sync::atomic::AtomicU64,
     pub st: Mutex<State>,
     pub wq: Mutex<WalQueue>,
     /// WAL drained while a checkpoint waits, failure (waited on with `wq`).
