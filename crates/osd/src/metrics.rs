@@ -130,6 +130,9 @@ struct StateMetrics {
     coll_lock_waits: Counter,
     coll_lock_wait_seconds: FloatCounter,
     coll_lock_waits_over_1ms: Counter,
+    bg_coll_lock_waits: Counter,
+    bg_coll_lock_wait_seconds: FloatCounter,
+    bg_coll_lock_waits_over_1ms: Counter,
     cache_hits: Counter,
     cache_misses: Counter,
     cache_bytes: Gauge,
@@ -327,6 +330,21 @@ impl StateMetrics {
             self.coll_lock_waits_over_1ms.clone(),
         );
         r.register(
+            "store_background_collection_lock_waits",
+            "Times the store's flusher or cleaner found a collection's lock taken and waited",
+            self.bg_coll_lock_waits.clone(),
+        );
+        r.register(
+            "store_background_collection_lock_wait_seconds",
+            "Time the store's flusher and cleaner waited for collection locks",
+            self.bg_coll_lock_wait_seconds.clone(),
+        );
+        r.register(
+            "store_background_collection_lock_waits_over_1ms",
+            "Waits of the store's flusher and cleaner for a collection's lock longer than 1 ms",
+            self.bg_coll_lock_waits_over_1ms.clone(),
+        );
+        r.register(
             "read_cache_hits",
             "Reads served by the read cache",
             self.cache_hits.clone(),
@@ -478,6 +496,10 @@ impl StateMetrics {
         set_counter(&self.coll_lock_waits, c.waits);
         set_seconds(&self.coll_lock_wait_seconds, c.wait_nanos / 1_000);
         set_counter(&self.coll_lock_waits_over_1ms, c.over_nanos(1_000_000));
+        let b = &st.coll_lock_waits_background;
+        set_counter(&self.bg_coll_lock_waits, b.waits);
+        set_seconds(&self.bg_coll_lock_wait_seconds, b.wait_nanos / 1_000);
+        set_counter(&self.bg_coll_lock_waits_over_1ms, b.over_nanos(1_000_000));
         set_counter(&self.cache_hits, st.read_cache.hits);
         set_counter(&self.cache_misses, st.read_cache.misses);
         g(&self.cache_bytes, st.read_cache.bytes);

@@ -32,8 +32,10 @@ pub(crate) type SlotGuard<'a> = MutexGuard<'a, Option<Arc<Collection>>>;
 
 pub(crate) struct Colls {
     table: RwLock<Table>,
-    /// Waits for a collection's lock.
+    /// Waits for a collection's lock by commits and reads, and by the threads that move
+    /// blocks in the background (the flusher, the cleaner, a batch finishing direct writes).
     pub waits: LockWaits,
+    pub background_waits: LockWaits,
 }
 
 impl Colls {
@@ -43,6 +45,7 @@ impl Colls {
         Colls {
             table: RwLock::new(table),
             waits: LockWaits::default(),
+            background_waits: LockWaits::default(),
         }
     }
 
@@ -56,9 +59,15 @@ impl Colls {
         self.table.write_or_die()
     }
 
-    /// Locks one collection's slot (counting the wait if it is taken).
+    /// Locks one collection's slot for a commit or a read (counting the wait if it is
+    /// taken).
     pub fn lock<'a>(&self, slot: &'a Slot) -> SlotGuard<'a> {
         self.waits.lock(slot)
+    }
+
+    /// [`Colls::lock`] for background work (its waits are counted apart).
+    pub fn lock_background<'a>(&self, slot: &'a Slot) -> SlotGuard<'a> {
+        self.background_waits.lock(slot)
     }
 
     /// Runs `f` on a collection (`None` if it does not exist) under its lock.

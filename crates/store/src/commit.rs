@@ -99,6 +99,21 @@ pub(crate) fn validate(
     txn: &Transaction,
     placed: &[Option<Placement>],
 ) -> Result<(u64, u64)> {
+    check(Some(idx), txn, placed)
+}
+
+/// [`validate`] without the index: the limits and what the transaction needs (new data blocks,
+/// record size estimate), which depend on its ops only. Whether its collections exist is left
+/// to [`validate`].
+fn sizes(txn: &Transaction, placed: &[Option<Placement>]) -> Result<(u64, u64)> {
+    check(None, txn, placed)
+}
+
+fn check(
+    idx: Option<&Index>,
+    txn: &Transaction,
+    placed: &[Option<Placement>],
+) -> Result<(u64, u64)> {
     if txn.ops.len() > limits::OPS {
         return Err(too_large(
             "transaction (operations)",
@@ -112,21 +127,25 @@ pub(crate) fn validate(
     let (mut blocks, mut bytes) = (0u64, 64u64);
     for (i, op) in txn.ops.iter().enumerate() {
         let c = op.coll();
-        let present = changed
-            .iter()
-            .rev()
-            .find(|(id, _)| *id == c)
-            .map_or_else(|| idx.colls.contains_key(&c), |&(_, e)| e);
+        let present = idx.map(|idx| {
+            changed
+                .iter()
+                .rev()
+                .find(|(id, _)| *id == c)
+                .map_or_else(|| idx.colls.contains_key(&c), |&(_, e)| e)
+        });
         // Upper bound of the effects' encoding: up to three effects naming the object, two
         // edge blocks of read-modify-write, and the payloads.
         bytes += 96 + rmw_bytes(op) + 3 * (2 + op_name_len(op));
         match op {
-            Op::CreateCollection(_) if present => return Err(StoreError::CollectionExists(c)),
+            Op::CreateCollection(_) if present == Some(true) => {
+                return Err(StoreError::CollectionExists(c))
+            }
             Op::CreateCollection(_) => {
                 changed.push((c, true));
                 continue;
             }
-            _ if !present => return Err(StoreError::NoCollection(c)),
+            _ if present == Some(false) => return Err(StoreError::NoCollection(c)),
             Op::RemoveCollection(_) => {
                 changed.push((c, false));
             }
@@ -600,43 +619,64 @@ fn submit(sh: &Shared, txn: &Transaction) -> Result<u64> {
 }
 
 fn submit_placed(sh: &Shared, txn: &Transaction, placed: &Placements) -> Result<u64> {
+    // What the transaction needs depends on its ops only: the room is reserved before its
+    // collections are locked, so that a commit holds them to apply only.
+    let (new_blocks, est) = sizes(txn, placed).map_err(|e| first_error(sh, txn, placed, e))?;
     let placed_blocks: u64 = placed.iter().flatten().map(|p| p.crcs.len() as u64).sum();
     let mut edges = EdgeBlocks::default();
-    // Validation is repeated after every wait: the locks are released while waiting, and
-    // other transactions may change what this one depends on (a removed collection).
     loop {
-        let step = sh.colls.with_txn(txn, |idx| -> Result<Step<'_>> {
-            let (new_blocks, est) = validate(idx, txn, placed)?;
-            let mut st = sh.lock();
-            check_limits(sh, &st, new_blocks, est, txn)?;
-            let room = room_for(sh, &st, est, new_blocks, placed_blocks);
-            if !room.any() {
-                // Reserved before `st` is released, so the room seen here stays this
-                // transaction's until its record is queued.
-                st.pending_blocks += new_blocks;
-                sh.wal_lock().reserved_bytes += est;
-                drop(st);
-                let r = Reserved {
-                    blocks: new_blocks,
-                    bytes: est,
-                };
-                return Ok(match apply_and_log(sh, idx, txn, placed, r, &mut edges)? {
-                    Some(seq) => Step::Done(seq),
-                    None => Step::ReadEdges,
-                });
+        let reserved = reserve(sh, txn, new_blocks, est, placed_blocks)
+            .map_err(|e| first_error(sh, txn, placed, e))?;
+        let applied = sh.colls.with_txn(txn, |idx| {
+            // Validation is repeated after every wait: other transactions may have changed
+            // what this one depends on (a removed collection).
+            if let Err(e) = validate(idx, txn, placed) {
+                reserved.release(sh);
+                return Err(e);
             }
-            // Waiting: the collections go back first (the flusher needs them to make room).
-            Ok(Step::Wait(st, room))
+            apply_and_log(sh, idx, txn, placed, reserved, &mut edges)
         })?;
-        let (mut st, full) = match step {
-            Step::Done(seq) => return Ok(seq),
-            Step::ReadEdges => {
-                // Old blocks to read first, with no lock; then everything is looked at again.
-                edges.read_missing(sh);
-                continue;
-            }
-            Step::Wait(st, full) => (st, full),
-        };
+        match applied {
+            Some(seq) => return Ok(seq),
+            // Old blocks to read first, with no lock; then everything is looked at again.
+            None => edges.read_missing(sh),
+        }
+    }
+}
+
+/// The error a refused transaction reports: that of its first op that fails, whether its
+/// collection exists included (as [`validate`] against the index finds it), else `e` (no room,
+/// a failed store).
+fn first_error(sh: &Shared, txn: &Transaction, placed: &Placements, e: StoreError) -> StoreError {
+    sh.colls
+        .with_txn(txn, |idx| validate(idx, txn, placed))
+        .err()
+        .unwrap_or(e)
+}
+
+/// Waits until the WAL, the pending data and the queued direct writes have room for a
+/// transaction of `est` record bytes, `new_blocks` pending blocks and `placed_blocks` blocks
+/// written directly, and reserves it (before `st` is released, so that the room seen stays
+/// the transaction's until its record is queued). Holds no collection.
+fn reserve(
+    sh: &Shared,
+    txn: &Transaction,
+    new_blocks: u64,
+    est: u64,
+    placed_blocks: u64,
+) -> Result<Reserved> {
+    let mut st = sh.lock();
+    loop {
+        check_limits(sh, &st, new_blocks, est, txn)?;
+        let full = room_for(sh, &st, est, new_blocks, placed_blocks);
+        if !full.any() {
+            st.pending_blocks += new_blocks;
+            sh.wal_lock().reserved_bytes += est;
+            return Ok(Reserved {
+                blocks: new_blocks,
+                bytes: est,
+            });
+        }
         if let Some(f) = &st.failed {
             return Err(StoreError::Failed(f.clone()));
         }
@@ -649,7 +689,7 @@ fn submit_placed(sh: &Shared, txn: &Transaction, placed: &Placements) -> Result<
                 wq.writing || !wq.queue.is_empty()
             };
             if !busy {
-                drop(wait(&sh.space_cv, st));
+                st = wait(&sh.space_cv, st);
                 continue;
             }
             drop(st);
@@ -660,6 +700,7 @@ fn submit_placed(sh: &Shared, txn: &Transaction, placed: &Placements) -> Result<
                 let cv = sh.seq_cv(wq.written_seq + 1);
                 drop(wait_wal(cv, wq));
             }
+            st = sh.lock();
             continue;
         }
         // A full WAL needs a checkpoint; too much pending data only needs the flusher.
@@ -671,18 +712,8 @@ fn submit_placed(sh: &Shared, txn: &Transaction, placed: &Placements) -> Result<
         }
         wake_maint(sh, &st);
         wake_flusher(sh, &st);
-        // Released before the collections are taken again (they come first in lock order).
-        drop(wait(&sh.space_cv, st));
+        st = wait(&sh.space_cv, st);
     }
-}
-
-/// Where a commit stands after looking at its collections and the room left.
-enum Step<'a> {
-    Done(u64),
-    /// Applied nothing: old blocks are to be read first.
-    ReadEdges,
-    /// No room: wait (the state lock held, the collections released).
-    Wait(MutexGuard<'a, State>, Full),
 }
 
 /// What a commit found full.

@@ -305,7 +305,7 @@ pub(crate) fn finish(sh: &Shared, jobs: Vec<DirectJob>) {
             let Some(slot) = table.get(&j.coll) else {
                 return Vec::new();
             };
-            let mut g = sh.colls.lock(slot);
+            let mut g = sh.colls.lock_background(slot);
             g.as_mut()
                 .map(Arc::make_mut)
                 .and_then(|c| c.objects.get_mut(&j.obj[..]))

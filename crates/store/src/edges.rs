@@ -1,14 +1,15 @@
 //! The old contents of edge blocks that a transaction's read-modify-write needs (an unaligned
 //! write, a zeroed range or a truncation that ends inside a block), read with no lock held.
 //!
-//! Resolving a transaction happens under the state lock. A block it needs that is on a data
-//! device is not read there: resolving notes it as missing and the commit rolls back, reads
-//! what is missing without the lock, and resolves again with those blocks at hand. A block is
-//! known by where it is and its checksum, so a block that moved or was overwritten between
-//! the read and the second resolve is missing again and read again, never used stale. A read
-//! that fails (a checksum that does not match, an I/O error) fails the transaction only if
-//! the index, looked at again under the lock, still points at what was read: the block may
-//! have been overwritten and its place reused meanwhile, and then the failure means nothing.
+//! Resolving a transaction happens under its collections' locks. A block it needs that is on
+//! a data device is not read there: resolving notes it as missing and the commit rolls back,
+//! reads what is missing with no lock held, and resolves again with those blocks at hand. A
+//! block is known by where it is and its checksum, so a block that moved or was overwritten
+//! between the read and the second resolve is missing again and read again, never used stale.
+//! A read that fails (a checksum that does not match, an I/O error) fails the transaction
+//! only if the index, looked at again under the lock, still points at what was read: the
+//! block may have been overwritten and its place reused meanwhile, and then the failure means
+//! nothing.
 
 use crate::device::{AlignedBuf, BLOCK_SIZE};
 use crate::error::StoreError;

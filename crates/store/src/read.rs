@@ -1,6 +1,6 @@
-//! The read path: plan under the index lock, read devices without it, verify every block.
+//! The read path: plan under the collection's lock, read devices without it, verify every block.
 //!
-//! A read is planned under the index lock ([`Store::plan_read`]): blocks held in memory and
+//! A read is planned under its collection's lock ([`Store::plan_read`]): blocks held in memory and
 //! in the read cache are copied at once, and the extents left for a data device are kept in
 //! the [`ReadPlan`]. [`Store::finish_read`] reads those without any lock, on any thread, so
 //! a caller can keep its own thread for work that needs no device (the OSD hands plans that
@@ -15,7 +15,7 @@ use crate::txn::CollId;
 
 const B: u64 = BLOCK_SIZE as u64;
 
-/// A read planned under the index lock: what memory and the read cache held is already
+/// A read planned under its collection's lock: what memory and the read cache held is already
 /// copied; the extents in `todo` are still to be read from a data device.
 ///
 /// A plan stays valid after the lock is dropped because the store is log-structured: a
@@ -232,14 +232,14 @@ impl Store {
         crate::read::read(&self.sh, coll, obj, offset, len, true)
     }
 
-    /// Plans a read of up to `len` bytes at `offset` under the index lock and copies what
+    /// Plans a read of up to `len` bytes at `offset` under the collection's lock and copies what
     /// memory and the read cache hold; [`Store::finish_read`] does the rest. Cheap unless
     /// the plan [needs a device](ReadPlan::needs_device).
     pub fn plan_read(&self, coll: CollId, obj: &[u8], offset: u64, len: u64) -> Result<ReadPlan> {
         plan(&self.sh, coll, obj, offset, len, true)
     }
 
-    /// Reads what a plan left for the data devices, without the index lock, and returns the
+    /// Reads what a plan left for the data devices, with no lock held, and returns the
     /// bytes (shorter past the object's end). [`StoreError::CorruptData`] may mean the data
     /// moved since the plan was made: plan again once (or call [`Store::read`]) before
     /// taking it for corruption.

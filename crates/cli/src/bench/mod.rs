@@ -114,10 +114,11 @@ for the mixes read_lat_us and write_lat_us {p50,p99,p999,max}. Store counters ov
 part: commits, wal_flushes, commits_per_wal_flush (group commit), checkpoints, segments_cleaned, \
 commit_waits {flusher, wal_space} (times a commit waited, by cause: for the flusher to write \
 pending data, or for WAL space, which only a checkpoint frees; no commit waits for a checkpoint \
-being written otherwise), lock_waits, wal_lock_waits and collection_lock_waits {waits, total_ms, \
-p99_us, over_1ms, over_1ms_per_s} (acquisitions of the store's state lock, of its WAL queue's \
-lock and of its collections' locks that found it taken, and how long they waited: \
-docs/operator/store.md, \"Lock waits\"); large writes \
+being written otherwise), lock_waits, wal_lock_waits, collection_lock_waits and \
+collection_lock_waits_background {waits, total_ms, p99_us, over_1ms, over_1ms_per_s} \
+(acquisitions of the store's state lock, of its WAL queue's lock and of its collections' locks \
+by commits and reads, and by the flusher and the cleaner, that found it taken, and how long \
+they waited: docs/operator/store.md, \"Lock waits\"); large writes \
 also block_bytes, mb_per_s, baseline_mb_per_s and direct_bytes (bytes that skipped the WAL). Latencies are in \
 microseconds (recorded in nanoseconds, reported with 0.1 us resolution).";
 

@@ -186,6 +186,14 @@ pub fn entry(
         .put(
             "collection_lock_waits",
             lock_waits(&s1.coll_lock_waits.since(&s0.coll_lock_waits), m.elapsed),
+        )
+        .put(
+            "collection_lock_waits_background",
+            lock_waits(
+                &s1.coll_lock_waits_background
+                    .since(&s0.coll_lock_waits_background),
+                m.elapsed,
+            ),
         );
     let read_p99 = mixed.then(|| q(&m.reads, 0.99));
     eprintln!(

@@ -57,26 +57,34 @@ pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
     }
     // Pointed at their new place and accounted under one hold of the collections' table
     // (a checkpoint's snapshot sees them before they moved or after they were accounted).
-    let table = sh.colls.read();
-    let mut done = Vec::new();
+    let mut moves = Vec::new();
     let mut pos = 0u64;
     for p in &pieces {
         for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
             let LocMatch::Disk(src) = p.from else {
                 continue;
             };
-            let old = src + (blk - p.first) * B;
-            let moved = relocate(sh, &table, p, blk, n, &LocMatch::Disk(old), disk);
-            done.push((p, blk, n, disk, old, moved));
+            let from = LocMatch::Disk(src + (blk - p.first) * B);
+            moves.push(Move {
+                p,
+                blk,
+                n,
+                from,
+                disk,
+            });
         }
         pos += p.nblocks as u64;
     }
+    let table = sh.colls.read();
+    let moved = relocate_all(sh, &table, &moves);
     let mut guard = sh.lock();
     let st = &mut *guard;
-    for (p, blk, n, disk, old, moved) in done {
-        account_moved(sh, st, p, blk, n, disk, &moved);
-        for &(rel, k) in &moved {
-            st.segs.free_live(old + rel * B, k);
+    for (m, moved) in moves.iter().zip(moved) {
+        account_moved(sh, st, m.p, m.blk, m.n, m.disk, &moved);
+        if let LocMatch::Disk(old) = m.from {
+            for &(rel, k) in &moved {
+                st.segs.free_live(old + rel * B, k);
+            }
         }
     }
     drop(table);
@@ -120,31 +128,48 @@ fn live_pieces(sh: &Shared, summaries: &[Summary], seg_start: u64, seg_end: u64)
     // Summaries of one segment may overlap (a range rewritten into the same segment), so
     // blocks are taken once each, as runs of blocks not seen before.
     let mut seen = std::collections::HashSet::new();
-    for sum in summaries {
-        let Some(slot) = table.get(&sum.coll) else {
-            continue;
-        };
-        let g = sh.colls.lock(slot);
-        let Some(o) = g.as_ref().and_then(|c| c.objects.get(&sum.obj[..])) else {
-            continue;
-        };
-        for (blk, e) in o.extents_in(sum.first_block, sum.first_block + sum.nblocks as u64) {
-            let Loc::Disk(d) = e.loc else { continue };
-            if d < seg_start || d >= seg_end {
-                continue;
+    for_each_by_collection(
+        summaries,
+        |s| s.coll,
+        |coll, group| {
+            let Some(slot) = table.get(&coll) else { return };
+            let g = sh.colls.lock_background(slot);
+            let Some(c) = g.as_ref() else { return };
+            for &k in group {
+                live_runs(&summaries[k], c, seg_start, seg_end, &mut seen, &mut out);
             }
-            let mut run: Option<(u64, u64, u32)> = None; // (object block, disk offset, blocks)
-            for k in 0..e.nblocks as u64 {
-                let fresh = seen.insert(d + k * B);
-                match (&mut run, fresh) {
-                    (Some(r), true) => r.2 += 1,
-                    (None, true) => run = Some((blk + k, d + k * B, 1)),
-                    (Some(_), false) => push_run(&mut out, sum, run.take()),
-                    (None, false) => {}
-                }
-            }
-            push_run(&mut out, sum, run);
-        }
-    }
+        },
+    );
     out
+}
+
+/// The still-live runs in `seg_start..seg_end` of one summary's blocks not `seen` yet.
+fn live_runs(
+    sum: &Summary,
+    c: &crate::index::Collection,
+    seg_start: u64,
+    seg_end: u64,
+    seen: &mut std::collections::HashSet<u64>,
+    out: &mut Vec<Piece>,
+) {
+    let Some(o) = c.objects.get(&sum.obj[..]) else {
+        return;
+    };
+    for (blk, e) in o.extents_in(sum.first_block, sum.first_block + sum.nblocks as u64) {
+        let Loc::Disk(d) = e.loc else { continue };
+        if d < seg_start || d >= seg_end {
+            continue;
+        }
+        let mut run: Option<(u64, u64, u32)> = None; // (object block, disk offset, blocks)
+        for k in 0..e.nblocks as u64 {
+            let fresh = seen.insert(d + k * B);
+            match (&mut run, fresh) {
+                (Some(r), true) => r.2 += 1,
+                (None, true) => run = Some((blk + k, d + k * B, 1)),
+                (Some(_), false) => push_run(out, sum, run.take()),
+                (None, false) => {}
+            }
+        }
+        push_run(out, sum, run);
+    }
 }

@@ -162,8 +162,7 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         // Each chunk is pointed at its new place and accounted under one hold of the
         // collections' table, so that a checkpoint's snapshot sees it either before it
         // moved or after it was accounted.
-        let table = sh.colls.read();
-        let mut done = Vec::with_capacity(chunk.len());
+        let mut moves = Vec::with_capacity(chunk.len());
         for p in chunk {
             for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
                 let rel = (blk - p.first) as usize * BLOCK_SIZE;
@@ -174,14 +173,21 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
                     },
                     LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
                 };
-                let moved = relocate(sh, &table, p, blk, n, &from, disk);
-                done.push((p, blk, n, disk, moved));
+                moves.push(Move {
+                    p,
+                    blk,
+                    n,
+                    from,
+                    disk,
+                });
             }
             pos += p.nblocks as u64;
         }
+        let table = sh.colls.read();
+        let moved = relocate_all(sh, &table, &moves);
         let mut st = sh.lock();
-        for (p, blk, n, disk, moved) in done {
-            account_moved(sh, &mut st, p, blk, n, disk, &moved);
+        for (m, moved) in moves.iter().zip(moved) {
+            account_moved(sh, &mut st, m.p, m.blk, m.n, m.disk, &moved);
             let count: u64 = moved.iter().map(|m| m.1 as u64).sum();
             st.pending_blocks = st.pending_blocks.saturating_sub(count);
         }
@@ -256,32 +262,41 @@ fn take_dirty(st: &mut State, budget: u64, entries: usize) -> (Vec<Dirty>, u64) 
 /// collections.
 fn collect_pieces(sh: &Shared, dirty: &[Dirty], pieces: &mut Vec<Piece>) {
     let table = sh.colls.read();
-    for d in dirty {
-        let Some(slot) = table.get(&d.coll) else {
-            continue;
-        };
-        let g = sh.colls.lock(slot);
-        let Some(o) = g.as_ref().and_then(|c| c.objects.get(&d.obj[..])) else {
-            continue;
-        };
-        for (blk, e) in o.extents_in(d.first_block, d.first_block + d.nblocks as u64) {
-            if let Loc::Mem(m) = &e.loc {
-                if m.id == d.id {
-                    pieces.push(Piece {
-                        cache: d.cache,
-                        coll: d.coll,
-                        obj: d.obj.clone(),
-                        first: blk,
-                        nblocks: e.nblocks,
-                        from: LocMatch::Mem {
-                            id: m.id,
-                            off: m.off,
-                        },
-                        data: m.buf.clone(),
-                        data_off: m.off,
-                    });
-                }
+    for_each_by_collection(
+        dirty,
+        |d| d.coll,
+        |coll, group| {
+            let Some(slot) = table.get(&coll) else { return };
+            let g = sh.colls.lock_background(slot);
+            let Some(c) = g.as_ref() else { return };
+            for &k in group {
+                collect_one(&dirty[k], c, pieces);
             }
+        },
+    );
+}
+
+/// Appends the pieces of one dirty entry that are still pending to `pieces`.
+fn collect_one(d: &Dirty, c: &crate::index::Collection, pieces: &mut Vec<Piece>) {
+    let Some(o) = c.objects.get(&d.obj[..]) else {
+        return;
+    };
+    for (blk, e) in o.extents_in(d.first_block, d.first_block + d.nblocks as u64) {
+        let Loc::Mem(m) = &e.loc else { continue };
+        if m.id == d.id {
+            pieces.push(Piece {
+                cache: d.cache,
+                coll: d.coll,
+                obj: d.obj.clone(),
+                first: blk,
+                nblocks: e.nblocks,
+                from: LocMatch::Mem {
+                    id: m.id,
+                    off: m.off,
+                },
+                data: m.buf.clone(),
+                data_off: m.off,
+            });
         }
     }
 }

@@ -365,28 +365,54 @@ fn make_space(sh: &Shared) -> Result<bool> {
     Ok(false)
 }
 
-/// Points the blocks `blk..blk + n` of a piece that still are at `from` to their new copy at
-/// `disk`; returns the moved runs (blocks from `blk`, count). The caller accounts them
-/// ([`account_moved`]) before it releases the table.
-fn relocate(
-    sh: &Shared,
-    table: &crate::colls::Table,
-    p: &Piece,
+/// One run of a piece to point at its new place: blocks `blk..blk + n` of the piece's object
+/// that are still at `from` go to `disk`.
+struct Move<'a> {
+    p: &'a Piece,
     blk: u64,
     n: u32,
-    from: &LocMatch,
+    from: LocMatch,
     disk: u64,
-) -> Vec<(u64, u32)> {
-    let Some(slot) = table.get(&p.coll) else {
-        return Vec::new();
-    };
-    let mut g = sh.colls.lock(slot);
-    g.as_mut()
-        .map(Arc::make_mut)
-        .and_then(|c| c.objects.get_mut(&p.obj[..]))
-        .map_or_else(Vec::new, |o| {
-            Arc::make_mut(o).relocate(blk, blk + n as u64, from, disk)
-        })
+}
+
+/// Points each move's blocks at their new place, locking each collection once for all of
+/// its moves; returns each move's moved runs (blocks from `blk`, count), in order. The
+/// caller accounts them ([`account_moved`]) before it releases the table.
+fn relocate_all(sh: &Shared, table: &crate::colls::Table, moves: &[Move]) -> Vec<Vec<(u64, u32)>> {
+    let mut out = vec![Vec::new(); moves.len()];
+    for_each_by_collection(
+        moves,
+        |m| m.p.coll,
+        |coll, group| {
+            let Some(slot) = table.get(&coll) else { return };
+            let mut g = sh.colls.lock_background(slot);
+            let Some(c) = g.as_mut().map(Arc::make_mut) else {
+                return;
+            };
+            for &k in group {
+                let m = &moves[k];
+                if let Some(o) = c.objects.get_mut(&m.p.obj[..]) {
+                    let end = m.blk + m.n as u64;
+                    out[k] = Arc::make_mut(o).relocate(m.blk, end, &m.from, m.disk);
+                }
+            }
+        },
+    );
+    out
+}
+
+/// Calls `f` once per collection with the indices of `items` in it (in their order), so that
+/// background work takes each collection's lock once per batch, not once per item.
+fn for_each_by_collection<T>(
+    items: &[T],
+    coll_of: impl Fn(&T) -> crate::txn::CollId,
+    mut f: impl FnMut(crate::txn::CollId, &[usize]),
+) {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| coll_of(&items[i]));
+    for group in order.chunk_by(|&a, &b| coll_of(&items[a]) == coll_of(&items[b])) {
+        f(coll_of(&items[group[0]]), group);
+    }
 }
 
 /// Frees the copies of a relocated run nothing points to and records the run for the

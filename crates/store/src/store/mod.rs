@@ -84,6 +84,9 @@ pub struct StoreStats {
     pub lock_waits: crate::LockWaitStats,
     pub wal_lock_waits: crate::LockWaitStats,
     pub coll_lock_waits: crate::LockWaitStats,
+    /// Waits for collections' locks by the flusher, the cleaner and batches finishing direct
+    /// writes (not on a commit's path).
+    pub coll_lock_waits_background: crate::LockWaitStats,
 }
 
 /// Heap bytes of the index per object besides its extents (a name of ~40 bytes included), and
@@ -229,6 +232,7 @@ impl Store {
             lock_waits: self.sh.lock_waits.get(),
             wal_lock_waits: self.sh.wal_lock_waits.get(),
             coll_lock_waits: self.sh.colls.waits.get(),
+            coll_lock_waits_background: self.sh.colls.background_waits.get(),
         }
     }
 

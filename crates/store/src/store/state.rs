@@ -3,11 +3,12 @@
 //! queue under a third one, and the condition variables they wait on.
 //!
 //! Lock order: the collections' table, their slots, `st`, `wq`. A committer checks and
-//! reserves room under `st`, applies its transaction to its collections with `st` released,
-//! then, still holding its collections, takes `st` to account the space and `wq` for the
-//! moment it numbers its record and queues it (so that each collection's records are numbered
-//! in the order they were applied); everything after, waiting for durability and writing
-//! batches, takes `wq` only. A batch writer holds no lock while it writes the device.
+//! reserves room under `st` before it locks its collections, applies its transaction to them
+//! with `st` released, then, still holding its collections, takes `st` to account the space
+//! and `wq` for the moment it numbers its record and queues it (so that each collection's
+//! records are numbered in the order they were applied); everything after, waiting for
+//! durability and writing batches, takes `wq` only. A batch writer holds no lock while it
+//! writes the device.
 
 use crate::device::BLOCK_SIZE;
 use crate::index::Dirty;
