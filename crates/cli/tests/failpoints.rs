@@ -18,7 +18,8 @@ include!("harness/store.rs");
 
 /// The store's failpoints, each inside a step that a crash must not tear.
 const STORE_POINTS: [&str; 4] = [
-    // Half of a transaction's effects in the index, the store's lock held.
+    // Half of a transaction's effects in the index, its collections' locks held (every
+    // transaction of the workload names the counters' collection: all threads stall there).
     "store_index_apply",
     // A flush batch on its segment, the index still pointing at the pending copies.
     "store_flusher_written",

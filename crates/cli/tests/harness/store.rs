@@ -261,7 +261,11 @@ impl Harness {
     }
 
     fn ctx(&self) -> String {
-        format!("{} seed {} round {}", self.name, self.seed, self.round)
+        let at = self
+            .failpoint
+            .as_ref()
+            .map_or(String::new(), |f| format!(" failpoint {}", f.spec()));
+        format!("{} seed {} round {}{at}", self.name, self.seed, self.round)
     }
 
     fn spawn(&self, p: &Plan) -> Child {

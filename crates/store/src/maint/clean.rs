@@ -57,24 +57,8 @@ pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
     }
     // Pointed at their new place and accounted under one hold of the collections' table
     // (a checkpoint's snapshot sees them before they moved or after they were accounted).
-    let mut moves = Vec::new();
-    let mut pos = 0u64;
-    for p in &pieces {
-        for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
-            let LocMatch::Disk(src) = p.from else {
-                continue;
-            };
-            let from = LocMatch::Disk(src + (blk - p.first) * B);
-            moves.push(Move {
-                p,
-                blk,
-                n,
-                from,
-                disk,
-            });
-        }
-        pos += p.nblocks as u64;
-    }
+    // The cleaner's pieces are all on a data device (`LocMatch::Disk`).
+    let moves = moves_over_runs(&pieces, &runs, &mut 0);
     let table = sh.colls.read();
     let moved = relocate_all(sh, &table, &moves);
     let mut guard = sh.lock();

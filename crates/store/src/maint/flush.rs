@@ -162,27 +162,7 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         // Each chunk is pointed at its new place and accounted under one hold of the
         // collections' table, so that a checkpoint's snapshot sees it either before it
         // moved or after it was accounted.
-        let mut moves = Vec::with_capacity(chunk.len());
-        for p in chunk {
-            for (blk, n, disk) in split_over_runs(&runs, pos, p.first, p.nblocks) {
-                let rel = (blk - p.first) as usize * BLOCK_SIZE;
-                let from = match &p.from {
-                    LocMatch::Mem { id, off } => LocMatch::Mem {
-                        id: *id,
-                        off: off + rel,
-                    },
-                    LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
-                };
-                moves.push(Move {
-                    p,
-                    blk,
-                    n,
-                    from,
-                    disk,
-                });
-            }
-            pos += p.nblocks as u64;
-        }
+        let moves = moves_over_runs(chunk, &runs, &mut pos);
         let table = sh.colls.read();
         let moved = relocate_all(sh, &table, &moves);
         let mut st = sh.lock();

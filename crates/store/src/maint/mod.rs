@@ -375,6 +375,34 @@ struct Move<'a> {
     disk: u64,
 }
 
+/// The moves that point `pieces`, laid out one after the other from block `*pos` of the
+/// allocated `runs`, at their new place (a piece that spans two runs is two moves); advances
+/// `*pos` past them.
+fn moves_over_runs<'a>(pieces: &'a [Piece], runs: &[(u64, u32)], pos: &mut u64) -> Vec<Move<'a>> {
+    let mut moves = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        for (blk, n, disk) in split_over_runs(runs, *pos, p.first, p.nblocks) {
+            let rel = (blk - p.first) as usize * BLOCK_SIZE;
+            let from = match &p.from {
+                LocMatch::Mem { id, off } => LocMatch::Mem {
+                    id: *id,
+                    off: off + rel,
+                },
+                LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
+            };
+            moves.push(Move {
+                p,
+                blk,
+                n,
+                from,
+                disk,
+            });
+        }
+        *pos += p.nblocks as u64;
+    }
+    moves
+}
+
 /// Points each move's blocks at their new place, locking each collection once for all of
 /// its moves; returns each move's moved runs (blocks from `blk`, count), in order. The
 /// caller accounts them ([`account_moved`]) before it releases the table.
