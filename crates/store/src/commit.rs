@@ -1021,10 +1021,6 @@ pub(crate) fn write_batch_then<'a>(
     if let Err(e) = result {
         return wal_failed(sh, format!("WAL write failed: {e}"));
     }
-    // Finishing direct writes changes the index and the segments: before `wq` (lock order).
-    if !jobs.is_empty() {
-        direct::finish(sh, jobs);
-    }
     let mut wq = sh.wal_lock();
     wq.writing = false;
     wq.writing_direct = false;
@@ -1048,6 +1044,16 @@ pub(crate) fn write_batch_then<'a>(
     wake_batch(sh, &wq, first_seq, last_seq);
     if wq.cut.is_some() || wq.cut_point.is_some() {
         sh.durable_cv.notify_all(); // a checkpoint waits for the records before its cut
+    }
+    if !jobs.is_empty() {
+        // After the batch is counted durable and its committers woken: finishing takes the
+        // jobs' collections (and the table before `wq`, in lock order), and a commit of
+        // another collection in this batch must not wait for a busy one. Until finished, the
+        // index serves the jobs' blocks from memory, and a checkpoint names them at their
+        // place (`direct_dest`): their data is on the device before their records.
+        drop(wq);
+        direct::finish(sh, jobs);
+        wq = sh.wal_lock();
     }
     wq
 }

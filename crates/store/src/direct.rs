@@ -17,8 +17,7 @@ use crate::device::{AlignedBuf, BLOCK_SIZE};
 use crate::effect::{Effect, Name};
 use crate::error::Result;
 use crate::index::{block_crcs, ApplyOut, Index, LocMatch, MemRef};
-use crate::maint::{alloc, free_unmoved, Use};
-use crate::segments::Summary;
+use crate::maint::{account_moved, alloc, relocate_all, Move, Use};
 use crate::shared::SharedBytes;
 use crate::store::{Shared, State};
 use crate::txn::{CollId, Op, Transaction};
@@ -293,41 +292,28 @@ pub(crate) fn write_jobs(sh: &Shared, jobs: &[DirectJob]) -> Result<()> {
 /// freed), records them for the cleaner and ends their hold. Takes the collections' table:
 /// the caller holds no lock.
 pub(crate) fn finish(sh: &Shared, jobs: Vec<DirectJob>) {
-    let table = sh.colls.read();
-    let moved: Vec<Vec<(u64, u32)>> = jobs
+    let moves: Vec<Move> = jobs
         .iter()
-        .map(|j| {
-            let from = LocMatch::Mem {
+        .map(|j| Move {
+            coll: j.coll,
+            obj: &j.obj,
+            blk: j.first_block,
+            n: j.nblocks,
+            from: LocMatch::Mem {
                 id: j.id,
                 off: j.buf_off,
-            };
-            let end = j.first_block + j.nblocks as u64;
-            let Some(slot) = table.get(&j.coll) else {
-                return Vec::new();
-            };
-            let mut g = sh.colls.lock_background(slot);
-            g.as_mut()
-                .map(Arc::make_mut)
-                .and_then(|c| c.objects.get_mut(&j.obj[..]))
-                .map_or_else(Vec::new, |o| {
-                    Arc::make_mut(o).relocate(j.first_block, end, &from, j.disk)
-                })
+            },
+            disk: j.disk,
         })
         .collect();
+    let table = sh.colls.read();
+    let moved = relocate_all(sh, &table, &moves);
     // Accounted before the table is released: a checkpoint's snapshot sees the jobs either
     // before they moved or after they were accounted.
     let mut st = sh.lock();
-    for (j, moved) in jobs.into_iter().zip(moved) {
+    for ((j, m), moved) in jobs.iter().zip(&moves).zip(moved) {
         st.direct_dest.remove(&j.id);
-        free_unmoved(sh, &mut st, j.disk, j.nblocks, &moved);
-        if let Some(s) = st.segs.seg_of(j.disk) {
-            st.segs.summaries[s as usize].push(Summary {
-                coll: j.coll,
-                obj: j.obj,
-                first_block: j.first_block,
-                nblocks: j.nblocks,
-            });
-        }
+        account_moved(sh, &mut st, m, &moved);
         st.segs.in_flight(&[(j.disk, j.nblocks)], false);
     }
     if st.cv_waiters > 0 {

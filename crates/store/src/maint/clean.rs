@@ -64,7 +64,7 @@ pub(super) fn clean_one(sh: &Shared, throttle: bool) -> Result<()> {
     let mut guard = sh.lock();
     let st = &mut *guard;
     for (m, moved) in moves.iter().zip(moved) {
-        account_moved(sh, st, m.p, m.blk, m.n, m.disk, &moved);
+        account_moved(sh, st, m, &moved);
         if let LocMatch::Disk(old) = m.from {
             for &(rel, k) in &moved {
                 st.segs.free_live(old + rel * B, k);

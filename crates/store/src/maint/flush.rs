@@ -167,7 +167,7 @@ pub(super) fn flush_some(sh: &Shared, relaxed: bool) -> Result<u64> {
         let moved = relocate_all(sh, &table, &moves);
         let mut st = sh.lock();
         for (m, moved) in moves.iter().zip(moved) {
-            account_moved(sh, &mut st, m.p, m.blk, m.n, m.disk, &moved);
+            account_moved(sh, &mut st, m, &moved);
             let count: u64 = moved.iter().map(|m| m.1 as u64).sum();
             st.pending_blocks = st.pending_blocks.saturating_sub(count);
         }

@@ -367,12 +367,13 @@ fn make_space(sh: &Shared) -> Result<bool> {
 
 /// One run of a piece to point at its new place: blocks `blk..blk + n` of the piece's object
 /// that are still at `from` go to `disk`.
-struct Move<'a> {
-    p: &'a Piece,
-    blk: u64,
-    n: u32,
-    from: LocMatch,
-    disk: u64,
+pub(crate) struct Move<'a> {
+    pub coll: crate::txn::CollId,
+    pub obj: &'a crate::effect::Name,
+    pub blk: u64,
+    pub n: u32,
+    pub from: LocMatch,
+    pub disk: u64,
 }
 
 /// The moves that point `pieces`, laid out one after the other from block `*pos` of the
@@ -391,7 +392,8 @@ fn moves_over_runs<'a>(pieces: &'a [Piece], runs: &[(u64, u32)], pos: &mut u64) 
                 LocMatch::Disk(d) => LocMatch::Disk(d + rel as u64),
             };
             moves.push(Move {
-                p,
+                coll: p.coll,
+                obj: &p.obj,
                 blk,
                 n,
                 from,
@@ -406,11 +408,15 @@ fn moves_over_runs<'a>(pieces: &'a [Piece], runs: &[(u64, u32)], pos: &mut u64) 
 /// Points each move's blocks at their new place, locking each collection once for all of
 /// its moves; returns each move's moved runs (blocks from `blk`, count), in order. The
 /// caller accounts them ([`account_moved`]) before it releases the table.
-fn relocate_all(sh: &Shared, table: &crate::colls::Table, moves: &[Move]) -> Vec<Vec<(u64, u32)>> {
+pub(crate) fn relocate_all(
+    sh: &Shared,
+    table: &crate::colls::Table,
+    moves: &[Move],
+) -> Vec<Vec<(u64, u32)>> {
     let mut out = vec![Vec::new(); moves.len()];
     for_each_by_collection(
         moves,
-        |m| m.p.coll,
+        |m| m.coll,
         |coll, group| {
             let Some(slot) = table.get(&coll) else { return };
             let mut g = sh.colls.lock_background(slot);
@@ -419,7 +425,7 @@ fn relocate_all(sh: &Shared, table: &crate::colls::Table, moves: &[Move]) -> Vec
             };
             for &k in group {
                 let m = &moves[k];
-                if let Some(o) = c.objects.get_mut(&m.p.obj[..]) {
+                if let Some(o) = c.objects.get_mut(&m.obj[..]) {
                     let end = m.blk + m.n as u64;
                     out[k] = Arc::make_mut(o).relocate(m.blk, end, &m.from, m.disk);
                 }
@@ -445,22 +451,14 @@ fn for_each_by_collection<T>(
 
 /// Frees the copies of a relocated run nothing points to and records the run for the
 /// cleaner.
-fn account_moved(
-    sh: &Shared,
-    st: &mut State,
-    p: &Piece,
-    blk: u64,
-    n: u32,
-    disk: u64,
-    moved: &[(u64, u32)],
-) {
-    free_unmoved(sh, st, disk, n, moved);
-    if let Some(s) = st.segs.seg_of(disk) {
+pub(crate) fn account_moved(sh: &Shared, st: &mut State, m: &Move, moved: &[(u64, u32)]) {
+    free_unmoved(sh, st, m.disk, m.n, moved);
+    if let Some(s) = st.segs.seg_of(m.disk) {
         st.segs.summaries[s as usize].push(Summary {
-            coll: p.coll,
-            obj: p.obj.clone(),
-            first_block: blk,
-            nblocks: n,
+            coll: m.coll,
+            obj: m.obj.clone(),
+            first_block: m.blk,
+            nblocks: m.n,
         });
     }
 }
@@ -468,7 +466,7 @@ fn account_moved(
 /// Frees the blocks of a written run that no longer back anything (overwritten meanwhile):
 /// the complement of the `moved` runs within `n` blocks at `disk`; the read cache forgets
 /// them (they were cached as they were written).
-pub(crate) fn free_unmoved(sh: &Shared, st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
+fn free_unmoved(sh: &Shared, st: &mut State, disk: u64, n: u32, moved: &[(u64, u32)]) {
     let mut at = 0u64;
     for &(rel, k) in moved.iter().chain(std::iter::once(&(n as u64, 0))) {
         if rel > at {
