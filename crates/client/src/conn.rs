@@ -8,8 +8,9 @@
 //! together). Below the threshold nothing waits.
 
 use cairn_failstop::LockOrDie;
+use cairn_proto::msg::call::Empty;
 use cairn_proto::msg::osd::{
-    BatchedOp, OpBatch, OpReply, OpRequest, OP, OP_BATCH, OP_REPLY, OSD_SYNC, OSD_SYNC_REPLY,
+    BatchedOp, OpBatch, OpReply, OpRequest, OP, OP_BATCH, OP_CALL, SYNC_CALL,
 };
 use cairn_proto::Limits;
 use cairn_transport::{node_kind, Dialer, FrameSender, SendClosed, Session};
@@ -127,17 +128,10 @@ impl OsdConn {
     /// `timeout`. Merged ops waiting to leave go first.
     pub async fn sync(&self, timeout: Duration) -> Result<(), ConnError> {
         self.merge.send_pending(&self.session);
-        let f = self
-            .session
-            .call(OSD_SYNC, &[], &[], timeout)
+        self.session
+            .ask(SYNC_CALL, &Empty, &[], timeout)
             .await
-            .map_err(|e| ConnError::broken(format!("{}: sync: {e}", self.addr)))?;
-        if f.msg_type != OSD_SYNC_REPLY {
-            return Err(ConnError::broken(format!(
-                "{}: unexpected reply type {} to a sync",
-                self.addr, f.msg_type
-            )));
-        }
+            .map_err(|e| ConnError::broken(format!("sync: {e}")))?;
         Ok(())
     }
 
@@ -161,7 +155,7 @@ impl OsdConn {
         } else {
             // Merged ops issued before this one leave first.
             m.send_pending(&self.session);
-            let control = cairn_proto::msg::encode(req);
+            let control = OP_CALL.encode(req);
             // Alone on the connection: write now (lowest latency). With others in flight,
             // let the ops issued in this turn of the event loop go out in one write.
             // A shared payload is held by the queue, not copied, whenever it waits there:
@@ -185,7 +179,7 @@ impl OsdConn {
             .wait()
             .await
             .map_err(|e| ConnError::broken(e.to_string()))?;
-        if f.msg_type != OP_REPLY {
+        if f.msg_type != OP_CALL.reply {
             let why = format!(
                 "{}: unexpected reply type {} to an op",
                 self.addr, f.msg_type
@@ -193,7 +187,7 @@ impl OsdConn {
             self.session.close(&why);
             return Err(ConnError::broken(why));
         }
-        match cairn_proto::msg::decode::<OpReply>("op reply", &f.control) {
+        match OP_CALL.decode_reply(&f.control) {
             Ok(r) => Ok((r, f.data)),
             Err(e) => {
                 let why = format!("{}: {e}", self.addr);

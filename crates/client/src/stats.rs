@@ -1,8 +1,9 @@
 //! Administrative requests to one OSD: its usage (for `cairn status`), scrubbing a PG.
 
 use crate::error::ClientError;
-use cairn_proto::msg::osd::{OsdStats, OSD_STATS, OSD_STATS_REPLY};
-use cairn_proto::msg::scrub::{ScrubPg, ScrubReport, SCRUB_PG, SCRUB_REPORT};
+use cairn_proto::msg::call::{Call, Empty};
+use cairn_proto::msg::osd::{OsdStats, STATS_CALL};
+use cairn_proto::msg::scrub::{ScrubPg, ScrubReport, SCRUB_PG_CALL};
 use cairn_proto::Limits;
 use cairn_transport::{node_kind, Auth, Dialer, Session};
 use std::time::Duration;
@@ -13,8 +14,7 @@ pub async fn osd_stats(
     auth: &Auth,
     timeout: Duration,
 ) -> Result<OsdStats, ClientError> {
-    let f = ask(addr, auth, OSD_STATS, &[], OSD_STATS_REPLY, timeout).await?;
-    cairn_proto::msg::decode::<OsdStats>("osd stats", &f).map_err(|e| fail(addr, e.to_string()))
+    ask(addr, auth, STATS_CALL, &Empty, timeout).await
 }
 
 /// Asks the OSD at `addr` (the PG's primary) to scrub one PG, and waits up to `timeout`
@@ -25,10 +25,7 @@ pub async fn scrub_pg(
     req: &ScrubPg,
     timeout: Duration,
 ) -> Result<ScrubReport, ClientError> {
-    let control = cairn_proto::msg::encode(req);
-    let f = ask(addr, auth, SCRUB_PG, &control, SCRUB_REPORT, timeout).await?;
-    cairn_proto::msg::decode::<ScrubReport>("scrub report", &f)
-        .map_err(|e| fail(addr, e.to_string()))
+    ask(addr, auth, SCRUB_PG_CALL, req, timeout).await
 }
 
 /// Asks the OSD at `addr` (the PG's primary) what `pg` is doing (`cairn pg query`).
@@ -39,16 +36,14 @@ pub async fn pg_status(
     epoch: u64,
     timeout: Duration,
 ) -> Result<cairn_proto::msg::peering::PgStatus, ClientError> {
-    use cairn_proto::msg::peering::{PgQuery, PG_STATUS, PG_STATUS_REPLY};
+    use cairn_proto::msg::peering::{PgQuery, STATUS_CALL};
     let q = PgQuery {
         epoch,
         pool: pg.pool,
         pg: pg.pg,
         since: 0,
     };
-    let control = cairn_proto::msg::encode(&q);
-    let f = ask(addr, auth, PG_STATUS, &control, PG_STATUS_REPLY, timeout).await?;
-    cairn_proto::msg::decode("pg status", &f).map_err(|e| fail(addr, e.to_string()))
+    ask(addr, auth, STATUS_CALL, &q, timeout).await
 }
 
 /// Asks the primary of `pg` (at `addr`) to give up the PG's unfound objects: delete them, or
@@ -61,18 +56,14 @@ pub async fn pg_mark_unfound_lost(
     delete: bool,
     timeout: Duration,
 ) -> Result<(), ClientError> {
-    use cairn_proto::msg::peering::{PgDone, PgMarkLost, PG_DONE, PG_MARK_LOST};
+    use cairn_proto::msg::peering::{PgDone, PgMarkLost, MARK_LOST_CALL};
     let q = PgMarkLost {
         epoch,
         pool: pg.pool,
         pg: pg.pg,
         delete,
     };
-    let control = cairn_proto::msg::encode(&q);
-    let f = ask(addr, auth, PG_MARK_LOST, &control, PG_DONE, timeout).await?;
-    match cairn_proto::msg::decode::<PgDone>("pg done", &f)
-        .map_err(|e| fail(addr, e.to_string()))?
-    {
+    match ask(addr, auth, MARK_LOST_CALL, &q, timeout).await? {
         PgDone::Done => Ok(()),
         PgDone::Failed { why, .. } => Err(fail(addr, why)),
         other => Err(fail(addr, format!("unexpected answer {other:?}"))),
@@ -94,24 +85,20 @@ fn transport(e: impl std::fmt::Display) -> ClientError {
     }
 }
 
-/// Sends one request on a connection of its own; returns the reply's control part.
-async fn ask(
+/// Sends one request on a connection of its own; returns its reply.
+async fn ask<Req: serde::Serialize, Rep: serde::de::DeserializeOwned>(
     addr: &str,
     auth: &Auth,
-    msg_type: u16,
-    control: &[u8],
-    want: u16,
+    call: Call<Req, Rep>,
+    req: &Req,
     timeout: Duration,
-) -> Result<Vec<u8>, ClientError> {
+) -> Result<Rep, ClientError> {
     let started = tokio::time::Instant::now();
     let dialer = Dialer::new(node_kind::CLIENT, auth.clone()).timeout(timeout);
     let session = Session::open(&dialer, addr, node_kind::OSD, Limits::default())
         .await
         .map_err(transport)?;
     let left = timeout.saturating_sub(started.elapsed());
-    let f = session
-        .call_for(msg_type, want, control, &[], left)
-        .await
-        .map_err(transport)?;
-    Ok(f.control)
+    let (reply, _) = session.ask(call, req, &[], left).await.map_err(transport)?;
+    Ok(reply)
 }

@@ -172,7 +172,9 @@ impl From<RpcError> for Failure {
             RpcError::Connect(DialError::WrongPeer { .. }) => FailClass::Protocol,
             RpcError::Connect(_) => FailClass::Transient,
             RpcError::Call(CallError::Refused { code, .. }) => FailClass::of_code(*code),
-            RpcError::Call(CallError::Unexpected { .. }) => FailClass::Protocol,
+            RpcError::Call(CallError::Unexpected { .. } | CallError::Malformed { .. }) => {
+                FailClass::Protocol
+            }
             RpcError::Call(CallError::Closed { .. } | CallError::Timeout { .. }) => {
                 FailClass::Transient
             }

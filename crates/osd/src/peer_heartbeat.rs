@@ -6,7 +6,8 @@
 use crate::context::Osd;
 use crate::peering::rpc::Rpc;
 use cairn_monclient::MonClient;
-use cairn_proto::msg::osd::{OSD_PING, OSD_PONG};
+use cairn_proto::msg::call::Empty;
+use cairn_proto::msg::osd::PING_CALL;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -106,7 +107,7 @@ async fn ping(osd: &Osd, link: &mut Option<Rpc>, id: u32, timeout: Duration) -> 
             *link = Some(Rpc::connect_osd(&osd.map(), id, &osd.dialer).await?);
         }
         match link.as_mut() {
-            Some(rpc) => rpc.call(OSD_PING, OSD_PONG, &[], &[]).await.map(|_| ()),
+            Some(rpc) => rpc.ask(PING_CALL, &Empty, &[]).await.map(|_| ()),
             None => Err(crate::peering::rpc::RpcError::NotInMap(id)),
         }
     };

@@ -95,6 +95,7 @@ pub fn is_error(msg_type: u16) -> bool {
     msg_type == mon::ERROR || msg_type == osd::ERROR
 }
 
+pub mod call;
 pub mod mon;
 pub mod osd;
 pub mod peering;

@@ -7,7 +7,8 @@ use crate::dial::{DialError, Dialer};
 use crate::frames::{read_guarded, READ_BUFFER};
 use crate::sender::FrameSender;
 use cairn_failstop::LockOrDie;
-use cairn_proto::msg::{decode, is_error, ErrorCode, ErrorReply};
+use cairn_proto::msg::call::Call;
+use cairn_proto::msg::{decode, is_error, ErrorCode, ErrorReply, MsgError};
 use cairn_proto::{Frame, Limits};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,9 @@ pub enum CallError {
     },
     #[error("{addr}: unexpected reply of type {got} (wanted {want})")]
     Unexpected { addr: String, got: u16, want: u16 },
+    /// The reply was of the right type but its control part does not decode.
+    #[error("{addr}: {error}")]
+    Malformed { addr: String, error: MsgError },
 }
 
 /// One multiplexed connection.
@@ -196,6 +200,28 @@ impl Session {
             });
         }
         Ok(f)
+    }
+
+    /// Sends `req` as `call`'s request (with `data`) and waits up to `timeout` for its reply:
+    /// the reply decoded, and its data part.
+    pub async fn ask<Req: serde::Serialize, Rep: serde::de::DeserializeOwned>(
+        &self,
+        call: Call<Req, Rep>,
+        req: &Req,
+        data: &[u8],
+        timeout: Duration,
+    ) -> Result<(Rep, Vec<u8>), CallError> {
+        let control = call.encode(req);
+        let f = self
+            .call_for(call.request, call.reply, &control, data, timeout)
+            .await?;
+        let rep = call
+            .decode_reply(&f.control)
+            .map_err(|error| CallError::Malformed {
+                addr: self.addr.to_string(),
+                error,
+            })?;
+        Ok((rep, f.data))
     }
 
     /// Ends the session: every waiting call fails with `why`, later calls fail at once.

@@ -17,8 +17,8 @@ use crate::context::Osd;
 use crate::failure::{FailClass, Failure};
 use crate::pglog::LogEntry;
 use cairn_map::PgId;
-use cairn_proto::msg::peering::{PgDone, PgInfo, PgQuery, PushKind, MAX_NAMES, PG_INFO, PG_QUERY};
-use cairn_proto::msg::{decode, encode};
+use cairn_proto::msg::encode;
+use cairn_proto::msg::peering::{PgDone, PgInfo, PgQuery, PushKind, MAX_NAMES, QUERY_CALL};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -522,10 +522,9 @@ async fn query(
         pg: pg.pg,
         since: 0,
     };
-    let f = rpc.call(PG_QUERY, PG_INFO, &encode(&q), &[]).await?;
-    let info: PgInfo = decode("pg info", &f.control)?;
+    let (info, data) = rpc.ask(QUERY_CALL, &q, &[]).await?;
     check_claims(&info, id, map.epoch)?;
-    let entries = crate::pglog::decode_peer_entries(&f.data)
+    let entries = crate::pglog::decode_peer_entries(&data)
         .map_err(|e| Failure::protocol(format!("osd.{id}'s log of pg {pg}: {e}")))?;
     Ok(Member {
         id,

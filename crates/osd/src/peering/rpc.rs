@@ -1,6 +1,7 @@
 //! Request/response with one member during peering and recovery: a session of its own
 //! (peering is rare; client writes keep their connections), through the transport layer.
 
+use cairn_proto::msg::call::Call;
 use cairn_proto::msg::ErrorCode;
 use cairn_proto::{Frame, Limits};
 use cairn_transport::{node_kind, CallError, DialError, Dialer, Session};
@@ -88,6 +89,26 @@ impl Rpc {
             .into());
         }
         Ok(f)
+    }
+
+    /// Sends `req` as `call`'s request and waits for its reply, decoded (a `PG_DONE`
+    /// refusal in place of another reply is [`CallError::Refused`], as in [`Rpc::call`]).
+    pub async fn ask<Req: serde::Serialize, Rep: serde::de::DeserializeOwned>(
+        &mut self,
+        call: Call<Req, Rep>,
+        req: &Req,
+        data: &[u8],
+    ) -> Result<(Rep, Vec<u8>), RpcError> {
+        let f = self
+            .call(call.request, call.reply, &call.encode(req), data)
+            .await?;
+        let rep = call
+            .decode_reply(&f.control)
+            .map_err(|error| CallError::Malformed {
+                addr: self.session.addr().to_string(),
+                error,
+            })?;
+        Ok((rep, f.data))
     }
 }
 

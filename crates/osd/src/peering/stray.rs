@@ -9,8 +9,7 @@ use crate::failure::Failure;
 use crate::pgstate::coll_of;
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId, PgPlacement};
-use cairn_proto::msg::peering::{PgDone, PgQuery, PG_CLEAN, PG_DONE};
-use cairn_proto::msg::{decode, encode};
+use cairn_proto::msg::peering::{PgDone, PgQuery, CLEAN_CALL};
 use cairn_store::Transaction;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,8 +76,7 @@ async fn ask(osd: &Osd, map: &ClusterMap, pg: PgId, primary: u32) -> Result<PgDo
         pg: pg.pg,
         since: 0,
     };
-    let f = rpc.call(PG_CLEAN, PG_DONE, &encode(&q), &[]).await?;
-    Ok(decode("pg done", &f.control)?)
+    Ok(rpc.ask(CLEAN_CALL, &q, &[]).await?.0)
 }
 
 /// Deletes this OSD's copy of `pg` if the map is still the one (`epoch`) the primary said

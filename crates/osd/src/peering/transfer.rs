@@ -10,10 +10,9 @@ use crate::context::Osd;
 use crate::failure::Failure;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{
-    PgDone, PgList, PgNames, PgObject, PgPull, PgPush, PushKind, PG_DONE, PG_LIST, PG_NAMES,
-    PG_OBJECT, PG_PULL, PG_PUSH, RECOVERY_CHUNK,
+    PgDone, PgList, PgNames, PgObject, PgPull, PgPush, PushKind, LIST_CALL, PULL_CALL, PUSH_CALL,
+    RECOVERY_CHUNK,
 };
-use cairn_proto::msg::{decode, encode};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -72,9 +71,7 @@ impl Ctx {
                     offset,
                     len: len.min(RECOVERY_CHUNK),
                 };
-                let f = rpc.call(PG_PULL, PG_OBJECT, &encode(&p), &[]).await?;
-                let o: PgObject = decode("pg object", &f.control)?;
-                Ok((o, f.data))
+                Ok(rpc.ask(PULL_CALL, &p, &[]).await?)
             }
         }
     }
@@ -124,8 +121,7 @@ impl Ctx {
                     primary: self.osd.id(),
                     kind,
                 };
-                let f = rpc.call(PG_PUSH, PG_DONE, &encode(&p), data).await?;
-                Ok(decode::<PgDone>("pg done", &f.control)?)
+                Ok(rpc.ask(PUSH_CALL, &p, data).await?.0)
             }
         }
     }
@@ -188,8 +184,7 @@ impl Ctx {
                         pg: self.pg.pg,
                         after: after.clone(),
                     };
-                    let f = rpc.call(PG_LIST, PG_NAMES, &encode(&l), &[]).await?;
-                    decode("pg names", &f.control)?
+                    rpc.ask(LIST_CALL, &l, &[]).await?.0
                 }
             };
             after = page.names.last().cloned();

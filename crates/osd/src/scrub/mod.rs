@@ -20,12 +20,10 @@ use crate::peering::rpc::Rpc;
 use crate::peering::transfer::{Ctx, End};
 use crate::pgstate::coll_of;
 use cairn_map::PgId;
-use cairn_proto::msg::decode;
-use cairn_proto::msg::encode;
 use cairn_proto::msg::peering::{PgDone, PushKind};
+use cairn_proto::msg::scrub::SCRUB_MAP_CALL;
 use cairn_proto::msg::scrub::{
-    PgScrub, PgScrubMap, ScrubFinding, ScrubReport, MAX_FINDINGS, MAX_SCRUB_OBJECTS, PG_SCRUB,
-    PG_SCRUB_MAP,
+    PgScrub, PgScrubMap, ScrubFinding, ScrubReport, MAX_FINDINGS, MAX_SCRUB_OBJECTS,
 };
 use compare::{CopyState, Verdict};
 use std::collections::BTreeSet;
@@ -197,10 +195,7 @@ async fn gather(ctx: &Ctx, links: &mut [Link], req: &PgScrub) -> Result<Vec<PgSc
                 crate::shard::with_pg(&ctx.osd, pg, |shard| map::build(&shard.osd.store, pg, req))
                     .ok_or_else(shutting_down)??
             }
-            Some(rpc) => {
-                let f = rpc.call(PG_SCRUB, PG_SCRUB_MAP, &encode(req), &[]).await?;
-                decode("pg scrub map", &f.control)?
-            }
+            Some(rpc) => rpc.ask(SCRUB_MAP_CALL, req, &[]).await?.0,
         };
         maps.push(m);
     }

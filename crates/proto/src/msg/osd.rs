@@ -4,6 +4,7 @@
 //! Object bytes travel in the frame's raw data part: a write's payload in the [`OP`] or [`REP`]
 //! frame, a read's result in the [`OP_REPLY`] frame.
 
+use super::call::{Call, Empty};
 use serde::{Deserialize, Serialize};
 
 /// Request: [`OpRequest`] (+ data for writes); reply: [`OP_REPLY`].
@@ -35,6 +36,15 @@ pub const ERROR: u16 = 209;
 pub const OSD_SYNC: u16 = 210;
 /// Reply: empty.
 pub const OSD_SYNC_REPLY: u16 = 211;
+
+/// [`OP`] answered by [`OP_REPLY`].
+pub const OP_CALL: Call<OpRequest, OpReply> = Call::new(OP, OP_REPLY, "op reply");
+/// [`OSD_STATS`] answered by [`OSD_STATS_REPLY`].
+pub const STATS_CALL: Call<Empty, OsdStats> = Call::new(OSD_STATS, OSD_STATS_REPLY, "osd stats");
+/// [`OSD_SYNC`] answered by [`OSD_SYNC_REPLY`].
+pub const SYNC_CALL: Call<Empty, Empty> = Call::new(OSD_SYNC, OSD_SYNC_REPLY, "osd sync reply");
+/// [`OSD_PING`] answered by [`OSD_PONG`].
+pub const PING_CALL: Call<Empty, Empty> = Call::new(OSD_PING, OSD_PONG, "osd pong");
 
 /// Longest object name accepted on the wire (same as the store's limit).
 pub const MAX_OBJECT_NAME: usize = 1024;

@@ -2,6 +2,7 @@
 //! for their PG info and log, then copies objects to (or from) the members that are behind.
 //! Every request is answered on the same connection with the same request id.
 
+use super::call::Call;
 use serde::{Deserialize, Serialize};
 
 /// Primary -> member: [`PgQuery`]; reply [`PG_INFO`].
@@ -37,6 +38,21 @@ pub const PG_STATUS_REPLY: u16 = 234;
 /// the order (it peers the PG again, giving the unfound objects up), `Failed` if the PG has
 /// no unfound objects or the receiver is not its primary.
 pub const PG_MARK_LOST: u16 = 235;
+
+/// [`PG_QUERY`] answered by [`PG_INFO`].
+pub const QUERY_CALL: Call<PgQuery, PgInfo> = Call::new(PG_QUERY, PG_INFO, "pg info");
+/// [`PG_PULL`] answered by [`PG_OBJECT`].
+pub const PULL_CALL: Call<PgPull, PgObject> = Call::new(PG_PULL, PG_OBJECT, "pg object");
+/// [`PG_PUSH`] answered by [`PG_DONE`].
+pub const PUSH_CALL: Call<PgPush, PgDone> = Call::new(PG_PUSH, PG_DONE, "pg done");
+/// [`PG_LIST`] answered by [`PG_NAMES`].
+pub const LIST_CALL: Call<PgList, PgNames> = Call::new(PG_LIST, PG_NAMES, "pg names");
+/// [`PG_CLEAN`] answered by [`PG_DONE`].
+pub const CLEAN_CALL: Call<PgQuery, PgDone> = Call::new(PG_CLEAN, PG_DONE, "pg done");
+/// [`PG_STATUS`] answered by [`PG_STATUS_REPLY`].
+pub const STATUS_CALL: Call<PgQuery, PgStatus> = Call::new(PG_STATUS, PG_STATUS_REPLY, "pg status");
+/// [`PG_MARK_LOST`] answered by [`PG_DONE`].
+pub const MARK_LOST_CALL: Call<PgMarkLost, PgDone> = Call::new(PG_MARK_LOST, PG_DONE, "pg done");
 
 /// Gives up a PG's unfound objects (`cairn pg mark-unfound-lost`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! Scrub: the primary of a PG asks every member for a digest of each object in a range of
 //! names and compares them; an operator (or the OSD's own timer) asks a primary to scrub a PG.
 
+use super::call::Call;
 use serde::{Deserialize, Serialize};
 
 /// Primary -> member: [`PgScrub`]; reply [`PG_SCRUB_MAP`].
@@ -11,6 +12,13 @@ pub const PG_SCRUB_MAP: u16 = 229;
 pub const SCRUB_PG: u16 = 230;
 /// Reply: [`ScrubReport`].
 pub const SCRUB_REPORT: u16 = 231;
+
+/// [`PG_SCRUB`] answered by [`PG_SCRUB_MAP`].
+pub const SCRUB_MAP_CALL: Call<PgScrub, PgScrubMap> =
+    Call::new(PG_SCRUB, PG_SCRUB_MAP, "pg scrub map");
+/// [`SCRUB_PG`] answered by [`SCRUB_REPORT`].
+pub const SCRUB_PG_CALL: Call<ScrubPg, ScrubReport> =
+    Call::new(SCRUB_PG, SCRUB_REPORT, "scrub report");
 
 /// Most objects one scrub map describes.
 pub const MAX_SCRUB_OBJECTS: u32 = 256;
