@@ -729,8 +729,11 @@ fn wait_for_abort(child: &mut Child, ctx: &str) -> i32 {
     libc::SIGABRT
 }
 
-/// Waits until the torture process has said nothing for a second: a failpoint that sleeps
-/// with the store's lock held (or its batch unwritten) has stopped every thread there.
+/// Waits until the torture process has said nothing for a second after its threads began
+/// committing: a failpoint that sleeps with a collection's lock held (every transaction of
+/// the workload names collection 1), or its batch unwritten, has stopped every thread there.
+/// Nothing need be acknowledged yet: a point reached in the first transaction (a small skip
+/// count) stalls the process before any acknowledgement.
 fn wait_for_silence(seen: &Arc<(Mutex<Seen>, Condvar)>, ctx: &str) {
     let t0 = Instant::now();
     let (m, cv) = &**seen;
@@ -748,7 +751,7 @@ fn wait_for_silence(seen: &Arc<(Mutex<Seen>, Condvar)>, ctx: &str) {
         s = cv.wait_timeout(s, Duration::from_millis(100)).unwrap().0;
         if (&s.tries, &s.acks) != (&last.0, &last.1) {
             last = (s.tries.clone(), s.acks.clone(), Instant::now());
-        } else if last.2.elapsed() > Duration::from_secs(1) && !s.acks.is_empty() {
+        } else if last.2.elapsed() > Duration::from_secs(1) && !s.tries.is_empty() {
             return;
         }
     }
