@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Cairn needs that are missing, and nothing else.
-#   scripts/deps.sh build   # to build: OpenSSL's headers (NBD TLS) and pkg-config
+#   scripts/deps.sh build   # to build: a C compiler, OpenSSL's headers (NBD TLS) and pkg-config
 #   scripts/deps.sh test    # to run the tests: the real NBD clients, fio, nftables, ...
 # Both may be given. Uses apt-get (as root, or through sudo); without either it says what to
 # install and fails.
@@ -8,6 +8,9 @@ set -euo pipefail
 
 need=()
 want_build() {
+    # A C compiler: Rust links with it, and the erasure code's SIMD kernels are C
+    # (reed-solomon-erasure's simd-accel, crates/ec).
+    command -v cc >/dev/null 2>&1 || need+=(gcc)
     command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
     if ! { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openssl; }; then
         need+=(libssl-dev)
