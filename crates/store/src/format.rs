@@ -15,6 +15,25 @@ pub const SUPERBLOCK_MAGIC: &[u8; 8] = b"CAIRNSB1";
 pub const WAL_HEADER_MAGIC: &[u8; 8] = b"CAIRNWH1";
 
 /// What a device is used for.
+/// Why a device's first block is not a superblock this build can use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SuperblockError {
+    #[error("short superblock ({0} bytes)")]
+    Short(usize),
+    #[error("no Cairn superblock (bad magic): not formatted, or not a Cairn device")]
+    NoMagic,
+    #[error("superblock checksum mismatch")]
+    Checksum,
+    #[error("format version {0}, this build reads version {FORMAT_VERSION}")]
+    Version(u32),
+    #[error("unknown device role {0}")]
+    Role(u8),
+    #[error("block size {0}, expected {BLOCK_SIZE}")]
+    BlockSize(u32),
+    #[error("superblock field: {0}")]
+    Field(String),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// A data device (it may also hold the WAL).
@@ -83,40 +102,36 @@ impl Superblock {
     }
 
     /// Decodes and verifies a superblock block; the error says what is wrong.
-    pub fn decode(b: &[u8]) -> Result<Self, String> {
+    pub fn decode(b: &[u8]) -> Result<Self, SuperblockError> {
         if b.len() < BLOCK_SIZE {
-            return Err("short superblock".into());
+            return Err(SuperblockError::Short(b.len()));
         }
         let b = &b[..BLOCK_SIZE];
         if &b[4..12] != SUPERBLOCK_MAGIC {
-            return Err(
-                "no Cairn superblock (bad magic): not formatted, or not a Cairn device".into(),
-            );
+            return Err(SuperblockError::NoMagic);
         }
         if !sealed_ok(b) {
-            return Err("superblock checksum mismatch".into());
+            return Err(SuperblockError::Checksum);
         }
         let mut r = Reader::new(&b[12..]);
-        let e = |e: crate::codec::DecodeError| e.0;
+        let e = |e: crate::codec::DecodeError| SuperblockError::Field(e.0);
         let version = r.u32().map_err(e)?;
         if version != FORMAT_VERSION {
-            return Err(format!(
-                "format version {version}, this build reads version {FORMAT_VERSION}"
-            ));
+            return Err(SuperblockError::Version(version));
         }
         let mut store_id = [0u8; 16];
         store_id.copy_from_slice(r.take(16).map_err(e)?);
         let role = match r.u8().map_err(e)? {
             1 => Role::Data,
             2 => Role::Wal,
-            x => return Err(format!("unknown device role {x}")),
+            x => return Err(SuperblockError::Role(x)),
         };
         let device_index = r.u8().map_err(e)?;
         let data_devices = r.u8().map_err(e)?;
         r.u8().map_err(e)?;
         let bs = r.u32().map_err(e)?;
         if bs as usize != BLOCK_SIZE {
-            return Err(format!("block size {bs}, expected {BLOCK_SIZE}"));
+            return Err(SuperblockError::BlockSize(bs));
         }
         let mut f = [0u64; 7];
         for x in f.iter_mut() {
@@ -242,11 +257,12 @@ mod tests {
         bad[100] ^= 1;
         assert_eq!(
             Superblock::decode(&bad).unwrap_err(),
-            "superblock checksum mismatch"
+            SuperblockError::Checksum
         );
-        assert!(Superblock::decode(&[0u8; 4096])
-            .unwrap_err()
-            .contains("bad magic"));
+        assert_eq!(
+            Superblock::decode(&[0u8; 4096]).unwrap_err(),
+            SuperblockError::NoMagic
+        );
     }
 
     // The golden files of the superblock and the WAL header: `crate::golden`.

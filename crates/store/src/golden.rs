@@ -42,7 +42,7 @@ fn superblock_v2() {
     ] {
         let want = superblock(role);
         Golden::raw(file, want.encode(), move |b| {
-            same(&Superblock::decode(b)?, &want)
+            same(&Superblock::decode(b).map_err(|e| e.to_string())?, &want)
         })
         .finish();
     }

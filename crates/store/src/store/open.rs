@@ -52,9 +52,9 @@ fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
     let mut b = AlignedBuf::zeroed(BLOCK_SIZE);
     dev.read_at(&mut b, 0)
         .map_err(|e| StoreError::io(dev.name(), 0, e))?;
-    Superblock::decode(&b).map_err(|reason| StoreError::BadDevice {
+    Superblock::decode(&b).map_err(|e| StoreError::BadDevice {
         device: dev.name().to_string(),
-        reason,
+        reason: e.to_string(),
     })
 }
 
@@ -319,7 +319,7 @@ fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
         reason,
     };
     let first = read_superblock(devs.data[0].as_ref())?;
-    check_geometry(&first).map_err(|r| bad(&devs.data[0], r))?;
+    check_geometry(&first).map_err(|r| bad(&devs.data[0], r.to_string()))?;
     for (i, d) in devs.data.iter().enumerate() {
         let sb = read_superblock(d.as_ref())?;
         if sb.role != Role::Data {
@@ -371,7 +371,7 @@ fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
     let region = match &devs.wal {
         Some(w) => {
             let sb = read_superblock(w.as_ref())?;
-            check_geometry(&sb).map_err(|r| bad(w, r))?;
+            check_geometry(&sb).map_err(|r| bad(w, r.to_string()))?;
             if w.size() < sb.wal_offset + sb.wal_size {
                 return Err(bad(
                     w,
@@ -406,22 +406,37 @@ fn check_devices(devs: &Devices) -> Result<(Superblock, WalRegion)> {
     Ok((first, region))
 }
 
+/// Superblock geometry that does not fit the device.
+#[derive(Debug, thiserror::Error)]
+enum BadGeometry {
+    #[error("bad WAL region ({size} bytes at {offset})")]
+    Wal { size: u64, offset: u64 },
+    #[error("WAL region beyond the device end")]
+    WalBeyondEnd,
+    #[error("segment area at {0} overlaps the superblock or WAL")]
+    SegmentOverlap(u64),
+    #[error("bad segment geometry ({count} segments of {size} bytes at {offset})")]
+    Segments { count: u64, size: u64, offset: u64 },
+    #[error("{0} data devices recorded")]
+    DataDevices(u8),
+}
+
 /// Rejects superblock geometry that does not fit the device (a checksum-valid but wrong
 /// superblock must not make the store compute nonsense offsets).
-fn check_geometry(sb: &Superblock) -> std::result::Result<(), String> {
+fn check_geometry(sb: &Superblock) -> std::result::Result<(), BadGeometry> {
     let min = 16 * BLOCK;
     if sb.wal_offset != 0
         && (sb.wal_size < min
             || !sb.wal_size.is_multiple_of(BLOCK)
             || !sb.wal_offset.is_multiple_of(BLOCK))
     {
-        return Err(format!(
-            "bad WAL region ({} bytes at {})",
-            sb.wal_size, sb.wal_offset
-        ));
+        return Err(BadGeometry::Wal {
+            size: sb.wal_size,
+            offset: sb.wal_offset,
+        });
     }
     if sb.wal_offset.saturating_add(sb.wal_size) > sb.device_size {
-        return Err("WAL region beyond the device end".into());
+        return Err(BadGeometry::WalBeyondEnd);
     }
     if sb.role == Role::Data {
         let after_wal = if sb.wal_offset == 0 {
@@ -430,10 +445,7 @@ fn check_geometry(sb: &Superblock) -> std::result::Result<(), String> {
             sb.wal_offset + sb.wal_size
         };
         if sb.segment_offset < after_wal || !sb.segment_offset.is_multiple_of(BLOCK) {
-            return Err(format!(
-                "segment area at {} overlaps the superblock or WAL",
-                sb.segment_offset
-            ));
+            return Err(BadGeometry::SegmentOverlap(sb.segment_offset));
         }
         let seg_ok = sb.segment_size >= min && sb.segment_size.is_multiple_of(BLOCK);
         let end = sb
@@ -441,13 +453,14 @@ fn check_geometry(sb: &Superblock) -> std::result::Result<(), String> {
             .checked_mul(sb.segment_size)
             .and_then(|x| x.checked_add(sb.segment_offset));
         if !seg_ok || sb.segment_count > u32::MAX as u64 || end.is_none_or(|e| e > sb.device_size) {
-            return Err(format!(
-                "bad segment geometry ({} segments of {} bytes at {})",
-                sb.segment_count, sb.segment_size, sb.segment_offset
-            ));
+            return Err(BadGeometry::Segments {
+                count: sb.segment_count,
+                size: sb.segment_size,
+                offset: sb.segment_offset,
+            });
         }
         if sb.data_devices == 0 || sb.data_devices > 2 {
-            return Err(format!("{} data devices recorded", sb.data_devices));
+            return Err(BadGeometry::DataDevices(sb.data_devices));
         }
     }
     Ok(())
