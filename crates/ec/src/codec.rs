@@ -61,14 +61,7 @@ impl Codec {
 
     /// The m parity chunks of the k data chunks `data` (all of one length).
     pub fn encode(&self, data: &[&[u8]]) -> Result<Vec<Vec<u8>>, EcError> {
-        let want = self.profile.k() as usize;
-        if data.len() != want {
-            return Err(self.count(data.len(), want));
-        }
-        let len = data[0].len();
-        if data.iter().any(|d| d.len() != len) {
-            return Err(self.sizes(len));
-        }
+        let len = self.common_len(data, self.profile.k())?;
         let mut parity = vec![vec![0u8; len]; self.profile.m() as usize];
         if len > 0 {
             self.rs
@@ -94,15 +87,7 @@ impl Codec {
 
     /// Whether the parity of a whole stripe (`shards`: k data, then m parity) is right.
     pub fn verify(&self, shards: &[&[u8]]) -> Result<bool, EcError> {
-        let want = self.profile.shards() as usize;
-        if shards.len() != want {
-            return Err(self.count(shards.len(), want));
-        }
-        let len = shards[0].len();
-        if shards.iter().any(|s| s.len() != len) {
-            return Err(self.sizes(len));
-        }
-        if len == 0 {
+        if self.common_len(shards, self.profile.shards())? == 0 {
             return Ok(true);
         }
         self.rs.verify(shards).map_err(|e| self.codec(e))
@@ -140,6 +125,19 @@ impl Codec {
                 .map_err(|e| self.codec(e))?;
         }
         Ok(delta)
+    }
+
+    /// The length every one of `chunks` has, which must be `want` chunks.
+    fn common_len(&self, chunks: &[&[u8]], want: u32) -> Result<usize, EcError> {
+        if chunks.len() != want as usize {
+            return Err(self.count(chunks.len(), want as usize));
+        }
+        // `want` is at least 1 (k and m are), so there is a first chunk.
+        let len = chunks.first().map_or(0, |c| c.len());
+        if chunks.iter().any(|c| c.len() != len) {
+            return Err(self.sizes(len));
+        }
+        Ok(len)
     }
 
     fn check_present(&self, shards: &[Option<Vec<u8>>]) -> Result<(), EcError> {

@@ -360,3 +360,40 @@ fn a_session_outlives_its_runtime_only_as_closed() {
     drop(session);
     server.join().expect("server");
 }
+
+/// A typed call decodes its reply; a reply of the right type whose control part does not
+/// decode is `Malformed` (naming the peer and the reply), and one of another type
+/// `Unexpected`.
+#[test]
+fn a_typed_call_decodes_its_reply_and_refuses_one_that_does_not_decode() {
+    use cairn_proto::msg::call::Call;
+    const CALL: Call<u32, u64> = Call::new(1, 2, "number");
+    rt().block_on(async {
+        let (session, mut server) = pair().await;
+        let serve = async {
+            for (reply_type, control) in [(2u16, encode(&7u64)), (2, vec![0xff; 11]), (3, vec![])] {
+                let f = read_frame(&mut server, &LIMITS).await.expect("request");
+                assert_eq!(f.control, encode(&5u32), "the request is the encoded value");
+                write_frame(&mut server, reply_type, f.request_id, &control, b"d")
+                    .await
+                    .expect("reply");
+            }
+        };
+        let calls = async {
+            let t = Duration::from_secs(10);
+            let ok = session.ask(CALL, &5, &[], t).await.expect("a good reply");
+            assert_eq!(ok, (7, b"d".to_vec()));
+            match session.ask(CALL, &5, &[], t).await {
+                Err(CallError::Malformed { error, .. }) => assert_eq!(error.what, "number"),
+                other => panic!("a reply that does not decode gave {other:?}"),
+            }
+            match session.ask(CALL, &5, &[], t).await {
+                Err(CallError::Unexpected {
+                    got: 3, want: 2, ..
+                }) => {}
+                other => panic!("a reply of another type gave {other:?}"),
+            }
+        };
+        tokio::join!(serve, calls);
+    });
+}

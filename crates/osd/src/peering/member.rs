@@ -171,7 +171,7 @@ fn bad_activation(p: &PgPush, map_epoch: u64) -> Option<String> {
 }
 
 /// Refuses a PG this OSD's map does not have (a push must never create one).
-fn check_pg(map: &cairn_map::ClusterMap, pg: PgId) -> Result<(), Refusal> {
+pub(crate) fn check_pg(map: &cairn_map::ClusterMap, pg: PgId) -> Result<(), Refusal> {
     match map.pools.get(&pg.pool) {
         Some(p) if pg.pg < p.pg_count => Ok(()),
         _ => Err(Refusal::new(

@@ -3,10 +3,11 @@
 
 use super::refuse;
 use crate::context::Osd;
+use crate::peering::member::check_pg;
 use cairn_map::PgId;
 use cairn_proto::msg::peering::{PgPull, PG_OBJECT};
 use cairn_proto::msg::scrub::{ScrubPg, SCRUB_PG, SCRUB_REPORT};
-use cairn_proto::msg::{ErrorCode, MsgError};
+use cairn_proto::msg::MsgError;
 use cairn_transport::FrameSender;
 use std::sync::Arc;
 
@@ -41,10 +42,8 @@ pub(super) fn start_pull(
     let (osd, to) = (osd.clone(), to.clone());
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        let map = osd.map();
-        if map.pools.get(&pg.pool).is_none_or(|p| pg.pg >= p.pg_count) {
-            let why = format!("pg {pg} does not exist in map epoch {}", map.epoch);
-            return refuse(&to, req_id, ErrorCode::NotFound, &why);
+        if let Err(r) = check_pg(&osd.map(), pg) {
+            return refuse(&to, req_id, r.code, &r.why);
         }
         if let Err(r) = crate::peering::member::not_splitting(&osd, pg) {
             return refuse(&to, req_id, r.code, &r.why);
@@ -71,15 +70,8 @@ pub(super) fn start_scrub(
         pool: req.pool,
         pg: req.pg,
     };
-    let map = osd.map();
-    if map.pools.get(&pg.pool).is_none_or(|p| pg.pg >= p.pg_count) {
-        refuse(
-            to,
-            req_id,
-            ErrorCode::NotFound,
-            &format!("pg {pg} does not exist in map epoch {}", map.epoch),
-        );
-        return;
+    if let Err(r) = check_pg(&osd.map(), pg) {
+        return refuse(to, req_id, r.code, &r.why);
     }
     let (osd, to) = (osd.clone(), to.clone());
     tokio::spawn(async move {

@@ -13,7 +13,7 @@ use cairn_proto::msg::osd::{
     OSD_STATS_REPLY, OSD_SYNC, REP,
 };
 use cairn_proto::msg::peering::{
-    PgList, PgMarkLost, PgPull, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_MARK_LOST, PG_PULL, PG_PUSH,
+    PgList, PgMarkLost, PgPush, PgQuery, PG_CLEAN, PG_LIST, PG_MARK_LOST, PG_PULL, PG_PUSH,
     PG_QUERY, PG_STATUS,
 };
 use cairn_proto::msg::scrub::{PgScrub, PG_SCRUB, SCRUB_PG};
@@ -55,24 +55,32 @@ impl Conn {
             Ok(r) => r,
             Err(e) => return self.malformed(frame.request_id, &e),
         };
+        match self.submit_op(frame.request_id, req, SharedBytes::new(frame.data)) {
+            true => Flow::Handed,
+            false => Flow::Answered,
+        }
+    }
+
+    /// Hands a client's op to the shard of its PG if the sender's caps allow it (else it is
+    /// refused, the connection kept); returns whether it was handed on.
+    fn submit_op(&mut self, req_id: u64, req: OpRequest, data: SharedBytes) -> bool {
         if let Err(why) = self.access.pool(&self.osd, req.pool, op_needs(&req.kind)) {
-            deny_op(&self.sender, frame.request_id, &why);
-            return Flow::Answered;
+            deny_op(&self.sender, req_id, &why);
+            return false;
         }
         let pg = PgId {
             pool: req.pool,
             pg: req.pg,
         };
+        let held = op_bytes(&req.kind, data.len());
         let msg = ShardMsg::Op {
-            reply: self
-                .sender
-                .for_request(&self.load, op_bytes(&req.kind, frame.data.len())),
-            req_id: frame.request_id,
+            reply: self.sender.for_request(&self.load, held),
+            req_id,
             req,
-            data: SharedBytes::new(frame.data),
+            data,
         };
         self.osd.dispatch(pg, msg, self.shard);
-        Flow::Handed
+        true
     }
 
     /// `OP_BATCH`: each op as if it had come in its own frame (inside the connection's send
@@ -94,28 +102,10 @@ impl Conn {
         let mut at = 0usize;
         for op in batch.ops {
             let end = at + op.data_len as usize;
-            let range = at..end;
+            // In range: `check` made the lengths add up to the buffer's.
+            let payload = data.slice(at..end).unwrap_or_default();
             at = end;
-            if let Err(why) = self
-                .access
-                .pool(&self.osd, op.req.pool, op_needs(&op.req.kind))
-            {
-                deny_op(&self.sender, op.request_id, &why);
-                continue;
-            }
-            let pg = PgId {
-                pool: op.req.pool,
-                pg: op.req.pg,
-            };
-            let held = op_bytes(&op.req.kind, op.data_len as usize);
-            let msg = ShardMsg::Op {
-                reply: self.sender.for_request(&self.load, held),
-                req_id: op.request_id,
-                req: op.req,
-                // In range: `check` made the lengths add up to the buffer's.
-                data: data.slice(range).unwrap_or_default(),
-            };
-            self.osd.dispatch(pg, msg, self.shard);
+            self.submit_op(op.request_id, op.req, payload);
         }
         Flow::Handed
     }
@@ -295,7 +285,6 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, MsgError> {
         PG_QUERY | PG_CLEAN | PG_STATUS => {
             decode::<PgQuery>("pg query", control).map(|q| (q.pool, q.pg))
         }
-        PG_PULL => decode::<PgPull>("pg pull", control).map(|q| (q.pool, q.pg)),
         PG_PUSH => decode::<PgPush>("pg push", control).map(|q| (q.pool, q.pg)),
         PG_SCRUB => decode::<PgScrub>("pg scrub", control).map(|q| (q.pool, q.pg)),
         PG_MARK_LOST => decode::<PgMarkLost>("pg mark lost", control).map(|q| (q.pool, q.pg)),

@@ -26,6 +26,9 @@ use tokio::net::TcpListener;
 /// request is read: backpressure on a peer that does not read.
 const MAX_QUEUED_REPLIES: usize = 32 << 20;
 
+/// Serves connections forever: shakes hands on the calling runtime (the OSD's service
+/// thread, so the shards only ever see connections that completed a handshake), then hands
+/// each connection to a shard in turn.
 pub async fn serve(osd: Arc<Osd>, listener: TcpListener) {
     let mut next = 0usize;
     loop {
