@@ -7,8 +7,8 @@
 
 use cairn_auth::{Caps, Entity, KeyChange, KeyDb, MonKey, Secret, StoredKey};
 use cairn_map::{
-    ChangeOutcome, ClusterMap, Domain, Durability, HostLocation, Incremental, MapChange, MapError,
-    OsdInfo, PastInterval, PlacementRule, Pool, PoolSetting,
+    ChangeOutcome, ClusterMap, Domain, Durability, EcProfile, HostLocation, Incremental, MapChange,
+    MapError, OsdInfo, PastInterval, PlacementRule, Pool, PoolSetting,
 };
 
 pub fn entity() -> Entity {
@@ -188,7 +188,27 @@ pub fn map_changes() -> Vec<(&'static str, MapChange)> {
             "BlocklistExpire",
             MapChange::BlocklistExpire { now: 1_767_229_217 },
         ),
+        (
+            "PoolCreateEc",
+            MapChange::PoolCreateEc {
+                name: "ec-pool".into(),
+                profile: ec_profile(),
+                min_size: 5,
+                pg_count: 128,
+                durability: Durability::Wal,
+                domain: Some(Domain::Host),
+            },
+        ),
     ]
+}
+
+/// The erasure-code profile of the samples: 4+2, 16 KiB chunks.
+pub fn ec_profile() -> EcProfile {
+    EcProfile {
+        k: 4,
+        m: 2,
+        stripe_unit: 16 << 10,
+    }
 }
 
 /// Every pool setting.
@@ -252,6 +272,25 @@ pub fn map_errors() -> Vec<(&'static str, MapError)> {
         ),
         ("BadInstance", MapError::BadInstance),
         ("BlocklistFull", MapError::BlocklistFull),
+        (
+            "BadEcProfile",
+            MapError::BadEcProfile("k and m must each be at least 1 (got 0+2)".into()),
+        ),
+        (
+            "BadEcMinSize",
+            MapError::BadEcMinSize {
+                k: 4,
+                m: 2,
+                min_size: 3,
+            },
+        ),
+        (
+            "EcFixed",
+            MapError::EcFixed {
+                pool: "ec-pool".into(),
+                what: "size (k + m)".into(),
+            },
+        ),
     ]
 }
 

@@ -137,10 +137,21 @@ pub enum PoolCmd {
 #[derive(Args)]
 pub struct PoolCreate {
     pub name: String,
-    /// Replicas per object.
-    #[arg(long, default_value_t = 3)]
+    /// Replicas per object (replicated pools; an EC pool's size is k + m).
+    #[arg(long, default_value_t = 3, conflicts_with = "ec")]
     pub size: u8,
-    /// Fewest replicas a write needs (default: size - 1, at least 1).
+    /// Erasure-coded instead of replicated: K+M (e.g. 4+2), k data and m parity chunks per
+    /// stripe on k + m distinct failure domains; survives the loss of any m; stores
+    /// (k + m) / k bytes per byte (1.5 for 4+2, against 3 for size 3). Fixed for the pool's
+    /// life. The OSDs of this version do not serve I/O on EC pools yet (docs/format/ec.md).
+    #[arg(long, value_name = "K+M")]
+    pub ec: Option<String>,
+    /// With --ec: bytes per chunk, a multiple of 4 KiB up to 1 MiB (default 16K). A write of
+    /// k chunks' worth of whole stripes is encoded without reading anything.
+    #[arg(long, requires = "ec", value_parser = parse_unit)]
+    pub stripe_unit: Option<u32>,
+    /// Fewest replicas a write needs (default: size - 1, at least 1); for an EC pool, fewest
+    /// shards, k..=k+m (default k + 1).
     #[arg(long)]
     pub min_size: Option<u8>,
     /// Placement groups (fixed for the pool's life; ~100 per OSD in total is typical).
@@ -161,6 +172,48 @@ pub struct PoolCreate {
     /// in OSDs: its PGs then stay degraded, or inactive, until there are enough.
     #[arg(long)]
     pub force: bool,
+}
+
+fn parse_unit(s: &str) -> Result<u32, String> {
+    let b = crate::size::parse_size(s)?;
+    u32::try_from(b).map_err(|_| format!("stripe unit {s:?} is too large (at most 1M)"))
+}
+
+/// The EC profile `--ec K+M [--stripe-unit N]` names, checked.
+fn ec_profile(km: &str, unit: Option<u32>) -> Result<cairn_map::EcProfile> {
+    let unit = unit.unwrap_or(cairn_ec::profile::DEFAULT_UNIT);
+    let p = cairn_ec::Profile::parse(km, unit).with_context(|| format!("--ec {km}"))?;
+    Ok(cairn_map::EcProfile {
+        k: u8::try_from(p.k())?,
+        m: u8::try_from(p.m())?,
+        stripe_unit: p.unit(),
+    })
+}
+
+/// `pool create --ec`: k + m shards, min_size k + 1 unless given.
+fn create_ec_pool(conf: Option<&Path>, a: &PoolCreate, km: &str) -> Result<()> {
+    let profile = ec_profile(km, a.stripe_unit)?;
+    let size = profile.shards();
+    let min_size = a.min_size.unwrap_or((profile.k + 1).min(size));
+    let map = get_map(conf)?;
+    let domain = a.domain.unwrap_or_else(|| map.default_domain(size));
+    let rule = PlacementRule::Erasure { domain, profile };
+    check_placeable(&map, &a.name, size, rule, a.force)?;
+    let c = MapChange::PoolCreateEc {
+        name: a.name.clone(),
+        profile,
+        min_size,
+        pg_count: a.pgs,
+        durability: durability(&a.durability)?,
+        domain: Some(domain),
+    };
+    let what = format!(
+        "pool {} create, erasure-coded {}, shards on distinct {}s, min_size {min_size}",
+        a.name,
+        profile.describe(),
+        domain.name()
+    );
+    change(conf, c, &what)
 }
 
 fn parse_domain(s: &str) -> Result<Domain, String> {
@@ -209,6 +262,10 @@ fn durability(s: &str) -> Result<Durability> {
 
 pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
     match cmd {
+        PoolCmd::Create(a) if a.ec.is_some() => {
+            let km = a.ec.clone().unwrap_or_default();
+            create_ec_pool(conf, &a, &km)
+        }
         PoolCmd::Create(a) => {
             let min_size = a.min_size.unwrap_or(a.size.saturating_sub(1).max(1));
             let map = get_map(conf)?;
@@ -250,19 +307,20 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!(
-                    "{:<5} {:<20} {:>4} {:>8} {:>5} {:<10} domain",
-                    "id", "name", "size", "min_size", "pgs", "durability"
+                    "{:<5} {:<20} {:>4} {:>8} {:>5} {:<10} {:<8} type",
+                    "id", "name", "size", "min_size", "pgs", "durability", "domain"
                 );
                 for p in map.pools.values() {
                     println!(
-                        "{:<5} {:<20} {:>4} {:>8} {:>5} {:<10} {}",
+                        "{:<5} {:<20} {:>4} {:>8} {:>5} {:<10} {:<8} {}",
                         p.id,
                         p.name,
                         p.size,
                         p.min_size,
                         p.pg_count,
                         p.durability.name(),
-                        p.rule.describe()
+                        p.rule.describe(),
+                        p.kind()
                     );
                 }
             }
@@ -276,7 +334,13 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
             if !yes_i_really_mean_it {
                 bail!("removing pool {name:?} destroys its objects; add --yes-i-really-mean-it");
             }
-            crate::vol_cmd::close_pool_volumes(conf, &name, force)?;
+            // An EC pool holds no volumes yet (its I/O is refused): none to close.
+            let ec = get_map(conf)?
+                .pool_by_name(&name)
+                .is_some_and(|p| p.ec().is_some());
+            if !ec {
+                crate::vol_cmd::close_pool_volumes(conf, &name, force)?;
+            }
             change(
                 conf,
                 MapChange::PoolRemove { name: name.clone() },
@@ -354,11 +418,11 @@ fn pool_json(p: &cairn_map::Pool) -> serde_json::Value {
     serde_json::json!({
         "id": p.id, "name": p.name, "size": p.size, "min_size": p.min_size,
         "pg_count": p.pg_count, "durability": p.durability.name(),
-        "domain": match p.rule {
-            PlacementRule::FlatV1 => serde_json::Value::Null,
-            PlacementRule::Tree { domain } => domain.name().into(),
-        },
-        "placement_version": match p.rule { PlacementRule::FlatV1 => 1, PlacementRule::Tree { .. } => 2 },
+        "domain": p.rule.domain().map(|d| d.name()),
+        "placement_version": if p.rule == PlacementRule::FlatV1 { 1 } else { 2 },
+        "type": if p.ec().is_some() { "erasure" } else { "replicated" },
+        "ec": p.ec().map(|e| serde_json::json!({"k": e.k, "m": e.m, "stripe_unit": e.stripe_unit})),
+        "raw_per_byte": p.raw_per_byte(),
     })
 }
 
@@ -639,11 +703,11 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     } = totals;
     let uses = crate::capacity::uses_of(&usage);
     let (mut full_lines, nearfull, full) = fullness(&uses, a);
-    let usable = |size: u8| crate::capacity::usable(&map, &uses, size);
+    let usable = |p: &cairn_map::Pool| crate::capacity::usable(&map, &uses, p.raw_per_byte());
     if nearfull || full {
         // Every pool spreads over every OSD in, so the fullest OSD limits them all.
         for p in map.pools.values() {
-            let room = usable(p.size).map_or("unknown".into(), crate::size::human);
+            let room = usable(p).map_or("unknown".into(), crate::size::human);
             let state = if full { "full" } else { "near full" };
             full_lines.push(format!(
                 "pool {} is {state}: room for about {room} more",
@@ -651,7 +715,8 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             ));
         }
     }
-    let pool_capacity = |size: u8| crate::capacity::pool_capacity(&map, &uses, size);
+    let pool_capacity =
+        |p: &cairn_map::Pool| crate::capacity::pool_capacity(&map, &uses, p.raw_per_byte());
     let (osds, up, inn) = map.osd_counts();
     let pgs = pg_counts(&map, &down_pgs);
     // Listing volumes needs every PG: skipped while some cannot answer.
@@ -662,7 +727,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     };
     let overcommit = |p: &cairn_map::Pool| -> Option<(u64, u64, f64)> {
         let prov = *provisioned.get(&p.name)?.as_ref().ok()?;
-        let cap = pool_capacity(p.size)?;
+        let cap = pool_capacity(p)?;
         (prov > 0 && cap > 0).then(|| (prov, cap, prov as f64 / cap as f64))
     };
     let overcommitted: Vec<String> = map
@@ -825,6 +890,14 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             p.name, p.size
         ));
     }
+    for p in map.pools.values().filter(|p| p.ec().is_some()) {
+        problems.push(format!(
+            "pool {} is erasure-coded ({}): the OSDs of this version do not serve I/O on EC \
+             pools yet (its ops are refused; docs/format/ec.md)",
+            p.name,
+            p.kind()
+        ));
+    }
     for p in map
         .pools
         .values()
@@ -885,8 +958,8 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             "memory": {"used_bytes": totals.memory_used, "target_bytes": totals.memory_target},
             "pools": map.pools.values().map(|p| {
                 let mut v = pool_json(p);
-                v["usable_bytes"] = serde_json::json!(usable(p.size));
-                v["capacity_bytes"] = serde_json::json!(pool_capacity(p.size));
+                v["usable_bytes"] = serde_json::json!(usable(p));
+                v["capacity_bytes"] = serde_json::json!(pool_capacity(p));
                 v["provisioned_bytes"] = match provisioned.get(&p.name) {
                     Some(Ok(b)) => serde_json::json!(b),
                     _ => serde_json::Value::Null,
@@ -956,7 +1029,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
         "  scrub:  {scrub_repaired} object copies repaired since the OSDs started, {scrub_bad} left inconsistent"
     );
     for p in map.pools.values() {
-        let mut room = usable(p.size).map_or("usable space unknown".to_string(), |b| {
+        let mut room = usable(p).map_or("usable space unknown".to_string(), |b| {
             format!("room for about {} more", crate::size::human(b))
         });
         if let Some((prov, _, ratio)) = overcommit(p) {
@@ -966,8 +1039,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             ));
         }
         println!(
-            "  pool {}: size {} min_size {} pgs {} durability {}; {room}",
+            "  pool {}: {}, size {} min_size {} pgs {} durability {}; {room}",
             p.name,
+            p.kind(),
             p.size,
             p.min_size,
             p.pg_count,

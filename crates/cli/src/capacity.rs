@@ -3,7 +3,8 @@
 //!
 //! Placement spreads a pool's data over the OSDs that are in, by weight, so the pool is full
 //! when its fullest OSD (relative to its weight) is: usable = min over OSDs of
-//! (free / weight share) / copies. The same estimate Ceph shows as MAX AVAIL.
+//! (free / weight share) / raw bytes per byte (the copies; (k + m) / k for an EC pool). The
+//! same estimate Ceph shows as MAX AVAIL.
 
 use cairn_map::ClusterMap;
 use std::time::Duration;
@@ -31,9 +32,10 @@ impl OsdUse {
     }
 }
 
-/// Bytes of new data a pool of `size` copies can take, from the OSDs that reported (only
-/// those in, with a weight, count); `None` when none did.
-pub fn usable(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
+/// Bytes of new data a pool storing `raw_per_byte` raw bytes per byte (`Pool::raw_per_byte`)
+/// can take, from the OSDs that reported (only those in, with a weight, count); `None` when
+/// none did.
+pub fn usable(map: &ClusterMap, osds: &[OsdUse], raw_per_byte: f64) -> Option<u64> {
     let placed: Vec<(OsdUse, f64)> = osds
         .iter()
         .filter_map(|u| {
@@ -42,7 +44,7 @@ pub fn usable(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
         })
         .collect();
     let total_w: f64 = placed.iter().map(|(_, w)| w).sum();
-    if placed.is_empty() || total_w == 0.0 || size == 0 {
+    if placed.is_empty() || total_w == 0.0 || raw_per_byte <= 0.0 {
         return None;
     }
     // Counted up to the full ratio, where status reports the OSD full.
@@ -53,14 +55,14 @@ pub fn usable(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
             (limit - u.used as f64).max(0.0) / (w / total_w)
         })
         .fold(f64::INFINITY, f64::min);
-    Some((raw / f64::from(size)) as u64)
+    Some((raw / raw_per_byte) as u64)
 }
 
-/// What a pool of `size` copies could hold in all, empty (the base thin overcommit is
+/// What a pool storing `raw_per_byte` raw bytes per byte could hold in all, empty (the base thin overcommit is
 /// measured against).
-pub fn pool_capacity(map: &ClusterMap, osds: &[OsdUse], size: u8) -> Option<u64> {
+pub fn pool_capacity(map: &ClusterMap, osds: &[OsdUse], raw_per_byte: f64) -> Option<u64> {
     let empty: Vec<OsdUse> = osds.iter().map(|u| OsdUse { used: 0, ..*u }).collect();
-    usable(map, &empty, size)
+    usable(map, &empty, raw_per_byte)
 }
 
 /// Default ratio of provisioned volume sizes to a pool's capacity above which status warns.
@@ -171,20 +173,22 @@ mod tests {
         let g = 1u64 << 30;
         // Three empty 4 GiB OSDs, 3 copies: about 3.8 GiB (95% of 4 GiB).
         let even = [used(0, 0, 4 * g), used(1, 0, 4 * g), used(2, 0, 4 * g)];
-        let u = usable(&m, &even, 3).unwrap();
+        let u = usable(&m, &even, 3.0).unwrap();
         assert_eq!(u, (4.0 * g as f64 * FULL_RATIO) as u64);
         // One OSD half full: it fills first.
         let skewed = [used(0, 2 * g, 4 * g), used(1, 0, 4 * g), used(2, 0, 4 * g)];
-        assert!(usable(&m, &skewed, 3).unwrap() < u / 2 + g / 8);
+        assert!(usable(&m, &skewed, 3.0).unwrap() < u / 2 + g / 8);
         // One copy: three times as much.
-        assert_eq!(usable(&m, &even, 1).unwrap(), 3 * u);
+        assert_eq!(usable(&m, &even, 1.0).unwrap(), 3 * u);
+        // An EC 4+2 pool stores 1.5 raw bytes per byte: twice what size 3 holds.
+        assert_eq!(usable(&m, &even, 1.5).unwrap(), 2 * u);
         // An OSD out does not count.
         let mut out = m.clone();
         out.apply(&MapChange::OsdOut { id: 2 }).unwrap();
-        assert_eq!(usable(&out, &even, 1).unwrap(), 2 * u);
-        assert_eq!(usable(&m, &[], 3), None);
+        assert_eq!(usable(&out, &even, 1.0).unwrap(), 2 * u);
+        assert_eq!(usable(&m, &[], 3.0), None);
         // Capacity counts the OSDs as if empty.
-        assert_eq!(pool_capacity(&m, &skewed, 3), Some(u));
+        assert_eq!(pool_capacity(&m, &skewed, 3.0), Some(u));
         assert!((used(0, 87, 100).ratio() - 0.87).abs() < 1e-9);
     }
 }

@@ -904,7 +904,7 @@ async fn default_volume_size(client: &cairn_client::Client) -> u64 {
         return 10 * GIB;
     };
     let uses = crate::capacity::osd_uses(&map).await;
-    let room = crate::capacity::usable(&map, &uses, p.size).unwrap_or(10 * GIB);
+    let room = crate::capacity::usable(&map, &uses, p.raw_per_byte()).unwrap_or(10 * GIB);
     if room >= GIB {
         (room / GIB).min(10) * GIB
     } else {

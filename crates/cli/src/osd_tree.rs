@@ -87,7 +87,8 @@ pub fn run(conf: Option<&Path>, json: bool) -> Result<()> {
             .map(|p| {
                 let (n, kind) = ClusterMap::failure_domains(&placer, p.rule);
                 serde_json::json!({"name": p.name, "size": p.size, "domain": kind, "domains": n,
-                    "placement_version": if p.rule == cairn_map::PlacementRule::FlatV1 { 1 } else { 2 }})
+                    "placement_version": if p.rule == cairn_map::PlacementRule::FlatV1 { 1 } else { 2 },
+                    "type": if p.ec().is_some() { "erasure" } else { "replicated" }})
             })
             .collect();
         let v = serde_json::json!({"domains": domains, "pools": pools, "hosts": hosts});
@@ -130,9 +131,13 @@ pub fn run(conf: Option<&Path>, json: bool) -> Result<()> {
     for p in map.pools.values() {
         let (n, kind) = ClusterMap::failure_domains(&placer, p.rule);
         let kinds = crate::admin::plural(kind);
+        let copies = match p.ec() {
+            Some(e) => format!("{} shards ({})", p.size, e.describe()),
+            None => format!("{} copies", p.size),
+        };
         println!(
-            "pool {}: {} copies on distinct {kinds} ({n} {kinds} hold in OSDs)",
-            p.name, p.size
+            "pool {}: {copies} on distinct {kinds} ({n} {kinds} hold in OSDs)",
+            p.name
         );
     }
     Ok(())

@@ -481,7 +481,7 @@ async fn warn_if_larger_than_room(client: &Client, pool: &str, name: &str, size:
         return;
     };
     let uses = crate::capacity::osd_uses(&map).await;
-    if let Some(room) = crate::capacity::usable(&map, &uses, p.size) {
+    if let Some(room) = crate::capacity::usable(&map, &uses, p.raw_per_byte()) {
         if size > room {
             eprintln!(
                 "warning: volume {name} ({}) is larger than the about {} pool {pool} can still \

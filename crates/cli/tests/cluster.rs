@@ -419,6 +419,55 @@ fn cli_pool_osd_and_object_commands() {
     );
     c.ok(&["pool", "rm", "big", "--yes-i-really-mean-it"]);
 
+    // An erasure-coded pool: k + m shards on distinct domains, its profile fixed and shown;
+    // its I/O refused for now, saying why.
+    let refused = |args: &[&str], want: &str| {
+        let e = c.cairn(args);
+        let msg = common::cluster::text(&e.stderr);
+        assert!(!e.status.success() && msg.contains(want), "{args:?}: {msg}");
+    };
+    refused(
+        &["pool", "create", "e", "--ec", "4+2"],
+        "size 6 needs 6 failure domains, the cluster has 2",
+    );
+    refused(
+        &[
+            "pool",
+            "create",
+            "e",
+            "--ec",
+            "1+1",
+            "--stripe-unit",
+            "5000",
+        ],
+        "stripe unit 5000 is not a multiple of 4096",
+    );
+    refused(&["pool", "create", "e", "--ec", "4"], "written K+M");
+    c.ok(&["pool", "create", "e", "--ec", "1+1", "--stripe-unit", "8K"]);
+    let ls = c.ok(&["pool", "ls", "--json"]);
+    let pools: serde_json::Value = serde_json::from_str(&ls).expect("pool ls json");
+    let e = &pools[1];
+    assert_eq!(
+        (&e["name"], &e["type"], &e["size"], &e["min_size"]),
+        (&"e".into(), &"erasure".into(), &2.into(), &2.into()),
+        "{ls}"
+    );
+    assert_eq!(
+        e["ec"],
+        serde_json::json!({"k": 1, "m": 1, "stripe_unit": 8192})
+    );
+    assert!(c.ok(&["pool", "ls"]).contains("ec 1+1, unit 8 KiB"));
+    refused(&["pool", "set", "e", "size", "1"], "erasure-coded");
+    refused(&["obj", "put", "e", "x", &srcs], "pool e is erasure-coded");
+    let st = c.status();
+    assert!(
+        st["problems"]
+            .to_string()
+            .contains("pool e is erasure-coded"),
+        "{st}"
+    );
+    c.ok(&["pool", "rm", "e", "--yes-i-really-mean-it"]);
+
     // A pool with too few PGs for its OSDs is a warning that says what to do.
     c.ok(&[
         "pool",

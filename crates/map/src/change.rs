@@ -2,7 +2,8 @@
 
 use crate::pool::{valid_label, valid_pool_name, MAX_PG_COUNT, MAX_SIZE};
 use crate::{
-    ClusterMap, Domain, Durability, HostLocation, OsdInfo, PlacementRule, Pool, PoolSetting,
+    ClusterMap, Domain, Durability, EcProfile, HostLocation, OsdInfo, PlacementRule, Pool,
+    PoolSetting,
 };
 use serde::{Deserialize, Serialize};
 
@@ -109,6 +110,17 @@ pub enum MapChange {
     BlocklistExpire {
         now: u64,
     },
+    /// An erasure-coded pool (`PlacementRule::Erasure`): `k + m` shards per PG, no two in
+    /// one `domain` (`None`: as for `PoolCreateRule`, with `k + m` as the size); a write needs
+    /// `min_size` shards, `k <= min_size <= k + m`. The profile is fixed for the pool's life.
+    PoolCreateEc {
+        name: String,
+        profile: EcProfile,
+        min_size: u8,
+        pg_count: u32,
+        durability: Durability,
+        domain: Option<Domain>,
+    },
 }
 
 /// What applying a change did.
@@ -165,6 +177,12 @@ pub enum MapError {
     BadInstance,
     #[error("the blocklist holds {} fences, the most the map keeps: wait for some to expire or remove them (`cairn osd blocklist rm`)", crate::MAX_BLOCKLIST)]
     BlocklistFull,
+    #[error("invalid erasure-code profile: {0}")]
+    BadEcProfile(String),
+    #[error("invalid min_size {min_size} for an erasure-coded pool of {k}+{m}: need {k} <= min_size <= {}", k + m)]
+    BadEcMinSize { k: u8, m: u8, min_size: u8 },
+    #[error("pool {pool:?} is erasure-coded: its {what} is fixed by its profile (create another pool and copy the data)")]
+    EcFixed { pool: String, what: String },
 }
 
 /// Largest OSD weight (4096.0).
@@ -234,6 +252,23 @@ impl ClusterMap {
                     Some((spec, rule)) => self.pool_create(spec, rule)?,
                     None => return Ok(ChangeOutcome::Unchanged),
                 }
+            }
+            MapChange::PoolCreateEc {
+                name,
+                profile,
+                min_size,
+                pg_count,
+                durability,
+                domain,
+            } => {
+                let spec = PoolSpec {
+                    name,
+                    size: profile.shards(),
+                    min_size: *min_size,
+                    pg_count: *pg_count,
+                    durability: *durability,
+                };
+                self.pool_create_ec(spec, *profile, *domain)?
             }
             MapChange::HostLocation { host, rack, zone } => {
                 if !self.host_location_change(host, rack, zone)? {
@@ -389,6 +424,25 @@ impl ClusterMap {
             return Err(MapError::PoolExists(name.to_string()));
         }
         check_size(size, min_size)?;
+        let spec = PoolSpec {
+            name,
+            size,
+            min_size,
+            pg_count,
+            durability,
+        };
+        self.insert_pool(spec, rule)
+    }
+
+    /// Adds a pool whose name and sizes were checked, with the next id.
+    fn insert_pool(&mut self, spec: PoolSpec, rule: PlacementRule) -> Result<u32, MapError> {
+        let PoolSpec {
+            name,
+            size,
+            min_size,
+            pg_count,
+            durability,
+        } = spec;
         if pg_count == 0 || pg_count > MAX_PG_COUNT {
             return Err(MapError::BadPgCount(pg_count));
         }
@@ -404,6 +458,28 @@ impl ClusterMap {
         self.next_pool_id += 1;
         self.pools.insert(pool.id, pool.clone());
         Ok(pool.id)
+    }
+
+    /// Checks an EC pool's profile and min_size, then creates it as [`Self::pool_create`].
+    fn pool_create_ec(
+        &mut self,
+        spec: PoolSpec,
+        profile: EcProfile,
+        domain: Option<Domain>,
+    ) -> Result<u32, MapError> {
+        profile
+            .check()
+            .map_err(|e| MapError::BadEcProfile(e.to_string()))?;
+        check_ec_min_size(profile, spec.min_size)?;
+        let domain = domain.unwrap_or_else(|| self.default_domain(spec.size));
+        let rule = PlacementRule::Erasure { domain, profile };
+        if !valid_pool_name(spec.name) {
+            return Err(MapError::BadPoolName(spec.name.to_string()));
+        }
+        if self.pool_by_name(spec.name).is_some() {
+            return Err(MapError::PoolExists(spec.name.to_string()));
+        }
+        self.insert_pool(spec, rule)
     }
 
     /// The pool a creation asks for and its placement rule (version 1 for `PoolCreate`).
@@ -490,6 +566,9 @@ impl ClusterMap {
             return Ok(false);
         };
         let mut p = before.clone();
+        if let Some(profile) = p.ec() {
+            return self.ec_pool_set(p, profile, setting);
+        }
         match *setting {
             PoolSetting::Size(s) => {
                 check_size(s, p.min_size.min(s))?;
@@ -521,6 +600,54 @@ impl ClusterMap {
         self.pools.insert(id, p);
         Ok(true)
     }
+}
+
+impl ClusterMap {
+    /// [`Self::pool_set`] for an EC pool: its size is its profile's, its min_size stays in
+    /// `k..=k+m`, a new domain keeps the profile. Returns whether the pool changed.
+    fn ec_pool_set(
+        &mut self,
+        mut p: Pool,
+        profile: EcProfile,
+        setting: &PoolSetting,
+    ) -> Result<bool, MapError> {
+        match *setting {
+            PoolSetting::Size(_) => {
+                return Err(MapError::EcFixed {
+                    pool: p.name.clone(),
+                    what: "size (k + m)".to_string(),
+                })
+            }
+            PoolSetting::MinSize(m) => {
+                check_ec_min_size(profile, m)?;
+                p.min_size = m;
+            }
+            PoolSetting::Durability(d) => p.durability = d,
+            PoolSetting::Domain(domain) => p.rule = PlacementRule::Erasure { domain, profile },
+            PoolSetting::PgCount(_) => {
+                return Err(MapError::EcFixed {
+                    pool: p.name.clone(),
+                    what: "PG count (EC PGs do not split yet)".to_string(),
+                })
+            }
+        }
+        if self.pools.get(&p.id) == Some(&p) {
+            return Ok(false);
+        }
+        self.pools.insert(p.id, p);
+        Ok(true)
+    }
+}
+
+fn check_ec_min_size(profile: EcProfile, min_size: u8) -> Result<(), MapError> {
+    if min_size < profile.k || min_size > profile.shards() {
+        return Err(MapError::BadEcMinSize {
+            k: profile.k,
+            m: profile.m,
+            min_size,
+        });
+    }
+    Ok(())
 }
 
 /// The properties every pool creation names.

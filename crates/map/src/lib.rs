@@ -17,7 +17,7 @@ mod pool;
 
 pub use change::{ChangeOutcome, MapChange, MapError};
 pub use intervals::PastInterval;
-pub use pool::{Domain, Durability, PlacementRule, Pool, PoolSetting, MAX_PG_COUNT};
+pub use pool::{Domain, Durability, EcProfile, PlacementRule, Pool, PoolSetting, MAX_PG_COUNT};
 
 use cairn_placement::{Hierarchy, HostNode, OsdNode, Placer};
 use serde::{Deserialize, Serialize};
@@ -205,7 +205,7 @@ impl ClusterMap {
         let size = usize::from(pool.size);
         let up_set = match pool.rule {
             PlacementRule::FlatV1 => placer.pg_osds(pg.pool, pg.pg, size, placer.default_domain()),
-            PlacementRule::Tree { domain } => {
+            PlacementRule::Tree { domain } | PlacementRule::Erasure { domain, .. } => {
                 placer.pg_osds_tree(pg.pool, pg.pg, size, domain.placement())
             }
         };
@@ -249,11 +249,27 @@ impl ClusterMap {
     pub fn failure_domains(placer: &Placer, rule: PlacementRule) -> (usize, &'static str) {
         let (n, d) = match rule {
             PlacementRule::FlatV1 => placer.domains(),
-            PlacementRule::Tree { domain } => {
+            PlacementRule::Tree { domain } | PlacementRule::Erasure { domain, .. } => {
                 (placer.domain_count(domain.placement()), domain.placement())
             }
         };
         (n, d.name())
+    }
+
+    /// The shards of an EC PG placed at `p`: per shard (rank of the draw), its OSD when up,
+    /// `None` when that OSD is down or no OSD could be drawn for the rank (too few failure
+    /// domains). A hole stays a hole: a down OSD's shard cannot be served by another OSD,
+    /// which holds a different shard. Empty for a replicated pool.
+    pub fn pg_shards(&self, pg: PgId, p: &PgPlacement) -> Vec<Option<u32>> {
+        let Some(ec) = self.pools.get(&pg.pool).and_then(Pool::ec) else {
+            return Vec::new();
+        };
+        (0..usize::from(ec.shards()))
+            .map(|rank| {
+                let id = *p.up_set.get(rank)?;
+                self.osds.get(&id).is_some_and(|o| o.up).then_some(id)
+            })
+            .collect()
     }
 
     /// Number of OSDs up and in, for status.
@@ -264,5 +280,7 @@ impl ClusterMap {
     }
 }
 
+#[cfg(test)]
+mod ec_tests;
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,4 @@
-//! Pools: replication size, min_size, PG count and durability mode.
+//! Pools: replication size (or erasure-code profile), min_size, PG count and durability mode.
 
 use serde::{Deserialize, Serialize};
 
@@ -90,6 +90,43 @@ pub enum PlacementRule {
     FlatV1,
     /// Placement version 2: the hierarchical draw, no two copies in one `domain`.
     Tree { domain: Domain },
+    /// An erasure-coded pool: the draw of version 2 for `k + m` ranks, no two in one
+    /// `domain`; the OSD of rank `i` holds shard `i` (`ClusterMap::pg_shards`). Appended to
+    /// the enum, so maps without EC pools encode as before (docs/format/ec.md).
+    Erasure { domain: Domain, profile: EcProfile },
+}
+
+/// An EC pool's erasure-code profile as the map holds it: `k` data and `m` parity chunks
+/// per stripe, chunks of `stripe_unit` bytes. Checked with [`cairn_ec::Profile`] when the
+/// pool is created; fixed for the pool's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcProfile {
+    pub k: u8,
+    pub m: u8,
+    pub stripe_unit: u32,
+}
+
+impl EcProfile {
+    /// The codec's profile, or why these numbers are not one.
+    pub fn check(self) -> Result<cairn_ec::Profile, cairn_ec::ProfileError> {
+        cairn_ec::Profile::new(self.k.into(), self.m.into(), self.stripe_unit)
+    }
+
+    /// Shards per PG: k + m.
+    pub fn shards(self) -> u8 {
+        self.k.saturating_add(self.m)
+    }
+
+    /// "4+2, unit 16 KiB", for status and `pool ls`.
+    pub fn describe(self) -> String {
+        let unit = self.stripe_unit;
+        let unit = if unit.is_multiple_of(1 << 20) {
+            format!("{} MiB", unit >> 20)
+        } else {
+            format!("{} KiB", unit >> 10)
+        };
+        format!("{}+{}, unit {unit}", self.k, self.m)
+    }
 }
 
 impl PlacementRule {
@@ -97,7 +134,44 @@ impl PlacementRule {
     pub fn describe(self) -> String {
         match self {
             PlacementRule::FlatV1 => "auto (placement v1)".to_string(),
-            PlacementRule::Tree { domain } => domain.name().to_string(),
+            PlacementRule::Tree { domain } | PlacementRule::Erasure { domain, .. } => {
+                domain.name().to_string()
+            }
+        }
+    }
+
+    /// The failure domain of placement version 2 (`None` for version 1).
+    pub fn domain(self) -> Option<Domain> {
+        match self {
+            PlacementRule::FlatV1 => None,
+            PlacementRule::Tree { domain } | PlacementRule::Erasure { domain, .. } => Some(domain),
+        }
+    }
+}
+
+impl Pool {
+    /// The erasure-code profile of an EC pool; `None` for a replicated pool.
+    pub fn ec(&self) -> Option<EcProfile> {
+        match self.rule {
+            PlacementRule::Erasure { profile, .. } => Some(profile),
+            _ => None,
+        }
+    }
+
+    /// Raw bytes stored per byte of data: the size for a replicated pool, `(k + m) / k` for
+    /// an EC pool (whole stripes).
+    pub fn raw_per_byte(&self) -> f64 {
+        match self.ec() {
+            Some(p) => f64::from(p.shards()) / f64::from(p.k.max(1)),
+            None => f64::from(self.size),
+        }
+    }
+
+    /// "replicated" or "ec 4+2, unit 16 KiB".
+    pub fn kind(&self) -> String {
+        match self.ec() {
+            Some(p) => format!("ec {}", p.describe()),
+            None => "replicated".to_string(),
         }
     }
 }
@@ -108,7 +182,8 @@ pub enum PoolSetting {
     Size(u8),
     MinSize(u8),
     Durability(Durability),
-    /// Keep copies apart by this domain (placement version 2; moves data).
+    /// Keep copies apart by this domain (placement version 2; moves data). An EC pool keeps
+    /// its profile.
     Domain(Domain),
     /// More PGs: every PG splits into the PGs its objects now hash to (each child's objects
     /// are on its parent's OSDs until the child moves like any rebalance). Never fewer.

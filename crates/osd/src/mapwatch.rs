@@ -236,7 +236,12 @@ fn pg_starts(osd: &Osd, round: usize) -> Vec<PgStarted> {
     for (&pool, p) in &map.pools {
         for pg in (0..p.pg_count).map(|pg| PgId { pool, pg }) {
             if osd.placement(&map, pg).primary() == Some(me) {
-                let epoch = crate::peering::copy::last_epoch_started(&osd.store, pg);
+                // An EC PG holds nothing yet (its I/O is refused): no history before this
+                // epoch is needed to peer it.
+                let epoch = match p.ec() {
+                    Some(_) => map.epoch,
+                    None => crate::peering::copy::last_epoch_started(&osd.store, pg),
+                };
                 all.push(PgStarted {
                     pool,
                     pg: pg.pg,

@@ -230,6 +230,13 @@ fn map_v12() {
                     domain: cairn_map::Domain::Zone,
                 },
             ),
+            (
+                "Erasure",
+                PlacementRule::Erasure {
+                    domain: cairn_map::Domain::Host,
+                    profile: samples::ec_profile(),
+                },
+            ),
         ],
     );
     g.finish();

@@ -123,6 +123,19 @@ pub fn handle_client_op_at(
     }
 }
 
+/// The answer to an op on an erasure-coded pool: this version's OSDs place EC pools but do
+/// not serve their I/O yet (docs/format/ec.md).
+fn ec_not_served(pool: &str, ec: cairn_map::EcProfile) -> OpReply {
+    OpReply::Failed {
+        code: cairn_proto::msg::osd::FailCode::Other,
+        why: format!(
+            "pool {pool} is erasure-coded ({}): this OSD version does not serve I/O on EC \
+             pools yet; use a replicated pool",
+            ec.describe()
+        ),
+    }
+}
+
 /// Refuses an op this OSD must not serve at its current map.
 fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<(), OpReply> {
     if req.epoch > map.epoch {
@@ -136,6 +149,9 @@ fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<()
     let Some(pool) = map.pools.get(&req.pool) else {
         return Err(OpReply::NoSuchPool);
     };
+    if let Some(ec) = pool.ec() {
+        return Err(ec_not_served(&pool.name, ec));
+    }
     if req.pg >= pool.pg_count {
         return Err(OpReply::Invalid(format!(
             "pg {} out of range (pool {} has {})",

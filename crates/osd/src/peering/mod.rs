@@ -422,6 +422,11 @@ pub fn on_map(shard: &mut Shard) {
     pgs.dedup();
     for pg in pgs {
         let known = map.pools.get(&pg.pool).is_some_and(|p| pg.pg < p.pg_count);
+        if map.pools.get(&pg.pool).is_some_and(|p| p.ec().is_some()) {
+            // EC PGs hold nothing yet: their I/O is refused (op::check), so there is nothing
+            // to peer.
+            continue;
+        }
         if crate::mailbox::shard_of(pg, n) != shard.index {
             continue;
         }
@@ -474,7 +479,7 @@ pub fn misplaced_copies(osd: &crate::context::Osd, held: &[cairn_store::CollId])
 fn led(shard: &Shard, map: &ClusterMap) -> Vec<PgId> {
     let (me, n) = (shard.osd.id(), shard.osd.shard_count());
     let mut out = Vec::new();
-    for (&pool, p) in &map.pools {
+    for (&pool, p) in map.pools.iter().filter(|(_, p)| p.ec().is_none()) {
         for pg in (0..p.pg_count).map(|pg| PgId { pool, pg }) {
             if crate::mailbox::shard_of(pg, n) == shard.index
                 && shard.osd.placement(map, pg).primary() == Some(me)

@@ -382,7 +382,7 @@ fn led_pgs(osd: &Arc<Osd>) -> Vec<PgId> {
     let map = osd.map();
     let me = osd.id();
     let mut out = Vec::new();
-    for (id, pool) in &map.pools {
+    for (id, pool) in map.pools.iter().filter(|(_, p)| p.ec().is_none()) {
         for pg in 0..pool.pg_count {
             let pg = PgId { pool: *id, pg };
             if osd.placement(&map, pg).primary() == Some(me) {
