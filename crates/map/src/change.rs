@@ -179,7 +179,7 @@ pub enum MapError {
     BlocklistFull,
     #[error("invalid erasure-code profile: {0}")]
     BadEcProfile(String),
-    #[error("invalid min_size {min_size} for an erasure-coded pool of {k}+{m}: need {k} <= min_size <= {}", k + m)]
+    #[error("invalid min_size {min_size} for an erasure-coded pool of {k}+{m}: need {k} <= min_size <= {}", u16::from(*k) + u16::from(*m))]
     BadEcMinSize { k: u8, m: u8, min_size: u8 },
     #[error("pool {pool:?} is erasure-coded: its {what} is fixed by its profile (create another pool and copy the data)")]
     EcFixed { pool: String, what: String },
@@ -410,49 +410,34 @@ impl ClusterMap {
     }
 
     fn pool_create(&mut self, spec: PoolSpec, rule: PlacementRule) -> Result<u32, MapError> {
-        let PoolSpec {
-            name,
-            size,
-            min_size,
-            pg_count,
-            durability,
-        } = spec;
+        self.check_new_name(spec.name)?;
+        check_size(spec.size, spec.min_size)?;
+        self.insert_pool(spec, rule)
+    }
+
+    /// Refuses a pool name that is not valid or already taken.
+    fn check_new_name(&self, name: &str) -> Result<(), MapError> {
         if !valid_pool_name(name) {
             return Err(MapError::BadPoolName(name.to_string()));
         }
         if self.pool_by_name(name).is_some() {
             return Err(MapError::PoolExists(name.to_string()));
         }
-        check_size(size, min_size)?;
-        let spec = PoolSpec {
-            name,
-            size,
-            min_size,
-            pg_count,
-            durability,
-        };
-        self.insert_pool(spec, rule)
+        Ok(())
     }
 
     /// Adds a pool whose name and sizes were checked, with the next id.
     fn insert_pool(&mut self, spec: PoolSpec, rule: PlacementRule) -> Result<u32, MapError> {
-        let PoolSpec {
-            name,
-            size,
-            min_size,
-            pg_count,
-            durability,
-        } = spec;
-        if pg_count == 0 || pg_count > MAX_PG_COUNT {
-            return Err(MapError::BadPgCount(pg_count));
+        if spec.pg_count == 0 || spec.pg_count > MAX_PG_COUNT {
+            return Err(MapError::BadPgCount(spec.pg_count));
         }
         let pool = Pool {
             id: self.next_pool_id,
-            name: name.to_string(),
-            size,
-            min_size,
-            pg_count,
-            durability,
+            name: spec.name.to_string(),
+            size: spec.size,
+            min_size: spec.min_size,
+            pg_count: spec.pg_count,
+            durability: spec.durability,
             rule,
         };
         self.next_pool_id += 1;
@@ -473,12 +458,7 @@ impl ClusterMap {
         check_ec_min_size(profile, spec.min_size)?;
         let domain = domain.unwrap_or_else(|| self.default_domain(spec.size));
         let rule = PlacementRule::Erasure { domain, profile };
-        if !valid_pool_name(spec.name) {
-            return Err(MapError::BadPoolName(spec.name.to_string()));
-        }
-        if self.pool_by_name(spec.name).is_some() {
-            return Err(MapError::PoolExists(spec.name.to_string()));
-        }
+        self.check_new_name(spec.name)?;
         self.insert_pool(spec, rule)
     }
 
