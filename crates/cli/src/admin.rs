@@ -420,7 +420,7 @@ fn pool_json(p: &cairn_map::Pool) -> serde_json::Value {
         "pg_count": p.pg_count, "durability": p.durability.name(),
         "domain": p.rule.domain().map(|d| d.name()),
         "placement_version": if p.rule == PlacementRule::FlatV1 { 1 } else { 2 },
-        "type": if p.ec().is_some() { "erasure" } else { "replicated" },
+        "type": p.type_name(),
         "ec": p.ec().map(|e| serde_json::json!({"k": e.k, "m": e.m, "stripe_unit": e.stripe_unit})),
         "raw_per_byte": p.raw_per_byte(),
     })

@@ -58,8 +58,8 @@ pub fn usable(map: &ClusterMap, osds: &[OsdUse], raw_per_byte: f64) -> Option<u6
     Some((raw / raw_per_byte) as u64)
 }
 
-/// What a pool storing `raw_per_byte` raw bytes per byte could hold in all, empty (the base thin overcommit is
-/// measured against).
+/// What a pool storing `raw_per_byte` raw bytes per byte could hold in all, empty (the base
+/// thin overcommit is measured against).
 pub fn pool_capacity(map: &ClusterMap, osds: &[OsdUse], raw_per_byte: f64) -> Option<u64> {
     let empty: Vec<OsdUse> = osds.iter().map(|u| OsdUse { used: 0, ..*u }).collect();
     usable(map, &empty, raw_per_byte)

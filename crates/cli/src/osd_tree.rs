@@ -88,7 +88,7 @@ pub fn run(conf: Option<&Path>, json: bool) -> Result<()> {
                 let (n, kind) = ClusterMap::failure_domains(&placer, p.rule);
                 serde_json::json!({"name": p.name, "size": p.size, "domain": kind, "domains": n,
                     "placement_version": if p.rule == cairn_map::PlacementRule::FlatV1 { 1 } else { 2 },
-                    "type": if p.ec().is_some() { "erasure" } else { "replicated" }})
+                    "type": p.type_name()})
             })
             .collect();
         let v = serde_json::json!({"domains": domains, "pools": pools, "hosts": hosts});

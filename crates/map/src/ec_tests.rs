@@ -133,7 +133,11 @@ fn ec_pools_refuse_bad_profiles_and_min_sizes_and_keep_their_profile() {
         );
     }
     assert!(m.pool_by_name("bad").is_none(), "nothing created");
+    let e = create(&mut m, "no/slash", profile(4, 2, 4096), 5).unwrap_err();
+    assert_eq!(e, MapError::BadPoolName("no/slash".into()));
     let id = create(&mut m, "ec", profile(4, 2, 64 << 10), 5).unwrap();
+    let e = create(&mut m, "ec", profile(2, 1, 4096), 3).unwrap_err();
+    assert_eq!(e, MapError::PoolExists("ec".into()));
     assert_eq!(
         m.pools[&id].rule.domain(),
         Some(Domain::Osd),

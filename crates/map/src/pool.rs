@@ -132,12 +132,9 @@ impl EcProfile {
 impl PlacementRule {
     /// For status and `pool ls`: "host", or "auto (v1)" for version 1.
     pub fn describe(self) -> String {
-        match self {
-            PlacementRule::FlatV1 => "auto (placement v1)".to_string(),
-            PlacementRule::Tree { domain } | PlacementRule::Erasure { domain, .. } => {
-                domain.name().to_string()
-            }
-        }
+        self.domain()
+            .map_or("auto (placement v1)", Domain::name)
+            .to_string()
     }
 
     /// The failure domain of placement version 2 (`None` for version 1).
@@ -164,6 +161,15 @@ impl Pool {
         match self.ec() {
             Some(p) => f64::from(p.shards()) / f64::from(p.k.max(1)),
             None => f64::from(self.size),
+        }
+    }
+
+    /// "erasure" or "replicated", the `type` of JSON listings.
+    pub fn type_name(&self) -> &'static str {
+        if self.ec().is_some() {
+            "erasure"
+        } else {
+            "replicated"
         }
     }
 

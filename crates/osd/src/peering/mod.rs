@@ -421,8 +421,9 @@ pub fn on_map(shard: &mut Shard) {
     pgs.sort_unstable_by_key(|p| (p.pool, p.pg));
     pgs.dedup();
     for pg in pgs {
-        let known = map.pools.get(&pg.pool).is_some_and(|p| pg.pg < p.pg_count);
-        if map.pools.get(&pg.pool).is_some_and(|p| p.ec().is_some()) {
+        let pool = map.pools.get(&pg.pool);
+        let known = pool.is_some_and(|p| pg.pg < p.pg_count);
+        if pool.is_some_and(|p| p.ec().is_some()) {
             // EC PGs hold nothing yet: their I/O is refused (op::check), so there is nothing
             // to peer.
             continue;
