@@ -143,7 +143,8 @@ pub struct PoolCreate {
     /// Erasure-coded instead of replicated: K+M (e.g. 4+2), k data and m parity chunks per
     /// stripe on k + m distinct failure domains; survives the loss of any m; stores
     /// (k + m) / k bytes per byte (1.5 for 4+2, against 3 for size 3). Fixed for the pool's
-    /// life. The OSDs of this version do not serve I/O on EC pools yet (docs/format/ec.md).
+    /// life. Reads, writes and degraded reads are served; a shard that falls behind is not
+    /// rebuilt yet (docs/format/ec.md).
     #[arg(long, value_name = "K+M")]
     pub ec: Option<String>,
     /// With --ec: bytes per chunk, a multiple of 4 KiB up to 1 MiB (default 16K). A write of
@@ -892,8 +893,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     }
     for p in map.pools.values().filter(|p| p.ec().is_some()) {
         problems.push(format!(
-            "pool {} is erasure-coded ({}): the OSDs of this version do not serve I/O on EC \
-             pools yet (its ops are refused; docs/format/ec.md)",
+            "pool {} is erasure-coded ({}): this version does not rebuild an EC shard that \
+             fell behind (an OSD back after missing writes) or moved (do not mark its OSDs \
+             out): such a PG stays inactive (docs/format/ec.md)",
             p.name,
             p.kind()
         ));

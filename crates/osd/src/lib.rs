@@ -20,6 +20,7 @@ mod config;
 mod context;
 mod crashes;
 mod daemon;
+mod ec;
 mod error;
 pub mod failure;
 mod fullness;

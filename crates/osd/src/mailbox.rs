@@ -81,6 +81,36 @@ pub enum ShardMsg {
         done: Vec<OnDurable>,
         result: Result<(), Arc<cairn_store::StoreError>>,
     },
+    /// An EC sub-write from a primary (`ec::member`).
+    EcWrite {
+        reply: FrameSender,
+        req_id: u64,
+        sub: cairn_proto::msg::ec::EcSubWrite,
+        data: SharedBytes,
+    },
+    /// An EC shard read from a primary.
+    EcRead {
+        reply: FrameSender,
+        req_id: u64,
+        req: cairn_proto::msg::ec::EcRead,
+    },
+    /// A primary peering an EC PG asks what this OSD holds of a shard.
+    EcQuery {
+        reply: FrameSender,
+        req_id: u64,
+        query: cairn_proto::msg::ec::EcQuery,
+    },
+    /// The bytes an EC write replaces were read (or why not): it goes on (`ec::resume`).
+    EcResume {
+        pg: PgId,
+        reply: FrameSender,
+        req_id: u64,
+        req: OpRequest,
+        data: SharedBytes,
+        old: Result<crate::ec::plan::OldBytes, String>,
+    },
+    /// A read of an EC object's shards ended: writes queued behind it may run.
+    EcReadDone { pg: PgId, object: Vec<u8> },
     /// A read a reader thread could not finish from its plan (a block moved since, or is
     /// damaged): run it again on the shard, reading in place (`readers.rs`).
     ReadAgain {

@@ -7,7 +7,9 @@
 use crate::inflight::Inflight;
 use cairn_failstop::LockOrDie;
 use cairn_map::ClusterMap;
+use cairn_proto::msg::ec::EC_READ_REPLY;
 use cairn_proto::msg::osd::{OpReply, RepReply, REP_REPLY};
+use cairn_proto::Frame;
 use cairn_proto::Limits;
 use cairn_transport::{
     begin_batch, end_batch, frame_buffered_with, node_kind, read_guarded, Dialer, FrameSender,
@@ -35,6 +37,8 @@ pub type LinkHook = Box<dyn Fn(usize, u32) + Send + Sync>;
 /// Outgoing peer connections by (shard, OSD id): each shard has its own, so answers arrive
 /// on the thread that sent the write.
 pub struct Peers {
+    /// EC shard reads sent on these links, waiting for their answers.
+    pub reads: Arc<PendingReads>,
     conns: ConnTable,
     /// How to connect: as an OSD, from the OSD's listening address, with its credentials.
     dialer: Dialer,
@@ -55,6 +59,7 @@ impl Peers {
     /// No connections yet.
     pub fn new(dialer: Dialer) -> Peers {
         Peers {
+            reads: Arc::default(),
             conns: ConnTable::default(),
             dialer: dialer.timeout(CONNECT_TIMEOUT),
             link_hook: Arc::default(),
@@ -118,6 +123,7 @@ impl Peers {
             key: (shard, peer),
             sender,
             inflight: inflight.clone(),
+            reads: self.reads.clone(),
             conns: self.conns.clone(),
         };
         let (addr, hook) = (addr.to_string(), self.link_hook.clone());
@@ -152,6 +158,7 @@ struct Conn {
     key: (usize, u32),
     sender: FrameSender,
     inflight: Arc<Inflight>,
+    reads: Arc<PendingReads>,
     conns: ConnTable,
 }
 
@@ -177,6 +184,7 @@ impl Conn {
         let peer = self.key.1;
         self.inflight
             .fail_waiting_on(|m| m == peer, &OpReply::Retry);
+        self.reads.fail_peer(peer);
     }
 }
 
@@ -202,6 +210,13 @@ async fn read_answers(
         let more = frame_buffered_with(r.buffer(), opener.is_some());
         if more {
             begin_batch();
+        }
+        if frame.msg_type == EC_READ_REPLY {
+            conn.reads.complete(frame.request_id, peer, frame);
+            if !more {
+                end_batch();
+            }
+            continue;
         }
         if frame.msg_type != REP_REPLY {
             tracing::warn!(
@@ -246,6 +261,43 @@ async fn read_answers(
         }
     }
     end_batch();
+}
+
+/// Requests sent on the links that wait for an answer frame (EC shard reads), by request
+/// id. An answer is taken only from the peer the request went to.
+#[derive(Default)]
+pub struct PendingReads {
+    next: std::sync::atomic::AtomicU64,
+    table: Mutex<HashMap<u64, (u32, tokio::sync::oneshot::Sender<Frame>)>>,
+}
+
+impl PendingReads {
+    /// A request id for a request to `peer`, and where its answer arrives (closed, with no
+    /// answer, if the link to `peer` ends first).
+    pub fn register(&self, peer: u32) -> (u64, tokio::sync::oneshot::Receiver<Frame>) {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.table.lock_or_die().insert(id, (peer, tx));
+        (id, rx)
+    }
+
+    /// Forgets a request whose answer is no longer awaited.
+    pub fn cancel(&self, id: u64) {
+        self.table.lock_or_die().remove(&id);
+    }
+
+    fn complete(&self, id: u64, peer: u32, frame: Frame) {
+        let mut t = self.table.lock_or_die();
+        if t.get(&id).is_some_and(|(to, _)| *to == peer) {
+            if let Some((_, tx)) = t.remove(&id) {
+                let _ = tx.send(frame);
+            }
+        }
+    }
+
+    fn fail_peer(&self, peer: u32) {
+        self.table.lock_or_die().retain(|_, (to, _)| *to != peer);
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,17 @@ pub struct WaitingOp {
     pub data: cairn_store::SharedBytes,
 }
 
+/// An EC object with shard reads under way (`PgState::ec_busy`). A write waits for them: a
+/// read that decodes across shards must not see some of them with a newer write than
+/// others, and a write's old bytes must come from after every earlier write.
+#[derive(Default)]
+pub struct EcBusy {
+    /// Reads under way.
+    pub tasks: u32,
+    /// Writes to the object waiting for them, in arrival order.
+    pub queued: std::collections::VecDeque<WaitingOp>,
+}
+
 /// A down PG: what it waits for, and the map epoch it found so at (it peers again on a new
 /// epoch, or when its retry timer fires; client ops meanwhile are answered at once).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +134,11 @@ pub struct PgState {
     /// Intervals (first, last epoch) given up since this OSD started: their OSDs were
     /// declared lost, so writes acknowledged in them may be lost.
     pub lost_intervals: Vec<cairn_map::PastInterval>,
+    /// EC: the last version of each shard of the PG this OSD holds (loaded on first use).
+    pub ec_versions: HashMap<u8, u64>,
+    /// EC, as primary: objects with reads of their shards under way (a write's old bytes, a
+    /// client read), and the writes to them queued until those end.
+    pub ec_busy: HashMap<Vec<u8>, EcBusy>,
 }
 
 /// Writes remembered before completed ones are swept.
@@ -175,6 +191,8 @@ impl PgState {
             unfound: Vec::new(),
             give_up_unfound: None,
             lost_intervals: Vec::new(),
+            ec_versions: HashMap::new(),
+            ec_busy: HashMap::new(),
         }
     }
 

@@ -11,7 +11,7 @@ mod samples;
 mod support;
 
 use cairn_proto::auth::{AuthChallenge, AuthInit, AuthRefusal};
-use cairn_proto::msg::{decode, encode, mon, osd, peering, scrub, ErrorCode};
+use cairn_proto::msg::{decode, ec, encode, mon, osd, peering, scrub, ErrorCode};
 use cairn_proto::{Frame, FrameHeader, Hello, Limits, PROTOCOL_VERSION};
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
@@ -1172,6 +1172,117 @@ fn msg_scrub_v12() {
             busy: 1,
             findings: vec![finding],
             error: Some("osd.5 unreachable".into()),
+        },
+    );
+    g.finish();
+}
+
+#[test]
+fn msg_ec_v12() {
+    use ec::*;
+    let mut g = Golden::new("msg-ec-v12.bin");
+    pin_types(
+        &mut g,
+        &[
+            ("EC_WRITE", EC_WRITE),
+            ("EC_READ", EC_READ),
+            ("EC_READ_REPLY", EC_READ_REPLY),
+            ("EC_QUERY", EC_QUERY),
+            ("EC_INFO", EC_INFO),
+        ],
+    );
+    pin_all(
+        &mut g,
+        "EcShardOp",
+        vec![
+            (
+                "Write",
+                EcShardOp::Write {
+                    offset: 0x1_0000,
+                    len: 4096,
+                },
+            ),
+            (
+                "Xor",
+                EcShardOp::Xor {
+                    offset: 0x2000,
+                    len: 512,
+                },
+            ),
+            ("Truncate", EcShardOp::Truncate { len: 0x3000 }),
+            ("Remove", EcShardOp::Remove),
+        ],
+    );
+    pin(
+        &mut g,
+        "EcSubWrite",
+        EcSubWrite {
+            epoch: 42,
+            pool: 3,
+            pg: 0x1f,
+            shard: 4,
+            version: 1000,
+            primary: 7,
+            object: b"obj-a".to_vec(),
+            size: 0x12345,
+            ops: vec![
+                EcShardOp::Write { offset: 0, len: 10 },
+                EcShardOp::Xor {
+                    offset: 4096,
+                    len: 20,
+                },
+            ],
+        },
+    );
+    pin(
+        &mut g,
+        "EcRead",
+        EcRead {
+            epoch: 42,
+            pool: 3,
+            pg: 0x1f,
+            shard: 1,
+            object: b"obj-b".to_vec(),
+            ranges: vec![(0, 4096), (0x8000, 100)],
+        },
+    );
+    pin_all(
+        &mut g,
+        "EcReadReply",
+        vec![
+            (
+                "Data",
+                EcReadReply::Data {
+                    exists: true,
+                    size: 0x12345,
+                },
+            ),
+            ("Stale", EcReadReply::Stale { epoch: 43 }),
+            (
+                "Failed",
+                EcReadReply::Failed {
+                    code: osd::FailCode::Corrupt,
+                    why: "chunk damaged".into(),
+                },
+            ),
+        ],
+    );
+    pin(
+        &mut g,
+        "EcQuery",
+        EcQuery {
+            epoch: 42,
+            pool: 3,
+            pg: 0x1f,
+            shard: 5,
+        },
+    );
+    pin(
+        &mut g,
+        "EcInfo",
+        EcInfo {
+            exists: true,
+            last_version: 1000,
         },
     );
     g.finish();

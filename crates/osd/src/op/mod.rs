@@ -6,42 +6,14 @@ pub mod reply;
 pub mod txn;
 pub mod write;
 
-pub use reply::{reply, reply_data};
+pub use reply::{rep_store_failed, reply, reply_data, store_failed};
 
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::osd::{FailCode, OpReply, OpRequest, RepReply, MAX_OBJECT_NAME};
-use cairn_store::{SharedBytes, StoreError};
+use cairn_proto::msg::osd::{OpReply, OpRequest, MAX_OBJECT_NAME};
+use cairn_store::SharedBytes;
 use cairn_transport::FrameSender;
 use std::sync::Arc;
-
-/// The wire code of a store failure: what a client (the NBD server's ENOSPC) matches on.
-pub fn fail_code(e: &StoreError) -> FailCode {
-    match e {
-        StoreError::NoSpace { .. } => FailCode::NoSpace,
-        StoreError::Io { .. } | StoreError::BadDevice { .. } | StoreError::Failed(_) => {
-            FailCode::Device
-        }
-        StoreError::Corrupt { .. } | StoreError::CorruptData { .. } => FailCode::Corrupt,
-        _ => FailCode::Other,
-    }
-}
-
-/// A client's answer to an op the store failed.
-pub fn store_failed(e: &StoreError) -> OpReply {
-    OpReply::Failed {
-        code: fail_code(e),
-        why: e.to_string(),
-    }
-}
-
-/// A primary's answer to a replicated write the store failed.
-pub fn rep_store_failed(e: &StoreError) -> RepReply {
-    RepReply::Failed {
-        code: fail_code(e),
-        why: e.to_string(),
-    }
-}
 
 /// Where a read that needs a data device reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,23 +88,12 @@ pub fn handle_client_op_at(
             });
         return;
     }
-    if req.kind.is_write() {
-        write::primary_write(shard, &map, to, req_id, req, data);
-    } else {
-        read::read(shard, &map, to, req_id, req, at);
-    }
-}
-
-/// The answer to an op on an erasure-coded pool: this version's OSDs place EC pools but do
-/// not serve their I/O yet (docs/format/ec.md).
-fn ec_not_served(pool: &str, ec: cairn_map::EcProfile) -> OpReply {
-    OpReply::Failed {
-        code: cairn_proto::msg::osd::FailCode::Other,
-        why: format!(
-            "pool {pool} is erasure-coded ({}): this OSD version does not serve I/O on EC \
-             pools yet; use a replicated pool",
-            ec.describe()
-        ),
+    let ec = map.pools.get(&req.pool).is_some_and(|p| p.ec().is_some());
+    match (req.kind.is_write(), ec) {
+        (true, false) => write::primary_write(shard, &map, to, req_id, req, data),
+        (false, false) => read::read(shard, &map, to, req_id, req, at),
+        (true, true) => crate::ec::write(shard, &map, to, req_id, req, data),
+        (false, true) => crate::ec::read(shard, &map, to, req_id, req),
     }
 }
 
@@ -149,9 +110,6 @@ fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<()
     let Some(pool) = map.pools.get(&req.pool) else {
         return Err(OpReply::NoSuchPool);
     };
-    if let Some(ec) = pool.ec() {
-        return Err(ec_not_served(&pool.name, ec));
-    }
     if req.pg >= pool.pg_count {
         return Err(OpReply::Invalid(format!(
             "pg {} out of range (pool {} has {})",
@@ -190,29 +148,4 @@ fn check(shard: &mut Shard, map: &Arc<ClusterMap>, req: &OpRequest) -> Result<()
         return Err(OpReply::NotPrimary { epoch: map.epoch });
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn store_failures_get_the_code_callers_match_on() {
-        let full = StoreError::NoSpace {
-            needed: 8192,
-            available: 0,
-        };
-        assert_eq!(fail_code(&full), FailCode::NoSpace);
-        assert_eq!(fail_code(&StoreError::Failed("x".into())), FailCode::Device);
-        let io = StoreError::io("data0", 0, std::io::Error::other("boom"));
-        assert_eq!(fail_code(&io), FailCode::Device);
-        assert_eq!(fail_code(&StoreError::Invalid("x".into())), FailCode::Other);
-        match store_failed(&full) {
-            OpReply::Failed { code, why } => {
-                assert_eq!(code, FailCode::NoSpace);
-                assert!(why.contains("no space left"), "{why}");
-            }
-            other => panic!("{other:?}"),
-        }
-    }
 }

@@ -8,9 +8,7 @@ use crate::peers::Link;
 use crate::pgstate::WaitingOp;
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, Durability, PgId};
-use cairn_proto::msg::osd::{
-    FailCode, OpKind, OpReply, OpRequest, RepOp, RepReply, REP, REP_REPLY,
-};
+use cairn_proto::msg::osd::{FailCode, OpKind, OpReply, OpRequest, RepOp, RepReply, REP};
 use cairn_store::SharedBytes;
 use cairn_transport::FrameSender;
 
@@ -262,11 +260,7 @@ fn compare(
     Some(OpReply::Conflict)
 }
 
-/// Sends a replica's answer to its primary.
-pub fn rep_reply(to: &FrameSender, req_id: u64, r: &RepReply) {
-    let control = cairn_proto::msg::encode(r);
-    let _ = to.send(REP_REPLY, req_id, &control, &[]);
-}
+pub use super::reply::rep_reply;
 
 /// Applies a write forwarded by a primary.
 pub fn handle_rep(shard: &mut Shard, to: FrameSender, req_id: u64, op: RepOp, data: SharedBytes) {

@@ -107,10 +107,15 @@ fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
     }
     let acting = st.placement.acting.clone();
     let give_up = st.give_up_unfound;
+    let ec = map.pools.get(&pg.pool).is_some_and(|p| p.ec().is_some());
     let iv = interval(map, &acting);
     let task_iv = iv.clone();
     let task = rt.spawn(async move {
-        let result = primary::peer(osd.clone(), pg, acting, give_up).await;
+        let result = if ec {
+            crate::ec::peer::peer(osd.clone(), pg).await
+        } else {
+            primary::peer(osd.clone(), pg, acting, give_up).await
+        };
         let msg = ShardMsg::PeeringDone {
             pg,
             interval: task_iv,
@@ -143,7 +148,11 @@ pub fn done(shard: &mut Shard, pg: PgId, iv: Interval, result: PeerResult) {
             note_given_up(pg, st, &report);
             st.report = Some(report);
             st.peered = Some(iv.clone());
-            st.last_version = copy::last_version(&osd.store, pg);
+            st.last_version = if map.pools.get(&pg.pool).is_some_and(|p| p.ec().is_some()) {
+                crate::ec::peer::pg_version(&osd, &map, pg)
+            } else {
+                copy::last_version(&osd.store, pg)
+            };
             st.coll_exists = osd.store.collection_exists(crate::pgstate::coll_of(pg));
             tracing::info!(pg = %pg, version = st.last_version, "PG active");
             if let Some((_, old)) = st.recovering.take() {
@@ -423,11 +432,6 @@ pub fn on_map(shard: &mut Shard) {
     for pg in pgs {
         let pool = map.pools.get(&pg.pool);
         let known = pool.is_some_and(|p| pg.pg < p.pg_count);
-        if pool.is_some_and(|p| p.ec().is_some()) {
-            // EC PGs hold nothing yet: their I/O is refused (op::check), so there is nothing
-            // to peer.
-            continue;
-        }
         if crate::mailbox::shard_of(pg, n) != shard.index {
             continue;
         }
@@ -453,7 +457,9 @@ pub fn on_map(shard: &mut Shard) {
                 st.copying.clear();
             }
         }
-        let stray = stray::is_stray(&map, &st.placement, me);
+        // EC shards that are no longer members are not watched yet (their PGs do not move).
+        let ec = pool.is_some_and(|p| p.ec().is_some());
+        let stray = !ec && stray::is_stray(&map, &st.placement, me);
         if !st.waiting.is_empty() && st.peering.is_none() {
             replay_waiting(shard, pg);
         } else if st.placement.primary() == Some(me) {
@@ -480,7 +486,7 @@ pub fn misplaced_copies(osd: &crate::context::Osd, held: &[cairn_store::CollId])
 fn led(shard: &Shard, map: &ClusterMap) -> Vec<PgId> {
     let (me, n) = (shard.osd.id(), shard.osd.shard_count());
     let mut out = Vec::new();
-    for (&pool, p) in map.pools.iter().filter(|(_, p)| p.ec().is_none()) {
+    for (&pool, p) in map.pools.iter() {
         for pg in (0..p.pg_count).map(|pg| PgId { pool, pg }) {
             if crate::mailbox::shard_of(pg, n) == shard.index
                 && shard.osd.placement(map, pg).primary() == Some(me)

@@ -8,6 +8,7 @@ use crate::access::{op_needs, Access, Denied};
 use crate::mailbox::ShardMsg;
 use cairn_auth::Perms;
 use cairn_map::PgId;
+use cairn_proto::msg::ec::{EcQuery, EcRead, EcSubWrite, EC_QUERY, EC_READ, EC_WRITE};
 use cairn_proto::msg::osd::{
     OpBatch, OpKind, OpRequest, RepOp, OP, OP_BATCH, OSD_PING, OSD_PONG, OSD_STATS,
     OSD_STATS_REPLY, OSD_SYNC, REP,
@@ -34,6 +35,9 @@ impl Conn {
             OP => self.op(frame),
             OP_BATCH => self.op_batch(frame),
             REP => self.rep(frame).await,
+            EC_WRITE => self.ec_write(frame).await,
+            EC_READ => self.ec_read(frame).await,
+            EC_QUERY => self.ec_query(frame).await,
             OSD_SYNC => self.sync(frame),
             OSD_PING => self.ping(frame),
             OSD_STATS => self.stats(frame),
@@ -134,6 +138,91 @@ impl Conn {
         };
         self.osd.dispatch(pg, msg, self.shard);
         Flow::Handed
+    }
+
+    /// `EC_WRITE`: a primary's sub-write of one shard of an EC object, for the shard of its PG.
+    async fn ec_write(&mut self, frame: Frame) -> Flow {
+        let sub = match decode::<EcSubWrite>("ec sub-write", &frame.control) {
+            Ok(s) => s,
+            Err(e) => return self.malformed(frame.request_id, &e),
+        };
+        if let Err(why) = sub.check(frame.data.len()) {
+            refuse(&self.sender, frame.request_id, ErrorCode::Malformed, &why);
+            return Flow::Close;
+        }
+        if let Err(flow) = self
+            .check_primary(frame.request_id, (sub.primary, sub.epoch), "EC_WRITE")
+            .await
+        {
+            return flow;
+        }
+        let pg = PgId {
+            pool: sub.pool,
+            pg: sub.pg,
+        };
+        let msg = ShardMsg::EcWrite {
+            reply: self.sender.for_request(&self.load, frame.data.len()),
+            req_id: frame.request_id,
+            sub,
+            data: SharedBytes::new(frame.data),
+        };
+        self.osd.dispatch(pg, msg, self.shard);
+        Flow::Handed
+    }
+
+    /// `EC_READ`: a primary reading ranges of a shard, for the shard of its PG.
+    async fn ec_read(&mut self, frame: Frame) -> Flow {
+        let req = match decode::<EcRead>("ec read", &frame.control) {
+            Ok(r) => r,
+            Err(e) => return self.malformed(frame.request_id, &e),
+        };
+        let held = match req.reply_len() {
+            Ok(n) => n as usize,
+            Err(why) => {
+                refuse(&self.sender, frame.request_id, ErrorCode::Malformed, &why);
+                return Flow::Close;
+            }
+        };
+        self.catch_up(req.epoch).await;
+        let pg = PgId {
+            pool: req.pool,
+            pg: req.pg,
+        };
+        let msg = ShardMsg::EcRead {
+            reply: self.sender.for_request(&self.load, held),
+            req_id: frame.request_id,
+            req,
+        };
+        self.osd.dispatch(pg, msg, self.shard);
+        Flow::Handed
+    }
+
+    /// `EC_QUERY`: a primary peering an EC PG asks what this OSD holds of a shard.
+    async fn ec_query(&mut self, frame: Frame) -> Flow {
+        let query = match decode::<EcQuery>("ec query", &frame.control) {
+            Ok(q) => q,
+            Err(e) => return self.malformed(frame.request_id, &e),
+        };
+        self.catch_up(query.epoch).await;
+        let pg = PgId {
+            pool: query.pool,
+            pg: query.pg,
+        };
+        let msg = ShardMsg::EcQuery {
+            reply: self.sender.for_request(&self.load, 0),
+            req_id: frame.request_id,
+            query,
+        };
+        self.osd.dispatch(pg, msg, self.shard);
+        Flow::Handed
+    }
+
+    /// Waits for the map of `epoch` (a primary's), sending what is held back first.
+    async fn catch_up(&self, epoch: u64) {
+        if epoch > self.osd.map().epoch {
+            self.flush();
+            crate::mapwatch::catch_up(&self.osd, epoch).await;
+        }
     }
 
     /// `OSD_SYNC`: run on this connection's shard (its queue is not grown by a client that
@@ -255,11 +344,7 @@ impl Conn {
             refuse_for(&self.sender, req_id, &why.into());
             return Err(Flow::Close);
         }
-        if epoch > self.osd.map().epoch {
-            // What was held back goes out before the wait.
-            self.flush();
-            crate::mapwatch::catch_up(&self.osd, epoch).await;
-        }
+        self.catch_up(epoch).await;
         Ok(())
     }
 
@@ -298,6 +383,8 @@ fn peering_pg(msg_type: u16, control: &[u8]) -> Result<PgId, MsgError> {
 fn allowed(access: &Access, msg_type: u16) -> Result<(), Denied> {
     match msg_type {
         REP => access.osd_only("a replicated write"),
+        EC_WRITE => access.osd_only("an EC sub-write"),
+        EC_READ | EC_QUERY => access.osd_only("an EC shard read"),
         PG_PUSH => access.osd_only("a PG push"),
         PG_QUERY | PG_LIST | PG_SCRUB | PG_CLEAN | PG_PULL => access.osd_only("peering"),
         _ => Ok(()),

@@ -109,6 +109,37 @@ impl Shard {
                 self.syncing = self.syncing.saturating_sub(1);
                 self.complete(done, result.as_ref().map_err(|e| e.as_ref()));
             }
+            ShardMsg::EcWrite {
+                reply,
+                req_id,
+                sub,
+                data,
+            } => crate::ec::member::handle_write(self, reply, req_id, sub, data),
+            ShardMsg::EcRead { reply, req_id, req } => {
+                crate::ec::member::handle_read(self, reply, req_id, req)
+            }
+            ShardMsg::EcQuery {
+                reply,
+                req_id,
+                query,
+            } => crate::ec::member::handle_query(self, reply, req_id, query),
+            ShardMsg::EcResume {
+                pg,
+                reply,
+                req_id,
+                req,
+                data,
+                old,
+            } => {
+                let op = crate::pgstate::WaitingOp {
+                    reply,
+                    req_id,
+                    req,
+                    data,
+                };
+                crate::ec::resume(self, pg, op, old)
+            }
+            ShardMsg::EcReadDone { pg, object } => crate::ec::unbusy(self, pg, &object),
             ShardMsg::ReadAgain { reply, req_id, req } => op::handle_client_op_at(
                 self,
                 reply,
