@@ -206,6 +206,21 @@ impl PgState {
         Some(w.clone())
     }
 
+    /// Parks a read (not a listing) behind a write to its object still in flight; gives the
+    /// read back when there is none (it runs now).
+    pub fn park_behind_write(&mut self, read: ParkedRead) -> Option<ParkedRead> {
+        if matches!(read.req.kind, cairn_proto::msg::osd::OpKind::List { .. }) {
+            return Some(read);
+        }
+        match self.pending_write(&read.req.object) {
+            Some(w) if w.park_reader() => {
+                self.parked.push(read);
+                None
+            }
+            _ => Some(read),
+        }
+    }
+
     /// Remembers the newest write to `object`, and wakes the watches of it: their owners
     /// read it again (that read waits for this write).
     pub fn note_write(&mut self, object: &[u8], w: Arc<InflightWrite>) {

@@ -28,18 +28,19 @@ pub fn read(shard: &mut Shard, map: &ClusterMap, to: FrameSender, req_id: u64, r
         pg: req.pg,
     };
     let st = shard.pg(map, pg);
-    if !matches!(req.kind, OpKind::List { .. }) {
-        if let Some(w) = st.pending_write(&req.object) {
-            if w.park_reader() {
-                st.parked.push(ParkedRead {
-                    reply: to,
-                    req_id,
-                    req,
-                });
-                return;
-            }
-        }
-    }
+    let read = ParkedRead {
+        reply: to,
+        req_id,
+        req,
+    };
+    let Some(ParkedRead {
+        reply: to,
+        req_id,
+        req,
+    }) = st.park_behind_write(read)
+    else {
+        return;
+    };
     let ctx = match Ctx::new(shard, map, &req) {
         Ok(c) => c,
         Err(r) => return super::reply(&to, req_id, &r),

@@ -36,18 +36,19 @@ pub fn read(
         pg: req.pg,
     };
     let st = shard.pg(map, pg);
-    if !matches!(req.kind, OpKind::List { .. }) {
-        if let Some(w) = st.pending_write(&req.object) {
-            if w.park_reader() {
-                st.parked.push(ParkedRead {
-                    reply: to,
-                    req_id,
-                    req,
-                });
-                return;
-            }
-        }
-    }
+    let read = ParkedRead {
+        reply: to,
+        req_id,
+        req,
+    };
+    let Some(ParkedRead {
+        reply: to,
+        req_id,
+        req,
+    }) = st.park_behind_write(read)
+    else {
+        return;
+    };
     let coll_exists = st.coll_exists;
     let store = &shard.osd.store;
     let coll = coll_of(pg);
