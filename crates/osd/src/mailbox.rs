@@ -107,7 +107,7 @@ pub enum ShardMsg {
         req_id: u64,
         req: OpRequest,
         data: SharedBytes,
-        old: Result<crate::ec::plan::OldBytes, String>,
+        old: Result<crate::ec::plan::OldBytes, crate::ec::error::GatherError>,
     },
     /// A read of an EC object's shards ended: writes queued behind it may run.
     EcReadDone { pg: PgId, object: Vec<u8> },

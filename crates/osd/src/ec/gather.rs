@@ -2,8 +2,10 @@
 //! that is up, and for a shard that is absent or fails, decoded from the same ranges of any
 //! k others (a degraded read).
 
+use super::error::GatherError;
+use super::error::ShardReadError;
 use super::plan::{OldBytes, OldRange};
-use super::remote::{read_shard, ShardReadError};
+use super::remote::read_shard;
 use crate::context::Osd;
 use cairn_ec::Codec;
 use cairn_map::PgId;
@@ -23,24 +25,6 @@ pub struct Source {
     /// Per shard, its OSD when it is up.
     pub shards: Vec<Option<u32>>,
     pub codec: Arc<Codec>,
-}
-
-/// Why ranges could not be had.
-#[derive(Debug, thiserror::Error)]
-pub enum GatherError {
-    #[error("pg {pg}: only {have} of the {need} shards a degraded read needs answered ({why})")]
-    TooFew {
-        pg: PgId,
-        have: usize,
-        need: usize,
-        why: String,
-    },
-    #[error("pg {pg}: decoding shard {shard}: {error}")]
-    Decode {
-        pg: PgId,
-        shard: u32,
-        error: cairn_ec::EcError,
-    },
 }
 
 /// Reads `ranges` (each on one shard) of every shard named, concurrently: per shard, its
@@ -103,7 +87,7 @@ pub async fn gather(src: &Source, want: &[OldRange]) -> Result<OldBytes, GatherE
     let answers = read_many(src, by_shard.clone()).await;
     let mut out = OldBytes::new();
     let mut lost: BTreeMap<u32, Vec<(u64, u32)>> = BTreeMap::new();
-    let mut why = String::new();
+    let mut last = None;
     for (shard, rs) in by_shard {
         match answers.get(&shard) {
             Some(Ok(data)) => {
@@ -119,14 +103,14 @@ pub async fn gather(src: &Source, want: &[OldRange]) -> Result<OldBytes, GatherE
             other => {
                 if let Some(Err(e)) = other {
                     tracing::warn!(pg = %src.pg, error = %e, "EC shard read failed; decoding from the others");
-                    why = e.to_string();
+                    last = Some(e.clone());
                 }
                 lost.insert(shard, rs);
             }
         }
     }
     if !lost.is_empty() {
-        decode_lost(src, &lost, &mut out, why).await?;
+        decode_lost(src, &lost, &mut out, last).await?;
     }
     Ok(out)
 }
@@ -137,7 +121,7 @@ async fn decode_lost(
     src: &Source,
     lost: &BTreeMap<u32, Vec<(u64, u32)>>,
     out: &mut OldBytes,
-    mut why: String,
+    mut last: Option<ShardReadError>,
 ) -> Result<(), GatherError> {
     let p = src.codec.profile();
     let n = p.shards() as usize;
@@ -155,7 +139,7 @@ async fn decode_lost(
             Ok(data) => {
                 got.insert(shard, split(&ranges, &data));
             }
-            Err(e) => why = e.to_string(),
+            Err(e) => last = Some(e),
         }
     }
     let need = p.k() as usize;
@@ -164,7 +148,7 @@ async fn decode_lost(
             pg: src.pg,
             have: got.len(),
             need,
-            why,
+            last,
         });
     }
     for (i, &(shard_off, len)) in ranges.iter().enumerate() {

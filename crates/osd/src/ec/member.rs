@@ -114,6 +114,15 @@ pub fn apply(
         pool: sub.pool,
         pg: sub.pg,
     };
+    if let Some(op) = sub.ops.iter().find(|op| !in_object(op)) {
+        return Err(RepReply::Failed {
+            code: FailCode::Other,
+            why: format!(
+                "EC sub-write op {op:?} reaches past the largest object size ({} bytes)",
+                cairn_store::limits::OBJECT_SIZE
+            ),
+        });
+    }
     let t = transaction(&osd.store, pg, sub, data).map_err(|e| {
         osd.note_store_error(&e);
         crate::op::reply::rep_store_failed(&e)
@@ -134,6 +143,18 @@ pub fn apply(
         .get(&pg.pool)
         .is_some_and(|p| p.durability == Durability::Memory);
     Ok(Applied { seq, memory })
+}
+
+/// Whether an op stays within the largest object a store holds (a primary's claim, checked).
+fn in_object(op: &EcShardOp) -> bool {
+    let end = match *op {
+        EcShardOp::Write { offset, len } | EcShardOp::Xor { offset, len } => {
+            offset.checked_add(u64::from(len))
+        }
+        EcShardOp::Truncate { len } => Some(len),
+        EcShardOp::Remove => Some(0),
+    };
+    end.is_some_and(|e| e <= cairn_store::limits::OBJECT_SIZE)
 }
 
 /// The store transaction of a sub-write: its ops on the shard object, the object's size, the
@@ -260,4 +281,28 @@ pub fn handle_query(shard: &mut Shard, to: FrameSender, req_id: u64, q: EcQuery)
     };
     let control = cairn_proto::msg::encode(&info);
     let _ = to.send(EC_INFO, req_id, &control, &[]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_past_the_largest_object_are_refused() {
+        let max = cairn_store::limits::OBJECT_SIZE;
+        assert!(in_object(&EcShardOp::Write {
+            offset: max - 4096,
+            len: 4096
+        }));
+        assert!(!in_object(&EcShardOp::Xor {
+            offset: max - 4095,
+            len: 4096
+        }));
+        assert!(!in_object(&EcShardOp::Write {
+            offset: u64::MAX,
+            len: 1
+        }));
+        assert!(!in_object(&EcShardOp::Truncate { len: max + 1 }));
+        assert!(in_object(&EcShardOp::Remove));
+    }
 }

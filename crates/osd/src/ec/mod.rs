@@ -4,6 +4,7 @@
 //! (`peer.rs`); members apply sub-writes and serve reads of their shard (`member.rs`) over
 //! the same ordered links as replicated writes (`remote.rs` for the reads' answers).
 
+pub mod error;
 mod gather;
 pub mod member;
 pub mod peer;

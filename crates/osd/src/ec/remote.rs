@@ -2,6 +2,7 @@
 //! sub-writes to that member take (so a read sees every sub-write sent before it), the
 //! answer routed back by `peers::PendingReads`.
 
+use super::error::ShardReadError;
 use crate::context::Osd;
 use crate::peers::Link;
 use cairn_map::PgId;
@@ -13,17 +14,6 @@ use std::time::{Duration, Instant};
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a read waits for a link that is still opening.
 const LINK_WAIT: Duration = Duration::from_secs(1);
-
-/// Why a shard could not be read: the read goes on degraded, from other shards.
-#[derive(Debug, thiserror::Error)]
-pub enum ShardReadError {
-    #[error("osd.{osd} holding shard {shard} cannot be reached")]
-    Unreachable { osd: u32, shard: u8 },
-    #[error("osd.{osd} did not answer a read of shard {shard} within {READ_TIMEOUT:?}")]
-    TimedOut { osd: u32, shard: u8 },
-    #[error("osd.{osd} refused a read of shard {shard}: {why}")]
-    Refused { osd: u32, shard: u8, why: String },
-}
 
 /// The ranges `req` asks of shard `req.shard`, held by `target`, back to back.
 pub async fn read_shard(
@@ -94,7 +84,11 @@ async fn ask(
         Ok(Err(_)) => return Err(unreachable),
         Err(_) => {
             osd.peers.reads.cancel(id);
-            return Err(ShardReadError::TimedOut { osd: target, shard });
+            return Err(ShardReadError::TimedOut {
+                osd: target,
+                shard,
+                timeout: READ_TIMEOUT,
+            });
         }
     };
     debug_assert_eq!(frame.msg_type, EC_READ_REPLY);

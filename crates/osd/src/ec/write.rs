@@ -194,7 +194,7 @@ pub fn write(
         codec: ctx.codec.clone(),
     };
     rt.spawn(async move {
-        let old = gather(&src, &want).await.map_err(|e| e.to_string());
+        let old = gather(&src, &want).await;
         let msg = ShardMsg::EcResume {
             pg,
             reply: op.reply,
@@ -241,12 +241,17 @@ pub fn unbusy(shard: &mut Shard, pg: PgId, object: &[u8]) {
 }
 
 /// A write's old bytes were read (or could not be): it is sent, or answered.
-pub fn resume(shard: &mut Shard, pg: PgId, op: WaitingOp, old: Result<OldBytes, String>) {
+pub fn resume(
+    shard: &mut Shard,
+    pg: PgId,
+    op: WaitingOp,
+    old: Result<OldBytes, super::error::GatherError>,
+) {
     let map = shard.osd.map();
     let object = op.req.object.clone();
     match old {
-        Err(why) => {
-            tracing::warn!(pg = %pg, error = %why, "the bytes an EC write replaces could not be read; the client sends it again");
+        Err(e) => {
+            tracing::warn!(pg = %pg, error = %e, "the bytes an EC write replaces could not be read; the client sends it again");
             super::reply(&op.reply, op.req_id, &OpReply::Retry);
         }
         Ok(old) => match still_primary(shard, &map, &op.req)
@@ -340,21 +345,26 @@ fn send(shard: &mut Shard, map: &ClusterMap, op: WaitingOp, ctx: Ctx, old: OldBy
         .inflight
         .register(pg, version, present, op.reply, op.req_id, what);
     st.note_write(&op.req.object, w.clone());
-    let sub_of = |i: usize| EcSubWrite {
-        epoch: map.epoch,
-        pool: pg.pool,
-        pg: pg.pg,
-        shard: i as u8,
-        version,
-        primary: me,
-        object: op.req.object.clone(),
-        size: plan.size,
-        ops: plan.shards[i].ops.clone(),
+    let mut shard_writes = plan.shards;
+    let mut sub_of = |i: usize| {
+        let part = std::mem::take(&mut shard_writes[i]);
+        let sub = EcSubWrite {
+            epoch: map.epoch,
+            pool: pg.pool,
+            pg: pg.pg,
+            shard: i as u8,
+            version,
+            primary: me,
+            object: op.req.object.clone(),
+            size: plan.size,
+            ops: part.ops,
+        };
+        (sub, part.payload)
     };
     let mut unsent = 0;
     for (i, link) in &links {
-        let control = cairn_proto::msg::encode(&sub_of(*i));
-        let payload = plan.shards[*i].payload.clone();
+        let (sub, payload) = sub_of(*i);
+        let control = cairn_proto::msg::encode(&sub);
         if link.send_held(EC_WRITE, w.tid, &control, payload).is_err() {
             unsent += 1;
         }
@@ -368,9 +378,8 @@ fn send(shard: &mut Shard, map: &ClusterMap, op: WaitingOp, ctx: Ctx, old: OldBy
     // Sent to every other shard; a crash here leaves them ahead of this one (peering rolls
     // the write forward or back).
     fail::fail_point!("osd_ec_primary_sent");
-    let mine = usize::from(ctx.mine);
-    let own = sub_of(mine);
-    let payload = SharedBytes::new(plan.shards[mine].payload.clone());
+    let (own, payload) = sub_of(usize::from(ctx.mine));
+    let payload = SharedBytes::new(payload);
     match member::apply(shard, map, &own, &payload) {
         Ok(applied) => {
             osd.note_applied(pg.pool, true);

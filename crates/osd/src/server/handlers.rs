@@ -147,7 +147,12 @@ impl Conn {
             Err(e) => return self.malformed(frame.request_id, &e),
         };
         if let Err(why) = sub.check(frame.data.len()) {
-            refuse(&self.sender, frame.request_id, ErrorCode::Malformed, &why);
+            refuse(
+                &self.sender,
+                frame.request_id,
+                ErrorCode::Malformed,
+                &why.to_string(),
+            );
             return Flow::Close;
         }
         if let Err(flow) = self
@@ -179,6 +184,7 @@ impl Conn {
         let held = match req.reply_len() {
             Ok(n) => n as usize,
             Err(why) => {
+                let why = why.to_string();
                 refuse(&self.sender, frame.request_id, ErrorCode::Malformed, &why);
                 return Flow::Close;
             }

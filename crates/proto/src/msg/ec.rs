@@ -27,6 +27,18 @@ pub const EC_QUERY_CALL: Call<EcQuery, EcInfo> = Call::new(EC_QUERY, EC_INFO, "e
 /// Most ops one sub-write carries, and most ranges one read asks for.
 pub const MAX_EC_PIECES: usize = 1024;
 
+/// Why an EC request is refused before it is served (the sender is then cut off: only a
+/// buggy or hostile OSD sends one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EcLimitError {
+    #[error("{got} ops or ranges in one EC request, over the limit of {MAX_EC_PIECES}")]
+    TooManyPieces { got: usize },
+    #[error("EC sub-write ops take {ops:?} payload bytes, the frame carries {payload}")]
+    PayloadMismatch { ops: Option<u64>, payload: usize },
+    #[error("EC read of {asked} bytes is over the limit of {MAX_EC_READ}")]
+    ReadTooLarge { asked: u64 },
+}
+
 /// One step of a sub-write on a shard object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EcShardOp {
@@ -72,12 +84,11 @@ pub struct EcSubWrite {
 
 impl EcSubWrite {
     /// Checks the ops against the payload's length: `Err` says why they do not add up.
-    pub fn check(&self, payload: usize) -> Result<(), String> {
+    pub fn check(&self, payload: usize) -> Result<(), EcLimitError> {
         if self.ops.len() > MAX_EC_PIECES {
-            return Err(format!(
-                "{} ops in one EC sub-write, over the limit of {MAX_EC_PIECES}",
-                self.ops.len()
-            ));
+            return Err(EcLimitError::TooManyPieces {
+                got: self.ops.len(),
+            });
         }
         let total = self
             .ops
@@ -85,9 +96,10 @@ impl EcSubWrite {
             .try_fold(0u64, |sum, op| sum.checked_add(op.payload_len()));
         match total {
             Some(t) if t == payload as u64 => Ok(()),
-            _ => Err(format!(
-                "EC sub-write ops take {total:?} payload bytes, the frame carries {payload}"
-            )),
+            _ => Err(EcLimitError::PayloadMismatch {
+                ops: total,
+                payload,
+            }),
         }
     }
 }
@@ -110,18 +122,15 @@ pub const MAX_EC_READ: u64 = 16 << 20;
 
 impl EcRead {
     /// The bytes the reply carries, or why the request is refused.
-    pub fn reply_len(&self) -> Result<u64, String> {
+    pub fn reply_len(&self) -> Result<u64, EcLimitError> {
         if self.ranges.len() > MAX_EC_PIECES {
-            return Err(format!(
-                "{} ranges in one EC read, over the limit of {MAX_EC_PIECES}",
-                self.ranges.len()
-            ));
+            return Err(EcLimitError::TooManyPieces {
+                got: self.ranges.len(),
+            });
         }
         let total: u64 = self.ranges.iter().map(|&(_, len)| u64::from(len)).sum();
         if total > MAX_EC_READ {
-            return Err(format!(
-                "EC read of {total} bytes is over the limit of {MAX_EC_READ}"
-            ));
+            return Err(EcLimitError::ReadTooLarge { asked: total });
         }
         Ok(total)
     }
@@ -185,7 +194,8 @@ mod tests {
             ],
         };
         assert!(w.check(4106).is_ok());
-        assert!(w.check(4105).unwrap_err().contains("4105"));
+        let e = w.check(4105).unwrap_err();
+        assert!(e.to_string().contains("4105"), "{e}");
         w.ops = vec![
             EcShardOp::Write {
                 offset: 0,
@@ -193,7 +203,7 @@ mod tests {
             };
             MAX_EC_PIECES + 1
         ];
-        assert!(w.check(0).unwrap_err().contains("limit"));
+        assert!(w.check(0).unwrap_err().to_string().contains("limit"));
     }
 
     #[test]
@@ -208,6 +218,6 @@ mod tests {
         };
         assert_eq!(r.reply_len(), Ok(8192));
         r.ranges = vec![(0, 1 << 20); 17];
-        assert!(r.reply_len().unwrap_err().contains("limit"));
+        assert!(r.reply_len().unwrap_err().to_string().contains("limit"));
     }
 }
