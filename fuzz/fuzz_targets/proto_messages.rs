@@ -2,7 +2,7 @@
 //! first byte picks the message type. A decoded message must re-encode to the same bytes.
 #![no_main]
 
-use cairn_proto::msg::{decode, ec, encode, mon, osd, peering, scrub};
+use cairn_proto::msg::{decode, ec, ec_rebuild, encode, mon, osd, peering, scrub};
 use libfuzzer_sys::fuzz_target;
 
 fn roundtrip<T>(what: &'static str, b: &[u8])
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 41 {
+    match which % 45 {
         0 => roundtrip::<osd::OpRequest>("op", b),
         1 => roundtrip::<osd::OpReply>("op reply", b),
         2 => roundtrip::<osd::RepOp>("rep", b),
@@ -80,6 +80,25 @@ fuzz_target!(|data: &[u8]| {
         37 => roundtrip::<ec::EcReadReply>("ec read reply", b),
         38 => roundtrip::<ec::EcQuery>("ec query", b),
         39 => roundtrip::<ec::EcInfo>("ec info", b),
+        40 => {
+            if let Ok(q) = decode::<ec_rebuild::EcStat>("ec stat", b) {
+                let _ = q.check();
+                roundtrip::<ec_rebuild::EcStat>("ec stat", b);
+            }
+        }
+        41 => roundtrip::<ec_rebuild::EcStatReply>("ec stat reply", b),
+        42 => {
+            if let Ok(p) = decode::<ec_rebuild::EcPush>("ec push", b) {
+                let _ = p.check(b.len());
+                roundtrip::<ec_rebuild::EcPush>("ec push", b);
+            }
+        }
+        43 => {
+            if let Ok(l) = decode::<ec_rebuild::EcSetLog>("ec set log", b) {
+                let _ = l.check();
+                roundtrip::<ec_rebuild::EcSetLog>("ec set log", b);
+            }
+        }
         _ => roundtrip::<mon::GetMap>("get map", b),
     }
 });

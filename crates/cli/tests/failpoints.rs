@@ -562,3 +562,87 @@ fn a_replica_that_dies_mid_split_finishes_it_after_its_restart() {
         consistent_pg(&c, pg);
     }
 }
+
+/// An EC primary (2+1, min_size 2) stalls mid-write and is killed -9 there, its client with
+/// it (no retry): first after sending the sub-write to one shard only
+/// (`osd_ec_primary_sent_one`: held by fewer than k, never acknowledged, rolled back), then
+/// after sending it to both others (`osd_ec_primary_sent`: held by k, rolled forward onto the
+/// primary's shard once it is back). Each time the object reads back as the peering decided,
+/// also with any one OSD down, so every shard was brought to the same version.
+#[test]
+fn an_ec_write_cut_by_the_primarys_death_is_rolled_back_or_forward_on_every_shard() {
+    use common::cluster::Cluster;
+    let c = Cluster::up("ecroll", 1, 3);
+    c.ok(&[
+        "pool",
+        "create",
+        "e",
+        "--ec",
+        "2+1",
+        "--stripe-unit",
+        "4K",
+        "--min-size",
+        "2",
+        "--pgs",
+        "1",
+    ]);
+    let body = |b: u8| -> String {
+        let f = c.dir.join(format!("ec-body-{b}"));
+        // Two stripes and a bit: every shard holds a piece.
+        std::fs::write(&f, vec![b; 2 * 8192 + 100]).unwrap();
+        f.display().to_string()
+    };
+    let (one, two) = (body(1), body(2));
+    c.ok(&["obj", "put", "e", "x", &one]);
+    let active = |what: &str, up: u64| {
+        c.wait_status(what, Duration::from_secs(60), |s| {
+            s["pgs"]["inactive"] == 0 && s["osds"]["up"] == up
+        });
+    };
+    let get = || {
+        let o = c.cairn(&["obj", "get", "e", "x", "-"]);
+        assert!(o.status.success(), "get x: {}", c.logs());
+        o.stdout
+    };
+    for (point, want) in [("osd_ec_primary_sent_one", 1u8), ("osd_ec_primary_sent", 2)] {
+        let p = pg_query(&c, "1.0")["acting"][0].as_u64().expect("primary") as u32;
+        let name = format!("osd.{p}");
+        c.kill9(&name);
+        c.start_osd_with(p, &[("FAILPOINTS", &format!("{point}=sleep(60000)"))]);
+        active("the EC PG active with its primary back", 3);
+        let conf = c.conf.display().to_string();
+        let mut put = Command::new(BIN)
+            .args(["-c", &conf, "obj", "put", "e", "x", &two])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn put");
+        // The primary stalls at the point within milliseconds of the write.
+        std::thread::sleep(Duration::from_millis(1500));
+        c.kill9(&name);
+        let _ = put.kill();
+        let _ = put.wait();
+        c.start_osd(p);
+        active("the EC PG active again", 3);
+        assert_eq!(get(), vec![want; 2 * 8192 + 100], "after {point}");
+        let log = std::fs::read_to_string(c.dir.join("log").join("osd.0.log")).unwrap_or_default()
+            + &std::fs::read_to_string(c.dir.join("log").join("osd.1.log")).unwrap_or_default()
+            + &std::fs::read_to_string(c.dir.join("log").join("osd.2.log")).unwrap_or_default();
+        assert!(
+            log.contains("EC shards rebuilt"),
+            "no rebuild after {point}"
+        );
+        for down in 0..3u32 {
+            c.kill9(&format!("osd.{down}"));
+            active("the EC PG active with a shard down", 2);
+            assert_eq!(
+                get(),
+                vec![want; 2 * 8192 + 100],
+                "after {point}, with osd.{down} down"
+            );
+            c.start_osd(down);
+            active("the EC PG active with all shards", 3);
+        }
+    }
+}

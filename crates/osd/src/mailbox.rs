@@ -100,6 +100,12 @@ pub enum ShardMsg {
         req_id: u64,
         query: cairn_proto::msg::ec::EcQuery,
     },
+    /// A primary rebuilding an EC PG's shards asks, pushes or sets a log (`ec::rebuild`).
+    EcRebuild {
+        reply: FrameSender,
+        req_id: u64,
+        req: crate::ec::rebuild::member::Request,
+    },
     /// The bytes an EC write replaces were read (or why not): it goes on (`ec::resume`).
     EcResume {
         pg: PgId,

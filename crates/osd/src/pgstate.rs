@@ -21,11 +21,12 @@ pub fn coll_of(pg: PgId) -> CollId {
     ((pg.pool as u64) << 32) | pg.pg as u64
 }
 
-/// The PG a store collection holds (inverse of [`coll_of`]).
+/// The PG a store collection holds (inverse of [`coll_of`]; also of an EC PG's shard
+/// collections, `ec::shard_coll`, which carry the shard in bits 24..32).
 pub fn pg_of(coll: CollId) -> PgId {
     PgId {
         pool: (coll >> 32) as u32,
-        pg: coll as u32,
+        pg: (coll as u32) & 0x00ff_ffff,
     }
 }
 

@@ -97,6 +97,7 @@ pub fn is_error(msg_type: u16) -> bool {
 
 pub mod call;
 pub mod ec;
+pub mod ec_rebuild;
 pub mod mon;
 pub mod osd;
 pub mod peering;

@@ -11,7 +11,7 @@ mod samples;
 mod support;
 
 use cairn_proto::auth::{AuthChallenge, AuthInit, AuthRefusal};
-use cairn_proto::msg::{decode, ec, encode, mon, osd, peering, scrub, ErrorCode};
+use cairn_proto::msg::{decode, ec, ec_rebuild, encode, mon, osd, peering, scrub, ErrorCode};
 use cairn_proto::{Frame, FrameHeader, Hello, Limits, PROTOCOL_VERSION};
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
@@ -1283,6 +1283,80 @@ fn msg_ec_v12() {
         EcInfo {
             exists: true,
             last_version: 1000,
+        },
+    );
+    g.finish();
+}
+
+#[test]
+fn msg_ec_rebuild_v12() {
+    use ec_rebuild::*;
+    let mut g = Golden::new("msg-ec-rebuild-v12.bin");
+    pin_types(
+        &mut g,
+        &[
+            ("EC_STAT", EC_STAT),
+            ("EC_STAT_REPLY", EC_STAT_REPLY),
+            ("EC_PUSH", EC_PUSH),
+            ("EC_SET_LOG", EC_SET_LOG),
+        ],
+    );
+    let state = EcObjectState {
+        size: 0x12345,
+        version: 1000,
+    };
+    pin(
+        &mut g,
+        "EcStat",
+        EcStat {
+            epoch: 42,
+            pool: 3,
+            pg: 0x1f,
+            shard: 2,
+            objects: names(),
+        },
+    );
+    pin_all(
+        &mut g,
+        "EcStatReply",
+        vec![
+            ("States", EcStatReply::States(vec![Some(state), None])),
+            ("Stale", EcStatReply::Stale { epoch: 43 }),
+            (
+                "Failed",
+                EcStatReply::Failed {
+                    code: osd::FailCode::Device,
+                    why: "device gone".into(),
+                },
+            ),
+        ],
+    );
+    pin(
+        &mut g,
+        "EcPush",
+        EcPush {
+            epoch: 42,
+            pool: 3,
+            pg: 0x1f,
+            shard: 5,
+            primary: 7,
+            object: b"obj-a".to_vec(),
+            state: Some(state),
+            offset: 0x10_0000,
+            last: true,
+        },
+    );
+    pin(
+        &mut g,
+        "EcSetLog",
+        EcSetLog {
+            epoch: 42,
+            pool: 3,
+            pg: 0x1f,
+            shard: 0,
+            primary: 7,
+            from: 990,
+            version: 1000,
         },
     );
     g.finish();

@@ -2,7 +2,7 @@
 //! object (in version order, as replicas do), serves reads of its shard, and says what it
 //! holds when the primary peers. The primary applies its own shard's sub-writes here too.
 
-use super::{read_padded, shard_coll, shard_size, shard_version, SIZE_ATTR};
+use super::{read_padded, shard_coll, shard_size, shard_version, SIZE_ATTR, VERSION_ATTR};
 use crate::mailbox::OnDurable;
 use crate::pglog::{self, LogEntry, LogOp};
 use crate::pgstate::VERSION_KEY;
@@ -17,7 +17,7 @@ use cairn_transport::FrameSender;
 
 /// Whether this OSD's map has `primary` as primary of `pg` and this OSD holding `shard`:
 /// `Err` is the member's epoch (the sender is stale, or this OSD is).
-fn check_role(
+pub(crate) fn check_role(
     shard: &mut Shard,
     map: &ClusterMap,
     pg: PgId,
@@ -202,6 +202,7 @@ fn transaction(
     }
     if !removes {
         t.set_attr(coll, obj, SIZE_ATTR, &sub.size.to_le_bytes());
+        t.set_attr(coll, obj, VERSION_ATTR, &sub.version.to_le_bytes());
     }
     t.replicated();
     t.kv_set(coll, VERSION_KEY, &sub.version.to_le_bytes());
@@ -268,19 +269,37 @@ pub fn read_ranges(store: &cairn_store::Store, pg: PgId, req: &EcRead) -> (EcRea
     (r, out)
 }
 
-/// Says what this OSD holds of a shard of a PG.
+/// Says what this OSD holds of a shard of a PG: its last version, and its log entries as
+/// the payload.
 pub fn handle_query(shard: &mut Shard, to: FrameSender, req_id: u64, q: EcQuery) {
     let map = shard.osd.map();
     let pg = PgId {
         pool: q.pool,
         pg: q.pg,
     };
+    let coll = shard_coll(pg, q.shard);
+    let entries = match crate::ec::rebuild::shard_entries(&shard.osd.store, coll) {
+        Ok(e) => e,
+        Err(e) => {
+            let f = crate::failure::Failure::from(e);
+            tracing::error!(pg = %pg, shard = q.shard, error = %f, "reading an EC shard's log");
+            let r = crate::peering::refusal::Refusal::from(f).reply();
+            let control = cairn_proto::msg::encode(&r);
+            let _ = to.send(cairn_proto::msg::peering::PG_DONE, req_id, &control, &[]);
+            return;
+        }
+    };
     let info = EcInfo {
-        exists: shard.osd.store.collection_exists(shard_coll(pg, q.shard)),
+        exists: shard.osd.store.collection_exists(coll),
         last_version: version(shard, &map, pg, q.shard),
     };
     let control = cairn_proto::msg::encode(&info);
-    let _ = to.send(EC_INFO, req_id, &control, &[]);
+    let _ = to.send(
+        EC_INFO,
+        req_id,
+        &control,
+        &cairn_proto::msg::encode(&entries),
+    );
 }
 
 #[cfg(test)]

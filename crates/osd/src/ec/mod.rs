@@ -10,6 +10,7 @@ pub mod member;
 pub mod peer;
 pub mod plan;
 mod read;
+pub mod rebuild;
 pub mod remote;
 mod write;
 
@@ -25,6 +26,10 @@ use std::sync::Arc;
 
 /// Attribute of every shard object: the object's logical size (u64 little-endian).
 pub const SIZE_ATTR: &[u8] = b"ec_size";
+
+/// Attribute of every shard object: the PG version of the last write it holds (u64
+/// little-endian; 0 while a rebuild's pushes are under way).
+pub const VERSION_ATTR: &[u8] = b"ec_ver";
 
 /// The store collection of shard `shard` of an EC PG: the PG's own collection id with
 /// `shard + 1` in bits 24..32 (PG numbers stay below 2^16), so an OSD can hold two shards of
@@ -72,6 +77,27 @@ pub fn shard_size(store: &Store, coll: CollId, obj: &[u8]) -> Result<Option<u64>
     }
 }
 
+/// What a shard holds of `obj`: its logical size and the version of its last write (`None`
+/// when the shard holds no such object).
+pub fn object_state(
+    store: &Store,
+    coll: CollId,
+    obj: &[u8],
+) -> Result<Option<cairn_proto::msg::ec_rebuild::EcObjectState>, StoreError> {
+    let Some(size) = shard_size(store, coll, obj)? else {
+        return Ok(None);
+    };
+    let version = match store.get_attr(coll, obj, VERSION_ATTR) {
+        Ok(v) => v.map_or(0, |v| decode_size(&v)),
+        Err(StoreError::NoObject { .. }) | Err(StoreError::NoCollection(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(cairn_proto::msg::ec_rebuild::EcObjectState {
+        size,
+        version,
+    }))
+}
+
 fn decode_size(v: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     let n = v.len().min(8);
@@ -108,4 +134,24 @@ pub fn shard_version(store: &Store, coll: CollId) -> u64 {
 /// Sends an op reply without data.
 fn reply(to: &cairn_transport::FrameSender, req_id: u64, r: &cairn_proto::msg::osd::OpReply) {
     crate::op::reply::reply(to, req_id, r, &[]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_collection_names_its_pg() {
+        // At start, collections are mapped back to PGs (splits, strays, reclaim): a shard's
+        // must name its own PG, never a PG number past the pool's count.
+        let pg = PgId {
+            pool: 7,
+            pg: 0xfffe,
+        };
+        for s in [0u8, 1, 31] {
+            let c = shard_coll(pg, s);
+            assert_ne!(c, crate::pgstate::coll_of(pg));
+            assert_eq!(crate::pgstate::pg_of(c), pg);
+        }
+    }
 }

@@ -1,16 +1,18 @@
-//! Peering an EC PG: the primary asks every present shard for its last version. The PG
-//! goes active when enough shards answer that any acknowledged write is on at least one of
-//! them (an acknowledged write is on `min_size` shards, so `k + m - min_size + 1` answering
-//! shards include one that holds it), at least `k` (to decode), and all of them hold the
-//! same history.
+//! Peering an EC PG: the primary asks every present shard for its log. The PG goes active
+//! when enough shards answer that any acknowledged write is on at least one of them (an
+//! acknowledged write is on `min_size` shards, so `k + m - min_size + 1` answering shards
+//! include one that holds it), at least `k` (to decode), and once every shard that answered
+//! is rebuilt to the version `rebuild::history` picks.
 
+use super::rebuild::history::{self, Refusal, ShardLog};
+use super::rebuild::{self, Holder};
 use super::{shard_coll, shard_version};
 use crate::context::Osd;
 use crate::failure::{FailClass, Failure};
 use crate::peering::outcome::{Backlog, PeerError, PeerResult, Peered, Report};
 use crate::peering::rpc::Rpc;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::ec::{EcInfo, EcQuery, EC_QUERY_CALL};
+use cairn_proto::msg::ec::{EcQuery, EC_QUERY_CALL};
 use std::sync::Arc;
 
 /// The shards of `pg` that must answer for it to go active: enough to meet every write
@@ -19,20 +21,18 @@ pub fn quorum(k: usize, n: usize, min_size: usize) -> usize {
     k.max((n + 1).saturating_sub(min_size))
 }
 
-/// What a shard holds, asked of the OSD holding it (this one's own store for its shard).
+/// What a shard holds, asked of the OSD holding it (this one's own store for its shard),
+/// with the session to it for the rebuild.
 async fn query(
     osd: &Arc<Osd>,
     map: &ClusterMap,
     pg: PgId,
     shard: u8,
     id: u32,
-) -> Result<EcInfo, Failure> {
+) -> Result<Holder, Failure> {
     if id == osd.id() {
-        let coll = shard_coll(pg, shard);
-        return Ok(EcInfo {
-            exists: osd.store.collection_exists(coll),
-            last_version: shard_version(&osd.store, coll),
-        });
+        let log = rebuild::own_log(osd, pg, shard)?;
+        return Ok(Holder { log, rpc: None });
     }
     let q = EcQuery {
         epoch: map.epoch,
@@ -40,19 +40,43 @@ async fn query(
         pg: pg.pg,
         shard,
     };
-    let what = |e: crate::peering::rpc::RpcError| {
-        let f = Failure::from(e);
+    let what = |f: Failure| {
         Failure::new(
             f.class,
             format!("querying osd.{id} for shard {shard} of pg {pg}: {f}"),
         )
     };
-    let mut rpc = Rpc::connect_osd(map, id, &osd.dialer).await.map_err(what)?;
-    let (info, _) = rpc.ask(EC_QUERY_CALL, &q, &[]).await.map_err(what)?;
-    Ok(info)
+    let mut rpc = Rpc::connect_osd(map, id, &osd.dialer)
+        .await
+        .map_err(|e| what(e.into()))?;
+    let (info, data) = rpc
+        .ask(EC_QUERY_CALL, &q, &[])
+        .await
+        .map_err(|e| what(e.into()))?;
+    let entries = crate::pglog::decode_peer_entries(&data).map_err(what)?;
+    if entries
+        .last()
+        .is_some_and(|e| e.version != info.last_version)
+    {
+        return Err(what(Failure::protocol(format!(
+            "its last version {} is not its newest log entry's",
+            info.last_version
+        ))));
+    }
+    let log = ShardLog {
+        shard,
+        osd: id,
+        head: info.last_version,
+        entries,
+    };
+    Ok(Holder {
+        log,
+        rpc: Some(rpc),
+    })
 }
 
-/// Peers `pg`, of which this OSD is the primary.
+/// Peers `pg`, of which this OSD is the primary: rebuilds the shards that are not at the
+/// version the PG goes on at (`rebuild/`).
 pub async fn peer(osd: Arc<Osd>, pg: PgId) -> PeerResult {
     let map = osd.map();
     let Some(pool) = map.pools.get(&pg.pool) else {
@@ -64,47 +88,65 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId) -> PeerResult {
     let placement = osd.placement(&map, pg);
     let shards = map.pg_shards(pg, &placement);
     let n = shards.len();
-    let need = quorum(profile.k.into(), n, pool.min_size.into());
+    let (k, min_size) = (usize::from(profile.k), usize::from(pool.min_size));
+    let need = quorum(k, n, min_size);
     let mut report = Report {
         from: map.epoch,
         ..Report::default()
     };
-    let mut versions = Vec::new();
+    let mut holders = Vec::new();
     for (i, s) in shards.iter().enumerate() {
         let Some(id) = *s else { continue };
-        let info = query(&osd, &map, pg, i as u8, id).await?;
+        holders.push(query(&osd, &map, pg, i as u8, id).await?);
         report.answered.insert(id);
-        versions.push((i, id, info.last_version));
     }
-    if versions.len() < need {
-        report.waiting_for = placement
+    let waiting_for = |report: &Report| -> Vec<u32> {
+        placement
             .up_set
             .iter()
             .copied()
             .filter(|id| !report.answered.contains(id))
-            .collect();
+            .collect()
+    };
+    if holders.len() < need {
+        report.waiting_for = waiting_for(&report);
         report.reason = Some(format!(
             "an EC PG of {} needs {need} of its {n} shards to answer, {} are up",
             profile.describe(),
-            versions.len()
+            holders.len()
         ));
         return Err(PeerError::Down(report));
     }
-    let newest = versions.iter().map(|v| v.2).max().unwrap_or(0);
-    let behind: Vec<String> = versions
-        .iter()
-        .filter(|v| v.2 != newest)
-        .map(|(i, id, v)| format!("shard {i} on osd.{id} at version {v}"))
-        .collect();
-    if !behind.is_empty() {
-        return Err(PeerError::Failed(Failure::new(
-            FailClass::Protocol,
-            format!(
-                "pg {pg}: shards hold different histories (newest version {newest}; {}): \
-                 rebuilding EC shards is not built yet",
-                behind.join(", ")
-            ),
-        )));
+    let logs: Vec<ShardLog> = holders.iter().map(|h| h.log.clone()).collect();
+    let plan = match history::plan(&logs, n, k, min_size) {
+        Ok(p) => p,
+        Err(Refusal::Down { version, holders }) => {
+            report.waiting_for = waiting_for(&report);
+            report.reason = Some(format!(
+                "the write of version {version} is on {holders} of the shards that answered, \
+                 fewer than the {k} that can decode it, and may have been acknowledged on \
+                 shards that did not"
+            ));
+            return Err(PeerError::Down(report));
+        }
+        Err(Refusal::Backfill { shard, osd: id }) => {
+            return Err(PeerError::Failed(Failure::new(
+                FailClass::Protocol,
+                format!(
+                    "pg {pg}: shard {shard} on osd.{id} was away longer than the PG log keeps; \
+                     backfilling an EC shard is not built yet"
+                ),
+            )));
+        }
+    };
+    let behind = plan.shards.iter().filter(|s| !s.1).count();
+    if behind > 0 || !plan.dirty.is_empty() {
+        // Every shard's history gathered and the version chosen, nothing changed yet.
+        fail::fail_point!("osd_ec_peering_mid");
+        tracing::info!(pg = %pg, version = plan.version, shards = behind,
+            objects = plan.dirty.len(), "rebuilding EC shards");
+        let n = rebuild::run(&osd, &map, pg, profile, &mut holders, &plan).await?;
+        tracing::info!(pg = %pg, version = plan.version, shard_objects = n, "EC shards rebuilt");
     }
     Ok(Peered {
         backlog: Backlog::default(),

@@ -368,6 +368,8 @@ fn send(shard: &mut Shard, map: &ClusterMap, op: WaitingOp, ctx: Ctx, old: OldBy
         if link.send_held(EC_WRITE, w.tid, &control, payload).is_err() {
             unsent += 1;
         }
+        // Sent to one shard, not yet to the others: a crash here leaves that one ahead.
+        fail::fail_point!("osd_ec_primary_sent_one");
     }
     if unsent > 0 {
         osd.inflight.fail(w.tid, &OpReply::Retry);

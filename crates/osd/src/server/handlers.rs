@@ -9,6 +9,7 @@ use crate::mailbox::ShardMsg;
 use cairn_auth::Perms;
 use cairn_map::PgId;
 use cairn_proto::msg::ec::{EcQuery, EcRead, EcSubWrite, EC_QUERY, EC_READ, EC_WRITE};
+use cairn_proto::msg::ec_rebuild::{EcPush, EcSetLog, EcStat, EC_PUSH, EC_SET_LOG, EC_STAT};
 use cairn_proto::msg::osd::{
     OpBatch, OpKind, OpRequest, RepOp, OP, OP_BATCH, OSD_PING, OSD_PONG, OSD_STATS,
     OSD_STATS_REPLY, OSD_SYNC, REP,
@@ -38,6 +39,7 @@ impl Conn {
             EC_WRITE => self.ec_write(frame).await,
             EC_READ => self.ec_read(frame).await,
             EC_QUERY => self.ec_query(frame).await,
+            EC_STAT | EC_PUSH | EC_SET_LOG => self.ec_rebuild(frame).await,
             OSD_SYNC => self.sync(frame),
             OSD_PING => self.ping(frame),
             OSD_STATS => self.stats(frame),
@@ -223,6 +225,40 @@ impl Conn {
         Flow::Handed
     }
 
+    /// `EC_STAT`, `EC_PUSH`, `EC_SET_LOG`: a primary rebuilding an EC PG's shards.
+    async fn ec_rebuild(&mut self, frame: Frame) -> Flow {
+        let (pg, epoch, req) = match decode_rebuild(&frame) {
+            Ok(r) => r,
+            Err(why) => {
+                refuse(&self.sender, frame.request_id, ErrorCode::Malformed, &why);
+                return Flow::Close;
+            }
+        };
+        let claim = match &req {
+            RebuildRequest::Push(p, _) => Some((p.primary, "EC_PUSH")),
+            RebuildRequest::SetLog(l, _) => Some((l.primary, "EC_SET_LOG")),
+            RebuildRequest::Stat(_) => None,
+        };
+        match claim {
+            Some((primary, what)) => {
+                if let Err(flow) = self
+                    .check_primary(frame.request_id, (primary, epoch), what)
+                    .await
+                {
+                    return flow;
+                }
+            }
+            None => self.catch_up(epoch).await,
+        }
+        let msg = ShardMsg::EcRebuild {
+            reply: self.sender.for_request(&self.load, 0),
+            req_id: frame.request_id,
+            req,
+        };
+        self.osd.dispatch(pg, msg, self.shard);
+        Flow::Handed
+    }
+
     /// Waits for the map of `epoch` (a primary's), sending what is held back first.
     async fn catch_up(&self, epoch: u64) {
         if epoch > self.osd.map().epoch {
@@ -361,6 +397,40 @@ impl Conn {
     }
 }
 
+use crate::ec::rebuild::member::Request as RebuildRequest;
+
+/// Decodes and checks an EC rebuild request: its PG, its epoch and the request, or why it is
+/// refused.
+fn decode_rebuild(frame: &Frame) -> Result<(PgId, u64, RebuildRequest), String> {
+    let pg = |pool, pg| PgId { pool, pg };
+    match frame.msg_type {
+        EC_STAT => {
+            let q = decode::<EcStat>("ec stat", &frame.control).map_err(|e| e.to_string())?;
+            q.check().map_err(|e| e.to_string())?;
+            if !frame.data.is_empty() {
+                return Err("EC_STAT carries no payload".into());
+            }
+            Ok((pg(q.pool, q.pg), q.epoch, RebuildRequest::Stat(q)))
+        }
+        EC_PUSH => {
+            let p = decode::<EcPush>("ec push", &frame.control).map_err(|e| e.to_string())?;
+            p.check(frame.data.len()).map_err(|e| e.to_string())?;
+            let at = (pg(p.pool, p.pg), p.epoch);
+            Ok((at.0, at.1, RebuildRequest::Push(p, frame.data.clone())))
+        }
+        _ => {
+            let l = decode::<EcSetLog>("ec set log", &frame.control).map_err(|e| e.to_string())?;
+            l.check().map_err(|e| e.to_string())?;
+            let entries = crate::pglog::decode_peer_entries(&frame.data).map_err(|f| f.what)?;
+            Ok((
+                pg(l.pool, l.pg),
+                l.epoch,
+                RebuildRequest::SetLog(l, entries),
+            ))
+        }
+    }
+}
+
 /// The primary and epoch a `PG_PUSH` claims (`None` for other messages, or one that does not
 /// decode: the shard refuses it as malformed).
 fn push_claim(msg_type: u16, control: &[u8]) -> Option<(u32, u64)> {
@@ -390,7 +460,8 @@ fn allowed(access: &Access, msg_type: u16) -> Result<(), Denied> {
     match msg_type {
         REP => access.osd_only("a replicated write"),
         EC_WRITE => access.osd_only("an EC sub-write"),
-        EC_READ | EC_QUERY => access.osd_only("an EC shard read"),
+        EC_READ | EC_QUERY | EC_STAT => access.osd_only("an EC shard read"),
+        EC_PUSH | EC_SET_LOG => access.osd_only("an EC shard rebuild"),
         PG_PUSH => access.osd_only("a PG push"),
         PG_QUERY | PG_LIST | PG_SCRUB | PG_CLEAN | PG_PULL => access.osd_only("peering"),
         _ => Ok(()),

@@ -123,6 +123,9 @@ impl Shard {
                 req_id,
                 query,
             } => crate::ec::member::handle_query(self, reply, req_id, query),
+            ShardMsg::EcRebuild { reply, req_id, req } => {
+                crate::ec::rebuild::member::handle(self, reply, req_id, req)
+            }
             ShardMsg::EcResume {
                 pg,
                 reply,

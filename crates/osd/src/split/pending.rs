@@ -21,6 +21,8 @@ impl Splits {
         let grown: BTreeSet<u32> = new
             .pools
             .iter()
+            // An EC pool's PG count is fixed: its shard collections are never split.
+            .filter(|(_, p)| p.ec().is_none())
             .filter(|(id, p)| match old.map(|m| m.pools.get(id)) {
                 None => true,
                 Some(None) => false,

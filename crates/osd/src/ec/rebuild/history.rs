@@ -1,0 +1,260 @@
+//! Which history an EC PG goes on with when its primary peers it, from the logs of the shards
+//! that answered (docs/format/ec.md, "Peering and rebuild").
+//!
+//! A write is acknowledged only once every present shard holds it, and there are at least
+//! `min_size` of them. So of the writes the newest log holds, those held by `k` answering
+//! shards can be rolled forward (the other shards' pieces are decoded from those `k`); a
+//! write held by fewer cannot be decoded, and is rolled back when it cannot have been
+//! acknowledged: when even with every shard that did not answer it would not reach
+//! `min_size`. Otherwise the PG is down until more shards answer.
+
+use crate::pglog::LogEntry;
+use std::collections::BTreeSet;
+
+/// What one answering shard holds: its log and its last version.
+#[derive(Debug, Clone)]
+pub struct ShardLog {
+    pub shard: u8,
+    pub osd: u32,
+    /// Its last version (the PG version of the last sub-write it applied).
+    pub head: u64,
+    /// Its kept log, oldest first.
+    pub entries: Vec<LogEntry>,
+}
+
+impl ShardLog {
+    fn tail(&self) -> Option<u64> {
+        self.entries.first().map(|e| e.version)
+    }
+
+    /// Whether it holds `e`: the same entry in its log, or `e` older than its log (trimmed:
+    /// taken as held) and not after its head.
+    fn holds(&self, e: &LogEntry) -> bool {
+        match self.entries.binary_search_by_key(&e.version, |x| x.version) {
+            Ok(i) => self.entries[i] == *e,
+            Err(_) => self.tail().is_some_and(|t| e.version < t) && e.version <= self.head,
+        }
+    }
+
+    /// Its newest entry's (epoch, version): of two logs, the one of the later primary wins.
+    fn newest(&self) -> (u64, u64) {
+        self.entries
+            .last()
+            .map_or((0, self.head), |e| (e.epoch, e.version))
+    }
+}
+
+/// How the PG goes on: the version every shard is brought to, with the authority's log.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The PG's version once rebuilt.
+    pub version: u64,
+    /// The index (in the answering shards) of the shard whose log is authoritative.
+    pub auth: usize,
+    /// Per answering shard, in order: the last version it shares with the authority, and
+    /// whether it is at `version` already with nothing after it.
+    pub shards: Vec<(u64, bool)>,
+    /// The objects whose shard objects may differ from the authoritative history on some
+    /// shard: every shard's state of them is checked.
+    pub dirty: BTreeSet<Vec<u8>>,
+}
+
+/// Why the PG cannot go on from the shards that answered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The write of `version` is held by too few answering shards to be decoded, and with the
+    /// shards that did not answer it may have been acknowledged.
+    Down { version: u64, holders: usize },
+    /// A shard's log does not meet the authority's (it was away longer than the log keeps):
+    /// it needs a backfill.
+    Backfill { shard: u8, osd: u32 },
+}
+
+/// Plans the rebuild of a PG of `n` shards (`k` data) from the `shards` that answered.
+pub fn plan(shards: &[ShardLog], n: usize, k: usize, min_size: usize) -> Result<Plan, Refusal> {
+    let Some(auth) = (0..shards.len()).max_by_key(|&i| (shards[i].newest(), shards[i].head)) else {
+        return Ok(Plan {
+            version: 0,
+            auth: 0,
+            shards: Vec::new(),
+            dirty: BTreeSet::new(),
+        });
+    };
+    let a = &shards[auth];
+    let holders = |e: &LogEntry| shards.iter().filter(|s| s.holds(e)).count();
+    let version = match a.entries.iter().rev().find(|e| holders(e) >= k) {
+        Some(e) => e.version,
+        None if a.tail().is_none_or(|t| t <= 1) => 0,
+        None => {
+            let oldest = a.entries.first().map_or(0, |e| e.version);
+            let held = a.entries.first().map_or(0, holders);
+            return Err(Refusal::Down {
+                version: oldest,
+                holders: held,
+            });
+        }
+    };
+    let absent = n.saturating_sub(shards.len());
+    let in_history = |e: &LogEntry| e.version <= version && a.holds(e);
+    for e in shards.iter().flat_map(|s| &s.entries) {
+        if in_history(e) {
+            continue;
+        }
+        let h = holders(e);
+        if h + absent >= min_size {
+            return Err(Refusal::Down {
+                version: e.version,
+                holders: h,
+            });
+        }
+    }
+    let history: Vec<&LogEntry> = a.entries.iter().filter(|e| e.version <= version).collect();
+    let mut dirty = BTreeSet::new();
+    let mut steps = Vec::with_capacity(shards.len());
+    for s in shards {
+        let common = match history.iter().rev().find(|e| s.holds(e)) {
+            Some(e) => e.version,
+            None if s.head == 0 || version == 0 => 0,
+            // Its log ends where the authority's begins.
+            None if a.tail().is_some_and(|t| s.head + 1 == t) => s.head,
+            None => {
+                return Err(Refusal::Backfill {
+                    shard: s.shard,
+                    osd: s.osd,
+                })
+            }
+        };
+        let covered = common == version || a.tail().is_some_and(|t| t <= common + 1);
+        if !covered {
+            return Err(Refusal::Backfill {
+                shard: s.shard,
+                osd: s.osd,
+            });
+        }
+        let changed = history.iter().copied().filter(|e| e.version > common);
+        let own = s.entries.iter().filter(|e| e.version > common);
+        dirty.extend(changed.chain(own).map(|e| e.object.clone()));
+        steps.push((common, common == version && s.head == version));
+    }
+    Ok(Plan {
+        version,
+        auth,
+        shards: steps,
+        dirty,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pglog::LogOp;
+
+    fn e(epoch: u64, version: u64, object: &str) -> LogEntry {
+        LogEntry {
+            version,
+            epoch,
+            object: object.as_bytes().to_vec(),
+            op: LogOp::Modify,
+        }
+    }
+
+    /// Shard `shard` with the entries of versions `1..=head` of epoch 5 (object `o{v % 4}`).
+    fn shard(shard: u8, head: u64) -> ShardLog {
+        ShardLog {
+            shard,
+            osd: u32::from(shard) + 10,
+            head,
+            entries: (1..=head)
+                .map(|v| e(5, v, &format!("o{}", v % 4)))
+                .collect(),
+        }
+    }
+
+    fn names(v: &[&str]) -> BTreeSet<Vec<u8>> {
+        v.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn shards_that_agree_change_nothing() {
+        let p = plan(&[shard(0, 9), shard(1, 9), shard(2, 9)], 3, 2, 2).expect("plan");
+        assert_eq!(p.version, 9);
+        assert!(p.shards.iter().all(|&(c, up)| c == 9 && up));
+        assert!(p.dirty.is_empty());
+        let empty = plan(&[shard(0, 0), shard(1, 0)], 3, 2, 2).expect("plan");
+        assert_eq!(empty.version, 0);
+        assert!(empty.dirty.is_empty());
+    }
+
+    #[test]
+    fn a_shard_back_after_missed_writes_gets_the_objects_they_changed() {
+        let p = plan(&[shard(0, 9), shard(1, 6), shard(2, 9)], 3, 2, 2).expect("plan");
+        assert_eq!(p.version, 9);
+        assert_eq!(p.shards[1], (6, false));
+        assert_eq!(p.dirty, names(&["o3", "o0", "o1"]));
+    }
+
+    #[test]
+    fn a_write_on_k_shards_rolls_forward() {
+        // The primary died after two of three shards applied version 10.
+        let p = plan(&[shard(0, 9), shard(1, 10), shard(2, 10)], 3, 2, 2).expect("plan");
+        assert_eq!(p.version, 10);
+        assert_eq!(p.shards, vec![(9, false), (10, true), (10, true)]);
+        assert_eq!(p.dirty, names(&["o2"]));
+    }
+
+    #[test]
+    fn a_write_on_fewer_than_k_rolls_back_unless_it_may_have_been_acknowledged() {
+        let p = plan(&[shard(0, 10), shard(1, 9), shard(2, 9)], 3, 2, 2).expect("plan");
+        assert_eq!(p.version, 9);
+        assert_eq!(p.auth, 0, "the newest log is the authority");
+        assert_eq!(p.shards[0], (9, false), "version 10 is undone on shard 0");
+        assert_eq!(p.dirty, names(&["o2"]));
+        // With shard 2 silent, version 10 may be on it too, and then acknowledged.
+        assert_eq!(
+            plan(&[shard(0, 10), shard(1, 9)], 3, 2, 2),
+            Err(Refusal::Down {
+                version: 10,
+                holders: 1
+            })
+        );
+        // 4+2 with min_size 5: held by 3 of 5 answering, it was never acknowledged.
+        let six: Vec<ShardLog> = (0..5)
+            .map(|i| shard(i, if i < 3 { 10 } else { 9 }))
+            .collect();
+        let p = plan(&six, 6, 4, 5).expect("plan");
+        assert_eq!(p.version, 9);
+    }
+
+    #[test]
+    fn a_newer_primarys_history_wins_over_an_older_ones_at_the_same_version() {
+        // Shard 0 kept version 10 of a primary of epoch 5 that died; the PG went on at epoch 8
+        // without it and wrote its own version 10 on shards 1 and 2.
+        let mut newer = [shard(1, 9), shard(2, 9)];
+        for s in &mut newer {
+            s.entries.push(e(8, 10, "x"));
+            s.head = 10;
+        }
+        let p = plan(&[shard(0, 10), newer[0].clone(), newer[1].clone()], 3, 2, 2).expect("plan");
+        assert_eq!(p.version, 10);
+        assert!(p.auth > 0, "an epoch-8 log is the authority");
+        assert_eq!(p.shards[0], (9, false));
+        assert_eq!(p.dirty, names(&["x", "o2"]), "both writes of version 10");
+    }
+
+    #[test]
+    fn a_shard_whose_log_does_not_meet_the_authoritys_needs_a_backfill() {
+        let mut a = shard(0, 20);
+        a.entries.drain(..10); // keeps 11..=20
+        let b = ShardLog {
+            entries: a.entries.clone(),
+            ..shard(1, 20)
+        };
+        assert_eq!(
+            plan(&[a.clone(), b.clone(), shard(2, 5)], 3, 2, 2),
+            Err(Refusal::Backfill { shard: 2, osd: 12 })
+        );
+        // One that stopped at 10 meets the kept log.
+        let p = plan(&[a, b, shard(2, 10)], 3, 2, 2).expect("plan");
+        assert_eq!(p.shards[2], (10, false));
+    }
+}

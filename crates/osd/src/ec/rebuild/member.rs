@@ -1,0 +1,182 @@
+//! A shard member's side of a rebuild: it says what it holds of objects, takes rebuilt shard
+//! objects, and takes the authoritative log. The primary's own shard goes through here too
+//! (on its shard thread). Pushes and logs are durable before they are answered: a log must
+//! never be durable before the objects it vouches for.
+
+use crate::ec::member::check_role;
+use crate::ec::{object_state, shard_coll, SIZE_ATTR, VERSION_ATTR};
+use crate::pglog::{self, LogEntry};
+use crate::pgstate::VERSION_KEY;
+use crate::shard::Shard;
+use cairn_map::{ClusterMap, PgId};
+use cairn_proto::msg::ec_rebuild::{EcPush, EcSetLog, EcStat, EcStatReply, EC_STAT_REPLY};
+use cairn_proto::msg::osd::RepReply;
+use cairn_store::Transaction;
+use cairn_transport::FrameSender;
+
+/// A rebuild request from a primary, decoded and checked against its limits.
+pub enum Request {
+    Stat(EcStat),
+    Push(EcPush, Vec<u8>),
+    SetLog(EcSetLog, Vec<LogEntry>),
+}
+
+/// Serves a rebuild request from another OSD and answers it.
+pub fn handle(shard: &mut Shard, to: FrameSender, req_id: u64, req: Request) {
+    let map = shard.osd.map();
+    match req {
+        Request::Stat(q) => {
+            let r = stat(shard, &map, &q);
+            let _ = to.send(EC_STAT_REPLY, req_id, &cairn_proto::msg::encode(&r), &[]);
+        }
+        Request::Push(p, data) => {
+            let r = push(shard, &map, &p, &data);
+            crate::op::reply::rep_reply(&to, req_id, &r);
+        }
+        Request::SetLog(l, entries) => {
+            let r = set_log(shard, &map, &l, &entries);
+            crate::op::reply::rep_reply(&to, req_id, &r);
+        }
+    }
+}
+
+fn pg_of(pool: u32, pg: u32) -> PgId {
+    PgId { pool, pg }
+}
+
+/// The state of each object `q` names in this OSD's shard.
+pub fn stat(shard: &mut Shard, map: &ClusterMap, q: &EcStat) -> EcStatReply {
+    let pg = pg_of(q.pool, q.pg);
+    if let Err(epoch) = check_role(shard, map, pg, None, q.shard) {
+        return EcStatReply::Stale { epoch };
+    }
+    let coll = shard_coll(pg, q.shard);
+    let store = &shard.osd.store;
+    let states: Result<Vec<_>, _> = q
+        .objects
+        .iter()
+        .map(|o| object_state(store, coll, o))
+        .collect();
+    match states {
+        Ok(s) => EcStatReply::States(s),
+        Err(e) => EcStatReply::Failed {
+            code: crate::op::reply::fail_code(&e),
+            why: format!("shard {} of pg {pg}: {e}", q.shard),
+        },
+    }
+}
+
+/// Applies a push of a rebuilt shard object (or its removal), durably.
+pub fn push(shard: &mut Shard, map: &ClusterMap, p: &EcPush, data: &[u8]) -> RepReply {
+    let pg = pg_of(p.pool, p.pg);
+    if let Err(epoch) = check_role(shard, map, pg, Some(p.primary), p.shard) {
+        return RepReply::Stale { epoch };
+    }
+    if map.object_pg(pg.pool, &p.object) != Some(pg) {
+        return refused(format!(
+            "object {:?} pushed to shard {} of pg {pg} belongs to another PG",
+            String::from_utf8_lossy(&p.object),
+            p.shard
+        ));
+    }
+    let end = p.offset.checked_add(data.len() as u64);
+    if end.is_none_or(|e| e > cairn_store::limits::OBJECT_SIZE) {
+        return refused(format!(
+            "EC push at {} of {} bytes reaches past the largest object",
+            p.offset,
+            data.len()
+        ));
+    }
+    let coll = shard_coll(pg, p.shard);
+    let store = &shard.osd.store;
+    let mut t = Transaction::new();
+    if !store.collection_exists(coll) {
+        t.create_collection(coll);
+    }
+    match p.state {
+        None => {
+            if store.stat(coll, &p.object).is_ok() {
+                t.remove(coll, &p.object);
+            }
+        }
+        Some(state) => {
+            t.touch(coll, &p.object);
+            if p.offset == 0 {
+                t.truncate(coll, &p.object, 0);
+            }
+            if !data.is_empty() {
+                t.write(coll, &p.object, p.offset, data);
+            }
+            t.set_attr(coll, &p.object, SIZE_ATTR, &state.size.to_le_bytes());
+            // Version 0 until the last piece: a push cut short leaves no whole-looking object.
+            let version = if p.last { state.version } else { 0 };
+            t.set_attr(coll, &p.object, VERSION_ATTR, &version.to_le_bytes());
+        }
+    }
+    // A member is about to store one piece of a rebuilt shard object.
+    fail::fail_point!("osd_ec_rebuild_push");
+    durably(shard, &t)
+}
+
+/// Takes the authoritative log after `l.from`, up to `l.version`, durably.
+pub fn set_log(
+    shard: &mut Shard,
+    map: &ClusterMap,
+    l: &EcSetLog,
+    entries: &[LogEntry],
+) -> RepReply {
+    let pg = pg_of(l.pool, l.pg);
+    if let Err(epoch) = check_role(shard, map, pg, Some(l.primary), l.shard) {
+        return RepReply::Stale { epoch };
+    }
+    let contiguous = entries
+        .iter()
+        .zip(l.from + 1..)
+        .all(|(e, v)| e.version == v);
+    if !contiguous || entries.len() as u64 != l.version - l.from {
+        return refused(format!(
+            "EC log for shard {} of pg {pg} from {} to {} carries {} entries out of that order",
+            l.shard,
+            l.from,
+            l.version,
+            entries.len()
+        ));
+    }
+    let coll = shard_coll(pg, l.shard);
+    let mut t = Transaction::new();
+    if !shard.osd.store.collection_exists(coll) {
+        t.create_collection(coll);
+    }
+    let end = [pglog::LOG_PREFIX, &[0xff; 9][..]].concat();
+    t.kv_rm_range(coll, &pglog::key(l.from.saturating_add(1)), &end);
+    for e in entries {
+        pglog::append(&mut t, coll, e);
+    }
+    t.kv_set(coll, VERSION_KEY, &l.version.to_le_bytes());
+    let r = durably(shard, &t);
+    if matches!(r, RepReply::Done) {
+        shard.pg(map, pg).ec_versions.insert(l.shard, l.version);
+    }
+    r
+}
+
+fn refused(why: String) -> RepReply {
+    RepReply::Failed {
+        code: cairn_proto::msg::osd::FailCode::Other,
+        why,
+    }
+}
+
+/// Submits `t` and waits until it is on stable storage.
+fn durably(shard: &mut Shard, t: &Transaction) -> RepReply {
+    let store = &shard.osd.store;
+    let r = store.submit(t).and_then(|seq| store.sync_through(seq));
+    match r {
+        Ok(_) => RepReply::Done,
+        Err(e) => {
+            shard.osd.note_store_error(&e);
+            tracing::error!(error = %e, "applying an EC rebuild step failed");
+            crate::op::reply::rep_store_failed(&e)
+        }
+    }
+}
