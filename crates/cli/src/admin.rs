@@ -893,9 +893,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     }
     for p in map.pools.values().filter(|p| p.ec().is_some()) {
         problems.push(format!(
-            "pool {} is erasure-coded ({}): this version does not backfill an EC shard \
-             that moved (do not mark its OSDs out) or was away for more writes than its PG \
-             log keeps (4096): such a PG stays inactive (docs/format/ec.md)",
+            "pool {} is erasure-coded ({}): this version does not check past intervals \
+             for EC PGs, so mark out at most one of its OSDs at a time and let its shards \
+             be backfilled first (docs/format/ec.md, \"Moving shards\")",
             p.name,
             p.kind()
         ));

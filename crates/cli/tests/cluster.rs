@@ -466,7 +466,7 @@ fn cli_pool_osd_and_object_commands() {
     let st = c.status();
     assert!(
         st["problems"].to_string().contains(
-            "pool e is erasure-coded (ec 1+1, unit 8 KiB): this version does not backfill"
+            "pool e is erasure-coded (ec 1+1, unit 8 KiB): this version does not check past"
         ),
         "{st}"
     );
@@ -1556,9 +1556,31 @@ fn an_ec_pool_serves_partial_writes_and_reads_on_when_a_shard_is_down() {
         "--pgs",
         "8",
     ]);
+    // One PG, for more writes than its log keeps.
+    c.ok(&[
+        "pool",
+        "create",
+        "b",
+        "--ec",
+        "2+1",
+        "--stripe-unit",
+        "4K",
+        "--min-size",
+        "2",
+        "--pgs",
+        "1",
+    ]);
     runtime().block_on(async {
         let client = c.client().await;
         let pool = client.pool_id("e").expect("pool");
+        let b = client.pool_id("b").expect("pool b");
+        let mut b_models: Vec<Option<Vec<u8>>> = vec![None; 40];
+        for (o, m) in b_models.iter_mut().enumerate().take(12) {
+            let data = ec_bytes(o as u64 + 1000, 20_000);
+            let name = format!("b-{o}").into_bytes();
+            client.write_full(b, &name, &data).await.expect("write b");
+            *m = Some(data);
+        }
         let mut models = vec![Vec::new(); 6];
         ec_writes_and_check(&client, pool, &mut models, 0x9e37).await;
         // A shard down: every object still reads back (decoded where a data shard is
@@ -1574,5 +1596,99 @@ fn an_ec_pool_serves_partial_writes_and_reads_on_when_a_shard_is_down() {
         c.kill9("osd.2");
         common::cluster::wait_osd(&client, 2, false).await;
         ec_check(&client, pool, &models).await;
+        // osd.2's shard of pool b misses more writes than the PG log keeps (4096), removals
+        // of objects it holds among them: back, it is backfilled (every object checked), so
+        // that with osd.0 down pool b reads back from osd.1 and osd.2 alone.
+        ec_many_writes(&client, b, &mut b_models, 5000).await;
+        c.start_osd(2);
+        common::cluster::wait_osd(&client, 2, true).await;
+        // A read waits for the PG's peering, and so for the backfill.
+        client
+            .stat(b, b"b-5")
+            .await
+            .expect("stat after the backfill");
+        let logs: String = (0..3)
+            .map(|i| {
+                std::fs::read_to_string(c.dir.join(format!("log/osd.{i}.log"))).unwrap_or_default()
+            })
+            .collect();
+        assert!(
+            logs.contains("backfill=true"),
+            "pool b's shard on osd.2 was not backfilled"
+        );
+        c.kill9("osd.0");
+        common::cluster::wait_osd(&client, 0, false).await;
+        for (o, m) in b_models.iter().enumerate() {
+            let name = format!("b-{o}").into_bytes();
+            match m {
+                Some(m) => {
+                    let got = client.read(b, &name, 0, 1 << 20).await.expect("read b");
+                    assert!(got == *m, "object b-{o} differs from its model");
+                }
+                None => assert!(
+                    matches!(
+                        client.stat(b, &name).await,
+                        Err(cairn_client::ClientError::NoSuchObject { .. })
+                    ),
+                    "b-{o} is back"
+                ),
+            }
+        }
     });
+}
+
+/// `total` small writes to the objects of `models` (`None`: absent) from 32 writers at once,
+/// each with objects of its own (so the models stay exact); the first four objects are
+/// removed first.
+async fn ec_many_writes(
+    client: &cairn_client::Client,
+    pool: u32,
+    models: &mut [Option<Vec<u8>>],
+    total: usize,
+) {
+    const WRITERS: usize = 32;
+    let n = models.len();
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..WRITERS {
+        let client = client.clone();
+        let mut mine: Vec<(usize, Option<Vec<u8>>)> = (w..n)
+            .step_by(WRITERS)
+            .map(|o| (o, models[o].take()))
+            .collect();
+        set.spawn(async move {
+            let owned = mine.len();
+            for step in 0..total / WRITERS {
+                let i = step % owned.max(1);
+                let Some((o, model)) = mine.get_mut(i) else {
+                    return mine;
+                };
+                let name = format!("b-{o}").into_bytes();
+                if *o < 4 && step < owned {
+                    client.remove(pool, &name).await.expect("remove");
+                    *model = None;
+                    continue;
+                }
+                if *o < 4 {
+                    continue;
+                }
+                let offset = (step * 4099 + *o * 577) % 30_000;
+                let data = ec_bytes((step * 64 + *o) as u64, 512);
+                client
+                    .write(pool, &name, offset as u64, &data)
+                    .await
+                    .expect("write");
+                let m = model.get_or_insert_with(Vec::new);
+                if m.len() < offset + data.len() {
+                    m.resize(offset + data.len(), 0);
+                }
+                m[offset..offset + data.len()].copy_from_slice(&data);
+            }
+            mine
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        for (o, m) in done.expect("writer") {
+            models[o] = m;
+        }
+    }
 }

@@ -494,16 +494,22 @@ async fn corrupt_replica_block(
     client: &cairn_client::Client,
     pool: u32,
 ) -> (cairn_map::PgId, u32, u32) {
-    use std::os::unix::fs::FileExt;
     let map = client.map();
     let pg = map.object_pg(pool, &name(0)).expect("pg");
     let acting = map.pg_placement(pg).acting;
     let (primary, victim) = (acting[0], acting[1]);
+    corrupt_block_of(c, victim, &scrub_block(0, 5)).await;
+    (pg, primary, victim)
+}
+
+/// Flips bytes of `block` in the data file (not the WAL) of OSD `victim` once its store has
+/// written it there.
+async fn corrupt_block_of(c: &Cluster, victim: u32, block: &[u8]) {
+    use std::os::unix::fs::FileExt;
     let file = c.dir.join(format!("osd.{victim}")).join("data.img");
-    let block = scrub_block(0, 5);
     let start = Instant::now();
     let spots = loop {
-        let spots = find_block(&file, &block);
+        let spots = find_block(&file, block);
         if !spots.is_empty() {
             break spots;
         }
@@ -522,7 +528,74 @@ async fn corrupt_replica_block(
             .expect("corrupt");
     }
     f.sync_all().expect("sync");
-    (pg, primary, victim)
+}
+
+/// Bit rot in one chunk of an EC object (2+1, 4 KiB units: block 5 is on data shard 1):
+/// scrub names the damaged shard's OSD; repairing rebuilds the chunk from the other two
+/// shards, so that with data shard 0's OSD gone the object still decodes right.
+#[test]
+fn a_corrupted_ec_chunk_is_found_by_scrub_and_rebuilt() {
+    let c = Cluster::up("recovery-ecscrub", 1, 3);
+    c.ok(&[
+        "pool",
+        "create",
+        "e",
+        "--ec",
+        "2+1",
+        "--stripe-unit",
+        "4K",
+        "--pgs",
+        "1",
+    ]);
+    runtime().block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("e").expect("pool");
+        fill_blocks(&client, pool, 4).await;
+        let map = client.map();
+        let pg = map.object_pg(pool, &name(0)).expect("pg");
+        let shards = map.pg_shards(pg, &map.pg_placement(pg));
+        let (data0, victim) = (shards[0].expect("shard 0"), shards[1].expect("shard 1"));
+        corrupt_block_of(&c, victim, &scrub_block(0, 5)).await;
+        let pgid = pg.to_string();
+        let scrub = |args: &[&str]| {
+            let out = c.cairn(args);
+            (out.status.code(), common::cluster::text(&out.stdout))
+        };
+        let line = format!("pg {pgid}: object obj-0 on osd.{victim}: damaged");
+        let (code, text) = scrub(&["pg", "scrub", "--no-repair", &pgid]);
+        assert_eq!(code, Some(3), "{text}\n{}", c.logs());
+        assert!(
+            text.contains(&line) && text.contains("NOT repaired"),
+            "{text}"
+        );
+        let (code, text) = scrub(&["pg", "scrub", &pgid]);
+        assert_eq!(code, Some(0), "{text}\n{}", c.logs());
+        assert!(
+            text.contains(&line) && text.contains("(repaired)"),
+            "{text}"
+        );
+        let (code, text) = scrub(&["pg", "scrub", "--no-repair", "--json", &pgid]);
+        assert_eq!(code, Some(0), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(v["objects"], 4, "{v}");
+        c.kill9(&format!("osd.{data0}"));
+        wait_osd(&client, data0, false).await;
+        let want: Vec<u8> = (0..16).flat_map(|b| scrub_block(0, b)).collect();
+        let start = Instant::now();
+        loop {
+            match client.read(pool, &name(0), 0, want.len() as u64).await {
+                Ok(got) => {
+                    assert!(got == want, "the repaired shard decodes wrong bytes");
+                    break;
+                }
+                Err(e) => assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "read failed: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
 }
 
 #[test]

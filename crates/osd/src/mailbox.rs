@@ -104,7 +104,7 @@ pub enum ShardMsg {
     EcRebuild {
         reply: FrameSender,
         req_id: u64,
-        req: crate::ec::rebuild::member::Request,
+        req: crate::ec::rebuild::request::Request,
     },
     /// The bytes an EC write replaces were read (or why not): it goes on (`ec::resume`).
     EcResume {

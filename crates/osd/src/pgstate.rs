@@ -16,6 +16,9 @@ pub const VERSION_KEY: &[u8] = b"pg_version";
 /// (`last_epoch_started`, u64 little-endian).
 pub const LES_KEY: &[u8] = b"pg_les";
 
+/// EC: damaged shard objects a scrub found, by object: the shards to rebuild.
+pub type EcRepairs = std::collections::BTreeMap<Vec<u8>, std::collections::BTreeSet<u8>>;
+
 /// The store collection of a PG.
 pub fn coll_of(pg: PgId) -> CollId {
     ((pg.pool as u64) << 32) | pg.pg as u64
@@ -140,6 +143,8 @@ pub struct PgState {
     /// EC, as primary: objects with reads of their shards under way (a write's old bytes, a
     /// client read), and the writes to them queued until those end.
     pub ec_busy: HashMap<Vec<u8>, EcBusy>,
+    /// EC, as primary: damaged shard objects a scrub found, rebuilt at the next peering.
+    pub ec_repair: EcRepairs,
 }
 
 /// Writes remembered before completed ones are swept.
@@ -194,6 +199,7 @@ impl PgState {
             lost_intervals: Vec::new(),
             ec_versions: HashMap::new(),
             ec_busy: HashMap::new(),
+            ec_repair: EcRepairs::new(),
         }
     }
 

@@ -1313,14 +1313,46 @@ fn msg_ec_rebuild_v12() {
             pool: 3,
             pg: 0x1f,
             shard: 2,
-            objects: names(),
+            which: EcStatWhich::Named(names()),
         },
+    );
+    pin_all(
+        &mut g,
+        "EcStatWhich",
+        vec![
+            ("Named", EcStatWhich::Named(names())),
+            ("After", EcStatWhich::After(b"obj-a".to_vec())),
+            ("Verify", EcStatWhich::Verify(names())),
+        ],
+    );
+    pin_all(
+        &mut g,
+        "EcChecked",
+        vec![
+            ("Absent", EcChecked::Absent),
+            ("Whole", EcChecked::Whole(state)),
+            (
+                "Damaged",
+                EcChecked::Damaged {
+                    state,
+                    why: "block 3 failed its checksum".into(),
+                },
+            ),
+        ],
     );
     pin_all(
         &mut g,
         "EcStatReply",
         vec![
             ("States", EcStatReply::States(vec![Some(state), None])),
+            (
+                "Listed",
+                EcStatReply::Listed {
+                    names: names(),
+                    more: true,
+                },
+            ),
+            ("Checked", EcStatReply::Checked(vec![EcChecked::Absent])),
             ("Stale", EcStatReply::Stale { epoch: 43 }),
             (
                 "Failed",

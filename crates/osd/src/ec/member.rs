@@ -278,7 +278,7 @@ pub fn handle_query(shard: &mut Shard, to: FrameSender, req_id: u64, q: EcQuery)
         pg: q.pg,
     };
     let coll = shard_coll(pg, q.shard);
-    let entries = match crate::ec::rebuild::shard_entries(&shard.osd.store, coll) {
+    let entries = match super::shard_entries(&shard.osd.store, coll) {
         Ok(e) => e,
         Err(e) => {
             let f = crate::failure::Failure::from(e);

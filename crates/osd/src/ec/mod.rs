@@ -12,6 +12,7 @@ pub mod plan;
 mod read;
 pub mod rebuild;
 pub mod remote;
+pub mod scrub;
 mod write;
 
 pub use read::read;
@@ -129,6 +130,17 @@ pub fn shard_version(store: &Store, coll: CollId) -> u64 {
         .ok()
         .flatten()
         .map_or(0, |v| decode_size(&v))
+}
+
+/// The kept log of a shard collection (empty when the shard holds nothing yet).
+pub fn shard_entries(
+    store: &cairn_store::Store,
+    coll: cairn_store::CollId,
+) -> Result<Vec<crate::pglog::LogEntry>, crate::pglog::LogError> {
+    if !store.collection_exists(coll) {
+        return Ok(Vec::new());
+    }
+    crate::pglog::read_after(store, coll, 0, crate::pglog::MAX_PEER_ENTRIES)
 }
 
 /// Sends an op reply without data.

@@ -4,11 +4,11 @@
 //! include one that holds it), at least `k` (to decode), and once every shard that answered
 //! is rebuilt to the version `rebuild::history` picks.
 
-use super::rebuild::history::{self, Refusal, ShardLog};
+use super::rebuild::history::{self, Down, ShardLog};
 use super::rebuild::{self, Holder};
 use super::{shard_coll, shard_version};
 use crate::context::Osd;
-use crate::failure::{FailClass, Failure};
+use crate::failure::Failure;
 use crate::peering::outcome::{Backlog, PeerError, PeerResult, Peered, Report};
 use crate::peering::rpc::Rpc;
 use cairn_map::{ClusterMap, PgId};
@@ -77,7 +77,8 @@ async fn query(
 
 /// Peers `pg`, of which this OSD is the primary: rebuilds the shards that are not at the
 /// version the PG goes on at (`rebuild/`).
-pub async fn peer(osd: Arc<Osd>, pg: PgId) -> PeerResult {
+/// With `repair`, the damaged shard objects scrub found are rebuilt too.
+pub async fn peer(osd: Arc<Osd>, pg: PgId, repair: rebuild::Repairs) -> PeerResult {
     let map = osd.map();
     let Some(pool) = map.pools.get(&pg.pool) else {
         return Err(Failure::stale(format!("pool {} of pg {pg} is gone", pg.pool)).into());
@@ -120,7 +121,7 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId) -> PeerResult {
     let logs: Vec<ShardLog> = holders.iter().map(|h| h.log.clone()).collect();
     let plan = match history::plan(&logs, n, k, min_size) {
         Ok(p) => p,
-        Err(Refusal::Down { version, holders }) => {
+        Err(Down { version, holders }) => {
             report.waiting_for = waiting_for(&report);
             report.reason = Some(format!(
                 "the write of version {version} is on {holders} of the shards that answered, \
@@ -129,23 +130,15 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId) -> PeerResult {
             ));
             return Err(PeerError::Down(report));
         }
-        Err(Refusal::Backfill { shard, osd: id }) => {
-            return Err(PeerError::Failed(Failure::new(
-                FailClass::Protocol,
-                format!(
-                    "pg {pg}: shard {shard} on osd.{id} was away longer than the PG log keeps; \
-                     backfilling an EC shard is not built yet"
-                ),
-            )));
-        }
     };
-    let behind = plan.shards.iter().filter(|s| !s.1).count();
-    if behind > 0 || !plan.dirty.is_empty() {
+    let behind = plan.shards.iter().filter(|s| !s.up_to_date).count();
+    if behind > 0 || !plan.dirty.is_empty() || !repair.is_empty() {
         // Every shard's history gathered and the version chosen, nothing changed yet.
         fail::fail_point!("osd_ec_peering_mid");
         tracing::info!(pg = %pg, version = plan.version, shards = behind,
-            objects = plan.dirty.len(), "rebuilding EC shards");
-        let n = rebuild::run(&osd, &map, pg, profile, &mut holders, &plan).await?;
+            objects = plan.dirty.len(), backfill = plan.backfill(), damaged = repair.len(),
+            "rebuilding EC shards");
+        let n = rebuild::run(&osd, &map, pg, profile, &mut holders, &plan, &repair).await?;
         tracing::info!(pg = %pg, version = plan.version, shard_objects = n, "EC shards rebuilt");
     }
     Ok(Peered {

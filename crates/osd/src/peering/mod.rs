@@ -108,11 +108,12 @@ fn start(shard: &mut Shard, map: &ClusterMap, pg: PgId) {
     let acting = st.placement.acting.clone();
     let give_up = st.give_up_unfound;
     let ec = map.pools.get(&pg.pool).is_some_and(|p| p.ec().is_some());
+    let repair = std::mem::take(&mut st.ec_repair);
     let iv = interval(map, &acting);
     let task_iv = iv.clone();
     let task = rt.spawn(async move {
         let result = if ec {
-            crate::ec::peer::peer(osd.clone(), pg).await
+            crate::ec::peer::peer(osd.clone(), pg, repair).await
         } else {
             primary::peer(osd.clone(), pg, acting, give_up).await
         };

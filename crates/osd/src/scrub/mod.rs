@@ -10,9 +10,13 @@
 //! repair copies it with a guard: the receiver refuses it if a log entry after the version
 //! the copy was read at touched the object, so a repair never overwrites a newer write.
 
+pub(crate) mod active;
 pub mod compare;
 pub mod map;
 pub mod stats;
+
+pub use active::BUSY_RETRIES;
+use active::{shutting_down, still_active, wait_active};
 
 use crate::context::Osd;
 use crate::failure::{FailClass, Failure};
@@ -30,13 +34,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often objects found busy (written during the comparison) are tried again.
-pub const BUSY_RETRIES: usize = 5;
-/// How long a scrub waits for its PG to finish peering.
-const ACTIVE_WAIT: Duration = Duration::from_secs(30);
-
 /// Scrubs `pg`, of which this OSD must be the primary; repairs when `repair`.
 pub async fn scrub_pg(osd: Arc<Osd>, pg: PgId, repair: bool) -> ScrubReport {
+    if osd
+        .map()
+        .pools
+        .get(&pg.pool)
+        .is_some_and(|p| p.ec().is_some())
+    {
+        return crate::ec::scrub::scrub_pg(osd, pg, repair).await;
+    }
     let mut rep = ScrubReport {
         pool: pg.pool,
         pg: pg.pg,
@@ -122,67 +129,6 @@ async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> R
     }
     rep.busy = busy.len() as u64;
     Ok(())
-}
-
-/// Waits until `pg` is active on this OSD as its primary; returns its interval and acting set.
-async fn wait_active(
-    osd: &Arc<Osd>,
-    pg: PgId,
-) -> Result<(crate::peering::Interval, Vec<u32>), Failure> {
-    let deadline = tokio::time::Instant::now() + ACTIVE_WAIT;
-    loop {
-        let map = osd.map();
-        let state = crate::shard::with_pg(osd, pg, |shard| {
-            let primary = shard.pg(&map, pg).placement.primary();
-            if primary != Some(shard.osd.id()) {
-                return Err(Failure::stale(match primary {
-                    Some(p) => format!("this OSD is not the primary of pg {pg} (osd.{p} is)"),
-                    None => format!("pg {pg} has no primary (no member is up)"),
-                }));
-            }
-            if !crate::peering::ready(shard, &map, pg) {
-                return Ok(None);
-            }
-            let st = shard.pg(&map, pg);
-            // Members still being recovered differ on purpose.
-            if st.recovering.is_some() {
-                return Ok(None);
-            }
-            Ok(st
-                .peered
-                .clone()
-                .map(|iv| (iv, st.placement.acting.clone())))
-        });
-        match state.ok_or_else(shutting_down)?? {
-            Some(v) => return Ok(v),
-            None if tokio::time::Instant::now() >= deadline => {
-                return Err(Failure::transient(format!(
-                    "pg {pg} did not finish peering and recovery within {ACTIVE_WAIT:?}; \
-                     scrub it later"
-                )))
-            }
-            None => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-/// Fails when the PG's acting set changed since the scrub began (the comparison would mix
-/// intervals); the next scrub starts over.
-fn still_active(osd: &Arc<Osd>, pg: PgId, iv: &crate::peering::Interval) -> Result<(), Failure> {
-    let map = osd.map();
-    let same = crate::shard::with_pg(osd, pg, |shard| {
-        shard.pg(&map, pg).peered.as_ref() == Some(iv)
-    });
-    match same {
-        Some(true) => Ok(()),
-        _ => Err(Failure::stale(format!(
-            "pg {pg}'s acting set changed during the scrub; run it again"
-        ))),
-    }
-}
-
-fn shutting_down() -> Failure {
-    Failure::transient("the OSD is shutting down")
 }
 
 /// Every member's scrub map for `req`, in acting order.

@@ -397,7 +397,7 @@ impl Conn {
     }
 }
 
-use crate::ec::rebuild::member::Request as RebuildRequest;
+use crate::ec::rebuild::request::Request as RebuildRequest;
 
 /// Decodes and checks an EC rebuild request: its PG, its epoch and the request, or why it is
 /// refused.

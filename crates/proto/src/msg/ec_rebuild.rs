@@ -38,15 +38,40 @@ pub struct EcObjectState {
     pub version: u64,
 }
 
-/// A primary asks a shard member for the state of objects of its shard.
+/// A primary asks a shard member for the state of objects of its shard, or for the names of
+/// the objects it holds (a backfill).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EcStat {
     pub epoch: u64,
     pub pool: u32,
     pub pg: u32,
     pub shard: u8,
-    /// At most [`MAX_EC_STAT`].
-    pub objects: Vec<Vec<u8>>,
+    pub which: EcStatWhich,
+}
+
+/// What an [`EcStat`] asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EcStatWhich {
+    /// The states of these objects (at most [`MAX_EC_STAT`]).
+    Named(Vec<Vec<u8>>),
+    /// The names of up to [`MAX_EC_STAT`] objects after this one in byte order (empty: from
+    /// the first).
+    After(Vec<u8>),
+    /// The states of these objects (at most [`MAX_EC_STAT`]), each read whole from the
+    /// device and checked against the store's block checksums (a scrub).
+    Verify(Vec<Vec<u8>>),
+}
+
+/// What a shard holds of one object, read whole from its device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EcChecked {
+    Absent,
+    Whole(EcObjectState),
+    /// A block failed its checksum.
+    Damaged {
+        state: EcObjectState,
+        why: String,
+    },
 }
 
 /// A shard member's answer to an [`EcStat`].
@@ -54,6 +79,13 @@ pub struct EcStat {
 pub enum EcStatReply {
     /// One state per object asked for, in order (`None`: the shard holds no such object).
     States(Vec<Option<EcObjectState>>),
+    /// Names in byte order; `more` when the shard holds objects after the last.
+    Listed {
+        names: Vec<Vec<u8>>,
+        more: bool,
+    },
+    /// One per object asked to verify, in order.
+    Checked(Vec<EcChecked>),
     /// The member's map says it does not hold the shard (or is newer than the sender's).
     Stale {
         epoch: u64,
@@ -98,8 +130,9 @@ impl EcPush {
 }
 
 /// A primary gives a shard member the authoritative history: the member drops its log
-/// entries after `from`, takes the payload's entries (those of the authority after `from`,
-/// up to `version`) and holds `version` as its last.
+/// entries after `from`, takes the payload's entries (the authority's kept entries after
+/// `from`, up to `version`, consecutive) and holds `version` as its last. A backfill sends
+/// `from` 0.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EcSetLog {
     pub epoch: u64,
@@ -135,12 +168,17 @@ fn name_ok(name: &[u8]) -> Result<(), EcRebuildLimitError> {
 
 impl EcStat {
     pub fn check(&self) -> Result<(), EcRebuildLimitError> {
-        if self.objects.len() > MAX_EC_STAT {
-            return Err(EcRebuildLimitError::TooManyObjects {
-                got: self.objects.len(),
-            });
+        match &self.which {
+            EcStatWhich::Named(objects) | EcStatWhich::Verify(objects)
+                if objects.len() > MAX_EC_STAT =>
+            {
+                Err(EcRebuildLimitError::TooManyObjects { got: objects.len() })
+            }
+            EcStatWhich::Named(objects) | EcStatWhich::Verify(objects) => {
+                objects.iter().try_for_each(|o| name_ok(o))
+            }
+            EcStatWhich::After(name) => name_ok(name),
         }
-        self.objects.iter().try_for_each(|o| name_ok(o))
     }
 }
 
@@ -185,19 +223,25 @@ mod tests {
         assert!(push(None, 0).check(0).is_ok());
         assert!(push(None, 0).check(1).is_err());
         assert!(push(None, 4096).check(0).is_err());
-        let mut st = EcStat {
+        let stat = |which| EcStat {
             epoch: 1,
             pool: 1,
             pg: 0,
             shard: 0,
-            objects: vec![b"o".to_vec(); MAX_EC_STAT],
+            which,
         };
-        assert!(st.check().is_ok());
-        st.objects[3] = vec![b'x'; MAX_OBJECT_NAME + 1];
-        assert!(st.check().unwrap_err().to_string().contains("name"));
-        st.objects[3] = b"p".to_vec();
-        st.objects.push(b"p".to_vec());
-        assert!(st.check().unwrap_err().to_string().contains("limit"));
+        let mut names = vec![b"o".to_vec(); MAX_EC_STAT];
+        assert!(stat(EcStatWhich::Named(names.clone())).check().is_ok());
+        names[3] = vec![b'x'; MAX_OBJECT_NAME + 1];
+        let e = stat(EcStatWhich::Named(names.clone())).check().unwrap_err();
+        assert!(e.to_string().contains("name"), "{e}");
+        names[3] = b"p".to_vec();
+        names.push(b"p".to_vec());
+        let e = stat(EcStatWhich::Named(names)).check().unwrap_err();
+        assert!(e.to_string().contains("limit"), "{e}");
+        assert!(stat(EcStatWhich::After(Vec::new())).check().is_ok());
+        let long = vec![b'x'; MAX_OBJECT_NAME + 1];
+        assert!(stat(EcStatWhich::After(long)).check().is_err());
         let mut l = EcSetLog {
             epoch: 1,
             pool: 1,

@@ -51,27 +51,43 @@ pub struct Plan {
     pub version: u64,
     /// The index (in the answering shards) of the shard whose log is authoritative.
     pub auth: usize,
-    /// Per answering shard, in order: the last version it shares with the authority, and
-    /// whether it is at `version` already with nothing after it.
-    pub shards: Vec<(u64, bool)>,
+    /// What each answering shard needs, in order.
+    pub shards: Vec<Step>,
     /// The objects whose shard objects may differ from the authoritative history on some
-    /// shard: every shard's state of them is checked.
+    /// shard: every shard's state of them is checked (with a backfill, every object too).
     pub dirty: BTreeSet<Vec<u8>>,
 }
 
-/// Why the PG cannot go on from the shards that answered.
+impl Plan {
+    /// Whether some shard needs a backfill.
+    pub fn backfill(&self) -> bool {
+        self.shards.iter().any(|s| s.backfill)
+    }
+}
+
+/// What one answering shard needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// The last version it shares with the authority (0 for a backfill).
+    pub common: u64,
+    /// Whether it is at the PG's version already, with nothing after it.
+    pub up_to_date: bool,
+    /// Its log does not meet the authority's kept log (it was away longer than the log
+    /// keeps, or it is new): every object of the PG is checked on it.
+    pub backfill: bool,
+}
+
+/// Why the PG cannot go on from the shards that answered: the write of `version` is held by
+/// too few answering shards (`holders`) to be decoded, and with the shards that did not answer
+/// it may have been acknowledged.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// The write of `version` is held by too few answering shards to be decoded, and with the
-    /// shards that did not answer it may have been acknowledged.
-    Down { version: u64, holders: usize },
-    /// A shard's log does not meet the authority's (it was away longer than the log keeps):
-    /// it needs a backfill.
-    Backfill { shard: u8, osd: u32 },
+pub struct Down {
+    pub version: u64,
+    pub holders: usize,
 }
 
 /// Plans the rebuild of a PG of `n` shards (`k` data) from the `shards` that answered.
-pub fn plan(shards: &[ShardLog], n: usize, k: usize, min_size: usize) -> Result<Plan, Refusal> {
+pub fn plan(shards: &[ShardLog], n: usize, k: usize, min_size: usize) -> Result<Plan, Down> {
     let Some(auth) = (0..shards.len()).max_by_key(|&i| (shards[i].newest(), shards[i].head)) else {
         return Ok(Plan {
             version: 0,
@@ -88,7 +104,7 @@ pub fn plan(shards: &[ShardLog], n: usize, k: usize, min_size: usize) -> Result<
         None => {
             let oldest = a.entries.first().map_or(0, |e| e.version);
             let held = a.entries.first().map_or(0, holders);
-            return Err(Refusal::Down {
+            return Err(Down {
                 version: oldest,
                 holders: held,
             });
@@ -102,7 +118,7 @@ pub fn plan(shards: &[ShardLog], n: usize, k: usize, min_size: usize) -> Result<
         }
         let h = holders(e);
         if h + absent >= min_size {
-            return Err(Refusal::Down {
+            return Err(Down {
                 version: e.version,
                 holders: h,
             });
@@ -113,28 +129,29 @@ pub fn plan(shards: &[ShardLog], n: usize, k: usize, min_size: usize) -> Result<
     let mut steps = Vec::with_capacity(shards.len());
     for s in shards {
         let common = match history.iter().rev().find(|e| s.holds(e)) {
-            Some(e) => e.version,
-            None if s.head == 0 || version == 0 => 0,
+            Some(e) => Some(e.version),
+            None if s.head == 0 || version == 0 => Some(0),
             // Its log ends where the authority's begins.
-            None if a.tail().is_some_and(|t| s.head + 1 == t) => s.head,
-            None => {
-                return Err(Refusal::Backfill {
-                    shard: s.shard,
-                    osd: s.osd,
-                })
-            }
+            None if a.tail().is_some_and(|t| s.head + 1 == t) => Some(s.head),
+            None => None,
         };
-        let covered = common == version || a.tail().is_some_and(|t| t <= common + 1);
-        if !covered {
-            return Err(Refusal::Backfill {
-                shard: s.shard,
-                osd: s.osd,
-            });
-        }
-        let changed = history.iter().copied().filter(|e| e.version > common);
-        let own = s.entries.iter().filter(|e| e.version > common);
+        let covered = |c: u64| c == version || a.tail().is_some_and(|t| t <= c + 1);
+        let step = match common {
+            Some(c) if covered(c) => Step {
+                common: c,
+                up_to_date: c == version && s.head == version,
+                backfill: false,
+            },
+            _ => Step {
+                common: 0,
+                up_to_date: false,
+                backfill: true,
+            },
+        };
+        let changed = history.iter().copied().filter(|e| e.version > step.common);
+        let own = s.entries.iter().filter(|e| e.version > step.common);
         dirty.extend(changed.chain(own).map(|e| e.object.clone()));
-        steps.push((common, common == version && s.head == version));
+        steps.push(step);
     }
     Ok(Plan {
         version,
@@ -170,6 +187,14 @@ mod tests {
         }
     }
 
+    fn step(common: u64, up_to_date: bool) -> Step {
+        Step {
+            common,
+            up_to_date,
+            backfill: false,
+        }
+    }
+
     fn names(v: &[&str]) -> BTreeSet<Vec<u8>> {
         v.iter().map(|s| s.as_bytes().to_vec()).collect()
     }
@@ -178,7 +203,7 @@ mod tests {
     fn shards_that_agree_change_nothing() {
         let p = plan(&[shard(0, 9), shard(1, 9), shard(2, 9)], 3, 2, 2).expect("plan");
         assert_eq!(p.version, 9);
-        assert!(p.shards.iter().all(|&(c, up)| c == 9 && up));
+        assert!(p.shards.iter().all(|&s| s == step(9, true)));
         assert!(p.dirty.is_empty());
         let empty = plan(&[shard(0, 0), shard(1, 0)], 3, 2, 2).expect("plan");
         assert_eq!(empty.version, 0);
@@ -189,7 +214,7 @@ mod tests {
     fn a_shard_back_after_missed_writes_gets_the_objects_they_changed() {
         let p = plan(&[shard(0, 9), shard(1, 6), shard(2, 9)], 3, 2, 2).expect("plan");
         assert_eq!(p.version, 9);
-        assert_eq!(p.shards[1], (6, false));
+        assert_eq!(p.shards[1], step(6, false));
         assert_eq!(p.dirty, names(&["o3", "o0", "o1"]));
     }
 
@@ -198,7 +223,10 @@ mod tests {
         // The primary died after two of three shards applied version 10.
         let p = plan(&[shard(0, 9), shard(1, 10), shard(2, 10)], 3, 2, 2).expect("plan");
         assert_eq!(p.version, 10);
-        assert_eq!(p.shards, vec![(9, false), (10, true), (10, true)]);
+        assert_eq!(
+            p.shards,
+            vec![step(9, false), step(10, true), step(10, true)]
+        );
         assert_eq!(p.dirty, names(&["o2"]));
     }
 
@@ -207,12 +235,16 @@ mod tests {
         let p = plan(&[shard(0, 10), shard(1, 9), shard(2, 9)], 3, 2, 2).expect("plan");
         assert_eq!(p.version, 9);
         assert_eq!(p.auth, 0, "the newest log is the authority");
-        assert_eq!(p.shards[0], (9, false), "version 10 is undone on shard 0");
+        assert_eq!(
+            p.shards[0],
+            step(9, false),
+            "version 10 is undone on shard 0"
+        );
         assert_eq!(p.dirty, names(&["o2"]));
         // With shard 2 silent, version 10 may be on it too, and then acknowledged.
         assert_eq!(
             plan(&[shard(0, 10), shard(1, 9)], 3, 2, 2),
-            Err(Refusal::Down {
+            Err(Down {
                 version: 10,
                 holders: 1
             })
@@ -237,24 +269,32 @@ mod tests {
         let p = plan(&[shard(0, 10), newer[0].clone(), newer[1].clone()], 3, 2, 2).expect("plan");
         assert_eq!(p.version, 10);
         assert!(p.auth > 0, "an epoch-8 log is the authority");
-        assert_eq!(p.shards[0], (9, false));
+        assert_eq!(p.shards[0], step(9, false));
         assert_eq!(p.dirty, names(&["x", "o2"]), "both writes of version 10");
     }
 
     #[test]
-    fn a_shard_whose_log_does_not_meet_the_authoritys_needs_a_backfill() {
+    fn a_shard_whose_log_does_not_meet_the_authoritys_is_backfilled() {
         let mut a = shard(0, 20);
         a.entries.drain(..10); // keeps 11..=20
         let b = ShardLog {
             entries: a.entries.clone(),
             ..shard(1, 20)
         };
+        let p = plan(&[a.clone(), b.clone(), shard(2, 5)], 3, 2, 2).expect("plan");
+        assert!(p.backfill());
         assert_eq!(
-            plan(&[a.clone(), b.clone(), shard(2, 5)], 3, 2, 2),
-            Err(Refusal::Backfill { shard: 2, osd: 12 })
+            p.shards[2],
+            Step {
+                common: 0,
+                up_to_date: false,
+                backfill: true
+            }
         );
+        assert_eq!(p.shards[0], step(20, true));
         // One that stopped at 10 meets the kept log.
         let p = plan(&[a, b, shard(2, 10)], 3, 2, 2).expect("plan");
-        assert_eq!(p.shards[2], (10, false));
+        assert_eq!(p.shards[2], step(10, false));
+        assert!(!p.backfill());
     }
 }

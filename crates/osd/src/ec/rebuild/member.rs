@@ -3,23 +3,21 @@
 //! (on its shard thread). Pushes and logs are durable before they are answered: a log must
 //! never be durable before the objects it vouches for.
 
+pub use super::request::Request;
 use crate::ec::member::check_role;
 use crate::ec::{object_state, shard_coll, SIZE_ATTR, VERSION_ATTR};
 use crate::pglog::{self, LogEntry};
 use crate::pgstate::VERSION_KEY;
 use crate::shard::Shard;
 use cairn_map::{ClusterMap, PgId};
-use cairn_proto::msg::ec_rebuild::{EcPush, EcSetLog, EcStat, EcStatReply, EC_STAT_REPLY};
+use cairn_proto::msg::ec_rebuild::{
+    EcChecked, EcPush, EcSetLog, EcStat, EcStatReply, EcStatWhich, EC_STAT_REPLY, MAX_EC_STAT,
+};
+use cairn_proto::msg::osd::FailCode;
 use cairn_proto::msg::osd::RepReply;
+use cairn_proto::msg::peering::RECOVERY_CHUNK;
 use cairn_store::Transaction;
 use cairn_transport::FrameSender;
-
-/// A rebuild request from a primary, decoded and checked against its limits.
-pub enum Request {
-    Stat(EcStat),
-    Push(EcPush, Vec<u8>),
-    SetLog(EcSetLog, Vec<LogEntry>),
-}
 
 /// Serves a rebuild request from another OSD and answers it.
 pub fn handle(shard: &mut Shard, to: FrameSender, req_id: u64, req: Request) {
@@ -52,18 +50,74 @@ pub fn stat(shard: &mut Shard, map: &ClusterMap, q: &EcStat) -> EcStatReply {
     }
     let coll = shard_coll(pg, q.shard);
     let store = &shard.osd.store;
-    let states: Result<Vec<_>, _> = q
-        .objects
-        .iter()
-        .map(|o| object_state(store, coll, o))
-        .collect();
-    match states {
-        Ok(s) => EcStatReply::States(s),
-        Err(e) => EcStatReply::Failed {
-            code: crate::op::reply::fail_code(&e),
-            why: format!("shard {} of pg {pg}: {e}", q.shard),
-        },
+    let r = match &q.which {
+        EcStatWhich::Named(objects) => objects
+            .iter()
+            .map(|o| object_state(store, coll, o))
+            .collect::<Result<Vec<_>, _>>()
+            .map(EcStatReply::States),
+        EcStatWhich::After(after) => list(store, coll, after),
+        EcStatWhich::Verify(objects) => objects
+            .iter()
+            .map(|o| verify(store, coll, o))
+            .collect::<Result<Vec<_>, _>>()
+            .map(EcStatReply::Checked),
+    };
+    r.unwrap_or_else(|e| EcStatReply::Failed {
+        code: crate::op::reply::fail_code(&e),
+        why: format!("shard {} of pg {pg}: {e}", q.shard),
+    })
+}
+
+/// What the shard holds of `obj`, read whole from the device (checked against the store's
+/// block checksums).
+fn verify(
+    store: &cairn_store::Store,
+    coll: cairn_store::CollId,
+    obj: &[u8],
+) -> Result<EcChecked, cairn_store::StoreError> {
+    let Some(state) = object_state(store, coll, obj)? else {
+        return Ok(EcChecked::Absent);
+    };
+    let size = match store.stat(coll, obj) {
+        Ok(st) => st.size,
+        Err(cairn_store::StoreError::NoObject { .. }) => return Ok(EcChecked::Absent),
+        Err(e) => return Err(e),
+    };
+    let mut off = 0;
+    while off < size {
+        match store.read_uncached(coll, obj, off, RECOVERY_CHUNK) {
+            Ok(b) if b.is_empty() => break,
+            Ok(b) => off += b.len() as u64,
+            Err(e) if crate::op::reply::fail_code(&e) == FailCode::Corrupt => {
+                return Ok(EcChecked::Damaged {
+                    state,
+                    why: e.to_string(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
     }
+    Ok(EcChecked::Whole(state))
+}
+
+/// Up to [`MAX_EC_STAT`] names of the shard's objects after `after` (empty: from the first).
+fn list(
+    store: &cairn_store::Store,
+    coll: cairn_store::CollId,
+    after: &[u8],
+) -> Result<EcStatReply, cairn_store::StoreError> {
+    if !store.collection_exists(coll) {
+        return Ok(EcStatReply::Listed {
+            names: Vec::new(),
+            more: false,
+        });
+    }
+    let from = (!after.is_empty()).then_some(after);
+    let mut names = store.list_objects(coll, from, MAX_EC_STAT + 1)?;
+    let more = names.len() > MAX_EC_STAT;
+    names.truncate(MAX_EC_STAT);
+    Ok(EcStatReply::Listed { names, more })
 }
 
 /// Applies a push of a rebuilt shard object (or its removal), durably.
@@ -129,11 +183,18 @@ pub fn set_log(
     if let Err(epoch) = check_role(shard, map, pg, Some(l.primary), l.shard) {
         return RepReply::Stale { epoch };
     }
-    let contiguous = entries
-        .iter()
-        .zip(l.from + 1..)
-        .all(|(e, v)| e.version == v);
-    if !contiguous || entries.len() as u64 != l.version - l.from {
+    // The authority's kept entries after `from`, up to `version`, consecutive (a backfill's
+    // start where the authority's log does).
+    let n = entries.len() as u64;
+    let fits = l.version.checked_sub(l.from).is_some_and(|span| {
+        n <= span
+            && (n == span || l.from == 0)
+            && entries
+                .iter()
+                .zip(l.version + 1 - n..)
+                .all(|(e, v)| e.version == v)
+    });
+    if !fits {
         return refused(format!(
             "EC log for shard {} of pg {pg} from {} to {} carries {} entries out of that order",
             l.shard,
@@ -162,7 +223,7 @@ pub fn set_log(
 
 fn refused(why: String) -> RepReply {
     RepReply::Failed {
-        code: cairn_proto::msg::osd::FailCode::Other,
+        code: FailCode::Other,
         why,
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod history;
 pub mod member;
+pub mod request;
 
 use super::{codec, shard_coll};
 use crate::context::Osd;
@@ -20,8 +21,8 @@ use crate::pglog::{LogEntry, LogOp};
 use cairn_map::{ClusterMap, EcProfile, PgId};
 use cairn_proto::msg::ec::{EcRead, EcReadReply, EC_READ_CALL};
 use cairn_proto::msg::ec_rebuild::{
-    EcObjectState, EcPush, EcSetLog, EcStat, EcStatReply, EC_PUSH, EC_SET_LOG, EC_STAT_CALL,
-    MAX_EC_STAT,
+    EcChecked, EcObjectState, EcPush, EcSetLog, EcStat, EcStatReply, EcStatWhich, EC_PUSH,
+    EC_SET_LOG, EC_STAT_CALL, MAX_EC_STAT,
 };
 use cairn_proto::msg::osd::{FailCode, RepReply, REP_REPLY};
 use history::{Plan, ShardLog};
@@ -44,7 +45,11 @@ enum Expect {
     Version(u64),
 }
 
-struct Ctx<'a> {
+/// Shard objects scrub found damaged, by object: the shards to rebuild when the PG peers.
+pub use crate::pgstate::EcRepairs as Repairs;
+
+/// Reads, states and pushes of one PG's shards (a rebuild, a scrub).
+pub(crate) struct Ctx<'a> {
     osd: &'a Arc<Osd>,
     map: &'a ClusterMap,
     pg: PgId,
@@ -52,7 +57,37 @@ struct Ctx<'a> {
     profile: cairn_ec::Profile,
 }
 
-/// Brings every shard in `holders` to `plan`; returns the shard objects rebuilt.
+impl<'a> Ctx<'a> {
+    pub(crate) fn new(
+        osd: &'a Arc<Osd>,
+        map: &'a ClusterMap,
+        pg: PgId,
+        ec: EcProfile,
+    ) -> Result<Ctx<'a>, Failure> {
+        let profile = ec.check().map_err(|e| {
+            Failure::protocol(format!("pool {} has a bad EC profile: {e}", pg.pool))
+        })?;
+        Ok(Ctx {
+            osd,
+            map,
+            pg,
+            ec,
+            profile,
+        })
+    }
+
+    pub(crate) fn profile(&self) -> cairn_ec::Profile {
+        self.profile
+    }
+
+    pub(crate) fn codec(&self) -> Result<Arc<cairn_ec::Codec>, Failure> {
+        codec(self.ec)
+            .ok_or_else(|| Failure::protocol(format!("no codec for profile {:?}", self.profile)))
+    }
+}
+
+/// Brings every shard in `holders` to `plan`, and the shard objects in `repair` (damaged,
+/// as scrub found) rebuilt whatever their version; returns the shard objects rebuilt.
 pub async fn run(
     osd: &Arc<Osd>,
     map: &ClusterMap,
@@ -60,18 +95,17 @@ pub async fn run(
     ec: EcProfile,
     holders: &mut [Holder],
     plan: &Plan,
+    repair: &Repairs,
 ) -> Result<u64, Failure> {
-    let profile = ec
-        .check()
-        .map_err(|e| Failure::protocol(format!("pool {} has a bad EC profile: {e}", pg.pool)))?;
-    let ctx = Ctx {
-        osd,
-        map,
-        pg,
-        ec,
-        profile,
-    };
-    let objects: Vec<Vec<u8>> = plan.dirty.iter().cloned().collect();
+    let ctx = Ctx::new(osd, map, pg, ec)?;
+    let mut dirty = plan.dirty.clone();
+    dirty.extend(repair.keys().cloned());
+    if plan.backfill() {
+        for h in holders.iter_mut() {
+            dirty.extend(ctx.list_all(h).await?);
+        }
+    }
+    let objects: Vec<Vec<u8>> = dirty.into_iter().collect();
     let mut states = Vec::with_capacity(holders.len());
     for h in holders.iter_mut() {
         states.push(ctx.stat_all(h, &objects).await?);
@@ -86,7 +120,18 @@ pub async fn run(
     let mut pending = osd.recovery.plan(objects.len() as u64);
     let mut rebuilt = 0;
     for (j, object) in objects.iter().enumerate() {
-        let held: Vec<Option<EcObjectState>> = states.iter().map(|s| s[j]).collect();
+        let damaged = repair.get(object);
+        let held: Vec<Option<EcObjectState>> = states
+            .iter()
+            .zip(holders.iter())
+            .map(|(s, h)| match s[j] {
+                // Damaged: neither a source nor left as it is.
+                Some(st) if damaged.is_some_and(|d| d.contains(&h.log.shard)) => {
+                    Some(EcObjectState { version: 0, ..st })
+                }
+                other => other,
+            })
+            .collect();
         let expect = expected(&history, object, holders, plan, &held).ok_or_else(|| {
             Failure::new(
                 FailClass::Unfound,
@@ -103,7 +148,9 @@ pub async fn run(
         osd.recovery.pace(step).await;
     }
     for (i, h) in holders.iter_mut().enumerate() {
-        let (common, up_to_date) = plan.shards[i];
+        let history::Step {
+            common, up_to_date, ..
+        } = plan.shards[i];
         if up_to_date {
             continue;
         }
@@ -135,7 +182,11 @@ fn expected(
     }
     let mut votes: Vec<(Expect, usize)> = Vec::new();
     for (i, h) in holders.iter().enumerate() {
-        let common = plan.shards[i].0;
+        // A shard being backfilled holds what it held before: no vote.
+        if plan.shards[i].backfill {
+            continue;
+        }
+        let common = plan.shards[i].common;
         let touched = h
             .log
             .entries
@@ -158,41 +209,93 @@ fn expected(
 }
 
 impl Ctx<'_> {
+    /// The names of every object a holder's shard holds.
+    pub(crate) async fn list_all(&self, h: &mut Holder) -> Result<Vec<Vec<u8>>, Failure> {
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        loop {
+            let after = out.last().cloned().unwrap_or_default();
+            match self.stat(h, EcStatWhich::After(after)).await? {
+                EcStatReply::Listed { names, more } => {
+                    let done = !more || names.is_empty();
+                    out.extend(names);
+                    if done {
+                        return Ok(out);
+                    }
+                }
+                other => return Err(self.stat_failed(h, other)),
+            }
+        }
+    }
+
+    /// Asks a holder an `EC_STAT` (its own shard: on its shard thread).
+    async fn stat(&self, h: &mut Holder, which: EcStatWhich) -> Result<EcStatReply, Failure> {
+        let q = EcStat {
+            epoch: self.map.epoch,
+            pool: self.pg.pool,
+            pg: self.pg.pg,
+            shard: h.log.shard,
+            which,
+        };
+        match h.rpc.as_mut() {
+            None => {
+                let map = self.map;
+                crate::shard::with_pg(self.osd, self.pg, |sh| member::stat(sh, map, &q))
+                    .ok_or_else(shutting_down)
+            }
+            Some(rpc) => Ok(rpc
+                .ask(EC_STAT_CALL, &q, &[])
+                .await
+                .map_err(|e| {
+                    let f = Failure::from(e);
+                    Failure::new(
+                        f.class,
+                        format!("asking osd.{} for shard states: {f}", h.log.osd),
+                    )
+                })?
+                .0),
+        }
+    }
+
+    /// The failure an unexpected `EC_STAT` answer stands for.
+    fn stat_failed(&self, h: &Holder, r: EcStatReply) -> Failure {
+        match r {
+            EcStatReply::Stale { epoch } => Failure::stale(format!(
+                "osd.{} does not hold shard {} of pg {} at epoch {epoch}",
+                h.log.osd, h.log.shard, self.pg
+            )),
+            EcStatReply::Failed { code, why } => failed(h.log.osd, code, why),
+            other => Failure::protocol(format!(
+                "osd.{} answered an EC stat with {other:?}",
+                h.log.osd
+            )),
+        }
+    }
+
+    /// A holder's check of `objects` read whole from its device, in order.
+    pub(crate) async fn verify_all(
+        &self,
+        h: &mut Holder,
+        objects: &[Vec<u8>],
+    ) -> Result<Vec<EcChecked>, Failure> {
+        let mut out = Vec::with_capacity(objects.len());
+        for batch in objects.chunks(MAX_EC_STAT) {
+            match self.stat(h, EcStatWhich::Verify(batch.to_vec())).await? {
+                EcStatReply::Checked(c) if c.len() == batch.len() => out.extend(c),
+                other => return Err(self.stat_failed(h, other)),
+            }
+        }
+        Ok(out)
+    }
+
     /// Every holder's state of `objects`, in order.
-    async fn stat_all(
+    pub(crate) async fn stat_all(
         &self,
         h: &mut Holder,
         objects: &[Vec<u8>],
     ) -> Result<Vec<Option<EcObjectState>>, Failure> {
         let mut out = Vec::with_capacity(objects.len());
         for batch in objects.chunks(MAX_EC_STAT) {
-            let q = EcStat {
-                epoch: self.map.epoch,
-                pool: self.pg.pool,
-                pg: self.pg.pg,
-                shard: h.log.shard,
-                objects: batch.to_vec(),
-            };
-            let r = match h.rpc.as_mut() {
-                None => {
-                    let map = self.map;
-                    crate::shard::with_pg(self.osd, self.pg, |sh| member::stat(sh, map, &q))
-                        .ok_or_else(shutting_down)?
-                }
-                Some(rpc) => {
-                    rpc.ask(EC_STAT_CALL, &q, &[])
-                        .await
-                        .map_err(|e| {
-                            let f = Failure::from(e);
-                            Failure::new(
-                                f.class,
-                                format!("asking osd.{} for shard states: {f}", h.log.osd),
-                            )
-                        })?
-                        .0
-                }
-            };
-            match r {
+            match self.stat(h, EcStatWhich::Named(batch.to_vec())).await? {
                 EcStatReply::States(s) if s.len() == batch.len() => out.extend(s),
                 EcStatReply::States(s) => {
                     return Err(Failure::protocol(format!(
@@ -202,13 +305,7 @@ impl Ctx<'_> {
                         batch.len()
                     )))
                 }
-                EcStatReply::Stale { epoch } => {
-                    return Err(Failure::stale(format!(
-                        "osd.{} does not hold shard {} of pg {} at epoch {epoch}",
-                        h.log.osd, h.log.shard, self.pg
-                    )))
-                }
-                EcStatReply::Failed { code, why } => return Err(failed(h.log.osd, code, why)),
+                other => return Err(self.stat_failed(h, other)),
             }
         }
         Ok(out)
@@ -275,8 +372,7 @@ impl Ctx<'_> {
             .map(|s| cairn_ec::layout::shard_len(p, s, size))
             .max()
             .unwrap_or(0);
-        let codec = codec(self.ec)
-            .ok_or_else(|| Failure::protocol(format!("no codec for profile {p:?}")))?;
+        let codec = self.codec()?;
         let mut off = 0;
         loop {
             let len = CHUNK.min(longest - off);
@@ -313,7 +409,7 @@ impl Ctx<'_> {
     }
 
     /// `len` bytes at `off` of a source's shard object, which must still be of `size`.
-    async fn read(
+    pub(crate) async fn read(
         &self,
         h: &mut Holder,
         object: &[u8],
@@ -477,21 +573,10 @@ fn shutting_down() -> Failure {
     Failure::transient("the OSD is shutting down (no shard)")
 }
 
-/// The kept log of a shard collection (empty when the shard holds nothing yet).
-pub fn shard_entries(
-    store: &cairn_store::Store,
-    coll: cairn_store::CollId,
-) -> Result<Vec<LogEntry>, crate::pglog::LogError> {
-    if !store.collection_exists(coll) {
-        return Ok(Vec::new());
-    }
-    crate::pglog::read_after(store, coll, 0, crate::pglog::MAX_PEER_ENTRIES)
-}
-
 /// The log of this OSD's own shard, as peering compares it.
 pub fn own_log(osd: &Osd, pg: PgId, shard: u8) -> Result<ShardLog, Failure> {
     let coll = shard_coll(pg, shard);
-    let entries = shard_entries(&osd.store, coll)?;
+    let entries = super::shard_entries(&osd.store, coll)?;
     Ok(ShardLog {
         shard,
         osd: osd.id(),
