@@ -24,6 +24,11 @@ pub enum VolCmd {
         object_size: u64,
         #[command(flatten)]
         pool: PoolArg,
+        /// Keep the data in this pool (e.g. an erasure-coded one, `cairn pool create NAME
+        /// --ec 4+2`) and only the header, leases and snapshot table in --pool (which must be
+        /// replicated). Fixed for the volume's life; its clones keep theirs there too.
+        #[arg(long, value_name = "POOL")]
+        data_pool: Option<String>,
     },
     /// List the volumes of a pool.
     Ls {
@@ -168,13 +173,19 @@ pub fn run(cmd: VolCmd, conf: Option<&Path>) -> Result<()> {
                 size,
                 object_size,
                 pool,
+                data_pool,
             } => {
                 let Ok(os) = u32::try_from(object_size) else {
                     bail!("--object-size {object_size} is too large (at most 64M)");
                 };
-                let h = cairn_volume::create(&client, &pool.pool, &name, size, os).await?;
+                let dp = data_pool.as_deref();
+                let h = cairn_volume::create_with(&client, &pool.pool, &name, size, os, dp).await?;
+                let data = match (&data_pool, h.data_pool) {
+                    (Some(d), Some(_)) => format!(", data in pool {d}"),
+                    _ => String::new(),
+                };
                 eprintln!(
-                    "created volume {name} ({}, {} objects) in pool {}",
+                    "created volume {name} ({}, {} objects) in pool {}{data}",
                     human(h.size),
                     human(u64::from(h.object_size)),
                     pool.pool
@@ -409,6 +420,7 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
     if json {
         let mut v = header_json(&i.name, h);
         v["pool"] = pool.into();
+        v["data_pool"] = i.data_pool.clone().into();
         v["objects"] = h.object_count().into();
         v["allocated_objects"] = i.allocated_objects.into();
         v["allocated_bytes_max"] = allocated.into();
@@ -436,6 +448,9 @@ fn print_info(pool: &str, i: &cairn_volume::VolumeInfo, json: bool) {
     }
     println!("volume:      {}", i.name);
     println!("pool:        {pool}");
+    if let Some(d) = &i.data_pool {
+        println!("data pool:   {d}");
+    }
     println!("size:        {} ({} bytes)", human(h.size), h.size);
     println!("object size: {}", human(u64::from(h.object_size)));
     println!(

@@ -40,6 +40,8 @@ pub struct VolumeInfo {
     pub rates: crate::lease::IoRates,
     /// Of a clone not yet flattened: its parent snapshot.
     pub parent: Option<crate::snaps::ParentLink>,
+    /// The pool of its data objects, when not its own (`vol create --data-pool`).
+    pub data_pool: Option<String>,
 }
 
 /// Creates a volume of `size` bytes with data objects of `object_size` bytes.
@@ -54,10 +56,42 @@ pub async fn create(
     size: u64,
     object_size: u32,
 ) -> Result<Header, VolumeError> {
+    create_with(client, pool_name, name, size, object_size, None).await
+}
+
+/// [`create`] with the data objects in pool `data_pool` (e.g. an erasure-coded one) and the
+/// header, leases and snapshot table in `pool_name`, which must be replicated.
+pub async fn create_with(
+    client: &Client,
+    pool_name: &str,
+    name: &str,
+    size: u64,
+    object_size: u32,
+    data_pool: Option<&str>,
+) -> Result<Header, VolumeError> {
     header::check_name(name)?;
     header::check_size(size)?;
     header::check_object_size(object_size)?;
     let pool = client.pool_id(pool_name)?;
+    if client
+        .map()
+        .pools
+        .get(&pool)
+        .is_some_and(|p| p.ec().is_some())
+    {
+        return Err(VolumeError::BadArgument {
+            what: "pool",
+            why: format!(
+                "pool {pool_name} is erasure-coded, and a volume's header, leases and snapshot \
+                 table need a replicated pool: create the volume in a replicated pool with \
+                 `--data-pool {pool_name}`"
+            ),
+        });
+    }
+    let data_pool = match data_pool {
+        Some(d) => Some(client.pool_id(d)?).filter(|&d| d != pool),
+        None => None,
+    };
     let obj = header::header_object(name);
     let h = Header {
         id: rand::random(),
@@ -67,6 +101,7 @@ pub async fn create(
         created: now_secs(),
         removing: false,
         close: false,
+        data_pool,
     };
     // Exclusive: of two creates of one name, one writes the header and the other is told
     // the volume exists (each header carries its own random id, so they never match).
@@ -161,7 +196,7 @@ pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<Volume
     header::check_name(name)?;
     let pool = client.pool_id(pool_name)?;
     let h = read_header(client, pool, pool_name, name).await?;
-    let listing = client.list(pool).await?;
+    let listing = client.list(header::data_pool(pool, &h)).await?;
     let objects = VolumeObjects::of(h.id, &listing);
     let snaps = crate::holder::read_snaps(client, pool, name, h.id).await?;
     let live = crate::remove::live_leases(client, pool, h.id).await?;
@@ -177,6 +212,12 @@ pub async fn info(client: &Client, pool_name: &str, name: &str) -> Result<Volume
         holders: live.len(),
         rates,
         parent: snaps.parent,
+        data_pool: h.data_pool.map(|id| {
+            let map = client.map();
+            map.pools
+                .get(&id)
+                .map_or_else(|| format!("pool {id} (removed)"), |p| p.name.clone())
+        }),
     })
 }
 
@@ -214,17 +255,18 @@ pub async fn resize(
     if new_size < h.size {
         let os = u64::from(h.object_size);
         let first_gone = new_size.div_ceil(os);
-        let doomed: Vec<u64> = data_objects(client, pool, h.id)
+        let dp = header::data_pool(pool, &h);
+        let doomed: Vec<u64> = data_objects(client, dp, h.id)
             .await?
             .into_iter()
             .filter(|&n| n >= first_gone)
             .collect();
-        remove_objects(client, pool, name, h.id, &doomed, progress).await?;
+        remove_objects(client, dp, name, h.id, &doomed, progress).await?;
         if !new_size.is_multiple_of(os) {
             let boundary = data_object(h.id, new_size / os);
-            match client.stat(pool, &boundary).await {
+            match client.stat(dp, &boundary).await {
                 Ok(info) if info.size > new_size % os => {
-                    client.truncate(pool, &boundary, new_size % os).await?
+                    client.truncate(dp, &boundary, new_size % os).await?
                 }
                 Ok(_) | Err(ClientError::NoSuchObject { .. }) => {}
                 Err(e) => return Err(e.into()),

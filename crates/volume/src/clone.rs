@@ -50,7 +50,7 @@ impl Volume {
     pub(crate) async fn current_object(&self, objno: u64) -> Result<Vec<u8>, VolumeError> {
         let head = data_object(self.header.id, objno);
         let os = self.object_size();
-        match self.client.read(self.pool, &head, 0, os).await {
+        match self.client.read(self.data_pool, &head, 0, os).await {
             Ok(b) => Ok(b),
             Err(ClientError::NoSuchObject { .. }) => {
                 let whole = Piece {
@@ -76,7 +76,7 @@ impl Volume {
             return Ok(());
         }
         let head = data_object(self.header.id, objno);
-        match self.client.stat(self.pool, &head).await {
+        match self.client.stat(self.data_pool, &head).await {
             Ok(_) => {
                 self.map.writing(objno);
                 return Ok(());
@@ -85,7 +85,7 @@ impl Volume {
             Err(e) => return Err(self.object_error("look for", objno, e)),
         }
         let bytes = self.current_object(objno).await?;
-        match self.client.create(self.pool, &head, &bytes).await {
+        match self.client.create(self.data_pool, &head, &bytes).await {
             Ok(()) | Err(ClientError::Exists { .. }) => {
                 self.map.writing(objno);
                 Ok(())
@@ -126,6 +126,8 @@ pub async fn clone_volume(
         created: crate::admin::now_secs(),
         removing: false,
         close: false,
+        // Its own data objects go where the parent's are.
+        data_pool: ph.data_pool,
     };
     // The link first: a clone's header never exists without it.
     let table = SnapTable {
@@ -199,7 +201,8 @@ pub async fn flatten(
     let h = read_header(client, pool, pool_name, name).await?;
     let (mut table, tag) = crate::holder::read_snaps_tag(client, pool, name, h.id).await?;
     table.parent = None;
-    crate::snapshot::change_table(client, pool, name, (h.id, tag), &mut table).await?;
+    let pools = (pool, crate::header::data_pool(pool, &h));
+    crate::snapshot::change_table(client, pools, name, (h.id, tag), &mut table).await?;
     let h = Header {
         features: h.features & !FEATURE_PARENT,
         ..h

@@ -30,7 +30,7 @@ impl Volume {
         for c in view.table.clone_ids().into_iter().filter(|&c| c >= latest) {
             match self
                 .client
-                .stat(self.pool, &clone_object(id, objno, c))
+                .stat(self.data_pool, &clone_object(id, objno, c))
                 .await
             {
                 Ok(_) => {
@@ -45,7 +45,7 @@ impl Volume {
         // in a clone, what its parent held).
         let bytes = self.current_object(objno).await?;
         let clone = clone_object(id, objno, latest);
-        match self.client.create(self.pool, &clone, &bytes).await {
+        match self.client.create(self.data_pool, &clone, &bytes).await {
             // Exists: another writer (or an earlier attempt) kept the same bytes first.
             Ok(()) | Err(ClientError::Exists { .. }) => {
                 view.mark_preserved(objno);
@@ -104,7 +104,11 @@ impl Volume {
 
     async fn read_clone(&self, p: Piece, c: u64) -> Result<Option<Vec<u8>>, VolumeError> {
         let name = clone_object(self.header.id, p.objno, c);
-        match self.client.read(self.pool, &name, p.offset, p.len).await {
+        match self
+            .client
+            .read(self.data_pool, &name, p.offset, p.len)
+            .await
+        {
             Ok(mut d) => {
                 d.truncate(p.len as usize);
                 Ok(Some(d))
@@ -132,7 +136,7 @@ impl Volume {
         let name = clone_object(self.header.id, objno, c);
         let bytes = match self
             .client
-            .read(self.pool, &name, 0, self.object_size())
+            .read(self.data_pool, &name, 0, self.object_size())
             .await
         {
             Ok(b) => b,
@@ -141,14 +145,14 @@ impl Volume {
         self.preserve(objno).await?;
         let head = data_object(self.header.id, objno);
         let r = if bytes.is_empty() {
-            match self.client.remove(self.pool, &head).await {
+            match self.client.remove(self.data_pool, &head).await {
                 Err(ClientError::NoSuchObject { .. }) => Ok(()),
                 r => r,
             }
         } else {
             self.note_writing(objno).await?;
             self.client
-                .write_full(self.pool, &head, &bytes)
+                .write_full(self.data_pool, &head, &bytes)
                 .await
                 .map(|_| ())
         };

@@ -58,7 +58,7 @@ pub async fn diff(
             ),
         });
     }
-    let objects = volume_objects(client, a.pool, a.header.id).await?;
+    let objects = volume_objects(client, a.data_pool, a.header.id).await?;
     let candidates: Vec<u64> = objects
         .clones
         .iter()
@@ -157,19 +157,20 @@ pub async fn usage(client: &Client, pool_name: &str, name: &str) -> Result<Usage
     let pool = client.pool_id(pool_name)?;
     let header = read_header(client, pool, pool_name, name).await?;
     let table = read_snaps(client, pool, name, header.id).await?;
-    let objects = volume_objects(client, pool, header.id).await?;
+    let data_pool = crate::header::data_pool(pool, &header);
+    let objects = volume_objects(client, data_pool, header.id).await?;
     let heads: Vec<Vec<u8>> = objects
         .heads
         .iter()
         .map(|&n| data_object(header.id, n))
         .collect();
-    let head_bytes = sizes(client, pool, &heads).await?.iter().sum();
+    let head_bytes = sizes(client, data_pool, &heads).await?.iter().sum();
     let clone_names: Vec<(u64, u64)> = clone_list(&objects);
     let names: Vec<Vec<u8>> = clone_names
         .iter()
         .map(|&(n, c)| clone_object(header.id, n, c))
         .collect();
-    let clone_sizes = sizes(client, pool, &names).await?;
+    let clone_sizes = sizes(client, data_pool, &names).await?;
     let by_clone: std::collections::HashMap<(u64, u64), u64> = clone_names
         .iter()
         .copied()

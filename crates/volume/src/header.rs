@@ -5,10 +5,16 @@ use crate::decode_error::{DecodeError, Lengths, Record};
 use crate::error::VolumeError;
 
 const MAGIC: &[u8; 8] = b"CAIRNVOL";
-/// Header format version this code writes and reads.
+/// Header format version of a volume whose data objects are in its own pool (written so that
+/// binaries from before version 2 still open it).
 pub const FORMAT_VERSION: u16 = 1;
 /// Encoded header length (version 1).
 pub const HEADER_LEN: usize = 52;
+/// Header format version of a volume with a data pool (`vol create --data-pool`): version 1
+/// and the data pool's id.
+pub const FORMAT_VERSION_DATA_POOL: u16 = 2;
+/// Encoded header length (version 2).
+pub const HEADER_LEN_V2: usize = 56;
 /// Default data object size: 4 MiB.
 pub const DEFAULT_OBJECT_SIZE: u32 = 4 << 20;
 /// Smallest and largest data object sizes (powers of two).
@@ -49,14 +55,21 @@ pub struct Header {
     pub removing: bool,
     /// `vol rm --force` has begun: servers that have it open close it.
     pub close: bool,
+    /// The pool holding the data objects (and their snapshot clones), when not the header's
+    /// own (`vol create --data-pool`, e.g. an erasure-coded pool).
+    pub data_pool: Option<u32>,
 }
 
 impl Header {
     /// The on-disk bytes (docs/format/volume.md).
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(HEADER_LEN);
+        let mut b = Vec::with_capacity(HEADER_LEN_V2);
         b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let version = match self.data_pool {
+            None => FORMAT_VERSION,
+            Some(_) => FORMAT_VERSION_DATA_POOL,
+        };
+        b.extend_from_slice(&version.to_le_bytes());
         let flags =
             if self.removing { FLAG_REMOVING } else { 0 } | if self.close { FLAG_CLOSE } else { 0 };
         b.extend_from_slice(&flags.to_le_bytes());
@@ -65,6 +78,9 @@ impl Header {
         b.extend_from_slice(&self.id.to_le_bytes());
         b.extend_from_slice(&self.features.to_le_bytes());
         b.extend_from_slice(&self.created.to_le_bytes());
+        if let Some(p) = self.data_pool {
+            b.extend_from_slice(&p.to_le_bytes());
+        }
         let crc = cairn_crc::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
@@ -72,24 +88,30 @@ impl Header {
 
     /// Parses and checks header bytes; the error says what is wrong.
     pub fn decode(b: &[u8]) -> Result<Header, DecodeError> {
-        if b.len() != HEADER_LEN {
+        if b.len() != HEADER_LEN && b.len() != HEADER_LEN_V2 {
             return Err(DecodeError::Length {
                 len: b.len(),
                 expected: Lengths {
                     min: HEADER_LEN,
-                    max: HEADER_LEN,
+                    max: HEADER_LEN_V2,
                 },
             });
         }
         if &b[0..8] != MAGIC {
             return Err(DecodeError::BadMagic(Record::Header));
         }
-        let crc = u32_at(b, HEADER_LEN - 4);
-        if cairn_crc::crc32c(&b[..HEADER_LEN - 4]) != crc {
+        let len = b.len();
+        let crc = u32_at(b, len - 4);
+        if cairn_crc::crc32c(&b[..len - 4]) != crc {
             return Err(DecodeError::Checksum);
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != FORMAT_VERSION {
+        let want = if len == HEADER_LEN {
+            FORMAT_VERSION
+        } else {
+            FORMAT_VERSION_DATA_POOL
+        };
+        if version != want {
             return Err(DecodeError::Version {
                 record: Record::Header,
                 version,
@@ -107,6 +129,7 @@ impl Header {
             created: u64_at(b, 40),
             removing: flags & FLAG_REMOVING != 0,
             close: flags & FLAG_CLOSE != 0,
+            data_pool: (len == HEADER_LEN_V2).then(|| u32_at(b, 48)),
         };
         if h.features & !FEATURE_PARENT != 0 {
             return Err(DecodeError::UnknownFeatures(h.features));
@@ -228,6 +251,11 @@ pub fn volume_of_header(object: &[u8]) -> Option<&str> {
     check_name(name).ok().map(|_| name)
 }
 
+/// The pool holding the data objects of a volume whose header `h` is in `pool`.
+pub fn data_pool(pool: u32, h: &Header) -> u32 {
+    h.data_pool.unwrap_or(pool)
+}
+
 /// Prefix shared by all data objects of volume `id`.
 pub fn data_prefix(id: u64) -> String {
     format!("{DATA_PREFIX}{id:016x}.")
@@ -262,6 +290,7 @@ mod tests {
             created: 1_800_000_000,
             removing: false,
             close: false,
+            data_pool: None,
         }
     }
 
@@ -277,10 +306,45 @@ mod tests {
             ..h
         };
         assert_eq!(Header::decode(&removing.encode()), Ok(removing));
+        let ec = Header {
+            data_pool: Some(7),
+            ..h
+        };
+        let b = ec.encode();
+        assert_eq!(b.len(), HEADER_LEN_V2);
+        assert_eq!(Header::decode(&b), Ok(ec));
+    }
+
+    #[test]
+    fn a_length_must_go_with_its_version() {
+        // A version-2 body cut to version 1's length (checksum fixed up) is refused.
+        let mut b = Header {
+            data_pool: Some(7),
+            ..sample()
+        }
+        .encode();
+        b.truncate(HEADER_LEN - 4);
+        let crc = cairn_crc::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Header::decode(&b),
+            Err(DecodeError::Version { version: 2, .. })
+        ));
     }
 
     #[test]
     fn refuses_damage() {
+        let v2 = Header {
+            data_pool: Some(3),
+            ..sample()
+        };
+        for b in [sample().encode(), v2.encode()] {
+            for i in 0..b.len() {
+                let mut d = b.clone();
+                d[i] ^= 0x40;
+                assert!(Header::decode(&d).is_err(), "flip at byte {i} accepted");
+            }
+        }
         let b = sample().encode();
         for i in 0..b.len() {
             let mut d = b.clone();

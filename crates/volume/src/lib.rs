@@ -29,7 +29,9 @@ pub mod snaps;
 mod snapshot;
 mod volume;
 
-pub use admin::{create, info, list, rates, resize, VolumeEntry, VolumeInfo, VolumeRates};
+pub use admin::{
+    create, create_with, info, list, rates, resize, VolumeEntry, VolumeInfo, VolumeRates,
+};
 pub use clone::{clone_volume, flatten};
 pub use decode_error::{DecodeError, Lengths, Record};
 pub use diff::{diff, usage, Changed, SnapUsage, Usage, DIFF_BLOCK};

@@ -84,18 +84,29 @@ pub async fn remove(
     close_wait(client, pool, name, live, events).await?;
     // Listed again: a server may have created objects until it closed the volume.
     let objects = client.list(pool).await?;
-    let data: Vec<u64> = objects
+    let dp = header::data_pool(pool, &h);
+    let in_data = if dp == pool {
+        objects.clone()
+    } else {
+        client.list(dp).await?
+    };
+    let data: Vec<u64> = in_data
         .iter()
         .filter_map(|o| header::objno_of(h.id, o))
         .collect();
     let mut progress = |done, total| events(RemoveEvent::Removed { done, total });
-    remove_objects(client, pool, name, h.id, &data, &mut progress).await?;
-    // Clones left by an interrupted trim, the snapshot table, the leases.
+    remove_objects(client, dp, name, h.id, &data, &mut progress).await?;
+    // Clones left by an interrupted trim (beside the data), the snapshot table, the leases.
+    let is_clone = |o: &Vec<u8>| crate::snaps::clone_of(o).is_some_and(|(id, _, _)| id == h.id);
+    if dp != pool {
+        let clones: Vec<Vec<u8>> = in_data.into_iter().filter(is_clone).collect();
+        remove_names(client, dp, &clones).await?;
+    }
     let mut rest: Vec<Vec<u8>> = objects
         .into_iter()
         .filter(|o| {
             lease_of(o).is_some_and(|(id, _)| id == h.id)
-                || crate::snaps::clone_of(o).is_some_and(|(id, _, _)| id == h.id)
+                || is_clone(o)
                 || crate::allocmap::volume_of(o) == Some(h.id)
                 || crate::registry::volume_of(o) == Some(h.id)
         })
@@ -191,12 +202,24 @@ pub async fn find_orphans(client: &Client, pool_name: &str) -> Result<Orphans, V
         return Ok(found);
     }
     // Headers from a second listing, made after the first: a volume created while the first
-    // ran has its header in place before any of its data objects, so it shows here.
-    let objects = client.list(pool).await?;
-    for (name, h) in headers(client, pool, pool_name, &objects).await? {
-        found.by_id.remove(&h.id);
-        if h.removing {
-            found.interrupted.push(name);
+    // ran has its header in place before any of its data objects, so it shows here. Every
+    // replicated pool's headers count: a volume made with `--data-pool` keeps its header in
+    // another pool than its data.
+    let map = client.map();
+    let mut header_pools: Vec<(u32, String)> = map
+        .pools
+        .values()
+        .filter(|p| p.ec().is_none() || p.id == pool)
+        .map(|p| (p.id, p.name.clone()))
+        .collect();
+    header_pools.sort();
+    for (id, name) in header_pools {
+        let objects = client.list(id).await?;
+        for (vol, h) in headers(client, id, &name, &objects).await? {
+            found.by_id.remove(&h.id);
+            if h.removing && id == pool {
+                found.interrupted.push(vol);
+            }
         }
     }
     Ok(found)

@@ -282,7 +282,7 @@ pub async fn set_qos(
 /// generation and waits for every holder to adopt it.
 pub(crate) async fn change_table(
     client: &Client,
-    pool: u32,
+    (pool, data_pool): (u32, u32),
     name: &str,
     (id, tag): (u64, u64),
     table: &mut SnapTable,
@@ -290,6 +290,7 @@ pub(crate) async fn change_table(
     let ctx = Ctx {
         client,
         pool,
+        data_pool,
         name,
         id,
         tag: AtomicU64::new(tag),
@@ -301,6 +302,8 @@ pub(crate) async fn change_table(
 struct Ctx<'a> {
     client: &'a Client,
     pool: u32,
+    /// Where the volume's data objects and their clones are.
+    data_pool: u32,
     name: &'a str,
     id: u64,
     /// Contents tag of the table as this command last read or wrote it: each write is
@@ -322,6 +325,7 @@ impl<'a> Ctx<'a> {
         let ctx = Ctx {
             client,
             pool,
+            data_pool: crate::header::data_pool(pool, &header),
             name,
             id: header.id,
             tag: AtomicU64::new(tag),
@@ -406,7 +410,7 @@ impl<'a> Ctx<'a> {
         table: &mut SnapTable,
         events: &mut dyn FnMut(SnapEvent<'_>),
     ) -> Result<(), VolumeError> {
-        let objects = volume_objects(self.client, self.pool, self.id).await?;
+        let objects = volume_objects(self.client, self.data_pool, self.id).await?;
         let live: Vec<u64> = table.snaps.iter().map(|s| s.id).collect();
         let mut doomed = Vec::new();
         let mut kept_ids = std::collections::BTreeSet::<u64>::new();
@@ -416,7 +420,14 @@ impl<'a> Ctx<'a> {
             doomed.extend(gone.into_iter().map(|c| clone_object(self.id, objno, c)));
         }
         let mut progress = |done, total| events(SnapEvent::Trimmed { done, total });
-        remove_named(self.client, self.pool, self.name, &doomed, &mut progress).await?;
+        remove_named(
+            self.client,
+            self.data_pool,
+            self.name,
+            &doomed,
+            &mut progress,
+        )
+        .await?;
         let before = table.retired.len();
         table.retired.retain(|r| kept_ids.contains(r));
         if table.retired.len() != before {

@@ -1,7 +1,7 @@
 //! An open volume: byte-range I/O split over its data objects.
 
 use crate::error::VolumeError;
-use crate::header::{self, data_object, Header, HEADER_LEN};
+use crate::header::{self, data_object, Header, HEADER_LEN_V2};
 use crate::holder::{HeldLease, Mode};
 use crate::join::join_all;
 use crate::layout::{pieces, Piece};
@@ -46,7 +46,11 @@ impl WriteData<'_> {
 /// exact only while this process is the volume's one writer.
 pub struct Volume {
     pub(crate) client: Client,
+    /// The pool of the header, leases, snapshot table and allocation map.
     pub(crate) pool: u32,
+    /// The pool of the data objects and their snapshot clones (`pool` unless the volume was
+    /// made with `--data-pool`).
+    pub(crate) data_pool: u32,
     pool_name: String,
     pub(crate) name: String,
     pub(crate) header: Header,
@@ -155,7 +159,8 @@ impl Volume {
         let map = if alloc {
             Self::load_alloc(&client, pool, &header).await?
         } else {
-            let objects = crate::admin::volume_objects(&client, pool, header.id).await?;
+            let data_pool = crate::header::data_pool(pool, &header);
+            let objects = crate::admin::volume_objects(&client, data_pool, header.id).await?;
             ObjectMap::new(match &snap {
                 // A snapshot's data is in the head objects or in clones.
                 Some(_) => objects.all_objnos(),
@@ -193,6 +198,7 @@ impl Volume {
         Ok(Volume {
             client,
             pool,
+            data_pool: crate::header::data_pool(pool, &header),
             pool_name: pool_name.to_string(),
             name: name.to_string(),
             header,
@@ -222,7 +228,8 @@ impl Volume {
         if let Some(set) = crate::allocmap::load(client, pool, header.id, objects).await? {
             return Ok(ObjectMap::persisted(set));
         }
-        let listed = crate::admin::volume_objects(client, pool, header.id).await?;
+        let data_pool = crate::header::data_pool(pool, header);
+        let listed = crate::admin::volume_objects(client, data_pool, header.id).await?;
         let set: BTreeSet<u64> = listed.heads.into_iter().collect();
         crate::allocmap::store_all(client, pool, header.id, objects, &set).await?;
         Ok(ObjectMap::persisted(set))
@@ -463,7 +470,11 @@ impl Volume {
     /// The piece's bytes in the head object (what the volume holds now).
     pub(crate) async fn read_head(&self, p: Piece) -> Result<Option<Vec<u8>>, VolumeError> {
         let name = data_object(self.header.id, p.objno);
-        match self.client.read(self.pool, &name, p.offset, p.len).await {
+        match self
+            .client
+            .read(self.data_pool, &name, p.offset, p.len)
+            .await
+        {
             Ok(mut d) => {
                 d.truncate(p.len as usize);
                 Ok(Some(d))
@@ -502,7 +513,7 @@ impl Volume {
             self.note_writing(p.objno).await?;
             let name = data_object(self.header.id, p.objno);
             let range = p.at as usize..(p.at + p.len) as usize;
-            let (pool, at) = (self.pool, p.offset);
+            let (pool, at) = (self.data_pool, p.offset);
             let written = match data {
                 WriteData::Slice(d) => self.client.write(pool, &name, at, &d[range]).await,
                 WriteData::Shared(b) => {
@@ -552,12 +563,14 @@ impl Volume {
             self.note_writing(p.objno).await?;
             let r = if whole {
                 self.client
-                    .write_full(self.pool, &name, &[])
+                    .write_full(self.data_pool, &name, &[])
                     .await
                     .map(|_| ())
             } else {
                 self.copy_up(p.objno).await?;
-                self.client.zero(self.pool, &name, p.offset, p.len).await
+                self.client
+                    .zero(self.data_pool, &name, p.offset, p.len)
+                    .await
             };
             return r
                 .map(|_| ())
@@ -569,7 +582,7 @@ impl Volume {
             }
             self.preserve(p.objno).await?;
             let token = self.map.removing(p.objno);
-            return match self.client.remove(self.pool, &name).await {
+            return match self.client.remove(self.data_pool, &name).await {
                 Ok(()) | Err(ClientError::NoSuchObject { .. }) => {
                     self.map.removed(token);
                     Ok(())
@@ -584,7 +597,7 @@ impl Volume {
             self.preserve(p.objno).await?;
             return self
                 .client
-                .zero(self.pool, &name, p.offset, p.len)
+                .zero(self.data_pool, &name, p.offset, p.len)
                 .await
                 .map_err(|e| self.object_error("zero", p.objno, e));
         }
@@ -597,7 +610,7 @@ impl Volume {
         self.preserve(p.objno).await?;
         self.note_writing(p.objno).await?;
         self.client
-            .write(self.pool, &name, p.offset + p.len - 1, &[0])
+            .write(self.data_pool, &name, p.offset + p.len - 1, &[0])
             .await
             .map(|_| ())
             .map_err(|e| self.object_error("write", p.objno, e))
@@ -611,9 +624,13 @@ impl Volume {
         // Still refused once closed: a FLUSH that succeeds promises the writes are there.
         self.gated(|| async {
             self.client
-                .sync_pool(self.pool)
+                .sync_pool(self.data_pool)
                 .await
-                .map_err(VolumeError::Client)
+                .map_err(VolumeError::Client)?;
+            if self.data_pool != self.pool {
+                self.client.sync_pool(self.pool).await?;
+            }
+            Ok(())
         })
         .await
     }
@@ -666,7 +683,7 @@ pub async fn read_header(
     name: &str,
 ) -> Result<Header, VolumeError> {
     let obj = header::header_object(name);
-    match client.read(pool, &obj, 0, HEADER_LEN as u64 + 1).await {
+    match client.read(pool, &obj, 0, HEADER_LEN_V2 as u64 + 1).await {
         Ok(b) => Header::decode(&b).map_err(|why| VolumeError::BadHeader {
             name: name.to_string(),
             why,

@@ -24,6 +24,7 @@ fn volume_header_v1() {
         created: 1_767_225_600,
         removing: false,
         close: false,
+        data_pool: None,
     };
     let mut g = Golden::new("volume-header-v1.bin");
     for (name, h) in [
@@ -47,6 +48,38 @@ fn volume_header_v1() {
             "Header clone",
             Header {
                 features: cairn_volume::header::FEATURE_PARENT,
+                ..base
+            },
+        ),
+    ] {
+        g.add(name, h.encode(), move |b| {
+            same(&Header::decode(b).map_err(|e| e.to_string())?, &h)
+        });
+    }
+    g.finish();
+}
+
+/// A header of a volume with a data pool (version 2), plain and as a clone.
+#[test]
+fn volume_header_v2() {
+    let base = Header {
+        id: 0x0123_4567_89ab_cdef,
+        size: 10 << 30,
+        object_size: 4 << 20,
+        features: 0,
+        created: 1_767_225_600,
+        removing: false,
+        close: false,
+        data_pool: Some(0x0708),
+    };
+    let mut g = Golden::new("volume-header-v2.bin");
+    for (name, h) in [
+        ("Header data pool", base),
+        (
+            "Header data pool clone removing",
+            Header {
+                features: cairn_volume::header::FEATURE_PARENT,
+                removing: true,
                 ..base
             },
         ),

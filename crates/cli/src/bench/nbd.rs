@@ -30,7 +30,9 @@ finish flushing outside any measurement):
   randread-4k-qd32     the same, 32 in flight
   read-1m-qd8          1 MiB sequential reads, 8 in flight
   write-1m-qd8         1 MiB sequential writes, 8 in flight
-The pool (and the volume) are removed at the end.
+The pool (and the volume) are removed at the end. With --ec K+M the volume's data goes to an
+erasure-coded pool made for the bench (one shard per OSD, min_size k+1; `vol create
+--data-pool`), removed at the end too: run the bench with and without it to compare.
 
 The sequential writes also measure the data disk itself (`device`): fio writes the same
 block size at the same depth with O_DIRECT to files beside the OSDs' data (--device-dir), one
@@ -62,7 +64,7 @@ QD1, right after a snapshot: each copies its object first), \"randwrite_4k_qd1_w
 \"victim_beside_unlimited_neighbour\", \"victim_beside_limited_neighbour\" (each {iops, p50, p99,
 p999}), \"neighbour_iops_unlimited\", \"neighbour_limit_iops\", \"neighbour_iops_limited\",
 \"neighbour_off_limit_ratio\", \"open_1t_volume_ms\" (with \"open_volume_objects\" objects in a
-pool of \"open_pool_volumes\" volumes)}.";
+pool of \"open_pool_volumes\" volumes)}; with --ec also \"ec\": {\"profile\", \"pool\"}.";
 
 #[derive(Args)]
 pub struct BenchNbdArgs {
@@ -116,6 +118,14 @@ pub struct BenchNbdArgs {
     /// Volumes in the pool in --volumes.
     #[arg(long, default_value_t = 100)]
     pub open_volumes: u64,
+    /// Keep the volume's data on an erasure-coded pool of this profile (e.g. 2+1, 4+2; one
+    /// shard per OSD, min_size k+1), its header on the replicated bench pool: run the bench
+    /// once with and once without it to compare EC with replication in one sitting.
+    #[arg(long, value_name = "K+M")]
+    pub ec: Option<String>,
+    /// Stripe unit of the --ec pool.
+    #[arg(long, default_value = "16K", value_parser = crate::size::parse_size)]
+    pub ec_unit: u64,
 }
 
 struct Spec {
@@ -368,11 +378,31 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     require("nbdkit", "nbdkit")?;
     let t = Target::connect(conf)?;
     let pool = format!("bench-nbd-{}", std::process::id());
-    let (entries, snaps, vols) = t.with_pool(&pool, a.size, Durability::Wal, || {
-        t.block_on(prepare(&t.client, &pool, a.volume_size))?;
-        bench(&a, &t, &pool)
-    })?;
+    let ec = match &a.ec {
+        Some(km) => Some(ec_pool(km, a.ec_unit)?),
+        None => None,
+    };
+    let run = || {
+        t.with_pool(&pool, a.size, Durability::Wal, || {
+            let data = ec.as_ref().map(|e| e.name.as_str());
+            t.block_on(prepare(&t.client, &pool, a.volume_size, data))?;
+            bench(&a, &t, &pool)
+        })
+    };
+    let (entries, snaps, vols) = match &ec {
+        Some(e) => t.with_change(e.create.clone(), &e.name, run)?,
+        None => run()?,
+    };
     let out = Obj::new().put_arr("workloads", &entries);
+    let out = match &ec {
+        Some(e) => out.put_obj(
+            "ec",
+            Obj::new()
+                .put("profile", e.describe.as_str())
+                .put("pool", e.name.as_str()),
+        ),
+        None => out,
+    };
     let out = match snaps {
         Some(s) => out.put_obj("snapshots", s),
         None => out,
@@ -385,11 +415,43 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-async fn prepare(client: &Client, pool: &str, size: u64) -> Result<()> {
+/// The --ec data pool to create.
+struct EcPool {
+    name: String,
+    describe: String,
+    create: cairn_map::MapChange,
+}
+
+fn ec_pool(km: &str, unit: u64) -> Result<EcPool> {
+    let unit = u32::try_from(unit).context("--ec-unit is too large")?;
+    let p = cairn_ec::Profile::parse(km, unit).with_context(|| format!("--ec {km}"))?;
+    let name = format!("bench-nbd-ec-{}", std::process::id());
+    let profile = cairn_map::EcProfile {
+        k: p.k() as u8,
+        m: p.m() as u8,
+        stripe_unit: p.unit(),
+    };
+    let create = cairn_map::MapChange::PoolCreateEc {
+        name: name.clone(),
+        profile,
+        min_size: (p.k() + 1) as u8,
+        pg_count: 64,
+        durability: Durability::Wal,
+        domain: Some(cairn_map::Domain::Osd),
+    };
+    Ok(EcPool {
+        name,
+        describe: format!("{}+{}, unit {} KiB", p.k(), p.m(), p.unit() >> 10),
+        create,
+    })
+}
+
+async fn prepare(client: &Client, pool: &str, size: u64, data_pool: Option<&str>) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let map = client.map();
-        if map.pool_by_name(pool).is_some() && pg_counts(&map, &[]).inactive == 0 {
+        let data_there = data_pool.is_none_or(|d| map.pool_by_name(d).is_some());
+        if map.pool_by_name(pool).is_some() && data_there && pg_counts(&map, &[]).inactive == 0 {
             break;
         }
         if Instant::now() > deadline {
@@ -398,7 +460,7 @@ async fn prepare(client: &Client, pool: &str, size: u64) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let os = cairn_volume::DEFAULT_OBJECT_SIZE;
-    cairn_volume::create(client, pool, VOLUME, size, os).await?;
+    cairn_volume::create_with(client, pool, VOLUME, size, os, data_pool).await?;
     Ok(())
 }
 

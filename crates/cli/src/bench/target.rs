@@ -56,7 +56,17 @@ impl Target {
             durability,
             domain: None,
         };
-        self.rt.block_on(self.client.mon().command(c))?;
+        self.with_change(c, name, f)
+    }
+
+    /// Runs `f` with the pool `create` makes (named `name`), removed afterwards.
+    pub fn with_change<T>(
+        &self,
+        create: MapChange,
+        name: &str,
+        f: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        self.rt.block_on(self.client.mon().command(create))?;
         let result = f();
         let rm = MapChange::PoolRemove {
             name: name.to_string(),

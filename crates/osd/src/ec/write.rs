@@ -111,6 +111,13 @@ fn change_of<'a>(kind: &OpKind, data: &'a [u8], exists: bool) -> Result<Change<'
         }
         OpKind::Remove if !exists => return Err(OpReply::NoSuchObject),
         OpKind::Remove => Change::Remove,
+        // Unlike on replicated pools, an existing object is `Exists` even when it holds these
+        // very bytes (comparing would read and decode it): a resent create is told `Exists`.
+        OpKind::Create if exists => return Err(OpReply::Exists),
+        OpKind::Create => {
+            in_range(0, data.len() as u64)?;
+            Change::Full { data }
+        }
         ref other => {
             return Err(OpReply::Invalid(format!(
                 "{} is not served on erasure-coded pools: keep objects that need it (volume \
