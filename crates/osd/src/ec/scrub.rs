@@ -66,36 +66,17 @@ async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> R
     let names = ctx.list_all(&mut holders[mine]).await?;
     let (mut findings, mut busy) = (Vec::new(), Vec::new());
     for batch in names.chunks(MAX_EC_STAT) {
-        check(
-            &ctx,
-            &mut holders,
-            batch,
-            false,
-            rep,
-            &mut findings,
-            &mut busy,
-        )
-        .await?;
+        check(&ctx, &mut holders, batch, rep, &mut findings, &mut busy).await?;
         still_active(osd, pg, &iv)?;
     }
-    for round in 0..BUSY_RETRIES {
+    for _ in 0..BUSY_RETRIES {
         if busy.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         let again = std::mem::take(&mut busy);
-        let last = round + 1 == BUSY_RETRIES;
         for batch in again.chunks(MAX_EC_STAT) {
-            check(
-                &ctx,
-                &mut holders,
-                batch,
-                last,
-                rep,
-                &mut findings,
-                &mut busy,
-            )
-            .await?;
+            check(&ctx, &mut holders, batch, rep, &mut findings, &mut busy).await?;
         }
         still_active(osd, pg, &iv)?;
     }
@@ -182,7 +163,7 @@ async fn repair_now(
     let (before_objects, before_bytes) = (rep.objects, rep.bytes);
     let (mut again, mut busy) = (Vec::new(), Vec::new());
     for batch in objects.chunks(MAX_EC_STAT) {
-        check(ctx, holders, batch, true, rep, &mut again, &mut busy).await?;
+        check(ctx, holders, batch, rep, &mut again, &mut busy).await?;
     }
     // The check after the repair is not part of the PG's count.
     (rep.objects, rep.bytes) = (before_objects, before_bytes);
@@ -192,14 +173,12 @@ async fn repair_now(
         .collect())
 }
 
-/// Checks the objects `names` on every holder. An object whose shards hold different versions
-/// is left in `busy` (written meanwhile), or, when `last`, reported against the shards that
-/// differ from most.
+/// Checks the objects `names` on every holder. An object whose shards hold different versions,
+/// or that changed while it was read, is left in `busy` (written meanwhile).
 async fn check(
     ctx: &Ctx<'_>,
     holders: &mut [Holder],
     names: &[Vec<u8>],
-    last: bool,
     rep: &mut ScrubReport,
     findings: &mut Vec<Finding>,
     busy: &mut Vec<Vec<u8>>,
@@ -212,12 +191,10 @@ async fn check(
     }
     for (j, name) in names.iter().enumerate() {
         let states: Vec<Option<EcObjectState>> = before.iter().map(|s| s[j]).collect();
+        // Shards at different versions: a write in flight (an active PG's shards are brought
+        // to one version when it peers), checked again later.
         let Some(common) = agreed(&states) else {
-            if last {
-                findings.extend(differing(name, &states));
-            } else {
-                busy.push(name.clone());
-            }
+            busy.push(name.clone());
             continue;
         };
         let Some(state) = common else { continue };
@@ -257,30 +234,6 @@ async fn check(
 fn agreed(states: &[Option<EcObjectState>]) -> Option<Option<EcObjectState>> {
     let first = *states.first()?;
     states.iter().all(|s| *s == first).then_some(first)
-}
-
-/// Findings against the shards whose state differs from most shards'.
-fn differing(name: &[u8], states: &[Option<EcObjectState>]) -> Vec<Finding> {
-    let count = |s: &Option<EcObjectState>| states.iter().filter(|t| *t == s).count();
-    let Some(most) = states.iter().max_by_key(|s| count(s)).copied() else {
-        return Vec::new();
-    };
-    let show = |s: &Option<EcObjectState>| match s {
-        None => "no such object".to_string(),
-        Some(s) => format!("version {} of {} bytes", s.version, s.size),
-    };
-    (0..states.len())
-        .filter(|&i| states[i] != most)
-        .map(|i| Finding {
-            object: name.to_vec(),
-            holder: Some(i),
-            detail: format!(
-                "its shard holds {}, the others {}",
-                show(&states[i]),
-                show(&most)
-            ),
-        })
-        .collect()
 }
 
 /// Reads `name` whole from every holder and checks it; returns what is wrong and the bytes
