@@ -1543,33 +1543,9 @@ async fn ec_check(client: &cairn_client::Client, pool: u32, models: &[Vec<u8>]) 
 fn an_ec_pool_serves_partial_writes_and_reads_on_when_a_shard_is_down() {
     let c = Cluster::up("ec-io", 1, 3);
     // min_size 2 = k: writes go on with a shard down (parity holds the lost data shard's).
-    c.ok(&[
-        "pool",
-        "create",
-        "e",
-        "--ec",
-        "2+1",
-        "--stripe-unit",
-        "4K",
-        "--min-size",
-        "2",
-        "--pgs",
-        "8",
-    ]);
+    c.ec_pool_create("e", "2+1", Some(2), 8);
     // One PG, for more writes than its log keeps.
-    c.ok(&[
-        "pool",
-        "create",
-        "b",
-        "--ec",
-        "2+1",
-        "--stripe-unit",
-        "4K",
-        "--min-size",
-        "2",
-        "--pgs",
-        "1",
-    ]);
+    c.ec_pool_create("b", "2+1", Some(2), 1);
     runtime().block_on(async {
         let client = c.client().await;
         let pool = client.pool_id("e").expect("pool");

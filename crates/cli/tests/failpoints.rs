@@ -573,19 +573,7 @@ fn a_replica_that_dies_mid_split_finishes_it_after_its_restart() {
 fn an_ec_write_cut_by_the_primarys_death_is_rolled_back_or_forward_on_every_shard() {
     use common::cluster::Cluster;
     let c = Cluster::up("ecroll", 1, 3);
-    c.ok(&[
-        "pool",
-        "create",
-        "e",
-        "--ec",
-        "2+1",
-        "--stripe-unit",
-        "4K",
-        "--min-size",
-        "2",
-        "--pgs",
-        "1",
-    ]);
+    c.ec_pool_create("e", "2+1", Some(2), 1);
     let body = |b: u8| -> String {
         let f = c.dir.join(format!("ec-body-{b}"));
         // Two stripes and a bit: every shard holds a piece.

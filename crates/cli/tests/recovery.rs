@@ -536,17 +536,7 @@ async fn corrupt_block_of(c: &Cluster, victim: u32, block: &[u8]) {
 #[test]
 fn a_corrupted_ec_chunk_is_found_by_scrub_and_rebuilt() {
     let c = Cluster::up("recovery-ecscrub", 1, 3);
-    c.ok(&[
-        "pool",
-        "create",
-        "e",
-        "--ec",
-        "2+1",
-        "--stripe-unit",
-        "4K",
-        "--pgs",
-        "1",
-    ]);
+    c.ec_pool_create("e", "2+1", None, 1);
     runtime().block_on(async {
         let client = c.client().await;
         let pool = client.pool_id("e").expect("pool");

@@ -219,6 +219,19 @@ impl Cluster {
         ]);
     }
 
+    /// `cairn pool create NAME --ec KM --stripe-unit 4K [--min-size M] --pgs N`, which must
+    /// succeed.
+    pub fn ec_pool_create(&self, name: &str, km: &str, min_size: Option<u8>, pgs: u32) {
+        let pgs = pgs.to_string();
+        let mut args = vec!["pool", "create", name, "--ec", km, "--stripe-unit", "4K"];
+        let min = min_size.map(|m| m.to_string());
+        if let Some(m) = &min {
+            args.extend(["--min-size", m.as_str()]);
+        }
+        args.extend(["--pgs", pgs.as_str()]);
+        self.ok(&args);
+    }
+
     /// Runs a command that must succeed; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let o = self.cairn(args);

@@ -29,26 +29,14 @@ struct Finding {
     detail: String,
 }
 
-/// Scrubs EC `pg`, of which this OSD must be the primary; repairs when `repair`.
-pub async fn scrub_pg(osd: Arc<Osd>, pg: PgId, repair: bool) -> ScrubReport {
-    let mut rep = ScrubReport {
-        pool: pg.pool,
-        pg: pg.pg,
-        ..ScrubReport::default()
-    };
-    if let Err(e) = run(&osd, pg, repair, &mut rep).await {
-        tracing::warn!(pg = %pg, class = %e.class, error = %e, "scrub stopped");
-        rep.error = Some(format!("{} ({})", e, e.class));
-    }
-    osd.scrub.note(pg, &rep);
-    if rep.inconsistent > 0 {
-        tracing::warn!(pg = %pg, inconsistent = rep.inconsistent, repaired = rep.repaired,
-            "scrub found damaged EC shards");
-    }
-    rep
-}
-
-async fn run(osd: &Arc<Osd>, pg: PgId, repair: bool, rep: &mut ScrubReport) -> Result<(), Failure> {
+/// Scrubs EC `pg`, of which this OSD must be the primary, into `rep`; repairs when `repair`
+/// (`scrub::scrub_pg` reports and counts it).
+pub(crate) async fn run(
+    osd: &Arc<Osd>,
+    pg: PgId,
+    repair: bool,
+    rep: &mut ScrubReport,
+) -> Result<(), Failure> {
     let (iv, acting) = wait_active(osd, pg).await?;
     rep.acting = acting;
     let map = osd.map();

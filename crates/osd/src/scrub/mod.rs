@@ -36,20 +36,22 @@ use std::time::Duration;
 
 /// Scrubs `pg`, of which this OSD must be the primary; repairs when `repair`.
 pub async fn scrub_pg(osd: Arc<Osd>, pg: PgId, repair: bool) -> ScrubReport {
-    if osd
+    let ec = osd
         .map()
         .pools
         .get(&pg.pool)
-        .is_some_and(|p| p.ec().is_some())
-    {
-        return crate::ec::scrub::scrub_pg(osd, pg, repair).await;
-    }
+        .is_some_and(|p| p.ec().is_some());
     let mut rep = ScrubReport {
         pool: pg.pool,
         pg: pg.pg,
         ..ScrubReport::default()
     };
-    if let Err(e) = run(&osd, pg, repair, &mut rep).await {
+    let r = if ec {
+        crate::ec::scrub::run(&osd, pg, repair, &mut rep).await
+    } else {
+        run(&osd, pg, repair, &mut rep).await
+    };
+    if let Err(e) = r {
         tracing::warn!(pg = %pg, class = %e.class, error = %e, "scrub stopped");
         if e.local_store && e.class == FailClass::StoreCorrupt {
             osd.store_corrupt(&e);
