@@ -335,13 +335,7 @@ pub fn pool(cmd: PoolCmd, conf: Option<&Path>) -> Result<()> {
             if !yes_i_really_mean_it {
                 bail!("removing pool {name:?} destroys its objects; add --yes-i-really-mean-it");
             }
-            // An EC pool holds no volumes yet (its I/O is refused): none to close.
-            let ec = get_map(conf)?
-                .pool_by_name(&name)
-                .is_some_and(|p| p.ec().is_some());
-            if !ec {
-                crate::vol_cmd::close_pool_volumes(conf, &name, force)?;
-            }
+            crate::vol_cmd::close_pool_volumes(conf, &name, force)?;
             change(
                 conf,
                 MapChange::PoolRemove { name: name.clone() },

@@ -370,14 +370,28 @@ async fn gc(client: &Client, pool: &str, dry_run: bool) -> Result<()> {
     Ok(())
 }
 
-/// Before `pool rm`: refuses while volumes of the pool are open, or with `force` makes their
-/// servers close them and waits (so no server writes into a pool being removed).
+/// Before `pool rm`: refuses while volumes of other pools keep their data in it, and while
+/// volumes of the pool are open, or with `force` makes their servers close them and waits (so
+/// no server writes into a pool being removed).
 pub fn close_pool_volumes(conf: Option<&Path>, pool: &str, force: bool) -> Result<()> {
     let mons = crate::conf::load(conf)?.cluster.mons;
     block_on(async move {
         let client = Client::connect(crate::conf::client_config(mons)).await?;
         if client.pool_id(pool).is_err() {
             return Ok(()); // the monitors say what is wrong with the name
+        }
+        // Not even with --force: the volumes' headers would stay, their data gone.
+        let users = cairn_volume::data_pool_users(&client, pool).await?;
+        if !users.is_empty() {
+            let list: Vec<String> = users
+                .iter()
+                .map(|(p, v)| format!("{v} (pool {p})"))
+                .collect();
+            bail!(
+                "pool {pool} holds the data of volumes {}: remove them first (`cairn vol rm \
+                 NAME -p POOL`)",
+                list.join(", ")
+            );
         }
         let open = cairn_volume::open_volumes(&client, pool).await?;
         if open.is_empty() {

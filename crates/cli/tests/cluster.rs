@@ -471,6 +471,12 @@ fn cli_pool_osd_and_object_commands() {
         "{st}"
     );
     c.ok(&["pool", "rm", "e", "--yes-i-really-mean-it"]);
+    // Its shard collections are deleted like any PG's copy.
+    c.wait_status(
+        "the EC pool's copies deleted",
+        Duration::from_secs(60),
+        |s| s["pgs"]["removed_pool_copies"] == 0,
+    );
 
     // A pool with too few PGs for its OSDs is a warning that says what to do.
     c.ok(&[

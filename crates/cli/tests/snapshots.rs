@@ -854,5 +854,12 @@ fn ext4_on_a_volume_whose_data_is_on_an_ec_pool_with_a_snapshot_and_a_clone() {
     c.ok(&["vol", "rm", "vm1"]);
     assert!(data_of("ecdata") < before, "the clone's data stayed");
     compare(&c, &c.nbd_uri("golden@base"), &p(&golden));
+    // The data pool cannot be removed from under the volume, not even forced.
+    let o = c.cairn(&["pool", "rm", "ecdata", "--yes-i-really-mean-it", "--force"]);
+    let err = text(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("holds the data of volumes golden (pool default)"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

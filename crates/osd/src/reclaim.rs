@@ -69,14 +69,22 @@ async fn run(osd: Arc<Osd>, pg: PgId) {
     }
 }
 
-/// Removes up to [`BATCH`] objects of `pg`'s copy, or the collection once it is empty;
-/// `None` when the collection is gone.
+/// Removes up to [`BATCH`] objects of `pg`'s copy, or a collection once it is empty; `None`
+/// when the collections are gone (the PG's own, and an EC PG's shard collections).
 fn delete_some(shard: &mut Shard, pg: PgId) -> Result<Option<u64>, StoreError> {
     let store = &shard.osd.store;
-    let coll = coll_of(pg);
-    if !store.collection_exists(coll) {
-        return Ok(None);
-    }
+    let coll = if store.collection_exists(coll_of(pg)) {
+        coll_of(pg)
+    } else {
+        match store
+            .list_collections()
+            .into_iter()
+            .find(|c| pg_of(*c) == pg)
+        {
+            Some(c) => c,
+            None => return Ok(None),
+        }
+    };
     let names = store.list_objects(coll, None, BATCH)?;
     let mut t = Transaction::new();
     for name in &names {

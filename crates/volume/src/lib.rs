@@ -38,8 +38,8 @@ pub use diff::{diff, usage, Changed, SnapUsage, Usage, DIFF_BLOCK};
 pub use error::VolumeError;
 pub use header::{Header, DEFAULT_OBJECT_SIZE};
 pub use remove::{
-    close_for_removal, describe_holders, find_orphans, open_volumes, remove, remove_orphans,
-    Orphans, RemoveEvent,
+    close_for_removal, data_pool_users, describe_holders, find_orphans, open_volumes, remove,
+    remove_orphans, Orphans, RemoveEvent,
 };
 pub use snapshot::{
     create_snap, list_snaps, protect_snap, remove_snap, rollback_snap, set_qos, trim, SnapEvent,

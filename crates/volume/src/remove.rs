@@ -119,6 +119,30 @@ pub async fn remove(
     }
 }
 
+/// The volumes (pool name, volume name) whose data is in pool `pool_name` while their header
+/// is in another pool (`vol create --data-pool`), for `pool rm`.
+pub async fn data_pool_users(
+    client: &Client,
+    pool_name: &str,
+) -> Result<Vec<(String, String)>, VolumeError> {
+    let pool = client.pool_id(pool_name)?;
+    let map = client.map();
+    let mut out = Vec::new();
+    for p in map
+        .pools
+        .values()
+        .filter(|p| p.ec().is_none() && p.id != pool)
+    {
+        let objects = client.list(p.id).await?;
+        for (vol, h) in headers(client, p.id, &p.name, &objects).await? {
+            if h.data_pool == Some(pool) {
+                out.push((p.name.clone(), vol));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The volumes of a pool that servers have open, with their holders (for `pool rm`).
 pub async fn open_volumes(
     client: &Client,
