@@ -928,6 +928,109 @@ fn osd_refuses_malformed_input_and_keeps_serving() {
             assert!(e.message.contains(want), "{}", e.message);
             assert!(read_frame(&mut s, &limits).await.is_err(), "not closed");
         }
+        // EC rebuild requests: over their limits -> ERROR Malformed and close; from a client,
+        // or in another OSD's name, denied; a push to a PG that is not erasure-coded refused
+        // as stale (its receiver holds no shard of it) and stores nothing.
+        {
+            use cairn_proto::msg::ec_rebuild::{
+                EcObjectState, EcPush, EcSetLog, EcStat, EcStatWhich, EC_PUSH, EC_SET_LOG, EC_STAT,
+            };
+            use cairn_proto::msg::osd::{RepReply, REP_REPLY};
+            let push = |primary: u32, state: Option<EcObjectState>| EcPush {
+                epoch: map.epoch,
+                pool,
+                pg: pg.pg,
+                shard: 0,
+                primary,
+                object: name.clone(),
+                state,
+                offset: 0,
+                last: true,
+            };
+            let set_log = EcSetLog {
+                epoch: map.epoch,
+                pool,
+                pg: pg.pg,
+                shard: 0,
+                primary,
+                from: 9,
+                version: 3,
+            };
+            let stat = EcStat {
+                epoch: map.epoch,
+                pool,
+                pg: pg.pg,
+                shard: 0,
+                which: EcStatWhich::Named(vec![name.clone()]),
+            };
+            let state = Some(EcObjectState {
+                size: 4,
+                version: 7,
+            });
+            use cairn_proto::msg::encode as enc;
+            // Who sends (credentials, node kind), what (type, control, data), the refusal.
+            type Sender = (Credentials, u8);
+            type Frame = (u16, Vec<u8>, &'static [u8]);
+            type Refusal = (ErrorCode, &'static str);
+            let osd_p = || (as_osd(primary), node_kind::OSD);
+            let cases: Vec<(Sender, Frame, Refusal)> = vec![
+                (
+                    osd_p(),
+                    (EC_PUSH, enc(&push(primary, None)), b"evil"),
+                    (ErrorCode::Malformed, "carries bytes"),
+                ),
+                (
+                    osd_p(),
+                    (EC_SET_LOG, enc(&set_log), b""),
+                    (ErrorCode::Malformed, "after its last version"),
+                ),
+                (
+                    (as_osd(other), node_kind::OSD),
+                    (EC_PUSH, enc(&push(primary, state)), b"evil"),
+                    (ErrorCode::Denied, "in the name of"),
+                ),
+                (
+                    (admin.clone(), node_kind::CLIENT),
+                    (EC_STAT, enc(&stat), b""),
+                    (ErrorCode::Denied, "is not an OSD"),
+                ),
+            ];
+            for ((creds, kind), (msg, control, data), (code, want)) in cases {
+                let mut s = tokio::net::TcpStream::connect(addr(primary))
+                    .await
+                    .expect("connect");
+                handshake(&mut s, kind, &creds).await.expect("handshake");
+                write_frame(&mut s, msg, 3, &control, data)
+                    .await
+                    .expect("send");
+                let f = read_frame(&mut s, &limits).await.expect("refusal");
+                assert_eq!(f.msg_type, ERROR, "message {msg}");
+                let e: ErrorReply = cairn_proto::msg::decode("error", &f.control).expect("decode");
+                assert_eq!(e.code, code, "message {msg}: {}", e.message);
+                assert!(e.message.contains(want), "message {msg}: {}", e.message);
+                assert!(read_frame(&mut s, &limits).await.is_err(), "not closed");
+            }
+            let mut s = tokio::net::TcpStream::connect(addr(primary))
+                .await
+                .expect("connect");
+            handshake(&mut s, node_kind::OSD, &as_osd(primary))
+                .await
+                .expect("handshake");
+            write_frame(&mut s, EC_PUSH, 4, &enc(&push(primary, state)), b"evil")
+                .await
+                .expect("send");
+            let f = read_frame(&mut s, &limits).await.expect("push reply");
+            assert_eq!(f.msg_type, REP_REPLY);
+            let r: RepReply = cairn_proto::msg::decode("rep reply", &f.control).expect("decode");
+            assert!(matches!(r, RepReply::Stale { .. }), "{r:?}");
+            assert!(
+                matches!(
+                    client.stat(pool, &name).await,
+                    Err(cairn_client::ClientError::NoSuchObject { .. })
+                ),
+                "an EC push to a replicated PG stored an object"
+            );
+        }
         let mut s = tokio::net::TcpStream::connect(addr(primary))
             .await
             .expect("connect");
