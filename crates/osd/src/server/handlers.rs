@@ -227,10 +227,11 @@ impl Conn {
 
     /// `EC_STAT`, `EC_PUSH`, `EC_SET_LOG`: a primary rebuilding an EC PG's shards.
     async fn ec_rebuild(&mut self, frame: Frame) -> Flow {
-        let (pg, epoch, req) = match decode_rebuild(&frame) {
+        let req_id = frame.request_id;
+        let (pg, epoch, req) = match decode_rebuild(frame) {
             Ok(r) => r,
             Err(why) => {
-                refuse(&self.sender, frame.request_id, ErrorCode::Malformed, &why);
+                refuse(&self.sender, req_id, ErrorCode::Malformed, &why.to_string());
                 return Flow::Close;
             }
         };
@@ -241,10 +242,7 @@ impl Conn {
         };
         match claim {
             Some((primary, what)) => {
-                if let Err(flow) = self
-                    .check_primary(frame.request_id, (primary, epoch), what)
-                    .await
-                {
+                if let Err(flow) = self.check_primary(req_id, (primary, epoch), what).await {
                     return flow;
                 }
             }
@@ -252,7 +250,7 @@ impl Conn {
         }
         let msg = ShardMsg::EcRebuild {
             reply: self.sender.for_request(&self.load, 0),
-            req_id: frame.request_id,
+            req_id,
             req,
         };
         self.osd.dispatch(pg, msg, self.shard);
@@ -399,34 +397,45 @@ impl Conn {
 
 use crate::ec::rebuild::request::Request as RebuildRequest;
 
-/// Decodes and checks an EC rebuild request: its PG, its epoch and the request, or why it is
-/// refused.
-fn decode_rebuild(frame: &Frame) -> Result<(PgId, u64, RebuildRequest), String> {
+/// Why an EC rebuild request is refused as malformed.
+#[derive(Debug, thiserror::Error)]
+enum BadRebuild {
+    #[error(transparent)]
+    Decode(#[from] MsgError),
+    #[error(transparent)]
+    Limit(#[from] cairn_proto::msg::ec_rebuild::EcRebuildLimitError),
+    #[error("EC_STAT carries no payload")]
+    StatPayload,
+    #[error("EC_SET_LOG entries: {0}")]
+    Entries(String),
+}
+
+/// Decodes and checks an EC rebuild request: its PG, its epoch and the request (a push's
+/// payload moved into it), or why it is refused.
+fn decode_rebuild(frame: Frame) -> Result<(PgId, u64, RebuildRequest), BadRebuild> {
     let pg = |pool, pg| PgId { pool, pg };
     match frame.msg_type {
         EC_STAT => {
-            let q = decode::<EcStat>("ec stat", &frame.control).map_err(|e| e.to_string())?;
-            q.check().map_err(|e| e.to_string())?;
+            let q = decode::<EcStat>("ec stat", &frame.control)?;
+            q.check()?;
             if !frame.data.is_empty() {
-                return Err("EC_STAT carries no payload".into());
+                return Err(BadRebuild::StatPayload);
             }
             Ok((pg(q.pool, q.pg), q.epoch, RebuildRequest::Stat(q)))
         }
         EC_PUSH => {
-            let p = decode::<EcPush>("ec push", &frame.control).map_err(|e| e.to_string())?;
-            p.check(frame.data.len()).map_err(|e| e.to_string())?;
-            let at = (pg(p.pool, p.pg), p.epoch);
-            Ok((at.0, at.1, RebuildRequest::Push(p, frame.data.clone())))
+            let p = decode::<EcPush>("ec push", &frame.control)?;
+            p.check(frame.data.len())?;
+            let (at, epoch) = (pg(p.pool, p.pg), p.epoch);
+            Ok((at, epoch, RebuildRequest::Push(p, frame.data)))
         }
         _ => {
-            let l = decode::<EcSetLog>("ec set log", &frame.control).map_err(|e| e.to_string())?;
-            l.check().map_err(|e| e.to_string())?;
-            let entries = crate::pglog::decode_peer_entries(&frame.data).map_err(|f| f.what)?;
-            Ok((
-                pg(l.pool, l.pg),
-                l.epoch,
-                RebuildRequest::SetLog(l, entries),
-            ))
+            let l = decode::<EcSetLog>("ec set log", &frame.control)?;
+            l.check()?;
+            let entries = crate::pglog::decode_peer_entries(&frame.data)
+                .map_err(|f| BadRebuild::Entries(f.what))?;
+            let (at, epoch) = (pg(l.pool, l.pg), l.epoch);
+            Ok((at, epoch, RebuildRequest::SetLog(l, entries)))
         }
     }
 }

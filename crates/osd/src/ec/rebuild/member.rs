@@ -27,14 +27,19 @@ pub fn handle(shard: &mut Shard, to: FrameSender, req_id: u64, req: Request) {
             let r = stat(shard, &map, &q);
             let _ = to.send(EC_STAT_REPLY, req_id, &cairn_proto::msg::encode(&r), &[]);
         }
-        Request::Push(p, data) => {
-            let r = push(shard, &map, &p, &data);
+        other => {
+            let r = apply(shard, &map, &other);
             crate::op::reply::rep_reply(&to, req_id, &r);
         }
-        Request::SetLog(l, entries) => {
-            let r = set_log(shard, &map, &l, &entries);
-            crate::op::reply::rep_reply(&to, req_id, &r);
-        }
+    }
+}
+
+/// Applies a push or a log (a stat is no change: refused).
+pub fn apply(shard: &mut Shard, map: &ClusterMap, req: &Request) -> RepReply {
+    match req {
+        Request::Push(p, data) => push(shard, map, p, data),
+        Request::SetLog(l, entries) => set_log(shard, map, l, entries),
+        Request::Stat(_) => refused("an EC stat changes nothing".into()),
     }
 }
 
@@ -121,7 +126,7 @@ fn list(
 }
 
 /// Applies a push of a rebuilt shard object (or its removal), durably.
-pub fn push(shard: &mut Shard, map: &ClusterMap, p: &EcPush, data: &[u8]) -> RepReply {
+fn push(shard: &mut Shard, map: &ClusterMap, p: &EcPush, data: &[u8]) -> RepReply {
     let pg = pg_of(p.pool, p.pg);
     if let Err(epoch) = check_role(shard, map, pg, Some(p.primary), p.shard) {
         return RepReply::Stale { epoch };
@@ -173,12 +178,7 @@ pub fn push(shard: &mut Shard, map: &ClusterMap, p: &EcPush, data: &[u8]) -> Rep
 }
 
 /// Takes the authoritative log after `l.from`, up to `l.version`, durably.
-pub fn set_log(
-    shard: &mut Shard,
-    map: &ClusterMap,
-    l: &EcSetLog,
-    entries: &[LogEntry],
-) -> RepReply {
+fn set_log(shard: &mut Shard, map: &ClusterMap, l: &EcSetLog, entries: &[LogEntry]) -> RepReply {
     let pg = pg_of(l.pool, l.pg);
     if let Err(epoch) = check_role(shard, map, pg, Some(l.primary), l.shard) {
         return RepReply::Stale { epoch };

@@ -26,6 +26,7 @@ use cairn_proto::msg::ec_rebuild::{
 };
 use cairn_proto::msg::osd::{FailCode, RepReply, REP_REPLY};
 use history::{Plan, ShardLog};
+use request::Request;
 use std::sync::Arc;
 
 /// Bytes of each shard object read and pushed per step (a multiple of any stripe unit).
@@ -474,22 +475,7 @@ impl Ctx<'_> {
             offset,
             last,
         };
-        let map = self.map;
-        let r = match h.rpc.as_mut() {
-            None => crate::shard::with_pg(self.osd, self.pg, |sh| member::push(sh, map, &p, &data))
-                .ok_or_else(shutting_down)?,
-            Some(rpc) => {
-                ask_rep(
-                    rpc,
-                    EC_PUSH,
-                    &cairn_proto::msg::encode(&p),
-                    &data,
-                    h.log.osd,
-                )
-                .await?
-            }
-        };
-        done(r, h.log.osd, "an EC push")
+        self.send(h, Request::Push(p, data), "an EC push").await
     }
 
     async fn set_log(
@@ -510,25 +496,32 @@ impl Ctx<'_> {
             from,
             version,
         };
+        self.send(h, Request::SetLog(l, entries), "an EC log").await
+    }
+
+    /// Applies a push or log on a holder: this OSD's own shard on its shard thread, another's
+    /// over its session (answered `REP_REPLY`).
+    async fn send(&self, h: &mut Holder, req: Request, what: &str) -> Result<(), Failure> {
         let map = self.map;
         let r = match h.rpc.as_mut() {
-            None => crate::shard::with_pg(self.osd, self.pg, |sh| {
-                member::set_log(sh, map, &l, &entries)
-            })
-            .ok_or_else(shutting_down)?,
+            None => crate::shard::with_pg(self.osd, self.pg, |sh| member::apply(sh, map, &req))
+                .ok_or_else(shutting_down)?,
             Some(rpc) => {
-                let data = cairn_proto::msg::encode(&entries);
-                ask_rep(
-                    rpc,
-                    EC_SET_LOG,
-                    &cairn_proto::msg::encode(&l),
-                    &data,
-                    h.log.osd,
-                )
-                .await?
+                let (msg_type, control, data) = match &req {
+                    Request::Push(p, data) => (EC_PUSH, cairn_proto::msg::encode(p), data.clone()),
+                    Request::SetLog(l, entries) => (
+                        EC_SET_LOG,
+                        cairn_proto::msg::encode(l),
+                        cairn_proto::msg::encode(entries),
+                    ),
+                    Request::Stat(_) => {
+                        return Err(Failure::protocol("an EC stat is not a push"));
+                    }
+                };
+                ask_rep(rpc, msg_type, &control, &data, h.log.osd).await?
             }
         };
-        done(r, h.log.osd, "an EC log")
+        done(r, h.log.osd, what)
     }
 }
 
