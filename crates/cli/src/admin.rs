@@ -887,9 +887,10 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
     }
     for p in map.pools.values().filter(|p| p.ec().is_some()) {
         problems.push(format!(
-            "pool {} is erasure-coded ({}): this version does not check past intervals \
-             for EC PGs, so mark out at most one of its OSDs at a time and let its shards \
-             be backfilled first (docs/format/ec.md, \"Moving shards\")",
+            "pool {} is erasure-coded ({}): its PGs do not read a moved shard from its \
+             previous OSD, so mark out at most one of its OSDs at a time and let its shards \
+             be backfilled first; a PG down waiting for an OSD that is out comes back once \
+             that OSD is marked in (docs/format/ec.md, \"Moving shards\")",
             p.name,
             p.kind()
         ));

@@ -466,7 +466,7 @@ fn cli_pool_osd_and_object_commands() {
     let st = c.status();
     assert!(
         st["problems"].to_string().contains(
-            "pool e is erasure-coded (ec 1+1, unit 8 KiB): this version does not check past"
+            "pool e is erasure-coded (ec 1+1, unit 8 KiB): its PGs do not read a moved shard"
         ),
         "{st}"
     );

@@ -1061,3 +1061,231 @@ fn memory_pool_writes_survive_kill9_of_every_member_right_after_their_ack() {
         client.sync_pool(pool).await.expect("sync of a memory pool");
     });
 }
+
+/// Writes random 4 KiB blocks of the first 16 MiB of `$URI`, each a unique value (block
+/// number, sequence number, and a pattern of both), one at a time, until the file `$STOP`
+/// exists (60 s at most). Prints `t B S` before writing sequence `S` to block `B` and `a B S`
+/// once it is acknowledged; an error is printed as `e ...` and the writer goes on.
+const UNIQUE_WRITER: &str = r#"
+import nbd, os, random, struct, sys, time
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+stop, end, seq = os.environ["STOP"], time.time() + 60, 0
+def block(b, s):
+    head = struct.pack("<QQ", b, s)
+    return head + (struct.pack("<Q", b * 1000003 + s) * 510)
+while time.time() < end and not os.path.exists(stop):
+    seq += 1; b = random.randrange(4096)
+    print("t", b, seq, flush=True)
+    try:
+        h.pwrite(block(b, seq), b * 4096)
+        print("a", b, seq, flush=True)
+    except nbd.Error as e:
+        print("e", b, seq, e, flush=True); time.sleep(0.2)
+print("done", seq, flush=True)
+"#;
+
+/// Reads the first 16 MiB of `$URI` and prints `B S` for each block a whole unique value of
+/// [`UNIQUE_WRITER`]'s fills, `torn B` for any other nonzero block.
+const UNIQUE_READER: &str = r#"
+import nbd, os, struct
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+for c in range(16):
+    buf = h.pread(1 << 20, c << 20)
+    for i in range(256):
+        blk = buf[i * 4096:(i + 1) * 4096]
+        if blk == bytes(4096): continue
+        b, s = struct.unpack("<QQ", blk[:16])
+        good = b == c * 256 + i and blk[16:] == struct.pack("<Q", b * 1000003 + s) * 510
+        if good: print(f"{b} {s}"); continue
+        want = struct.pack("<QQ", b, s) + struct.pack("<Q", b * 1000003 + s) * 510
+        bad = [j for j in range(4096) if blk[j] != want[j]] or [0]
+        print(f"torn {c * 256 + i} (it starts {b} {s}, {blk[:32].hex()}; bytes {bad[0]}..{bad[-1]} differ, {len(bad)} of them; zero there: {blk[bad[0]:bad[-1]+1] == bytes(bad[-1]+1-bad[0])})")
+print("end", flush=True)
+"#;
+
+/// From a writer's output: per block, the last acknowledged sequence and the one tried after
+/// it (not acknowledged: it may or may not have landed).
+fn acked_blocks(out: &str) -> std::collections::BTreeMap<u64, (u64, Option<u64>)> {
+    let mut m = std::collections::BTreeMap::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(kind), Some(b), Some(s)) = (f.first(), f.get(1), f.get(2)) else {
+            continue;
+        };
+        let (Ok(b), Ok(s)) = (b.parse::<u64>(), s.parse::<u64>()) else {
+            continue;
+        };
+        match *kind {
+            "t" => m.entry(b).or_insert((0, None)).1 = Some(s),
+            "a" => *m.entry(b).or_insert((0, None)) = (s, None),
+            _ => {}
+        }
+    }
+    m
+}
+
+/// Every acknowledged block of `acked` reads back as its last acknowledged value (or the one
+/// tried after it), no block is torn, and no block holds a value never written to it.
+fn verify_unique(
+    c: &Cluster,
+    uri: &str,
+    acked: &std::collections::BTreeMap<u64, (u64, Option<u64>)>,
+) {
+    let o = common::tools::nbdsh_spawn(uri, 120, UNIQUE_READER)
+        .wait_with_output()
+        .expect("reader");
+    let out = common::cluster::text(&o.stdout);
+    assert!(
+        out.ends_with("end\n"),
+        "the reader failed: {out}\n{}\n{}",
+        common::cluster::text(&o.stderr),
+        c.logs()
+    );
+    let mut seen = std::collections::BTreeMap::new();
+    for line in out.lines().filter(|l| *l != "end") {
+        if let Some(rest) = line.strip_prefix("torn ") {
+            let b: u64 = rest
+                .split(' ')
+                .next()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(0);
+            panic!(
+                "{line}: a block is torn (its writes: {:?})\n{}",
+                acked.get(&b),
+                c.logs()
+            );
+        }
+        let mut f = line.split(' ').map(|x| x.parse::<u64>().expect("number"));
+        let (b, s) = (f.next().expect("block"), f.next().expect("seq"));
+        seen.insert(b, s);
+    }
+    for (b, (ack, tried)) in acked {
+        let got = seen.get(b).copied().unwrap_or(0);
+        assert!(
+            got == *ack || Some(got) == *tried,
+            "block {b} holds sequence {got}, not its acknowledged {ack} (nor the tried {tried:?})\n{}",
+            c.logs()
+        );
+    }
+    for b in seen.keys() {
+        assert!(acked.contains_key(b), "block {b} was never written");
+    }
+}
+
+/// Runs [`UNIQUE_WRITER`] on `uri`, kills `kill` after 2 s, and stops it `secs` later; returns
+/// its output.
+fn unique_writes(
+    c: &Cluster,
+    uri: &str,
+    stop: &std::path::Path,
+    secs: u64,
+    kill: &[u32],
+) -> String {
+    let _ = std::fs::remove_file(stop);
+    let script = UNIQUE_WRITER.replace(
+        "os.environ[\"STOP\"]",
+        &format!("{:?}", stop.display().to_string()),
+    );
+    let w = common::tools::nbdsh_spawn(uri, 90, &script);
+    std::thread::sleep(Duration::from_secs(2));
+    for id in kill {
+        c.kill9(&format!("osd.{id}"));
+    }
+    std::thread::sleep(Duration::from_secs(secs));
+    std::fs::write(stop, b"").expect("stop the writer");
+    let o = w.wait_with_output().expect("writer");
+    let out = common::cluster::text(&o.stdout);
+    assert!(
+        out.contains("done"),
+        "the writer failed: {out}\n{}\n{}",
+        common::cluster::text(&o.stderr),
+        c.logs()
+    );
+    out
+}
+
+/// A volume whose data is on a 4+2 pool of 6 OSDs (min_size 4): two OSDs killed under a
+/// unique-value write load over NBD lose no acknowledged write and writes and reads go on; a
+/// third makes every PG down (reads fail, never return a wrong value); back, the OSDs' shards
+/// are rebuilt, so that with the two others killed everything still reads back.
+#[test]
+fn a_4_2_volume_survives_two_osds_killed_under_nbd_writes_and_a_third_makes_it_down() {
+    let c = Cluster::up_with_nbd("recovery-ec42", 6);
+    c.ec_pool_create("e", "4+2", Some(4), 8);
+    // The volume's header and lease live in the replicated pool: it must survive two
+    // failures as well.
+    c.ok(&["pool", "set", "default", "size", "4"]);
+    c.ok(&["vol", "create", "v", "--size", "64M", "--data-pool", "e"]);
+    let uri = c.nbd_uri("v");
+    let stop = common::tools::scratch("recovery-ec42").join("stop");
+    runtime().block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("e").expect("pool");
+        let probe = value(7, 7);
+        client
+            .write_full(pool, b"probe", &probe)
+            .await
+            .expect("probe");
+        // Two OSDs killed mid-load (every PG has a shard on each of the six).
+        let mut out = unique_writes(&c, &uri, &stop, 3, &[1, 2]);
+        wait_osd(&client, 1, false).await;
+        wait_osd(&client, 2, false).await;
+        // With both down, writes go on (4 shards = min_size) and everything reads back.
+        let degraded = unique_writes(&c, &uri, &stop, 3, &[]);
+        let acks = degraded.lines().filter(|l| l.starts_with("a ")).count();
+        assert!(
+            acks >= 20,
+            "{acks} writes acknowledged with two OSDs down\n{degraded}"
+        );
+        out.push_str(&degraded);
+        let acked = acked_blocks(&out);
+        eprintln!(
+            "{} blocks written, {acks} writes with two OSDs down",
+            acked.len()
+        );
+        verify_unique(&c, &uri, &acked);
+        // A third: fewer than k shards, every PG down; a read fails, never answers wrong.
+        c.kill9("osd.3");
+        wait_osd(&client, 3, false).await;
+        let mut cfg = c.client_config();
+        cfg.op_timeout = Duration::from_secs(3);
+        let short = cairn_client::Client::connect(cfg).await.expect("client");
+        match short.read(pool, b"probe", 0, 1 << 20).await {
+            Ok(got) => panic!(
+                "a read with 3 of 6 shards answered ({} bytes, same: {})",
+                got.len(),
+                got == probe
+            ),
+            Err(e) => eprintln!("read with three OSDs down: {e}"),
+        }
+        // Back, their shards are rebuilt from the others: with the two never killed down,
+        // every acknowledged write still reads back.
+        for id in [1, 2, 3] {
+            c.start_osd(id);
+        }
+        for id in [1, 2, 3] {
+            wait_osd(&client, id, true).await;
+        }
+        verify_unique(&c, &uri, &acked);
+        assert_eq!(
+            client
+                .read(pool, b"probe", 0, 1 << 20)
+                .await
+                .expect("probe"),
+            probe
+        );
+        for id in [0, 5] {
+            c.kill9(&format!("osd.{id}"));
+        }
+        wait_osd(&client, 0, false).await;
+        wait_osd(&client, 5, false).await;
+        verify_unique(&c, &uri, &acked);
+        assert_eq!(
+            client
+                .read(pool, b"probe", 0, 1 << 20)
+                .await
+                .expect("probe"),
+            probe
+        );
+    });
+}

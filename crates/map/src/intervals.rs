@@ -13,18 +13,37 @@ use crate::{ClusterMap, Incremental, MapError, PgId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+/// In an erasure-coded PG's interval, the `acting` entry of a shard no OSD held (its OSD down).
+pub const NO_OSD: u32 = u32::MAX;
+
 /// A run of epochs `first..=last` during which a PG's acting set (members and their lives)
 /// did not change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PastInterval {
     pub first: u64,
     pub last: u64,
-    /// Acting members, the primary first.
+    /// Acting members, the primary first. For an erasure-coded PG, by shard: entry `i` is the
+    /// OSD that held shard `i`, [`NO_OSD`] when none did (which shard an OSD holds matters).
     pub acting: Vec<u32>,
     /// The pool's min_size then.
     pub min_size: u8,
     /// Whether writes may have been acknowledged in it (at least min_size members acting).
     pub maybe_went_rw: bool,
+}
+
+impl PastInterval {
+    /// Whether it spans map `epoch`.
+    pub fn spans(&self, epoch: u64) -> bool {
+        (self.first..=self.last).contains(&epoch)
+    }
+
+    /// The OSD that held shard `shard` of an erasure-coded PG in it.
+    pub fn shard_holder(&self, shard: u8) -> Option<u32> {
+        self.acting
+            .get(usize::from(shard))
+            .copied()
+            .filter(|id| *id != NO_OSD)
+    }
 }
 
 /// The open interval with its members' lives (a restarted member starts a new one) and the
@@ -49,7 +68,18 @@ impl Tracker {
             pool: self.pg.pool,
             pg: cairn_placement::pg_ancestor(self.pg.pg, pool.pg_count),
         };
-        let acting = map.pg_placement(held_by).acting;
+        let placement = map.pg_placement(held_by);
+        let (acting, members) = if pool.ec().is_some() {
+            let shards = map.pg_shards(held_by, &placement);
+            let members = shards.iter().flatten().count();
+            (
+                shards.into_iter().map(|s| s.unwrap_or(NO_OSD)).collect(),
+                members,
+            )
+        } else {
+            let n = placement.acting.len();
+            (placement.acting, n)
+        };
         let lives: Vec<(u32, u64)> = acting
             .iter()
             .map(|id| (*id, map.osds.get(id).map_or(0, |o| o.up_from)))
@@ -61,7 +91,7 @@ impl Tracker {
             }
         }
         self.close();
-        let maybe_went_rw = !acting.is_empty() && acting.len() >= pool.min_size as usize;
+        let maybe_went_rw = members > 0 && members >= pool.min_size as usize;
         let iv = PastInterval {
             first: map.epoch,
             last: map.epoch,
@@ -396,5 +426,44 @@ mod tests {
             h.map.apply(&shrink),
             Err(MapError::PgCountDown { have: 16, .. })
         ));
+    }
+
+    /// An erasure-coded PG's intervals name each shard's OSD by position: a down OSD leaves a
+    /// hole where its shard was, and an OSD marked out hands its shard to another OSD.
+    #[test]
+    fn an_ec_pgs_intervals_say_which_osd_held_each_shard() {
+        let mut h = History::new();
+        let ids: Vec<u32> = (1..=4).map(|n| h.boot(n)).collect();
+        let pool = h.apply(MapChange::PoolCreateEc {
+            name: "ec".into(),
+            profile: crate::EcProfile {
+                k: 2,
+                m: 1,
+                stripe_unit: 4096,
+            },
+            min_size: 3,
+            pg_count: 1,
+            durability: Durability::Wal,
+            domain: None,
+        });
+        let pg = PgId { pool, pg: 0 };
+        let started = h.map.epoch;
+        let first = h.map.pg_placement(pg).up_set;
+        assert_eq!(first.len(), 3);
+        h.down(first[1]);
+        let spare = *ids.iter().find(|id| !first.contains(id)).unwrap();
+        h.apply(MapChange::OsdOut { id: first[1] });
+        let ivs = h.intervals(pg, started);
+        assert_eq!(ivs.len(), 3, "{ivs:?}");
+        assert_eq!(ivs[0].acting, first);
+        assert!(ivs[0].maybe_went_rw);
+        assert_eq!(ivs[1].acting, vec![first[0], NO_OSD, first[2]]);
+        assert_eq!(ivs[1].shard_holder(1), None);
+        assert!(!ivs[1].maybe_went_rw, "2 shards, min_size 3");
+        let moved = h.map.pg_placement(pg).up_set;
+        assert_eq!(ivs[2].acting, moved);
+        assert!(moved.contains(&spare) && !moved.contains(&first[1]));
+        assert_eq!(ivs[2].shard_holder(0), Some(moved[0]));
+        assert!(ivs[2].spans(h.map.epoch) && !ivs[2].spans(ivs[1].last));
     }
 }

@@ -4,7 +4,7 @@
 //! include one that holds it), at least `k` (to decode), and once every shard that answered
 //! is rebuilt to the version `rebuild::history` picks.
 
-use super::rebuild::history::{self, Down, ShardLog};
+use super::rebuild::history::{self, Down, Plan, Refusal, ShardLog};
 use super::rebuild::{self, Holder};
 use super::{shard_coll, shard_version};
 use crate::context::Osd;
@@ -119,10 +119,18 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, repair: rebuild::Repairs) -> PeerResu
         return Err(PeerError::Down(report));
     }
     let logs: Vec<ShardLog> = holders.iter().map(|h| h.log.clone()).collect();
-    let plan = match history::plan(&logs, n, k, min_size) {
+    let plan = match plan_with_intervals(&osd, &map, pg, &logs, (n, k, min_size)).await? {
         Ok(p) => p,
-        Err(Down { version, holders }) => {
-            report.waiting_for = waiting_for(&report);
+        Err(Down {
+            version,
+            holders,
+            waiting_for: held_it,
+        }) => {
+            report.waiting_for = if held_it.is_empty() {
+                waiting_for(&report)
+            } else {
+                held_it
+            };
             report.reason = Some(format!(
                 "the write of version {version} is on {holders} of the shards that answered, \
                  fewer than the {k} that can decode it, and may have been acknowledged on \
@@ -145,6 +153,39 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, repair: rebuild::Repairs) -> PeerResu
         backlog: Backlog::default(),
         report,
     })
+}
+
+/// Plans the rebuild from `logs`, asking the monitors for the PG's past intervals when some
+/// write must be judged (who held which shard when it was written).
+async fn plan_with_intervals(
+    osd: &Osd,
+    map: &ClusterMap,
+    pg: PgId,
+    logs: &[ShardLog],
+    counts: (usize, usize, usize),
+) -> Result<Result<Plan, Down>, PeerError> {
+    let since = match history::plan(logs, counts, None) {
+        Ok(p) => return Ok(Ok(p)),
+        Err(Refusal::Down(d)) => return Ok(Err(d)),
+        Err(Refusal::NeedIntervals { since }) => since,
+    };
+    let (_, intervals) = osd
+        .mon
+        .past_intervals(pg, since, map.epoch)
+        .await
+        .map_err(|e| {
+            Failure::transient(format!(
+                "asking the monitors for the past intervals of pg {pg}: {e}"
+            ))
+        })?;
+    match history::plan(logs, counts, Some(&intervals)) {
+        Ok(p) => Ok(Ok(p)),
+        Err(Refusal::Down(d)) => Ok(Err(d)),
+        Err(Refusal::NeedIntervals { .. }) => Err(Failure::transient(format!(
+            "pg {pg}: the rebuild plan asked again for the intervals it was given"
+        ))
+        .into()),
+    }
 }
 
 /// The PG version of an EC PG on its primary once peered: its own shard's.
