@@ -538,6 +538,42 @@ pub fn pg_counts(map: &ClusterMap, down: &[cairn_proto::msg::osd::DownPg]) -> Pg
     c
 }
 
+/// For an EC pool: how many of its PGs miss 0, 1, 2 ... of their shards (an OSD down, or
+/// too few OSDs to place them all), by the map.
+fn ec_missing_shards(map: &ClusterMap, p: &cairn_map::Pool) -> Option<Vec<u32>> {
+    let shards = usize::from(p.ec()?.shards());
+    let h = map.placer();
+    let mut by_missing = vec![0u32; shards + 1];
+    for pg in 0..p.pg_count {
+        let id = PgId { pool: p.id, pg };
+        let held = map.pg_shards(id, &map.pg_placement_in(&h, id));
+        let missing = held.iter().filter(|s| s.is_none()).count();
+        by_missing[missing.min(shards)] += 1;
+    }
+    Some(by_missing)
+}
+
+/// "6 PGs with every shard, 2 missing 1 (read by decoding; rebuilt when their OSDs return
+/// or are replaced)".
+fn ec_shards_line(p: &cairn_map::Pool, by_missing: &[u32]) -> String {
+    let k = p.ec().map_or(0, |e| usize::from(e.k));
+    let mut parts = vec![format!("{} PGs with every shard", by_missing[0])];
+    for (missing, n) in by_missing
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, n)| **n > 0)
+    {
+        let what = if by_missing.len() - 1 - missing < k {
+            "fewer than k left: down"
+        } else {
+            "read by decoding; rebuilt when their OSDs return or are replaced"
+        };
+        parts.push(format!("{n} missing {missing} ({what})"));
+    }
+    parts.join(", ")
+}
+
 /// "pg 3.0 (osd.0), pg 3.1 (osd.0, osd.2)", at most 10 PGs then a count.
 fn pg_osd_list(pgs: &[cairn_proto::msg::osd::DownPg]) -> String {
     let mut parts: Vec<String> = pgs
@@ -962,6 +998,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                     _ => serde_json::Value::Null,
                 };
                 v["overcommit"] = serde_json::json!(overcommit(p).map(|o| o.2));
+                if let Some(by_missing) = ec_missing_shards(&map, p) {
+                    v["pgs_by_missing_shards"] = serde_json::json!(by_missing);
+                }
                 v
             }).collect::<Vec<_>>(),
         });
@@ -1044,6 +1083,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             p.pg_count,
             p.durability.name()
         );
+        if let Some(by_missing) = ec_missing_shards(&map, p) {
+            println!("    shards: {}", ec_shards_line(p, &by_missing));
+        }
     }
     Ok(())
 }

@@ -1230,6 +1230,18 @@ fn a_4_2_volume_survives_two_osds_killed_under_nbd_writes_and_a_third_makes_it_d
         let mut out = unique_writes(&c, &uri, &stop, 3, &[1, 2]);
         wait_osd(&client, 1, false).await;
         wait_osd(&client, 2, false).await;
+        let missing = |c: &Cluster| {
+            let st = c.status();
+            let pools = st["pools"].as_array().cloned().unwrap_or_default();
+            let e = pools.iter().find(|p| p["name"] == "e").cloned();
+            e.map(|p| p["pgs_by_missing_shards"].clone())
+        };
+        assert_eq!(missing(&c), Some(serde_json::json!([0, 0, 8, 0, 0, 0, 0])));
+        let text = c.ok(&["status"]);
+        assert!(
+            text.contains("shards: 0 PGs with every shard, 8 missing 2 (read by decoding"),
+            "{text}"
+        );
         // With both down, writes go on (4 shards = min_size) and everything reads back.
         let degraded = unique_writes(&c, &uri, &stop, 3, &[]);
         let acks = degraded.lines().filter(|l| l.starts_with("a ")).count();
@@ -1247,6 +1259,9 @@ fn a_4_2_volume_survives_two_osds_killed_under_nbd_writes_and_a_third_makes_it_d
         // A third: fewer than k shards, every PG down; a read fails, never answers wrong.
         c.kill9("osd.3");
         wait_osd(&client, 3, false).await;
+        assert!(c
+            .ok(&["status"])
+            .contains("8 missing 3 (fewer than k left: down)"));
         let mut cfg = c.client_config();
         cfg.op_timeout = Duration::from_secs(3);
         let short = cairn_client::Client::connect(cfg).await.expect("client");

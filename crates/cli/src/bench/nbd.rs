@@ -64,7 +64,9 @@ QD1, right after a snapshot: each copies its object first), \"randwrite_4k_qd1_w
 \"victim_beside_unlimited_neighbour\", \"victim_beside_limited_neighbour\" (each {iops, p50, p99,
 p999}), \"neighbour_iops_unlimited\", \"neighbour_limit_iops\", \"neighbour_iops_limited\",
 \"neighbour_off_limit_ratio\", \"open_1t_volume_ms\" (with \"open_volume_objects\" objects in a
-pool of \"open_pool_volumes\" volumes)}; with --ec also \"ec\": {\"profile\", \"pool\"}.";
+pool of \"open_pool_volumes\" volumes)}; with --ec also \"ec\": {\"profile\", \"pool\"}; always
+\"space\": {\"volume_bytes\", \"raw_bytes\" (object data the fill added on every up OSD, read after
+a 3 s settle), \"raw_bytes_per_byte\"}.";
 
 #[derive(Args)]
 pub struct BenchNbdArgs {
@@ -389,11 +391,13 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
             bench(&a, &t, &pool)
         })
     };
-    let (entries, snaps, vols) = match &ec {
+    let (entries, space, snaps, vols) = match &ec {
         Some(e) => t.with_change(e.create.clone(), &e.name, run)?,
         None => run()?,
     };
-    let out = Obj::new().put_arr("workloads", &entries);
+    let out = Obj::new()
+        .put_arr("workloads", &entries)
+        .put_obj("space", space);
     let out = match &ec {
         Some(e) => out.put_obj(
             "ec",
@@ -413,6 +417,16 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     };
     println!("{}", out.render());
     Ok(())
+}
+
+/// Bytes of object data on every up OSD together.
+async fn used_on_osds(client: &Client) -> Result<u64> {
+    let map = client.mon().get_map().await?;
+    let mut total = 0;
+    for (id, _) in map.osds.iter().filter(|(_, o)| o.up) {
+        total += super::recovery::osd_used(client, *id).await?;
+    }
+    Ok(total)
 }
 
 /// The --ec data pool to create.
@@ -464,8 +478,8 @@ async fn prepare(client: &Client, pool: &str, size: u64, data_pool: Option<&str>
     Ok(())
 }
 
-/// The workloads, and with `--snapshots` the snapshot measurements.
-type Results = (Vec<Obj>, Option<Obj>, Option<Obj>);
+/// The workloads, the space the fill took, and with `--snapshots` the snapshot measurements.
+type Results = (Vec<Obj>, Obj, Option<Obj>, Option<Obj>);
 
 fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
     let (conf, pids) = (t.conf.as_path(), t.pids.as_slice());
@@ -485,8 +499,24 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
             a.volume_size
         );
     }
+    let before = t.block_on(used_on_osds(&t.client))?;
     fio(&cairn_uri, "write", 1 << 20, 8, a.volume_size, None)?;
     fio(&kit_uri, "write", 1 << 20, 8, a.volume_size, None)?;
+    std::thread::sleep(SETTLE);
+    let raw = t.block_on(used_on_osds(&t.client))?.saturating_sub(before);
+    let space = Obj::new()
+        .put("volume_bytes", a.volume_size)
+        .put("raw_bytes", raw)
+        .put(
+            "raw_bytes_per_byte",
+            ratio(raw as f64, a.volume_size as f64, 3),
+        );
+    if !a.json {
+        eprintln!(
+            "the fill took {raw} bytes on the OSDs: {:.3} per byte written",
+            raw as f64 / a.volume_size.max(1) as f64
+        );
+    }
     let device = super::device::plan(a.device_dir.as_deref(), a.no_device, pids, a.size.into());
     let mut out = Vec::new();
     for s in WORKLOADS
@@ -578,7 +608,7 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
         ),
         false => None,
     };
-    Ok((out, snaps, vols))
+    Ok((out, space, snaps, vols))
 }
 
 /// fio through an nbdkit nbd-plugin proxy, to a TLS-requiring server and (the baseline) to

@@ -389,7 +389,7 @@ impl Mark {
 }
 
 /// Bytes of object data `osd` holds (what a backfill of it would copy).
-async fn osd_used(client: &Client, osd: u32) -> Result<u64> {
+pub(super) async fn osd_used(client: &Client, osd: u32) -> Result<u64> {
     let map = client.mon().get_map().await?;
     let addr = map
         .osds
