@@ -1222,6 +1222,15 @@ fn a_4_2_volume_survives_two_osds_killed_under_nbd_writes_and_a_third_makes_it_d
         let client = c.client().await;
         let pool = client.pool_id("e").expect("pool");
         let probe = value(7, 7);
+        let read_probe = |client: &cairn_client::Client| {
+            let client = client.clone();
+            async move {
+                client
+                    .read(pool, b"probe", 0, 1 << 20)
+                    .await
+                    .expect("read the probe object")
+            }
+        };
         client
             .write_full(pool, b"probe", &probe)
             .await
@@ -1282,25 +1291,13 @@ fn a_4_2_volume_survives_two_osds_killed_under_nbd_writes_and_a_third_makes_it_d
             wait_osd(&client, id, true).await;
         }
         verify_unique(&c, &uri, &acked);
-        assert_eq!(
-            client
-                .read(pool, b"probe", 0, 1 << 20)
-                .await
-                .expect("probe"),
-            probe
-        );
+        assert_eq!(read_probe(&client).await, probe);
         for id in [0, 5] {
             c.kill9(&format!("osd.{id}"));
         }
         wait_osd(&client, 0, false).await;
         wait_osd(&client, 5, false).await;
         verify_unique(&c, &uri, &acked);
-        assert_eq!(
-            client
-                .read(pool, b"probe", 0, 1 << 20)
-                .await
-                .expect("probe"),
-            probe
-        );
+        assert_eq!(read_probe(&client).await, probe);
     });
 }
