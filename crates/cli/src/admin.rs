@@ -538,21 +538,6 @@ pub fn pg_counts(map: &ClusterMap, down: &[cairn_proto::msg::osd::DownPg]) -> Pg
     c
 }
 
-/// For an EC pool: how many of its PGs miss 0, 1, 2 ... of their shards (an OSD down, or
-/// too few OSDs to place them all), by the map.
-fn ec_missing_shards(map: &ClusterMap, p: &cairn_map::Pool) -> Option<Vec<u32>> {
-    let shards = usize::from(p.ec()?.shards());
-    let h = map.placer();
-    let mut by_missing = vec![0u32; shards + 1];
-    for pg in 0..p.pg_count {
-        let id = PgId { pool: p.id, pg };
-        let held = map.pg_shards(id, &map.pg_placement_in(&h, id));
-        let missing = held.iter().filter(|s| s.is_none()).count();
-        by_missing[missing.min(shards)] += 1;
-    }
-    Some(by_missing)
-}
-
 /// "6 PGs with every shard, 2 missing 1 (read by decoding; rebuilt when their OSDs return
 /// or are replaced)".
 fn ec_shards_line(p: &cairn_map::Pool, by_missing: &[u32]) -> String {
@@ -570,6 +555,23 @@ fn ec_shards_line(p: &cairn_map::Pool, by_missing: &[u32]) -> String {
             "read by decoding; rebuilt when their OSDs return or are replaced"
         };
         parts.push(format!("{n} missing {missing} ({what})"));
+    }
+    parts.join(", ")
+}
+
+/// "6 with every shard, 2 missing 1": [`ec_shards_line`] without the explanations.
+pub(crate) fn ec_shards_summary(by_missing: &[u32]) -> String {
+    let mut parts = vec![format!(
+        "{} with every shard",
+        by_missing.first().unwrap_or(&0)
+    )];
+    for (missing, n) in by_missing
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, n)| **n > 0)
+    {
+        parts.push(format!("{n} missing {missing}"));
     }
     parts.join(", ")
 }
@@ -998,7 +1000,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                     _ => serde_json::Value::Null,
                 };
                 v["overcommit"] = serde_json::json!(overcommit(p).map(|o| o.2));
-                if let Some(by_missing) = ec_missing_shards(&map, p) {
+                if let Some(by_missing) = map.ec_pgs_by_missing_shards(p.id) {
                     v["pgs_by_missing_shards"] = serde_json::json!(by_missing);
                 }
                 v
@@ -1083,7 +1085,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             p.pg_count,
             p.durability.name()
         );
-        if let Some(by_missing) = ec_missing_shards(&map, p) {
+        if let Some(by_missing) = map.ec_pgs_by_missing_shards(p.id) {
             println!("    shards: {}", ec_shards_line(p, &by_missing));
         }
     }

@@ -250,6 +250,7 @@ fn admin_key(c: &Cluster) -> String {
 #[test]
 fn the_dashboard_shows_the_cluster_as_status_does_and_a_killed_osd_goes_down() {
     let c = Cluster::up_with_nbd("dashboard", 3);
+    c.ok(&["pool", "create", "e", "--ec", "2+1", "--pgs", "8"]);
     let profile = c.dir.join("chromium-profile");
     let Some(b) = Browser::start(&profile) else {
         return;
@@ -303,6 +304,11 @@ fn the_dashboard_shows_the_cluster_as_status_does_and_a_killed_osd_goes_down() {
     same("#pgs-clean", &status["pgs"]["active_clean"]);
     b.wait_text("#volumes tbody", 20, |t| t.contains("default/disk0"));
     b.wait_text("#pools tbody", 20, |t| t.contains("default"));
+    // The EC pool with its profile and its PGs by missing shards.
+    let ec_row = "tr[data-pool=\"e\"]";
+    b.wait_text(ec_row, 20, |t| {
+        t.contains("ec 2+1, unit 16 KiB") && t.contains("8 with every shard")
+    });
     // One host holds the dev cluster's three OSDs, all up.
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
     let host_row = format!("tr[data-host=\"{}\"]", host.trim());
@@ -319,6 +325,10 @@ fn the_dashboard_shows_the_cluster_as_status_does_and_a_killed_osd_goes_down() {
     let took = killed.elapsed();
     b.wait_text(&host_row, 20, host_shows(format!("{} 3 2", host.trim())));
     b.wait_text("#health", 20, |t| t != "HEALTH_OK");
+    // Every PG of the 2+1 pool has a shard on osd.1.
+    b.wait_text(ec_row, 20, |t| {
+        t.contains("0 with every shard, 8 missing 1")
+    });
     b.screenshot("dashboard-osd-down");
     // The monitors' grace is 4 s; then a refresh (status, usage reports) and a poll.
     assert!(

@@ -96,6 +96,7 @@ fn every_daemon_serves_metrics_that_count_exactly_the_ops_issued() {
         .map(|o| &eps[*o])
         .collect();
     c.pool_create("m", 3, 2, 16);
+    c.ok(&["pool", "create", "e", "--ec", "2+1", "--pgs", "4"]);
     let rt = runtime();
     let client = rt
         .block_on(cairn_client::Client::connect(c.client_config()))
@@ -215,6 +216,15 @@ fn every_daemon_serves_metrics_that_count_exactly_the_ops_issued() {
         mon.contains("cairn_mon_pool_info{pool=") && mon.contains("name=\"m\""),
         "{mon}"
     );
+    // The EC pool's 4 PGs have every shard; the replicated pools have no such series.
+    let ec = format!("pool=\"{}\"", client.pool_id("e").expect("pool e"));
+    assert_eq!(
+        sum(&mon, "cairn_mon_ec_pgs", &[&ec, "missing=\"0\""]),
+        4.0,
+        "{mon}"
+    );
+    assert_eq!(sum(&mon, "cairn_mon_ec_pgs", &[&ec]), 4.0, "{mon}");
+    assert_eq!(sum(&mon, "cairn_mon_ec_pgs", &[&pool_label]), 0.0, "{mon}");
 
     // The NBD server: 1 MiB of random bytes written through it, counted per export.
     let file = c.dir.join("one-mib");

@@ -1,6 +1,6 @@
 //! A monitor's Prometheus metrics (`--metrics-addr`): Raft state (term, leadership, log
 //! indexes), proposals and their commit latency, and the cluster map as this monitor holds it
-//! (epoch, OSDs up and in, pools). Names and meanings: `docs/operator/metrics.md`.
+//! (epoch, OSDs up and in, pools, EC pools' PGs by missing shards). Names and meanings: `docs/operator/metrics.md`.
 
 use crate::ctx::Ctx;
 use cairn_metrics::{
@@ -34,6 +34,13 @@ pub struct OsdLabels {
 pub struct PoolLabels {
     pub pool: u32,
     pub name: String,
+}
+
+/// An EC pool's PGs missing this many shards.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MissingLabels {
+    pub pool: u32,
+    pub missing: u32,
 }
 
 /// Metrics updated as proposals are made.
@@ -77,6 +84,7 @@ struct State {
     osd_in: Family<OsdLabels, Gauge>,
     osds: Gauge,
     pool_info: Family<PoolLabels, Gauge>,
+    ec_pgs: Family<MissingLabels, Gauge>,
     blocklisted: Gauge,
 }
 
@@ -122,6 +130,11 @@ impl State {
             self.pool_info.clone(),
         );
         r.register(
+            "ec_pgs",
+            "PGs of an EC pool by shards missing (an OSD down, or too few to place them), by placement",
+            self.ec_pgs.clone(),
+        );
+        r.register(
             "blocklisted_clients",
             "Client instances fenced (blocklisted)",
             self.blocklisted.clone(),
@@ -144,6 +157,7 @@ impl State {
         self.osd_up.clear();
         self.osd_in.clear();
         self.pool_info.clear();
+        self.ec_pgs.clear();
         ctx.view.with_map(|map| {
             self.epoch.set(map.epoch as i64);
             self.osds.set(map.osds.len() as i64);
@@ -162,6 +176,14 @@ impl State {
                     name: p.name.clone(),
                 };
                 self.pool_info.get_or_create(&l).set(1);
+                let by_missing = map.ec_pgs_by_missing_shards(p.id).unwrap_or_default();
+                for (missing, n) in by_missing.iter().enumerate() {
+                    let l = MissingLabels {
+                        pool: p.id,
+                        missing: missing as u32,
+                    };
+                    self.ec_pgs.get_or_create(&l).set(i64::from(*n));
+                }
             }
         });
     }

@@ -159,7 +159,8 @@ function render(d) {
           Math.max(0, p.write_latency_us - q.write_latency_us);
         totN += Math.max(0, p.reads - q.reads) + Math.max(0, p.writes - q.writes);
       }
-      row(pb, [p.name, [p.size, "num"], [p.pg_count, "num"], [fixed(r, 0), "num"],
+      const layout = p.shards ? p.kind : `${p.kind}, size ${p.size}`;
+      row(pb, [p.name, layout, p.shards || "-", [p.pg_count, "num"], [fixed(r, 0), "num"],
         [fixed(w, 0), "num"], [fixed(bi === null ? null : (bi + bo) / 1e6, 1), "num"],
         [fixed(meanMs(p, q, "write_latency_us", ["writes"]), 3), "num"]],
         { "data-pool": p.name });

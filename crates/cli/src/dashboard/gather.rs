@@ -1,7 +1,7 @@
 //! What the dashboard shows, gathered every refresh: `cairn status --json` (run as a
 //! command, so the page says exactly what the command does), the map's OSDs and pools with
-//! every up OSD's totals (the page computes rates between two snapshots), and every pool's
-//! volumes with the I/O rates their holders report.
+//! every up OSD's totals (the page computes rates between two snapshots; an EC pool with its
+//! PGs by missing shards), and every pool's volumes with the I/O rates their holders report.
 
 use anyhow::{Context, Result};
 use cairn_client::Client;
@@ -130,7 +130,11 @@ fn pools(map: &ClusterMap, stats: &Stats) -> Value {
                     .flat_map(|s| s.pools.iter())
                     .filter(|o| o.pool == p.id),
             );
+            let shards = map
+                .ec_pgs_by_missing_shards(p.id)
+                .map(|by_missing| crate::admin::ec_shards_summary(&by_missing));
             json!({"id": p.id, "name": p.name, "size": p.size, "min_size": p.min_size,
+                   "kind": p.kind(), "shards": shards,
                    "pg_count": p.pg_count, "reads": t.reads, "writes": t.writes,
                    "bytes_in": t.bytes_in, "bytes_out": t.bytes_out,
                    "read_latency_us": t.read_latency_us, "write_latency_us": t.write_latency_us})
