@@ -1093,3 +1093,120 @@ fn a_pool_split_from_32_to_128_pgs_under_load_spreads_over_the_hosts() {
     drop(c);
     drop(hosts);
 }
+
+/// A volume whose data is on a 4+2 pool with one shard per host, on 6 namespace hosts (its
+/// header pool 4 copies on 4 hosts), served by a `cairn nbd serve` in the test's namespace:
+/// two hosts lost at once (processes killed, links cut) under the unique-value writer over
+/// NBD lose no acknowledged write, and writes and reads go on; a third makes every PG down (a
+/// read fails, never answers wrong); the three back, their shards are rebuilt, and every
+/// acknowledged write reads back again, also with two hosts never lost then lost.
+#[test]
+fn a_4_2_volume_on_six_hosts_survives_two_lost_hosts_under_nbd_writes_and_a_third_makes_it_down() {
+    use common::unique::{acked_blocks, unique_writes_with, verify_unique};
+    let Some(hosts) = Hosts::create(6) else {
+        return;
+    };
+    // No OSD is marked out during the test: with one shard per host there is nowhere else to
+    // put a lost host's shards.
+    let c = cluster_with_down_out(&hosts, "hosts-ec42", 6, 600);
+    c.pool_create("hdr", 4, 2, 8);
+    c.ok(&[
+        "pool",
+        "create",
+        "e",
+        "--ec",
+        "4+2",
+        "--min-size",
+        "4",
+        "--pgs",
+        "8",
+    ]);
+    wait_status(&c, "the pools active", |s| {
+        s["pgs"]["inactive"] == 0 && s["pgs"]["peering"] == 0
+    });
+    let tree: serde_json::Value =
+        serde_json::from_str(&c.ok(&["osd", "tree", "--json"])).expect("tree json");
+    let e = tree["pools"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "e"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&e["domain"], &e["domains"]),
+        (&"host".into(), &6.into()),
+        "{tree}"
+    );
+    c.ok(&[
+        "vol",
+        "create",
+        "v",
+        "--size",
+        "64M",
+        "--pool",
+        "hdr",
+        "--data-pool",
+        "e",
+    ]);
+    let nbd = common::nbd_server::NbdServer::start(&c, "hdr");
+    let uri = nbd.uri("v");
+    let stop = c.dir.join("stop-writer");
+    let rt = runtime();
+    rt.block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("e").expect("pool e");
+        client
+            .write_full(pool, b"probe", &payload(0, 1))
+            .await
+            .expect("probe");
+        let out = tokio::task::block_in_place(|| {
+            unique_writes_with(&c, &uri, &stop, 6, || {
+                hosts.lose(4);
+                hosts.lose(5);
+            })
+        });
+        wait_osd(&client, 4, false).await;
+        wait_osd(&client, 5, false).await;
+        let acks = out.lines().filter(|l| l.starts_with("a ")).count();
+        assert!(acks >= 20, "{acks} writes acknowledged\n{out}");
+        let acked = acked_blocks(&out);
+        tokio::task::block_in_place(|| verify_unique(&c, &uri, &acked));
+
+        // A third host: fewer than k shards, every PG down.
+        hosts.lose(3);
+        wait_osd(&client, 3, false).await;
+        let mut cfg = c.client_config();
+        cfg.op_timeout = Duration::from_secs(3);
+        let short = Client::connect(cfg).await.expect("client");
+        if let Ok(got) = short.read(pool, b"probe", 0, 1 << 20).await {
+            panic!(
+                "a read with 3 of 6 shards answered ({} bytes, right: {})",
+                got.len(),
+                got == payload(0, 1)
+            );
+        }
+
+        // Back: every shard rebuilt; the writes still read back, the probe too.
+        for i in [3, 4, 5] {
+            hosts.heal(i);
+            start_osd(&c, &hosts, i);
+        }
+        for i in [3, 4, 5] {
+            wait_osd(&client, i, true).await;
+        }
+        tokio::task::block_in_place(|| {
+            wait_status(&c, "every PG active", |s| s["pgs"]["inactive"] == 0);
+            verify_unique(&c, &uri, &acked);
+        });
+        // With two hosts that were never lost now lost, the rebuilt shards serve.
+        hosts.lose(1);
+        hosts.lose(2);
+        wait_osd(&client, 1, false).await;
+        wait_osd(&client, 2, false).await;
+        tokio::task::block_in_place(|| verify_unique(&c, &uri, &acked));
+        let got = client.read(pool, b"probe", 0, 1 << 20).await;
+        assert_eq!(got.expect("read the probe"), payload(0, 1));
+    });
+    drop(nbd);
+    drop(c);
+    drop(hosts);
+}

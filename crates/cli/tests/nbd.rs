@@ -6,12 +6,13 @@
 mod common;
 
 use common::cluster::{run_as, text, Cluster};
+use common::nbd_server::NbdServer;
 use common::tools::{
     file_tree, fio_verify, fsck_clean, fuse_disk, image, mount_loop, nbdsh_spawn, p, scratch,
     system_path, tool, tool_ok, verify_tree, wait_line,
 };
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
@@ -353,80 +354,6 @@ fn vol_commands_create_list_resize_and_remove() {
     let ls = c.ok(&["vol", "ls", "--json"]);
     assert!(!ls.contains("\"v1\"") && ls.contains("\"disk0\""), "{ls}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A `cairn nbd serve` of one pool on a free port, killed on drop.
-struct NbdServer {
-    child: Child,
-    addr: String,
-}
-
-impl NbdServer {
-    fn start(c: &Cluster, pool: &str) -> NbdServer {
-        NbdServer::start_with(c, pool, &[])
-    }
-
-    fn start_with(c: &Cluster, pool: &str, extra: &[&str]) -> NbdServer {
-        NbdServer::start_env(c, pool, extra, &[])
-    }
-
-    fn start_env(c: &Cluster, pool: &str, extra: &[&str], env: &[(&str, &str)]) -> NbdServer {
-        use std::io::BufRead;
-        let conf = c.conf.display().to_string();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["-c", &conf, "nbd", "serve", "--pool", pool])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start cairn nbd serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if line.starts_with("serving the volumes") {
-                    let addr = line.rsplit("nbd://").next().unwrap_or("").to_string();
-                    let _ = tx.send(addr);
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("cairn nbd serve did not start\n{}", c.logs()));
-        NbdServer { child, addr }
-    }
-
-    fn uri(&self, volume: &str) -> String {
-        format!("nbd://{}/{volume}", self.addr)
-    }
-
-    fn signal(&self, sig: i32) {
-        unsafe { libc::kill(self.child.id() as i32, sig) };
-    }
-
-    /// Waits (30 s at most) for the server to exit.
-    fn wait_exit(&mut self) {
-        let start = Instant::now();
-        while self.child.try_wait().expect("try_wait").is_none() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "nbd serve did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for NbdServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Writes 64 KiB blocks over the first 64 MiB (16 data objects) until an error or 60 s.

@@ -6,6 +6,7 @@ mod common;
 
 use common::cluster::{runtime, wait_osd, Cluster};
 use common::tools::find_block;
+use common::unique::{acked_blocks, unique_writes_with, verify_unique};
 use std::time::{Duration, Instant};
 
 fn value(object: u32, generation: u32) -> Vec<u8> {
@@ -1062,118 +1063,8 @@ fn memory_pool_writes_survive_kill9_of_every_member_right_after_their_ack() {
     });
 }
 
-/// Writes random 4 KiB blocks of the first 16 MiB of `$URI`, each a unique value (block
-/// number, sequence number, and a pattern of both), one at a time, until the file `$STOP`
-/// exists (60 s at most). Prints `t B S` before writing sequence `S` to block `B` and `a B S`
-/// once it is acknowledged; an error is printed as `e ...` and the writer goes on.
-const UNIQUE_WRITER: &str = r#"
-import nbd, os, random, struct, sys, time
-h = nbd.NBD(); h.connect_uri(os.environ["URI"])
-stop, end, seq = os.environ["STOP"], time.time() + 60, 0
-def block(b, s):
-    head = struct.pack("<QQ", b, s)
-    return head + (struct.pack("<Q", b * 1000003 + s) * 510)
-while time.time() < end and not os.path.exists(stop):
-    seq += 1; b = random.randrange(4096)
-    print("t", b, seq, flush=True)
-    try:
-        h.pwrite(block(b, seq), b * 4096)
-        print("a", b, seq, flush=True)
-    except nbd.Error as e:
-        print("e", b, seq, e, flush=True); time.sleep(0.2)
-print("done", seq, flush=True)
-"#;
-
-/// Reads the first 16 MiB of `$URI` and prints `B S` for each block a whole unique value of
-/// [`UNIQUE_WRITER`]'s fills, `torn B` for any other nonzero block.
-const UNIQUE_READER: &str = r#"
-import nbd, os, struct
-h = nbd.NBD(); h.connect_uri(os.environ["URI"])
-for c in range(16):
-    buf = h.pread(1 << 20, c << 20)
-    for i in range(256):
-        blk = buf[i * 4096:(i + 1) * 4096]
-        if blk == bytes(4096): continue
-        b, s = struct.unpack("<QQ", blk[:16])
-        good = b == c * 256 + i and blk[16:] == struct.pack("<Q", b * 1000003 + s) * 510
-        if good: print(f"{b} {s}"); continue
-        want = struct.pack("<QQ", b, s) + struct.pack("<Q", b * 1000003 + s) * 510
-        bad = [j for j in range(4096) if blk[j] != want[j]] or [0]
-        print(f"torn {c * 256 + i} (it starts {b} {s}, {blk[:32].hex()}; bytes {bad[0]}..{bad[-1]} differ, {len(bad)} of them; zero there: {blk[bad[0]:bad[-1]+1] == bytes(bad[-1]+1-bad[0])})")
-print("end", flush=True)
-"#;
-
-/// From a writer's output: per block, the last acknowledged sequence and the one tried after
-/// it (not acknowledged: it may or may not have landed).
-fn acked_blocks(out: &str) -> std::collections::BTreeMap<u64, (u64, Option<u64>)> {
-    let mut m = std::collections::BTreeMap::new();
-    for line in out.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (Some(kind), Some(b), Some(s)) = (f.first(), f.get(1), f.get(2)) else {
-            continue;
-        };
-        let (Ok(b), Ok(s)) = (b.parse::<u64>(), s.parse::<u64>()) else {
-            continue;
-        };
-        match *kind {
-            "t" => m.entry(b).or_insert((0, None)).1 = Some(s),
-            "a" => *m.entry(b).or_insert((0, None)) = (s, None),
-            _ => {}
-        }
-    }
-    m
-}
-
-/// Every acknowledged block of `acked` reads back as its last acknowledged value (or the one
-/// tried after it), no block is torn, and no block holds a value never written to it.
-fn verify_unique(
-    c: &Cluster,
-    uri: &str,
-    acked: &std::collections::BTreeMap<u64, (u64, Option<u64>)>,
-) {
-    let o = common::tools::nbdsh_spawn(uri, 120, UNIQUE_READER)
-        .wait_with_output()
-        .expect("reader");
-    let out = common::cluster::text(&o.stdout);
-    assert!(
-        out.ends_with("end\n"),
-        "the reader failed: {out}\n{}\n{}",
-        common::cluster::text(&o.stderr),
-        c.logs()
-    );
-    let mut seen = std::collections::BTreeMap::new();
-    for line in out.lines().filter(|l| *l != "end") {
-        if let Some(rest) = line.strip_prefix("torn ") {
-            let b: u64 = rest
-                .split(' ')
-                .next()
-                .and_then(|x| x.parse().ok())
-                .unwrap_or(0);
-            panic!(
-                "{line}: a block is torn (its writes: {:?})\n{}",
-                acked.get(&b),
-                c.logs()
-            );
-        }
-        let mut f = line.split(' ').map(|x| x.parse::<u64>().expect("number"));
-        let (b, s) = (f.next().expect("block"), f.next().expect("seq"));
-        seen.insert(b, s);
-    }
-    for (b, (ack, tried)) in acked {
-        let got = seen.get(b).copied().unwrap_or(0);
-        assert!(
-            got == *ack || Some(got) == *tried,
-            "block {b} holds sequence {got}, not its acknowledged {ack} (nor the tried {tried:?})\n{}",
-            c.logs()
-        );
-    }
-    for b in seen.keys() {
-        assert!(acked.contains_key(b), "block {b} was never written");
-    }
-}
-
-/// Runs [`UNIQUE_WRITER`] on `uri`, kills `kill` after 2 s, and stops it `secs` later; returns
-/// its output.
+/// Runs the unique-value writer on `uri`, kills `kill` after 2 s, and stops it `secs` later;
+/// returns its output.
 fn unique_writes(
     c: &Cluster,
     uri: &str,
@@ -1181,27 +1072,11 @@ fn unique_writes(
     secs: u64,
     kill: &[u32],
 ) -> String {
-    let _ = std::fs::remove_file(stop);
-    let script = UNIQUE_WRITER.replace(
-        "os.environ[\"STOP\"]",
-        &format!("{:?}", stop.display().to_string()),
-    );
-    let w = common::tools::nbdsh_spawn(uri, 90, &script);
-    std::thread::sleep(Duration::from_secs(2));
-    for id in kill {
-        c.kill9(&format!("osd.{id}"));
-    }
-    std::thread::sleep(Duration::from_secs(secs));
-    std::fs::write(stop, b"").expect("stop the writer");
-    let o = w.wait_with_output().expect("writer");
-    let out = common::cluster::text(&o.stdout);
-    assert!(
-        out.contains("done"),
-        "the writer failed: {out}\n{}\n{}",
-        common::cluster::text(&o.stderr),
-        c.logs()
-    );
-    out
+    unique_writes_with(c, uri, stop, secs, || {
+        for id in kill {
+            c.kill9(&format!("osd.{id}"));
+        }
+    })
 }
 
 /// A volume whose data is on a 4+2 pool of 6 OSDs (min_size 4): two OSDs killed under a
@@ -1299,5 +1174,98 @@ fn a_4_2_volume_survives_two_osds_killed_under_nbd_writes_and_a_third_makes_it_d
         wait_osd(&client, 5, false).await;
         verify_unique(&c, &uri, &acked);
         assert_eq!(read_probe(&client).await, probe);
+    });
+}
+
+/// How many times the logs of `osds` say an EC PG peered to a rebuild (a shard behind, or a
+/// write rolled back).
+#[cfg(feature = "failpoints")]
+fn ec_rebuilds_logged(c: &Cluster, osds: &[u32]) -> usize {
+    osds.iter()
+        .map(|o| {
+            let log = c.dir.join("log").join(format!("osd.{o}.log"));
+            std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .matches("rebuilding EC shards")
+                .count()
+        })
+        .sum()
+}
+
+/// A 4+2 volume under the unique-value NBD writer, one of its PGs' primaries stalled at
+/// `osd_ec_primary_sent_one` (its write sent to the next shard only: that shard's chunk, or
+/// just its log entry, is there; the parity shards and the primary's own are not) and killed
+/// -9 there together with a second OSD: the survivors roll the write back (its only holder
+/// answered, the others present when it was made lack it), the writer's retry lands on the
+/// new primary, and every acknowledged write reads back, degraded and again once both OSDs
+/// are back and rebuilt and two others are down.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_4_2_volume_loses_no_write_when_a_primary_dies_between_a_data_chunk_and_its_parity() {
+    let c = Cluster::up_with_nbd("recovery-ec42-fp", 6);
+    c.ec_pool_create("e", "4+2", Some(4), 8);
+    c.ok(&["pool", "set", "default", "size", "4"]);
+    c.ok(&["vol", "create", "v", "--size", "64M", "--data-pool", "e"]);
+    let uri = c.nbd_uri("v");
+    let stop = common::tools::scratch("recovery-ec42-fp").join("stop");
+    runtime().block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("e").expect("pool");
+        // The stalled primary leads PG e.0; the second OSD killed holds no PG's next shard
+        // after a PG that primary leads, so the one shard ahead survives to be rolled back.
+        let map = client.map();
+        let shards = |pg: u32| {
+            let id = cairn_map::PgId { pool, pg };
+            map.pg_shards(id, &map.pg_placement(id))
+        };
+        let all: Vec<Vec<Option<u32>>> = (0..8).map(shards).collect();
+        let primary = all[0][0].expect("PG e.0 has its primary");
+        let ahead: Vec<u32> = all
+            .iter()
+            .filter(|s| s[0] == Some(primary))
+            .filter_map(|s| s[1])
+            .collect();
+        let other = (0..6u32)
+            .rev()
+            .find(|o| *o != primary && !ahead.contains(o))
+            .expect("an OSD that is neither");
+        c.kill9(&format!("osd.{primary}"));
+        wait_osd(&client, primary, false).await;
+        c.start_osd_with(
+            primary,
+            &[("FAILPOINTS", "osd_ec_primary_sent_one=sleep(60000)")],
+        );
+        wait_osd(&client, primary, true).await;
+        c.wait_status("every PG active", Duration::from_secs(60), |s| {
+            s["pgs"]["inactive"] == 0
+        });
+        let survivors: Vec<u32> = (0..6).filter(|o| *o != primary && *o != other).collect();
+        let rebuilds = ec_rebuilds_logged(&c, &survivors);
+        let out = unique_writes(&c, &uri, &stop, 8, &[primary, other]);
+        let acked = acked_blocks(&out);
+        // The writer stalls within its first writes (an eighth or more go to that primary's
+        // PGs) and goes on after the kill.
+        let acks = out.lines().filter(|l| l.starts_with("a ")).count();
+        assert!(acks >= 20, "{acks} writes acknowledged\n{out}");
+        assert!(
+            ec_rebuilds_logged(&c, &survivors) > rebuilds,
+            "no survivor rolled back the write cut at the failpoint (osd.{primary} stalled, \
+             osd.{other} killed with it)\n{}",
+            c.logs()
+        );
+        verify_unique(&c, &uri, &acked);
+        c.start_osd(primary);
+        c.start_osd(other);
+        wait_osd(&client, primary, true).await;
+        wait_osd(&client, other, true).await;
+        verify_unique(&c, &uri, &acked);
+        let two: Vec<u32> = survivors.iter().copied().take(2).collect();
+        for o in &two {
+            c.kill9(&format!("osd.{o}"));
+        }
+        for o in &two {
+            wait_osd(&client, *o, false).await;
+        }
+        verify_unique(&c, &uri, &acked);
     });
 }
