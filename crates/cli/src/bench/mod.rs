@@ -11,6 +11,7 @@ mod device;
 mod echo;
 pub mod measure;
 pub mod nbd;
+mod nbd_ec;
 mod nbd_qos;
 mod nbd_snap;
 pub mod objects;

@@ -30,9 +30,17 @@ finish flushing outside any measurement):
   randread-4k-qd32     the same, 32 in flight
   read-1m-qd8          1 MiB sequential reads, 8 in flight
   write-1m-qd8         1 MiB sequential writes, 8 in flight
-The pool (and the volume) are removed at the end. With --ec K+M the volume's data goes to an
-erasure-coded pool made for the bench (one shard per OSD, min_size k+1; `vol create
---data-pool`), removed at the end too: run the bench with and without it to compare.
+The pool (and the volume) are removed at the end. With --ec K+M a second volume of the same
+size is made beside it, its data on an erasure-coded pool made for the bench (one shard per
+OSD, min_size k+1; `vol create --data-pool`; removed at the end too), filled after the first,
+and every workload runs on the replicated volume, then on the EC one, then on nbdkit, in the
+same run (each workload's `ec` object, with its ratio to the replicated volume).
+With --degraded as well (a `cairn dev` cluster only), after everything else: kill -9 of the
+OSD with the highest id; once the monitors mark it down and every PG serves again, the 4 KiB
+random reads run again (a read of the lost shard's chunk is decoded from k others) against
+the healthy figures of the same run; the whole volume is rewritten with 1 MiB writes (so
+every shard the OSD holds is stale); then `cairn dev up --dir DIR` restarts it and the time
+until every PG is clean, with the bytes recovery pushed, gives the rebuild rate.
 
 The sequential writes also measure the data disk itself (`device`): fio writes the same
 block size at the same depth with O_DIRECT to files beside the OSDs' data (--device-dir), one
@@ -64,7 +72,13 @@ QD1, right after a snapshot: each copies its object first), \"randwrite_4k_qd1_w
 \"victim_beside_unlimited_neighbour\", \"victim_beside_limited_neighbour\" (each {iops, p50, p99,
 p999}), \"neighbour_iops_unlimited\", \"neighbour_limit_iops\", \"neighbour_iops_limited\",
 \"neighbour_off_limit_ratio\", \"open_1t_volume_ms\" (with \"open_volume_objects\" objects in a
-pool of \"open_pool_volumes\" volumes)}; with --ec also \"ec\": {\"profile\", \"pool\"}; always
+pool of \"open_pool_volumes\" volumes)}; with --ec each workload's \"ec\": {\"iops\", \"mb_per_s\", \"lat_us\",
+\"cpu_us_per_op\", \"host_cpu_us_per_op\", \"ratio_to_replicated\" (IOPS), \"lat_p50_ratio_to_replicated\",
+\"ratio_to_baseline\"} and \"ec\": {\"profile\", \"pool\", \"space\" (as \"space\", for the EC volume)}; with --degraded
+\"degraded\": {\"osd\" (the one killed), \"osd_held_bytes\", \"seconds_to_down\", \"seconds_to_serving\", \"reads\":
+[{\"name\", \"iops\", \"lat_us\", \"healthy_iops\", \"healthy_lat_us\", \"ratio_to_healthy\"}], \"rewrite_1m_qd8\":
+{\"bytes\", \"mb_per_s\"}, \"rebuild\": {\"seconds_to_restart\", \"seconds_to_clean\", \"bytes_moved\",
+\"objects_moved\", \"rebuild_mb_per_s\", \"osd_held_bytes_after\"}} (the OSD's bytes are of every pool); always
 \"space\": {\"volume_bytes\", \"raw_bytes\" (object data the fill added on every up OSD, read after
 a 3 s settle), \"raw_bytes_per_byte\"}.";
 
@@ -120,17 +134,23 @@ pub struct BenchNbdArgs {
     /// Volumes in the pool in --volumes.
     #[arg(long, default_value_t = 100)]
     pub open_volumes: u64,
-    /// Keep the volume's data on an erasure-coded pool of this profile (e.g. 2+1, 4+2; one
-    /// shard per OSD, min_size k+1), its header on the replicated bench pool: run the bench
-    /// once with and once without it to compare EC with replication in one sitting.
+    /// Also measure a volume whose data is on an erasure-coded pool of this profile (e.g. 2+1,
+    /// 4+2; one shard per OSD, min_size k+1), its header on the replicated bench pool: every
+    /// workload runs on both volumes in the same run.
     #[arg(long, value_name = "K+M")]
     pub ec: Option<String>,
     /// Stripe unit of the --ec pool.
     #[arg(long, default_value = "16K", value_parser = crate::size::parse_size)]
     pub ec_unit: u64,
+    /// With --ec, on a `cairn dev` cluster: last, kill -9 the OSD with the highest id, run the
+    /// 4 KiB random reads on the EC volume again with its shards missing (decoded from the
+    /// others), rewrite the whole EC volume, then restart the OSD and measure the rebuild of
+    /// its shards.
+    #[arg(long, requires = "ec")]
+    pub degraded: bool,
 }
 
-struct Spec {
+pub(super) struct Spec {
     name: &'static str,
     rw: &'static str,
     bs: usize,
@@ -149,6 +169,13 @@ const fn spec(name: &'static str, rw: &'static str, bs: usize, qd: usize) -> Spe
     }
 }
 
+impl Spec {
+    /// The workload of this name.
+    pub(super) fn named(name: &str) -> Option<&'static Spec> {
+        WORKLOADS.iter().find(|s| s.name == name)
+    }
+}
+
 const WORKLOADS: [Spec; 7] = [
     spec("randwrite-4k-qd1", "randwrite", 4096, 1),
     spec("randwrite-4k-qd32", "randwrite", 4096, 32),
@@ -162,8 +189,10 @@ const WORKLOADS: [Spec; 7] = [
     spec("write-1m-qd8", "write", 1 << 20, 8),
 ];
 
-const SETTLE: Duration = Duration::from_secs(3);
+pub(super) const SETTLE: Duration = Duration::from_secs(3);
 const VOLUME: &str = "bench";
+/// With --ec: the volume whose data is on the EC pool, beside [`VOLUME`] in the same run.
+pub(super) const EC_VOLUME: &str = "bench-ec";
 
 /// Child processes killed when the bench ends, however it ends.
 struct Children(Vec<Child>);
@@ -221,7 +250,12 @@ fn start_cairn_nbd(conf: &Path, pool: &str, extra: &[&str]) -> Result<(Child, u1
         .spawn()
         .context("cannot start cairn nbd serve")?;
     wait_port(port, "cairn nbd serve", &mut child)?;
-    Ok((child, port, format!("nbd://127.0.0.1:{port}/{VOLUME}")))
+    Ok((child, port, nbd_uri(port, VOLUME)))
+}
+
+/// Export `volume` of the `cairn nbd serve` on `port`.
+pub(super) fn nbd_uri(port: u16, volume: &str) -> String {
+    format!("nbd://127.0.0.1:{port}/{volume}")
 }
 
 /// Starts nbdkit on a free loopback port with `plugin_args`; returns it and its URI.
@@ -240,6 +274,7 @@ fn start_nbdkit(plugin_args: &[String]) -> Result<(Child, String)> {
 }
 
 /// What one fio run measured.
+#[derive(Clone)]
 pub struct Fio {
     pub iops: f64,
     pub mb_per_s: f64,
@@ -250,7 +285,7 @@ pub struct Fio {
 }
 
 /// Workload `s` against `uri` for --ramp + --seconds.
-fn timed_fio(uri: &str, s: &Spec, a: &BenchNbdArgs) -> Result<Fio> {
+pub(super) fn timed_fio(uri: &str, s: &Spec, a: &BenchNbdArgs) -> Result<Fio> {
     fio(
         uri,
         s.rw,
@@ -379,6 +414,10 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     require("fio", "fio")?;
     require("nbdkit", "nbdkit")?;
     let t = Target::connect(conf)?;
+    let dev_dir = match a.degraded {
+        true => Some(super::nbd_ec::dev_dir(&t.conf)?),
+        false => None,
+    };
     let pool = format!("bench-nbd-{}", std::process::id());
     let ec = match &a.ec {
         Some(km) => Some(ec_pool(km, a.ec_unit)?),
@@ -388,10 +427,17 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
         t.with_pool(&pool, a.size, Durability::Wal, || {
             let data = ec.as_ref().map(|e| e.name.as_str());
             t.block_on(prepare(&t.client, &pool, a.volume_size, data))?;
-            bench(&a, &t, &pool)
+            bench(&a, &t, &pool, dev_dir.as_deref())
         })
     };
-    let (entries, space, snaps, vols) = match &ec {
+    let Results {
+        entries,
+        space,
+        ec_space,
+        snaps,
+        vols,
+        degraded,
+    } = match &ec {
         Some(e) => t.with_change(e.create.clone(), &e.name, run)?,
         None => run()?,
     };
@@ -403,7 +449,8 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
             "ec",
             Obj::new()
                 .put("profile", e.describe.as_str())
-                .put("pool", e.name.as_str()),
+                .put("pool", e.name.as_str())
+                .put_obj("space", ec_space.unwrap_or_default()),
         ),
         None => out,
     };
@@ -413,6 +460,10 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     };
     let out = match vols {
         Some(v) => out.put_obj("volumes", v),
+        None => out,
+    };
+    let out = match degraded {
+        Some(d) => out.put_obj("degraded", d),
         None => out,
     };
     println!("{}", out.render());
@@ -474,17 +525,62 @@ async fn prepare(client: &Client, pool: &str, size: u64, data_pool: Option<&str>
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let os = cairn_volume::DEFAULT_OBJECT_SIZE;
-    cairn_volume::create_with(client, pool, VOLUME, size, os, data_pool).await?;
+    cairn_volume::create_with(client, pool, VOLUME, size, os, None).await?;
+    if let Some(d) = data_pool {
+        cairn_volume::create_with(client, pool, EC_VOLUME, size, os, Some(d)).await?;
+    }
     Ok(())
 }
 
-/// The workloads, the space the fill took, and with `--snapshots` the snapshot measurements.
-type Results = (Vec<Obj>, Obj, Option<Obj>, Option<Obj>);
+/// Fills `volume` (at `uri`) with sequential 1 MiB writes; returns the bytes that took on the
+/// OSDs.
+fn fill(t: &Target, a: &BenchNbdArgs, uri: &str, volume: &str) -> Result<Obj> {
+    let before = t.block_on(used_on_osds(&t.client))?;
+    fio(uri, "write", 1 << 20, 8, a.volume_size, None)?;
+    std::thread::sleep(SETTLE);
+    let raw = t.block_on(used_on_osds(&t.client))?.saturating_sub(before);
+    if !a.json {
+        eprintln!(
+            "filling {volume} took {raw} bytes on the OSDs: {:.3} per byte written",
+            raw as f64 / a.volume_size.max(1) as f64
+        );
+    }
+    Ok(Obj::new()
+        .put("volume_bytes", a.volume_size)
+        .put("raw_bytes", raw)
+        .put(
+            "raw_bytes_per_byte",
+            ratio(raw as f64, a.volume_size as f64, 3),
+        ))
+}
 
-fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
+/// What one run measured.
+struct Results {
+    /// The workloads.
+    entries: Vec<Obj>,
+    /// The space the fill took.
+    space: Obj,
+    /// With --ec, the space the EC volume's fill took.
+    ec_space: Option<Obj>,
+    /// With --snapshots.
+    snaps: Option<Obj>,
+    /// With --volumes.
+    vols: Option<Obj>,
+    /// With --degraded.
+    degraded: Option<Obj>,
+}
+
+fn bench(a: &BenchNbdArgs, t: &Target, pool: &str, dev_dir: Option<&Path>) -> Result<Results> {
     let (conf, pids) = (t.conf.as_path(), t.pids.as_slice());
     let (merge_srv, merge_port, cairn_uri) = start_cairn_nbd(conf, pool, &[])?;
-    let (plain_srv, _, plain_uri) = start_cairn_nbd(conf, pool, &["--merge-threshold", "0"])?;
+    let (plain_srv, plain_port, plain_uri) =
+        start_cairn_nbd(conf, pool, &["--merge-threshold", "0"])?;
+    let ec_uris = a.ec.as_ref().map(|_| {
+        (
+            nbd_uri(merge_port, EC_VOLUME),
+            nbd_uri(plain_port, EC_VOLUME),
+        )
+    });
     let (kit, kit_uri) = start_nbdkit(&["memory".into(), a.volume_size.to_string()])?;
     let servers = [merge_srv.id() as i32, plain_srv.id() as i32];
     let kit_pid = kit.id() as i32;
@@ -499,26 +595,15 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
             a.volume_size
         );
     }
-    let before = t.block_on(used_on_osds(&t.client))?;
-    fio(&cairn_uri, "write", 1 << 20, 8, a.volume_size, None)?;
     fio(&kit_uri, "write", 1 << 20, 8, a.volume_size, None)?;
-    std::thread::sleep(SETTLE);
-    let raw = t.block_on(used_on_osds(&t.client))?.saturating_sub(before);
-    let space = Obj::new()
-        .put("volume_bytes", a.volume_size)
-        .put("raw_bytes", raw)
-        .put(
-            "raw_bytes_per_byte",
-            ratio(raw as f64, a.volume_size as f64, 3),
-        );
-    if !a.json {
-        eprintln!(
-            "the fill took {raw} bytes on the OSDs: {:.3} per byte written",
-            raw as f64 / a.volume_size.max(1) as f64
-        );
-    }
+    let space = fill(t, a, &cairn_uri, VOLUME)?;
+    let ec_space = match &ec_uris {
+        Some((uri, _)) => Some(fill(t, a, uri, EC_VOLUME)?),
+        None => None,
+    };
     let device = super::device::plan(a.device_dir.as_deref(), a.no_device, pids, a.size.into());
     let mut out = Vec::new();
+    let mut ec_reads = Vec::new();
     for s in WORKLOADS
         .iter()
         .filter(|s| a.only.as_deref().is_none_or(|o| s.name.contains(o)))
@@ -527,6 +612,15 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
         let uri = if s.no_merge { &plain_uri } else { &cairn_uri };
         let measured: Vec<i32> = pids.iter().chain(&servers).copied().collect();
         let (r, cpu, host_cpu) = fio_with_cpu(uri, s, a, &measured)?;
+        let ec = match &ec_uris {
+            Some((merge, plain)) => {
+                std::thread::sleep(SETTLE);
+                let uri = if s.no_merge { plain } else { merge };
+                let (x, cpu, host_cpu) = fio_with_cpu(uri, s, a, &measured)?;
+                Some((x, cpu, host_cpu))
+            }
+            None => None,
+        };
         let (b, kit_cpu, kit_host_cpu) = fio_with_cpu(&kit_uri, s, a, &[kit_pid])?;
         let per_op = |secs: f64, ops: u64| {
             if ops > 0 {
@@ -551,6 +645,30 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
             .put("baseline_host_cpu_us_per_op", per_op(kit_host_cpu, b.ops))
             .put("ratio_to_baseline", ratio(r.iops, b.iops, 4))
             .put("lat_p50_ratio_to_baseline", ratio(r.p50_us, b.p50_us, 3));
+        let o = match ec {
+            Some((x, cpu, host_cpu)) => {
+                if !a.json {
+                    eprintln!(
+                        "{:<26} {:>8.0} IOPS {:>7.1} MB/s p50 {:>8.1} us p99 {:>8.1} us on the EC volume",
+                        s.name, x.iops, x.mb_per_s, x.p50_us, x.p99_us
+                    );
+                }
+                let e = Obj::new()
+                    .put("iops", round(x.iops, 1))
+                    .put("mb_per_s", round(x.mb_per_s, 1))
+                    .put_obj("lat_us", lat_us(&x))
+                    .put("cpu_us_per_op", per_op(cpu, x.ops))
+                    .put("host_cpu_us_per_op", per_op(host_cpu, x.ops))
+                    .put("ratio_to_replicated", ratio(x.iops, r.iops, 3))
+                    .put("lat_p50_ratio_to_replicated", ratio(x.p50_us, r.p50_us, 3))
+                    .put("ratio_to_baseline", ratio(x.iops, b.iops, 4));
+                if s.rw == "randread" {
+                    ec_reads.push((s.name, x));
+                }
+                o.put_obj("ec", e)
+            }
+            None => o,
+        };
         let o = match &tls {
             Some(pair) => o.put_obj("tls", pair.measure(s, a)?),
             None => o,
@@ -608,7 +726,27 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str) -> Result<Results> {
         ),
         false => None,
     };
-    Ok((out, space, snaps, vols))
+    let degraded = match (dev_dir, &ec_uris) {
+        (Some(dir), Some((uri, _))) => Some(
+            super::nbd_ec::Degraded {
+                t,
+                a,
+                dir,
+                uri,
+                healthy: &ec_reads,
+            }
+            .run()?,
+        ),
+        _ => None,
+    };
+    Ok(Results {
+        entries: out,
+        space,
+        ec_space,
+        snaps,
+        vols,
+        degraded,
+    })
 }
 
 /// fio through an nbdkit nbd-plugin proxy, to a TLS-requiring server and (the baseline) to

@@ -359,15 +359,7 @@ struct Moved {
 
 impl Mark {
     async fn take(client: &Client, load: &Load) -> Mark {
-        let (mut bytes, mut objects) = (0, 0);
-        for o in client.map().osds.values().filter(|o| o.up) {
-            if let Ok(s) =
-                cairn_client::osd_stats(&o.addr, &crate::conf::auth(), Duration::from_secs(2)).await
-            {
-                bytes += s.recovery_bytes;
-                objects += s.recovered_objects;
-            }
-        }
+        let (bytes, objects) = recovery_totals(client).await;
         Mark {
             bytes,
             objects,
@@ -388,6 +380,21 @@ impl Mark {
     }
 }
 
+/// Bytes recovery moved and objects it recovered, summed over the up OSDs (each counts from
+/// its start).
+pub(super) async fn recovery_totals(client: &Client) -> (u64, u64) {
+    let (mut bytes, mut objects) = (0, 0);
+    for o in client.map().osds.values().filter(|o| o.up) {
+        if let Ok(s) =
+            cairn_client::osd_stats(&o.addr, &crate::conf::auth(), Duration::from_secs(2)).await
+        {
+            bytes += s.recovery_bytes;
+            objects += s.recovered_objects;
+        }
+    }
+    (bytes, objects)
+}
+
 /// Bytes of object data `osd` holds (what a backfill of it would copy).
 pub(super) async fn osd_used(client: &Client, osd: u32) -> Result<u64> {
     let map = client.mon().get_map().await?;
@@ -404,7 +411,7 @@ pub(super) async fn osd_used(client: &Client, osd: u32) -> Result<u64> {
 }
 
 /// Waits until the monitors mark `osd` down; returns how long that took.
-async fn wait_down(client: &Client, osd: u32) -> Result<Duration> {
+pub(super) async fn wait_down(client: &Client, osd: u32) -> Result<Duration> {
     let start = Instant::now();
     loop {
         let map = client.mon().get_map().await?;
@@ -420,7 +427,22 @@ async fn wait_down(client: &Client, osd: u32) -> Result<Duration> {
 
 /// Waits until every PG has all its OSDs and none is peering or recovering (seen twice,
 /// 1 s apart); returns the time to the first of the two.
-async fn wait_clean(client: &Client) -> Result<Duration> {
+pub(super) async fn wait_clean(client: &Client) -> Result<Duration> {
+    wait_until(client, Want::Clean).await
+}
+
+/// Waits until every PG serves (active, none peering), some perhaps with OSDs missing.
+pub(super) async fn wait_serving(client: &Client) -> Result<Duration> {
+    wait_until(client, Want::Serving).await
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Want {
+    Clean,
+    Serving,
+}
+
+async fn wait_until(client: &Client, want: Want) -> Result<Duration> {
     let start = Instant::now();
     // Peering starts when an OSD installs the new map; give that a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -429,7 +451,7 @@ async fn wait_clean(client: &Client) -> Result<Duration> {
         if start.elapsed() > Duration::from_secs(1800) {
             bail!("the cluster did not become clean within 30 minutes");
         }
-        let clean = is_clean(client).await?;
+        let clean = is_clean(client, want).await?;
         match (clean, first_clean) {
             (true, Some(t)) if start.elapsed() >= t + Duration::from_secs(1) => return Ok(t),
             (true, None) => first_clean = Some(start.elapsed()),
@@ -440,15 +462,18 @@ async fn wait_clean(client: &Client) -> Result<Duration> {
     }
 }
 
-async fn is_clean(client: &Client) -> Result<bool> {
+async fn is_clean(client: &Client, want: Want) -> Result<bool> {
     let map = client.mon().get_map().await?;
     let pgs = pg_counts(&map, &[]);
-    if pgs.degraded > 0 || pgs.inactive > 0 {
+    if (want == Want::Clean && pgs.degraded > 0) || pgs.inactive > 0 {
         return Ok(false);
     }
     for o in map.osds.values().filter(|o| o.up) {
+        let settled = |s: &cairn_client::OsdStats| {
+            s.peering_pgs == 0 && (want == Want::Serving || s.recovery_pending_objects == 0)
+        };
         match cairn_client::osd_stats(&o.addr, &crate::conf::auth(), Duration::from_secs(2)).await {
-            Ok(s) if s.peering_pgs == 0 && s.recovery_pending_objects == 0 => {}
+            Ok(s) if settled(&s) => {}
             _ => return Ok(false),
         }
     }
@@ -504,25 +529,31 @@ impl DevCluster {
     }
 
     fn kill9(&self, osd: u32) -> Result<()> {
-        let p = self.dir.join("run").join(format!("osd.{osd}.pid"));
-        let pid: i32 = std::fs::read_to_string(&p)
-            .with_context(|| format!("{}", p.display()))?
-            .trim()
-            .parse()
-            .with_context(|| format!("{} holds no pid", p.display()))?;
-        // SAFETY: kill(2) with a pid read from our own cluster's pid file.
-        if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
-            bail!("cannot kill osd.{osd} (pid {pid})");
-        }
-        let start = Instant::now();
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() && crate::dev::pid_alive(pid) {
-            if start.elapsed() > Duration::from_secs(10) {
-                bail!("osd.{osd} (pid {pid}) does not die");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(())
+        kill_osd(&self.dir, osd)
     }
+}
+
+/// kill -9 of `osd` of the `cairn dev` cluster in `dir` (by its pid file); returns once it is
+/// gone.
+pub(super) fn kill_osd(dir: &Path, osd: u32) -> Result<()> {
+    let p = dir.join("run").join(format!("osd.{osd}.pid"));
+    let pid: i32 = std::fs::read_to_string(&p)
+        .with_context(|| format!("{}", p.display()))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{} holds no pid", p.display()))?;
+    // SAFETY: kill(2) with a pid read from our own cluster's pid file.
+    if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+        bail!("cannot kill osd.{osd} (pid {pid})");
+    }
+    let start = Instant::now();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && crate::dev::pid_alive(pid) {
+        if start.elapsed() > Duration::from_secs(10) {
+            bail!("osd.{osd} (pid {pid}) does not die");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 impl Drop for DevCluster {
