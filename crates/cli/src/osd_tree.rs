@@ -22,6 +22,9 @@ fn held(map: &ClusterMap) -> BTreeMap<u32, Held> {
         for pg in 0..pool.pg_count {
             let place = map.pg_placement_in(&h, PgId { pool: pool.id, pg });
             for (i, osd) in place.up_set.iter().enumerate() {
+                if *osd == cairn_map::NO_OSD {
+                    continue;
+                }
                 let e = out.entry(*osd).or_default();
                 e.pgs += 1;
                 if i == 0 {

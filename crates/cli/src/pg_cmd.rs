@@ -95,9 +95,9 @@ fn primary_of(conf: Option<&Path>, pg: &str) -> Result<(ClusterMap, PgId, u32, S
     let placement = map.pg_placement(pg);
     let Some(primary) = placement.primary() else {
         bail!(
-            "pg {pg} has no OSD up (its OSDs: {:?}): nothing can answer for it; `cairn osd ls` \
+            "pg {pg} has no OSD up (its OSDs: {}): nothing can answer for it; `cairn osd ls` \
              shows which are down",
-            placement.up_set
+            up_list(&placement.up_set)
         );
     };
     let addr = map
@@ -197,11 +197,24 @@ fn osds(ids: &[u32]) -> String {
     }
 }
 
+/// "[0, 4, -, 2]": an EC PG's shard without an OSD (`NO_OSD`) shows as `-`.
+fn up_list(up: &[u32]) -> String {
+    let ids: Vec<String> = up
+        .iter()
+        .map(|o| match *o {
+            cairn_map::NO_OSD => "-".to_string(),
+            o => o.to_string(),
+        })
+        .collect();
+    format!("[{}]", ids.join(", "))
+}
+
 fn print_status(pg: PgId, primary: u32, st: &cairn_proto::msg::peering::PgStatus) {
     println!("pg {pg}: {} (map epoch {})", st.state, st.epoch);
     println!(
-        "  up {:?}, acting {:?}, primary osd.{primary}",
-        st.up_set, st.acting
+        "  up {}, acting {:?}, primary osd.{primary}",
+        up_list(&st.up_set),
+        st.acting
     );
     println!(
         "  last version {}, last went active at epoch {}",

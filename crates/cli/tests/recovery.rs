@@ -1269,3 +1269,88 @@ fn a_4_2_volume_loses_no_write_when_a_primary_dies_between_a_data_chunk_and_its_
         verify_unique(&c, &uri, &acked);
     });
 }
+
+/// A 4+2 pool on 7 OSDs: an OSD killed, written around, then marked out; each of its shards
+/// goes to the OSD that takes its rank, which holds nothing of it and is backfilled (decoded
+/// from k others). Then with two other OSDs killed, only four shards answer per PG, the
+/// backfilled ones among them: every object reads back as last written.
+#[test]
+fn a_4_2_pools_shards_are_rebuilt_elsewhere_once_their_osd_is_marked_out() {
+    let c = Cluster::up("recovery-ec42-out", 1, 7);
+    c.ec_pool_create("e", "4+2", Some(4), 8);
+    runtime().block_on(async {
+        let client = c.client().await;
+        let pool = client.pool_id("e").expect("pool");
+        let body = |o: u32, g: u32| value(o, g).repeat(20);
+        let mut model = std::collections::BTreeMap::new();
+        for o in 0..40 {
+            client
+                .write_full(pool, &name(o), &body(o, 1))
+                .await
+                .expect("write");
+            model.insert(o, body(o, 1));
+        }
+        c.kill9("osd.3");
+        wait_osd(&client, 3, false).await;
+        for o in (0..40).step_by(2) {
+            client
+                .write_full(pool, &name(o), &body(o, 2))
+                .await
+                .expect("degraded write");
+            model.insert(o, body(o, 2));
+        }
+        let before = client.map();
+        let recovered = |s: &serde_json::Value| s["recovery"]["objects_recovered"].as_u64();
+        let recovered_before = recovered(&c.status()).expect("objects_recovered");
+        c.ok(&["osd", "out", "3"]);
+        let after = client.mon().get_map().await.expect("map");
+        // The objects whose PG had a shard on osd.3: each is rebuilt on the shard's new OSD.
+        let on_3 = (0..40)
+            .filter(|o| {
+                let pg = after.object_pg(pool, &name(*o)).expect("pg");
+                before.pg_placement(pg).up_set.contains(&3)
+            })
+            .count() as u64;
+        assert!(on_3 > 0);
+        tokio::task::block_in_place(|| {
+            c.wait_status(
+                "the shards of osd.3 backfilled",
+                Duration::from_secs(60),
+                |s| {
+                    s["osds"]["in"] == 6
+                        && s["pgs"]["inactive"] == 0
+                        && s["pgs"]["peering"] == 0
+                        && recovered(s).is_some_and(|r| r >= recovered_before + on_3)
+                },
+            )
+        });
+        // Every PG that had a shard on osd.3 has it on another OSD now.
+        let moved: Vec<(u32, u32)> = (0..8)
+            .filter_map(|pg| {
+                let id = cairn_map::PgId { pool, pg };
+                let was = before.pg_placement(id).up_set;
+                let rank = was.iter().position(|o| *o == 3)?;
+                Some((pg, after.pg_placement(id).up_set[rank]))
+            })
+            .collect();
+        assert!(
+            !moved.is_empty() && moved.iter().all(|(_, o)| *o != 3),
+            "{moved:?}"
+        );
+        // Two OSDs that never left, down: four shards answer, the moved one among them.
+        for o in ["osd.0", "osd.1"] {
+            c.kill9(o);
+        }
+        wait_osd(&client, 0, false).await;
+        wait_osd(&client, 1, false).await;
+        for (o, want) in &model {
+            let got = client.read(pool, &name(*o), 0, 1 << 20).await;
+            assert!(
+                got.as_deref().ok() == Some(want.as_slice()),
+                "object {o} after the backfill ({moved:?}) with osd.0 and osd.1 down: {:?}\n{}",
+                got.map(|g| g.len()),
+                c.logs()
+            );
+        }
+    });
+}

@@ -92,6 +92,24 @@ fn an_ec_pool_has_k_plus_m_shards_on_distinct_hosts_and_a_down_osd_leaves_a_hole
         assert_eq!(p.acting, present, "acting: the present shards in order");
     }
     assert!(holes > 0);
+    // Marked out, the victim's shards go to OSDs of hosts the PG did not use; no other shard
+    // moves (the replicated pools' ordered draw would shift the ranks after it).
+    m.apply(&MapChange::OsdOut { id: victim }).unwrap();
+    for (pg, up) in &before {
+        let now = m.pg_placement(*pg).up_set;
+        let hosts: BTreeSet<&str> = now.iter().map(|o| m.osds[o].host.as_str()).collect();
+        assert_eq!(hosts.len(), 6, "pg {pg}: {now:?}");
+        for (rank, (was, is)) in up.iter().zip(&now).enumerate() {
+            if *was == victim {
+                assert!(
+                    *is != victim && !up.contains(is),
+                    "pg {pg} shard {rank}: {now:?}"
+                );
+            } else {
+                assert_eq!(was, is, "pg {pg} shard {rank} moved: {up:?} -> {now:?}");
+            }
+        }
+    }
     // A replicated pool has no shards.
     let rep = MapChange::PoolCreateRule {
         name: "rep".into(),

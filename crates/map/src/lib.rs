@@ -16,7 +16,7 @@ pub mod intervals;
 mod pool;
 
 pub use change::{ChangeOutcome, MapChange, MapError};
-pub use intervals::PastInterval;
+pub use intervals::{PastInterval, NO_OSD};
 pub use pool::{Domain, Durability, EcProfile, PlacementRule, Pool, PoolSetting, MAX_PG_COUNT};
 
 use cairn_placement::{Hierarchy, HostNode, OsdNode, Placer};
@@ -95,7 +95,8 @@ pub struct HostLocation {
 /// Where a PG lives at one epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgPlacement {
-    /// OSDs drawn by placement (in OSDs, up or not), in order.
+    /// OSDs drawn by placement (in OSDs, up or not), in order. For an EC pool one per shard,
+    /// [`NO_OSD`] for a shard no OSD could be drawn for (too few failure domains).
     pub up_set: Vec<u32>,
     /// Members of `up_set` that are up, in order; the first is the primary.
     pub acting: Vec<u32>,
@@ -155,11 +156,16 @@ impl ClusterMap {
 
     /// The placement hierarchy (root -> hosts -> OSDs) with out OSDs at weight 0.
     pub fn hierarchy(&self) -> Hierarchy {
+        self.hierarchy_weighted(OsdInfo::placement_weight)
+    }
+
+    /// [`ClusterMap::hierarchy`] with each OSD weighted by `weight`.
+    fn hierarchy_weighted(&self, weight: impl Fn(&OsdInfo) -> u32) -> Hierarchy {
         let mut hosts: BTreeMap<&str, Vec<OsdNode>> = BTreeMap::new();
         for o in self.osds.values() {
             hosts.entry(&o.host).or_default().push(OsdNode {
                 id: o.id,
-                weight: o.placement_weight(),
+                weight: weight(o),
             });
         }
         Hierarchy {
@@ -185,7 +191,8 @@ impl ClusterMap {
 
     /// The hierarchy prepared for placement: build it once per map to place many PGs.
     pub fn placer(&self) -> Placer {
-        Placer::new(&self.hierarchy())
+        let out = self.osds.values().filter(|o| !o.in_).map(|o| o.id);
+        Placer::with_out(&self.hierarchy_weighted(|o| o.weight), out.collect())
     }
 
     /// Where `pg` lives at this epoch. Unknown pools give an empty placement.
@@ -205,9 +212,15 @@ impl ClusterMap {
         let size = usize::from(pool.size);
         let up_set = match pool.rule {
             PlacementRule::FlatV1 => placer.pg_osds(pg.pool, pg.pg, size, placer.default_domain()),
-            PlacementRule::Tree { domain } | PlacementRule::Erasure { domain, .. } => {
+            PlacementRule::Tree { domain } => {
                 placer.pg_osds_tree(pg.pool, pg.pg, size, domain.placement())
             }
+            // Positional: a rank with no OSD is a hole (NO_OSD), the ranks after it keep theirs.
+            PlacementRule::Erasure { domain, .. } => placer
+                .pg_osds_indep(pg.pool, pg.pg, size, domain.placement())
+                .into_iter()
+                .map(|o| o.unwrap_or(NO_OSD))
+                .collect(),
         };
         let acting = up_set
             .iter()

@@ -15,6 +15,8 @@
 //! `testdata/vectors-v1.txt` and `testdata/vectors-v2.txt` pin them, and
 //! [`PLACEMENT_VERSION`] names the newest.
 
+use std::collections::BTreeSet;
+
 mod draw;
 mod fixed_log;
 mod hash;
@@ -177,14 +179,34 @@ pub struct Placer {
     cands: Vec<draw::Candidate>,
     /// The weighted tree (version 2).
     tree: tree::Tree,
+    /// The tree of every OSD at its own weight, out ones too (EC pools draw them, then
+    /// refuse them, so that an OSD going out changes no draw).
+    every: tree::Tree,
+    /// The OSDs in `every` that are out.
+    out: BTreeSet<u32>,
 }
 
 impl Placer {
     /// Prepares `h` (O(OSDs log OSDs)).
     pub fn new(h: &Hierarchy) -> Placer {
+        Placer::with_out(h, BTreeSet::new())
+    }
+
+    /// Prepares `h`, every OSD at its own weight, with the OSDs of `out` out: they hold no
+    /// PG, and EC pools still draw them (then refuse them), so that an OSD going out moves
+    /// only the shards it held.
+    pub fn with_out(h: &Hierarchy, out: BTreeSet<u32>) -> Placer {
+        let mut placed = h.clone();
+        for host in &mut placed.hosts {
+            for o in host.osds.iter_mut().filter(|o| out.contains(&o.id)) {
+                o.weight = 0;
+            }
+        }
         Placer {
-            cands: draw::candidates(h),
-            tree: tree::Tree::new(h),
+            cands: draw::candidates(&placed),
+            tree: tree::Tree::new(&placed),
+            every: tree::Tree::new(h),
+            out,
         }
     }
 
@@ -194,6 +216,19 @@ impl Placer {
     /// than `size` only when fewer domains hold weighted OSDs. See docs/format/placement.md.
     pub fn pg_osds_tree(&self, pool: u32, pg: u32, size: usize, domain: FailureDomain) -> Vec<u32> {
         self.tree.pg_osds(pool, pg, size, domain)
+    }
+
+    /// Version 2 for an erasure-coded pool: rank `i` (shard `i`) stays on its OSD unless that
+    /// OSD goes out; `None` where no domain is left for the rank (`Tree::pg_osds_indep`).
+    pub fn pg_osds_indep(
+        &self,
+        pool: u32,
+        pg: u32,
+        size: usize,
+        domain: FailureDomain,
+    ) -> Vec<Option<u32>> {
+        self.every
+            .pg_osds_indep((pool, pg, size, domain), &self.out, &self.tree)
     }
 
     /// Number of `domain`s holding an OSD with weight (version 2): how many copies of a PG

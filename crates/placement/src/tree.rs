@@ -13,6 +13,7 @@ use crate::draw::Straw;
 use crate::fixed_log::log2_unit;
 use crate::hash::{object_hash, DrawKey};
 use crate::{FailureDomain, Hierarchy};
+use std::collections::BTreeSet;
 use std::ops::Range;
 
 /// Levels below the root, top down.
@@ -21,6 +22,10 @@ const ZONE: usize = 0;
 const RACK: usize = 1;
 const HOST: usize = 2;
 const OSD: usize = 3;
+
+/// Rounds of independent draws an erasure-coded PG's ranks get before the ones still empty
+/// take what is left ([`Tree::pg_osds_indep`]).
+const INDEP_ROUNDS: usize = 20;
 
 /// Level index of a failure domain.
 fn level(d: FailureDomain) -> usize {
@@ -141,6 +146,84 @@ impl Tree {
             .collect()
     }
 
+    /// Positional OSDs for an erasure-coded PG: rank `i` holds shard `i`, `None` where no
+    /// domain is left for it. `self` is the tree of every OSD at its own weight, in or out;
+    /// `out` the OSDs that are out; `fallback` the tree of the OSDs in.
+    ///
+    /// Unlike [`Tree::pg_osds`], a rank does not draw among the domains the ranks before it
+    /// left over (an OSD leaving would then shift every later rank, and every shift is a shard
+    /// to rebuild): each rank draws among all domains with its own input (`rank + size *
+    /// round`, as Ceph's `indep`), and keeps its draw unless an earlier placed rank holds that
+    /// domain; otherwise it draws again in the next round. An out OSD is drawn like any other,
+    /// so no draw changes when an OSD goes out: the rank that draws it first (where it would
+    /// have kept it) holds its domain for the others, who go on exactly as if it were in, and
+    /// draws again only once they are all placed, among what they left. So an OSD going out
+    /// moves only the shards it held. Ranks still empty after [`INDEP_ROUNDS`] rounds take the
+    /// best domains of `fallback` left, in rank order.
+    pub fn pg_osds_indep(
+        &self,
+        (pool, pg, size, d): (u32, u32, usize, FailureDomain),
+        out: &BTreeSet<u32>,
+        fallback: &Tree,
+    ) -> Vec<Option<u32>> {
+        let key = DrawKey::new(pool, pg);
+        let d = level(d);
+        // Per rank: (domain key, OSD id); an out OSD only in the first phase.
+        let mut placed: Vec<Option<(u32, u32)>> = vec![None; size];
+        let taken = |placed: &[Option<(u32, u32)>], domain: u32| {
+            placed.iter().flatten().any(|p| p.0 == domain)
+        };
+        let draw_rounds = |placed: &mut Vec<Option<(u32, u32)>>, first: usize, keep_out: bool| {
+            for round in first..first + INDEP_ROUNDS {
+                for rank in 0..size {
+                    if placed[rank].is_some() {
+                        continue;
+                    }
+                    let Some(input) = round
+                        .checked_mul(size)
+                        .and_then(|x| x.checked_add(rank))
+                        .and_then(|x| u32::try_from(x).ok())
+                    else {
+                        continue;
+                    };
+                    let Some(path) = self.descend_where(key, input, d, |_| true) else {
+                        return;
+                    };
+                    let domain = self.levels[d][path[d]].key;
+                    let osd = self.levels[OSD][path[OSD]].key;
+                    if !taken(placed, domain) && (keep_out || !out.contains(&osd)) {
+                        placed[rank] = Some((domain, osd));
+                    }
+                }
+                if placed.iter().all(Option::is_some) {
+                    return;
+                }
+            }
+        };
+        // As if every OSD were in; then the ranks holding an out one draw again.
+        draw_rounds(&mut placed, 0, true);
+        for p in placed.iter_mut() {
+            if p.is_some_and(|(_, osd)| out.contains(&osd)) {
+                *p = None;
+            }
+        }
+        draw_rounds(&mut placed, INDEP_ROUNDS, false);
+        for rank in 0..size {
+            if placed[rank].is_some() {
+                continue;
+            }
+            let Ok(r) = u32::try_from(rank) else { break };
+            let free = |i: usize| !taken(&placed, fallback.levels[d][i].key);
+            placed[rank] = fallback.descend_where(key, r, d, free).map(|path| {
+                (
+                    fallback.levels[d][path[d]].key,
+                    fallback.levels[OSD][path[OSD]].key,
+                )
+            });
+        }
+        placed.iter().map(|p| p.map(|(_, osd)| osd)).collect()
+    }
+
     /// One replica: the path (node index per level from `d` down) of the OSD drawn for
     /// `rank`. Only the domain level excludes: below it, every node of an unused domain is
     /// unused too.
@@ -151,10 +234,21 @@ impl Tree {
         d: usize,
         chosen: &[[usize; LEVELS]],
     ) -> Option<[usize; LEVELS]> {
+        self.descend_where(key, rank, d, |i| chosen.iter().all(|p| p[d] != i))
+    }
+
+    /// [`Tree::descend`] among the domain nodes (indices at level `d`) `domain_ok` allows.
+    fn descend_where(
+        &self,
+        key: DrawKey,
+        rank: u32,
+        d: usize,
+        domain_ok: impl Fn(usize) -> bool,
+    ) -> Option<[usize; LEVELS]> {
         let mut path = [0; LEVELS];
         let mut range = 0..self.levels[d].len();
         for (lvl, nodes) in self.levels.iter().enumerate().skip(d) {
-            let allowed = |i: &usize| lvl > d || chosen.iter().all(|p| p[d] != *i);
+            let allowed = |i: &usize| lvl > d || domain_ok(*i);
             let best = if range.len() == 1 {
                 // A single child wins whatever its straw: no hash needed.
                 range.clone().find(allowed)
@@ -185,6 +279,7 @@ impl Tree {
 mod tests {
     use super::*;
     use crate::{HostNode, OsdNode, WEIGHT_ONE};
+    use std::collections::BTreeSet;
 
     fn host(zone: &str, rack: &str, name: &str, ids: &[u32]) -> HostNode {
         HostNode {
@@ -199,6 +294,85 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// `n` hosts of one OSD each (ids 0..n), OSD `out` out: (every OSD's tree, its out
+    /// set, the tree of the OSDs in).
+    fn hosts(n: u32, out: Option<u32>) -> (Tree, BTreeSet<u32>, Tree) {
+        let mut h = Hierarchy {
+            hosts: (0..n)
+                .map(|i| host("z", "r", &format!("h{i}"), &[i]))
+                .collect(),
+        };
+        let all = Tree::new(&h);
+        if let Some(o) = out {
+            h.hosts[o as usize].osds[0].weight = 0;
+        }
+        (all, out.into_iter().collect(), Tree::new(&h))
+    }
+
+    fn indep(t: &(Tree, BTreeSet<u32>, Tree), pg: u32) -> Vec<Option<u32>> {
+        t.0.pg_osds_indep((1, pg, 6, FailureDomain::Host), &t.1, &t.2)
+    }
+
+    #[test]
+    fn an_ec_pgs_shards_stay_on_their_osds_when_another_leaves() {
+        const PGS: u32 = 512;
+        let (all, without) = (hosts(8, None), hosts(8, Some(3)));
+        let (mut held, mut moved_other) = (0, 0);
+        for pg in 0..PGS {
+            let (a, b) = (indep(&all, pg), indep(&without, pg));
+            let distinct: BTreeSet<u32> = a.iter().flatten().copied().collect();
+            assert_eq!(distinct.len(), 6, "pg {pg}: {a:?}");
+            assert!(
+                b.iter().all(|o| o.is_some_and(|o| o != 3)),
+                "pg {pg}: {b:?}"
+            );
+            for (x, y) in a.iter().zip(&b) {
+                match *x {
+                    Some(3) => held += 1,
+                    _ if x != y => moved_other += 1,
+                    _ => {}
+                }
+            }
+        }
+        // Every shard osd.3 held moves, and no other (the ordered draw of replicated pools
+        // shifts most ranks after osd.3's).
+        assert!(held > 0);
+        assert!(
+            moved_other * 10 <= held,
+            "{moved_other} other shards moved, osd.3 held {held}"
+        );
+    }
+
+    #[test]
+    fn an_ec_pg_with_too_few_domains_has_a_hole_and_keeps_the_rest() {
+        let (mut moved_other, mut held) = (0, 0);
+        for pg in 0..256 {
+            // As many hosts as shards: every rank placed, whatever the draws collided on.
+            let full = indep(&hosts(6, None), pg);
+            assert!(full.iter().all(Option::is_some), "pg {pg}: {full:?}");
+            // One host out: one hole, no OSD twice.
+            let one_out = indep(&hosts(6, Some(2)), pg);
+            assert_eq!(
+                one_out.iter().filter(|o| o.is_none()).count(),
+                1,
+                "{one_out:?}"
+            );
+            let distinct: BTreeSet<u32> = one_out.iter().flatten().copied().collect();
+            assert_eq!(distinct.len(), 5, "pg {pg}: {one_out:?}");
+            for (x, y) in full.iter().zip(&one_out) {
+                match x {
+                    Some(2) => held += 1,
+                    _ if x != y => moved_other += 1,
+                    _ => {}
+                }
+            }
+        }
+        assert!(
+            moved_other * 10 <= held,
+            "{moved_other} other shards moved, osd.2 held {held}"
+        );
     }
 
     #[test]

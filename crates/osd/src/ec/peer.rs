@@ -106,7 +106,7 @@ pub async fn peer(osd: Arc<Osd>, pg: PgId, repair: rebuild::Repairs) -> PeerResu
             .up_set
             .iter()
             .copied()
-            .filter(|id| !report.answered.contains(id))
+            .filter(|id| *id != cairn_map::NO_OSD && !report.answered.contains(id))
             .collect()
     };
     if holders.len() < need {
