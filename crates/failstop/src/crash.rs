@@ -123,6 +123,12 @@ fn prune(dir: &Path) {
 pub fn install(entity: &str, crash_dir: Option<PathBuf>) {
     let hint = entity.to_string();
     std::panic::set_hook(Box::new(move |info| {
+        // One panic at a time: a second thread panicking meanwhile waits here until the first
+        // aborts the process. Two at once would write the same report file (same id), the
+        // second truncating what the first had just renamed into place.
+        let _only = ONE_PANIC
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entity = NAME.get().unwrap_or(&hint);
         let r = CrashReport::of_panic(entity, info);
         // stderr, unbuffered and synchronous: the daemon's non-blocking log writer would
@@ -150,6 +156,9 @@ pub fn install(entity: &str, crash_dir: Option<PathBuf>) {
         std::process::abort();
     }));
 }
+
+/// Held by the panic hook from the first panic until the process aborts.
+static ONE_PANIC: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The daemon's entity once it is known (an OSD learns its id from its keyring after the
 /// hook is installed): crash reports name it instead of the hint given to [`install`].
