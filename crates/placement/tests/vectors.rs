@@ -20,7 +20,11 @@
 //! object_pg <name as hex, prefixed "hex:"> <pg_count> <pg>
 //! pg_osds <hierarchy label> <host|osd> <pool> <pg> <size> <osd ids, comma separated, or "-">
 //! pg_tree <hierarchy label> <osd|host|rack|zone> <pool> <pg> <size> <osd ids or "-">
+//! pg_indep <hierarchy label> <domain> <pool> <pg> <size> <out osd ids or "-"> <osd per rank, "x" for none>
 //! ```
+//!
+//! `pg_indep` lines (version 2) pin the positional draw of erasure-coded pools
+//! (`Placer::pg_osds_indep`), with no OSD out and with the hierarchy's first OSD out.
 //!
 //! In version 2 files a host may carry labels: `<zone>/<rack>/<host>=...`.
 
@@ -228,6 +232,7 @@ fn generate(version: u32) -> String {
     writeln!(out, "version {version}").unwrap();
     if version == 2 {
         generate_tree(&mut out);
+        generate_indep(&mut out);
         return out;
     }
     for name in object_names() {
@@ -280,6 +285,40 @@ fn generate_tree(out: &mut String) {
             }
         }
     }
+}
+
+/// Version 2's positional lines: every fixture and domain, sizes 3 and 5, with no OSD out
+/// and with the fixture's first OSD out.
+fn generate_indep(out: &mut String) {
+    for (label, h) in fixtures_of(2) {
+        let first = h.hosts.iter().flat_map(|x| &x.osds).map(|o| o.id).next();
+        for outs in [Vec::new(), first.into_iter().collect::<Vec<u32>>()] {
+            let placer = Placer::with_out(&h, outs.iter().copied().collect());
+            for domain in FailureDomain::ALL {
+                for (pool, pg) in [(1, 0), (1, 1), (1, 2), (1, 77), (9, 4095)] {
+                    for size in [3, 5] {
+                        let osds = placer.pg_osds_indep(pool, pg, size, domain);
+                        writeln!(
+                            out,
+                            "pg_indep {label} {} {pool} {pg} {size} {} {}",
+                            domain.name(),
+                            format_osds(&outs),
+                            format_ranks(&osds)
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// "3,x,5": an OSD per rank, `x` where there is none.
+fn format_ranks(osds: &[Option<u32>]) -> String {
+    osds.iter()
+        .map(|o| o.map_or("x".to_string(), |o| o.to_string()))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[derive(Default)]
@@ -338,6 +377,21 @@ fn check_line(
                 parse_domain(fields[2]),
             ));
             (got != fields[6]).then(|| format!("got {got}"))
+        }
+        "pg_indep" => {
+            counts.placements += 1;
+            let outs = match fields[6] {
+                "-" => Default::default(),
+                list => list.split(',').map(|o| o.parse().unwrap()).collect(),
+            };
+            let placer = Placer::with_out(&hierarchies[fields[1]], outs);
+            let got = format_ranks(&placer.pg_osds_indep(
+                fields[3].parse().unwrap(),
+                fields[4].parse().unwrap(),
+                fields[5].parse().unwrap(),
+                parse_domain(fields[2]),
+            ));
+            (got != fields[7]).then(|| format!("got {got}"))
         }
         other => panic!("unknown line kind {other:?}"),
     }
