@@ -1105,6 +1105,57 @@ fn bench_nbd_measures_tls_against_the_same_path_in_the_clear() {
     );
 }
 
+/// `bench nbd --ec 2+2 --degraded` on 4 OSDs: each workload on the replicated and the EC
+/// volume, the space each fill took, then one OSD killed (reads measured with its shards
+/// decoded), the EC volume rewritten, the OSD restarted by `dev up` and its shards rebuilt.
+#[test]
+fn bench_nbd_measures_an_ec_volume_beside_a_replicated_one_and_with_an_osd_down() {
+    let c = Cluster::up_with_nbd("nbd-bench-ec", 4);
+    let base = [
+        "bench",
+        "nbd",
+        "--json",
+        "--volume-size",
+        "16M",
+        "--seconds",
+        "0.5",
+        "--ramp",
+        "0",
+        "--only",
+        "randread-4k-qd1",
+        "--no-device",
+    ];
+    let o = c.cairn(&[&base[..], &["--ec", "2+1", "--degraded"]].concat());
+    assert!(
+        !o.status.success() && text(&o.stderr).contains("m >= 2"),
+        "{}",
+        text(&o.stderr)
+    );
+    let out = c.ok(&[&base[..], &["--ec", "2+2", "--degraded"]].concat());
+    let v: serde_json::Value = serde_json::from_str(&out).expect("bench JSON");
+    let w = &v["workloads"][0];
+    let pos = |x: &serde_json::Value| x.as_f64().is_some_and(|x| x > 0.0);
+    assert!(pos(&w["iops"]) && pos(&w["ec"]["iops"]), "{out}");
+    assert!(pos(&w["ec"]["ratio_to_replicated"]), "{out}");
+    // Replicated (the dev cluster's size 3 on 4 OSDs) against 2+2: 3 and 2 bytes per byte.
+    let per_byte = |x: &serde_json::Value| x["raw_bytes_per_byte"].as_f64().unwrap_or(0.0);
+    assert!((2.9..3.2).contains(&per_byte(&v["space"])), "{out}");
+    assert!((1.9..2.2).contains(&per_byte(&v["ec"]["space"])), "{out}");
+    let d = &v["degraded"];
+    assert_eq!(d["osd"], 3, "{out}");
+    assert_eq!(d["reads"][0]["name"], "randread-4k-qd1-degraded", "{out}");
+    assert!(pos(&d["reads"][0]["ratio_to_healthy"]), "{out}");
+    // Every shard osd.3 held was stale: the rebuild pushed its share of the EC volume.
+    let r = &d["rebuild"];
+    let moved = r["bytes_moved"].as_f64().unwrap_or(0.0);
+    assert!(moved >= 0.5 * 8.0 * 1048576.0, "{out}");
+    assert!(
+        pos(&r["rebuild_mb_per_s"]) && pos(&r["objects_moved"]),
+        "{out}"
+    );
+    assert_eq!(c.status()["osds"]["up"], 4, "osd.3 restarted by the bench");
+}
+
 #[test]
 fn bench_nbd_measures_the_data_disk_beside_the_osds_for_large_writes() {
     let c = Cluster::up_with_nbd("nbd-bench-disk", 1);

@@ -420,7 +420,7 @@ pub fn run(a: BenchNbdArgs, conf: Option<&Path>) -> Result<()> {
     };
     let pool = format!("bench-nbd-{}", std::process::id());
     let ec = match &a.ec {
-        Some(km) => Some(ec_pool(km, a.ec_unit)?),
+        Some(km) => Some(ec_pool(km, a.ec_unit, a.degraded)?),
         None => None,
     };
     let run = || {
@@ -487,9 +487,14 @@ struct EcPool {
     create: cairn_map::MapChange,
 }
 
-fn ec_pool(km: &str, unit: u64) -> Result<EcPool> {
+fn ec_pool(km: &str, unit: u64, degraded: bool) -> Result<EcPool> {
     let unit = u32::try_from(unit).context("--ec-unit is too large")?;
     let p = cairn_ec::Profile::parse(km, unit).with_context(|| format!("--ec {km}"))?;
+    if degraded && p.m() < 2 {
+        bail!(
+            "--degraded needs the EC pool to stay active with one OSD down, and its min_size is              k+1: give a profile with m >= 2 (e.g. --ec 4+2), not {km}"
+        );
+    }
     let name = format!("bench-nbd-ec-{}", std::process::id());
     let profile = cairn_map::EcProfile {
         k: p.k() as u8,
