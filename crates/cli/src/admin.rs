@@ -539,39 +539,24 @@ pub fn pg_counts(map: &ClusterMap, down: &[cairn_proto::msg::osd::DownPg]) -> Pg
 }
 
 /// "6 PGs with every shard, 2 missing 1 (read by decoding; rebuilt when their OSDs return
-/// or are replaced)".
-fn ec_shards_line(p: &cairn_map::Pool, by_missing: &[u32]) -> String {
-    let k = p.ec().map_or(0, |e| usize::from(e.k));
-    let mut parts = vec![format!("{} PGs with every shard", by_missing[0])];
+/// or are replaced)" for a pool of `k` data shards; with `k` None the short form the
+/// dashboard shows, "6 with every shard, 2 missing 1".
+pub(crate) fn ec_shards_line(by_missing: &[u32], k: Option<usize>) -> String {
+    let all = by_missing.first().copied().unwrap_or(0);
+    let pgs = if k.is_some() { " PGs" } else { "" };
+    let mut parts = vec![format!("{all}{pgs} with every shard")];
     for (missing, n) in by_missing
         .iter()
         .enumerate()
         .skip(1)
         .filter(|(_, n)| **n > 0)
     {
-        let what = if by_missing.len() - 1 - missing < k {
-            "fewer than k left: down"
-        } else {
-            "read by decoding; rebuilt when their OSDs return or are replaced"
+        let what = match k {
+            None => "",
+            Some(k) if by_missing.len() - 1 - missing < k => " (fewer than k left: down)",
+            Some(_) => " (read by decoding; rebuilt when their OSDs return or are replaced)",
         };
-        parts.push(format!("{n} missing {missing} ({what})"));
-    }
-    parts.join(", ")
-}
-
-/// "6 with every shard, 2 missing 1": [`ec_shards_line`] without the explanations.
-pub(crate) fn ec_shards_summary(by_missing: &[u32]) -> String {
-    let mut parts = vec![format!(
-        "{} with every shard",
-        by_missing.first().unwrap_or(&0)
-    )];
-    for (missing, n) in by_missing
-        .iter()
-        .enumerate()
-        .skip(1)
-        .filter(|(_, n)| **n > 0)
-    {
-        parts.push(format!("{n} missing {missing}"));
+        parts.push(format!("{n} missing {missing}{what}"));
     }
     parts.join(", ")
 }
@@ -1000,7 +985,7 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
                     _ => serde_json::Value::Null,
                 };
                 v["overcommit"] = serde_json::json!(overcommit(p).map(|o| o.2));
-                if let Some(by_missing) = map.ec_pgs_by_missing_shards(p.id) {
+                if let Some(by_missing) = map.ec_pgs_by_missing_shards(&placer, p.id) {
                     v["pgs_by_missing_shards"] = serde_json::json!(by_missing);
                 }
                 v
@@ -1085,8 +1070,9 @@ pub fn status(conf: Option<&Path>, a: &StatusArgs) -> Result<()> {
             p.pg_count,
             p.durability.name()
         );
-        if let Some(by_missing) = map.ec_pgs_by_missing_shards(p.id) {
-            println!("    shards: {}", ec_shards_line(p, &by_missing));
+        if let Some(by_missing) = map.ec_pgs_by_missing_shards(&placer, p.id) {
+            let k = p.ec().map(|e| usize::from(e.k));
+            println!("    shards: {}", ec_shards_line(&by_missing, k));
         }
     }
     Ok(())

@@ -478,3 +478,15 @@ fn report_json(r: &ScrubReport) -> serde_json::Value {
         })).collect::<Vec<_>>(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_ec_pgs_shard_without_an_osd_shows_as_a_dash() {
+        assert_eq!(
+            super::up_list(&[0, 4, cairn_map::NO_OSD, 2]),
+            "[0, 4, -, 2]"
+        );
+        assert_eq!(super::up_list(&[]), "[]");
+    }
+}

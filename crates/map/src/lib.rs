@@ -286,15 +286,15 @@ impl ClusterMap {
     }
 
     /// The PGs of EC pool `pool` by how many shards they miss (index `i`: PGs with `i` shards
-    /// absent, `0..=k+m`), by placement; `None` for a replicated or unknown pool.
-    pub fn ec_pgs_by_missing_shards(&self, pool: u32) -> Option<Vec<u32>> {
+    /// absent, `0..=k+m`), by placement with `placer` ([`ClusterMap::placer`], built once for
+    /// every pool); `None` for a replicated or unknown pool.
+    pub fn ec_pgs_by_missing_shards(&self, placer: &Placer, pool: u32) -> Option<Vec<u32>> {
         let p = self.pools.get(&pool)?;
         let shards = usize::from(p.ec()?.shards());
-        let placer = self.placer();
         let mut by_missing = vec![0u32; shards + 1];
         for pg in 0..p.pg_count {
             let id = PgId { pool, pg };
-            let held = self.pg_shards(id, &self.pg_placement_in(&placer, id));
+            let held = self.pg_shards(id, &self.pg_placement_in(placer, id));
             let missing = held.iter().filter(|s| s.is_none()).count();
             by_missing[missing.min(shards)] += 1;
         }

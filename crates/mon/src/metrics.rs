@@ -170,13 +170,16 @@ impl State {
                 self.osd_up.get_or_create(&l).set(i64::from(o.up));
                 self.osd_in.get_or_create(&l).set(i64::from(o.in_));
             }
+            let placer = map.placer();
             for p in map.pools.values() {
                 let l = PoolLabels {
                     pool: p.id,
                     name: p.name.clone(),
                 };
                 self.pool_info.get_or_create(&l).set(1);
-                let by_missing = map.ec_pgs_by_missing_shards(p.id).unwrap_or_default();
+                let by_missing = map
+                    .ec_pgs_by_missing_shards(&placer, p.id)
+                    .unwrap_or_default();
                 for (missing, n) in by_missing.iter().enumerate() {
                     let l = MissingLabels {
                         pool: p.id,

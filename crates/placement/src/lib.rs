@@ -202,10 +202,16 @@ impl Placer {
                 o.weight = 0;
             }
         }
+        let tree = tree::Tree::new(&placed);
+        // With nothing out, both trees are the same.
+        let every = match out.is_empty() {
+            true => tree.clone(),
+            false => tree::Tree::new(h),
+        };
         Placer {
             cands: draw::candidates(&placed),
-            tree: tree::Tree::new(&placed),
-            every: tree::Tree::new(h),
+            tree,
+            every,
             out,
         }
     }

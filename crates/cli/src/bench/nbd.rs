@@ -537,6 +537,25 @@ async fn prepare(client: &Client, pool: &str, size: u64, data_pool: Option<&str>
     Ok(())
 }
 
+/// CPU microseconds per op: `secs` of CPU over `ops` operations.
+fn per_op(secs: f64, ops: u64) -> f64 {
+    if ops > 0 {
+        round(secs * 1e6 / ops as f64, 1)
+    } else {
+        0.0
+    }
+}
+
+/// `o` with one fio run's IOPS, MB/s, latencies and the CPU per op of the processes
+/// measured (`cpu` seconds) and of the whole host (`host_cpu`).
+fn with_run(o: Obj, f: &Fio, cpu: f64, host_cpu: f64) -> Obj {
+    o.put("iops", round(f.iops, 1))
+        .put("mb_per_s", round(f.mb_per_s, 1))
+        .put_obj("lat_us", lat_us(f))
+        .put("cpu_us_per_op", per_op(cpu, f.ops))
+        .put("host_cpu_us_per_op", per_op(host_cpu, f.ops))
+}
+
 /// Fills `volume` (at `uri`) with sequential 1 MiB writes; returns the bytes that took on the
 /// OSDs.
 fn fill(t: &Target, a: &BenchNbdArgs, uri: &str, volume: &str) -> Result<Obj> {
@@ -627,22 +646,11 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str, dev_dir: Option<&Path>) -> Re
             None => None,
         };
         let (b, kit_cpu, kit_host_cpu) = fio_with_cpu(&kit_uri, s, a, &[kit_pid])?;
-        let per_op = |secs: f64, ops: u64| {
-            if ops > 0 {
-                round(secs * 1e6 / ops as f64, 1)
-            } else {
-                0.0
-            }
-        };
         let o = Obj::new()
             .put("name", s.name)
             .put("qd", s.qd)
-            .put("block_bytes", s.bs)
-            .put("iops", round(r.iops, 1))
-            .put("mb_per_s", round(r.mb_per_s, 1))
-            .put_obj("lat_us", lat_us(&r))
-            .put("cpu_us_per_op", per_op(cpu, r.ops))
-            .put("host_cpu_us_per_op", per_op(host_cpu, r.ops))
+            .put("block_bytes", s.bs);
+        let o = with_run(o, &r, cpu, host_cpu)
             .put("baseline_iops", round(b.iops, 1))
             .put("baseline_mb_per_s", round(b.mb_per_s, 1))
             .put_obj("baseline_lat_us", lat_us(&b))
@@ -658,12 +666,7 @@ fn bench(a: &BenchNbdArgs, t: &Target, pool: &str, dev_dir: Option<&Path>) -> Re
                         s.name, x.iops, x.mb_per_s, x.p50_us, x.p99_us
                     );
                 }
-                let e = Obj::new()
-                    .put("iops", round(x.iops, 1))
-                    .put("mb_per_s", round(x.mb_per_s, 1))
-                    .put_obj("lat_us", lat_us(&x))
-                    .put("cpu_us_per_op", per_op(cpu, x.ops))
-                    .put("host_cpu_us_per_op", per_op(host_cpu, x.ops))
+                let e = with_run(Obj::new(), &x, cpu, host_cpu)
                     .put("ratio_to_replicated", ratio(x.iops, r.iops, 3))
                     .put("lat_p50_ratio_to_replicated", ratio(x.p50_us, r.p50_us, 3))
                     .put("ratio_to_baseline", ratio(x.iops, b.iops, 4));

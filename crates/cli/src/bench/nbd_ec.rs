@@ -149,3 +149,23 @@ impl Degraded<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::dev_dir;
+
+    #[test]
+    fn degraded_runs_only_beside_a_dev_clusters_configuration() {
+        let dir = std::env::temp_dir().join(format!("cairn-nbd-ec-dev-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("cairn.toml");
+        let e = dev_dir(&conf).unwrap_err().to_string();
+        assert!(
+            e.contains("only on a `cairn dev` cluster") && e.contains("no dev.toml"),
+            "{e}"
+        );
+        std::fs::write(dir.join("dev.toml"), "").unwrap();
+        assert_eq!(dev_dir(&conf).unwrap(), dir);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

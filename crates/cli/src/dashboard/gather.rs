@@ -120,6 +120,7 @@ fn osds(map: &ClusterMap, stats: &Stats) -> Value {
 }
 
 fn pools(map: &ClusterMap, stats: &Stats) -> Value {
+    let placer = map.placer();
     map.pools
         .values()
         .map(|p| {
@@ -131,8 +132,8 @@ fn pools(map: &ClusterMap, stats: &Stats) -> Value {
                     .filter(|o| o.pool == p.id),
             );
             let shards = map
-                .ec_pgs_by_missing_shards(p.id)
-                .map(|by_missing| crate::admin::ec_shards_summary(&by_missing));
+                .ec_pgs_by_missing_shards(&placer, p.id)
+                .map(|by_missing| crate::admin::ec_shards_line(&by_missing, None));
             json!({"id": p.id, "name": p.name, "size": p.size, "min_size": p.min_size,
                    "kind": p.kind(), "shards": shards,
                    "pg_count": p.pg_count, "reads": t.reads, "writes": t.writes,
